@@ -1,0 +1,3 @@
+from xegemm.cli import main
+
+raise SystemExit(main())

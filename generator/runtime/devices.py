@@ -1,0 +1,196 @@
+"""Device discovery, selection and capability report through dpctl.
+
+Default choice, best first: a Level Zero Intel GPU, an OpenCL GPU, the OpenCL CPU runtime.  Which
+lowering a device gets is read from its extension list (``CL_DEVICE_EXTENSIONS``), never from its name:
+``native`` needs Xe 2D block IO and DPAS, anything else runs the ``portable`` lowering.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import asdict, dataclass, field
+
+from xegemm.errors import DeviceNotFoundError, RuntimeSetupError
+from xegemm.runtime.environment import find_cpu_runtime, prepare_opencl_environment
+
+# Extensions that decide the lowering (KhronosGroup/OpenCL-Docs extensions/*.asciidoc).
+EXT_2D_BLOCK_IO = "cl_intel_subgroup_2d_block_io"            # modern drivers: reads, writes, prefetch
+EXT_EXTENDED_BLOCK_READ = "cl_intel_subgroup_extended_block_read"  # older drivers: 2D block reads only
+EXT_DPAS = "cl_intel_subgroup_matrix_multiply_accumulate"
+EXT_DPAS_TF32 = "cl_intel_subgroup_matrix_multiply_accumulate_tf32"
+EXT_SUBGROUPS = "cl_intel_subgroups"
+EXT_REQD_SUBGROUP = "cl_intel_required_subgroup_size"
+CAPABILITY_EXTENSIONS = (EXT_2D_BLOCK_IO, EXT_EXTENDED_BLOCK_READ, EXT_DPAS, EXT_DPAS_TF32,
+                         EXT_SUBGROUPS, EXT_REQD_SUBGROUP, "cl_intel_subgroups_short", "cl_khr_fp16")
+
+DEFAULT_PREFERENCE = ("level_zero:gpu", "opencl:gpu", "opencl:cpu")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What xegemm knows about one SYCL device."""
+
+    filter_string: str
+    name: str
+    vendor: str
+    backend: str
+    device_type: str
+    driver_version: str
+    compute_units: int
+    max_work_group_size: int
+    sub_group_sizes: tuple[int, ...]
+    fp16: bool
+    fp64: bool
+    global_mem_bytes: int
+    extensions: tuple[str, ...] = field(repr=False)
+    extensions_source: str = "opencl"
+
+    @property
+    def block_2d_io(self) -> bool:
+        """Xe 2D block reads (and, with the modern extension, writes and prefetches)."""
+        return EXT_2D_BLOCK_IO in self.extensions or EXT_EXTENDED_BLOCK_READ in self.extensions
+
+    @property
+    def dpas(self) -> bool:
+        """DPAS through ``intel_sub_group_*_matrix_mad_k*``."""
+        return EXT_DPAS in self.extensions
+
+    @property
+    def lowering(self) -> str:
+        """``native`` when the device has both Xe 2D block IO and DPAS at sub-group size 16."""
+        return "native" if self.block_2d_io and self.dpas and 16 in self.sub_group_sizes else "portable"
+
+    @property
+    def supports_sub_group_16(self) -> bool:
+        return 16 in self.sub_group_sizes and EXT_SUBGROUPS in self.extensions
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["sub_group_sizes"] = list(self.sub_group_sizes)
+        d["extensions"] = list(self.extensions)
+        d.update(block_2d_io=self.block_2d_io, dpas=self.dpas, lowering=self.lowering)
+        return d
+
+
+def _dpctl():
+    prepare_opencl_environment()
+    try:
+        import dpctl  # noqa: PLC0415  (imported after the ICD environment is prepared)
+    except ImportError as exc:  # pragma: no cover - depends on a broken install
+        raise RuntimeSetupError(
+            f"cannot import dpctl ({exc}). xegemm needs the SYCL runtime wheels pinned in pyproject.toml; "
+            "run `make test` or `make demo` (they create .venv), or `pip install -e .` in your environment."
+        ) from exc
+    return dpctl
+
+
+def _no_device_message() -> str:
+    lib = find_cpu_runtime()
+    where = (f"the Intel OpenCL CPU runtime was found at {lib}" if lib else
+             "the Intel OpenCL CPU runtime (libintelocl.so from the intel-opencl-rt wheel) was not found")
+    return ("dpctl sees no SYCL device. Looked for a Level Zero GPU, an OpenCL GPU and the OpenCL CPU "
+            f"device; {where}. Fix: reinstall the pinned runtime (`rm -rf .venv && make test`), or "
+            "`pip install intel-opencl-rt==2026.0.0 intel-cmplr-lib-ur==2026.0.0` (2026.2.0 of "
+            "intel-cmplr-lib-ur ships no OpenCL adapter).")
+
+
+_EXTENSION_CACHE: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
+
+
+def _extensions(sycl_device) -> tuple[tuple[str, ...], str]:
+    key = (sycl_device.filter_string, sycl_device.driver_version)
+    if key in _EXTENSION_CACHE:
+        return _EXTENSION_CACHE[key]
+    from xegemm.runtime.opencl_query import opencl_devices  # noqa: PLC0415
+
+    kind = sycl_device.device_type.name
+    matches = [d for d in opencl_devices() if d["name"] == sycl_device.name and d["type"] == kind]
+    if matches:
+        result = (matches[0]["extensions"], "opencl")
+    else:
+        result = (_probe_extension_macros(sycl_device), "compiler-macros")
+    _EXTENSION_CACHE[key] = result
+    return result
+
+
+def _probe_extension_macros(sycl_device) -> tuple[str, ...]:
+    """For a device with no OpenCL twin: ask its OpenCL C compiler which extension macros it defines."""
+    dpctl = _dpctl()
+    import dpctl.memory as dpmem  # noqa: PLC0415
+    import dpctl.program as dpprog  # noqa: PLC0415
+
+    lines = [f"#ifdef {e}\n  flags[{i}] = 1;\n#endif" for i, e in enumerate(CAPABILITY_EXTENSIONS)]
+    src = "__kernel void probe(__global int* flags) {\n" + "\n".join(lines) + "\n}\n"
+    try:
+        queue = dpctl.SyclQueue(sycl_device)
+        kernel = dpprog.create_program_from_source(queue, src, "").get_sycl_kernel("probe")
+        buf = dpmem.MemoryUSMShared(4 * len(CAPABILITY_EXTENSIONS), queue=queue)
+        buf.copy_from_host(bytes(4 * len(CAPABILITY_EXTENSIONS)))
+        queue.submit(kernel, [buf], [1]).wait()
+        flags = (ctypes.c_int * len(CAPABILITY_EXTENSIONS)).from_buffer_copy(buf.copy_to_host())
+    except Exception:  # noqa: BLE001 - a device that cannot build OpenCL C has none of these
+        return ()
+    return tuple(e for e, f in zip(CAPABILITY_EXTENSIONS, flags) if f)
+
+
+def describe(sycl_device) -> DeviceInfo:
+    """The capability report of one ``dpctl.SyclDevice``."""
+    extensions, source = _extensions(sycl_device)
+    return DeviceInfo(
+        filter_string=sycl_device.filter_string,
+        name=sycl_device.name,
+        vendor=sycl_device.vendor,
+        backend=sycl_device.backend.name,
+        device_type=sycl_device.device_type.name,
+        driver_version=sycl_device.driver_version,
+        compute_units=int(sycl_device.max_compute_units),
+        max_work_group_size=int(sycl_device.max_work_group_size),
+        sub_group_sizes=tuple(int(s) for s in sycl_device.sub_group_sizes),
+        fp16=bool(sycl_device.has_aspect_fp16),
+        fp64=bool(sycl_device.has_aspect_fp64),
+        global_mem_bytes=int(sycl_device.global_mem_size),
+        extensions=tuple(extensions),
+        extensions_source=source,
+    )
+
+
+def sycl_devices() -> list:
+    """Every ``dpctl.SyclDevice`` the runtime sees (possibly empty)."""
+    return list(_dpctl().get_devices())
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Capability reports of every device; raises RuntimeSetupError when there is none."""
+    devices = sycl_devices()
+    if not devices:
+        raise RuntimeSetupError(_no_device_message())
+    return [describe(d) for d in devices]
+
+
+def _preference_rank(sycl_device) -> int:
+    key = f"{sycl_device.backend.name}:{sycl_device.device_type.name}"
+    return DEFAULT_PREFERENCE.index(key) if key in DEFAULT_PREFERENCE else len(DEFAULT_PREFERENCE)
+
+
+def select_sycl_device(filter_string: str | None = None):
+    """The ``dpctl.SyclDevice`` for a filter string (e.g. ``opencl:cpu:0``), or the best device found."""
+    dpctl = _dpctl()
+    devices = sycl_devices()
+    if not devices:
+        raise RuntimeSetupError(_no_device_message())
+    if filter_string:
+        try:
+            return dpctl.SyclDevice(filter_string)
+        except Exception as exc:  # dpctl raises SyclDeviceCreationError or ValueError
+            known = ", ".join(d.filter_string for d in devices)
+            raise DeviceNotFoundError(
+                f"no SYCL device matches the filter '{filter_string}' ({exc}). Devices found: {known}. "
+                "A filter is backend:type:index, e.g. opencl:cpu:0 or level_zero:gpu:0; see `xegemm devices`."
+            ) from exc
+    ranked = sorted(devices, key=lambda d: (_preference_rank(d), 0 if "intel" in d.vendor.lower() else 1))
+    return ranked[0]
+
+
+def select_device(filter_string: str | None = None) -> DeviceInfo:
+    """The capability report of :func:`select_sycl_device`."""
+    return describe(select_sycl_device(filter_string))
