@@ -1,0 +1,1 @@
+"""YAML configs users copy and edit (shipped inside the xegemm package)."""

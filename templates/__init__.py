@@ -1,0 +1,1 @@
+"""Jinja2 templates of the generated OpenCL C kernels (shipped inside the xegemm package)."""
