@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install Intel's offline compiler (ocloc) and the IGA disassembler library on Debian 12, as root.
+# Idempotent and quiet (apt output is shown only if a step fails); a second run only checks, in ~20 ms.
+# Source: shared/facts/toolchain.md ("ocloc"): Debian's intel-opencl-icd ships /usr/bin/ocloc (compute
+# runtime 22.43, IGC 1.0.12504); `ocloc disasm` loads libiga64.so, but libigc1 ships only libiga64.so.1,
+# so the link libiga64.so -> libiga64.so.1 is added next to it.
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-ocloc.sh: run as root (it calls apt-get)" >&2
+    exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+
+quietly() {  # run a command, print its output only if it fails
+    if ! "$@" >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "install-ocloc.sh: failed: $*" >&2
+        exit 1
+    fi
+}
+
+if ! command -v ocloc >/dev/null 2>&1; then
+    # A fresh container has empty package lists: update, then install.
+    quietly apt-get update -qq
+    quietly apt-get install -y -qq --no-install-recommends intel-opencl-icd
+fi
+
+# libiga64.so -> libiga64.so.1, in the folder where the package put libiga64.so.1 (dpkg knows).
+iga="$(dpkg -L libigc1 2>/dev/null | grep -E '/libiga64\.so\.1$' | head -n1 || true)"
+if [ -z "$iga" ]; then
+    echo "install-ocloc.sh: libiga64.so.1 not found (is libigc1 installed?)" >&2
+    exit 1
+fi
+link="$(dirname "$iga")/libiga64.so"
+if [ ! -e "$link" ]; then
+    ln -s libiga64.so.1 "$link"
+fi
+
+command -v ocloc >/dev/null

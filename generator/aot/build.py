@@ -1,0 +1,118 @@
+"""Build OpenCL C ahead of time for a real Xe GPU with ``ocloc`` and read the machine code back.
+
+One build = ``ocloc compile`` (with IGC's shader dumps switched on) + ``ocloc disasm``; the result keeps
+the binary, the per-kernel disassembly, the dumps' ``.asm`` headers, the log and :class:`IsaStats`.
+A failed compile is a result (``status == "failed_build"`` with the log), not an exception: callers such
+as the compiler-profile probe need to look at it.  Facts: shared/facts/toolchain.md "ocloc".
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xegemm.aot.errors import IgaMissingError, OclocToolError, UnknownTargetError
+from xegemm.aot.isa import KERNEL_HEADER, IsaStats, isa_stats
+from xegemm.aot.toolchain import FEATURE_MACROS, LARGE_GRF_OPTION, check_grf, get_target, run_ocloc
+
+SOURCE_NAME = "kernel.cl"
+
+
+@dataclass
+class AotBuild:
+    """One ahead-of-time build: inputs, artefacts, log, status ("ok" / "failed_build") and stats."""
+
+    target: str
+    grf: int
+    source: str
+    options: str  # the full -options string given to ocloc
+    workdir: Path
+    status: str
+    log: str
+    binary: Path | None = None
+    kernel_asm: dict[str, str] = field(default_factory=dict)  # kernel name -> IGA disassembly
+    dumps: dict[str, str] = field(default_factory=dict)  # IGC dump file name -> its .asm text
+    stats: IsaStats | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True if ocloc built the program (which alone proves little: check ``stats``)."""
+        return self.status == "ok"
+
+    @property
+    def disassembly(self) -> str:
+        """All kernels' disassembly, each after a ``// ==== kernel NAME ====`` line."""
+        return "".join(f"{KERNEL_HEADER.format(name)}\n{asm}\n" for name, asm in self.kernel_asm.items())
+
+
+def compose_options(grf: int, options: str = "") -> str:
+    """The ``-options`` string: feature macros old ocloc needs, the GRF mode, then the caller's options."""
+    if LARGE_GRF_OPTION in options.split():
+        raise UnknownTargetError(f"select the large register file with grf=256, not {LARGE_GRF_OPTION} in options")
+    parts = list(FEATURE_MACROS)
+    if check_grf(grf) == 256:
+        parts.append(LARGE_GRF_OPTION)
+    if options.strip():
+        parts.append(options.strip())
+    return " ".join(parts)
+
+
+def _fresh_dir(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def disassemble(binary: Path, device: str, out_dir: Path) -> tuple[dict[str, str], str]:
+    """``ocloc disasm`` a binary: (kernel name -> IGA asm, log); raise if IGA could not be loaded."""
+    done = run_ocloc(["disasm", "-file", str(binary), "-device", device, "-dump", str(_fresh_dir(out_dir))],
+                     cwd=out_dir.parent)
+    kernels = {p.name[: -len("_KernelHeap.asm")]: p.read_text(errors="replace")
+               for p in sorted(out_dir.glob("*_KernelHeap.asm"))}
+    if "couldn't load iga" in done.stdout.lower() or (not kernels and any(out_dir.glob("*_KernelHeap.dat"))):
+        raise IgaMissingError(done.stdout)
+    if done.returncode != 0 or not kernels:
+        raise OclocToolError(f"`ocloc disasm` of {binary} gave no kernels (exit {done.returncode})", done.stdout)
+    return kernels, done.stdout
+
+
+def read_dumps(dump_dir: Path) -> dict[str, str]:
+    """IGC's per-kernel ``.asm`` dumps in ``dump_dir`` (file name -> text)."""
+    return {p.name: p.read_text(errors="replace") for p in sorted(dump_dir.glob("*.asm"))}
+
+
+def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
+                   workdir: Path | None = None, *, dumps: bool = True) -> AotBuild:
+    """Compile OpenCL C for ``target`` ("pvc"/"dg2") in GRF mode 128/256 and read back its ISA.
+
+    ``workdir`` keeps the source, binary, disassembly and dumps (a new temporary folder if None, left in
+    place for inspection).  ``dumps=False`` skips IGC's shader dumps (faster; no numGRF/spill data)."""
+    t = get_target(target)
+    full_options = compose_options(grf, options)
+    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="xegemm-aot-"))
+    work.mkdir(parents=True, exist_ok=True)
+    (work / SOURCE_NAME).write_text(source)
+    bin_dir, dump_dir = _fresh_dir(work / "bin"), _fresh_dir(work / "dumps")
+    env = {"IGC_ShaderDumpEnable": "1", "IGC_DumpToCustomDir": str(dump_dir)} if dumps else {}
+    start = time.perf_counter()
+    done = run_ocloc(["compile", "-file", SOURCE_NAME, "-device", t.device, "-out_dir", str(bin_dir),
+                      "-output", "kernel", "-options", full_options], cwd=work, env=env)
+    binaries = sorted(bin_dir.glob("*.bin"))
+    build = AotBuild(target=t.name, grf=grf, source=source, options=full_options, workdir=work,
+                     status="ok", log=done.stdout)
+    if done.returncode != 0 or not binaries:
+        build.status = "failed_build"
+        build.seconds = time.perf_counter() - start
+        return build
+    build.binary = binaries[0]
+    build.kernel_asm, disasm_log = disassemble(build.binary, t.device, work / "disasm")
+    build.log += disasm_log
+    build.dumps = read_dumps(dump_dir) if dumps else {}
+    build.stats = isa_stats(build.kernel_asm, build.dumps, target=t.name, grf=grf)
+    build.seconds = time.perf_counter() - start
+    return build

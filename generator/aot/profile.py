@@ -1,0 +1,314 @@
+"""Compiler profiles: which block-message spellings the installed ocloc really turns into messages.
+
+A spelling is *supported* only if its probe kernel builds AND the expected message appears in that
+kernel's ISA, writing back at least the data it should carry, with a block shape (decoded from the message
+header) that covers the one asked for and obeys the hardware rules (xe_atoms.md §2); a build that succeeds
+but drops or mangles the call counts as not supported (shared/facts/toolchain.md "ocloc").  All probes of a target go into ONE program (one kernel
+per spelling); if the build fails, the compiler's error lines are mapped back to the probes that caused
+them and the rest is rebuilt, so a probe costs a few ocloc calls, not one per spelling.
+
+Probed profiles are cached as JSON keyed by the compiler version (``ocloc query OCL_DRIVER_VERSION`` plus
+IGC's package version), the target and the probe catalog's digest.  Named profiles can be forced instead of
+probing (argument or ``$XEGEMM_COMPILER_PROFILE``): ``igc-1.0.12504`` (measured on Debian 12's ocloc) and
+``cl_intel_subgroup_2d_block_io`` (the full set newer drivers provide: xe_atoms.md §1.6, §1.7).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from xegemm.aot.build import compile_kernel
+from xegemm.aot.builtins import block2d_violation
+from xegemm.aot.errors import ProfileError
+from xegemm.aot.isa import block2d_shapes, parse_instructions
+from xegemm.aot.probes import Probe, ProbeProgram, catalog_digest, probe_catalog, probe_program
+from xegemm.aot.toolchain import Target, compiler_version, get_target
+
+PROFILE_ENV = "XEGEMM_COMPILER_PROFILE"
+MODERN_PROFILE = "cl_intel_subgroup_2d_block_io"
+DEBIAN_PROFILE = "igc-1.0.12504"
+NAMED_PROFILES = (DEBIAN_PROFILE, MODERN_PROFILE)
+_ERROR_LINE = re.compile(r"^(?:.*?:)?(\d+):\d+: (?:fatal )?error:")  # "1:490:3: error: ..." (line 490)
+BLOCK2D_MESSAGES = ("load_block2d", "store_block2d", "prefetch_block2d")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The verdict on one spelling."""
+
+    name: str
+    family: str
+    message: str  # the message kind the ISA had to show
+    built: bool
+    found: int  # messages of that kind in the probe kernel
+    response_grfs: int  # registers those messages write back (reads)
+    supported: bool
+    detail: str
+    hardware: bool = True  # the target has the hardware for this message (no 2D block on Xe-HPG)
+    shape: str | None = None  # 2D block the compiler issued, "WIDTHxHEIGHTxCOUNT", if readable from the ISA
+    exact: bool | None = None  # that block is the one asked for (False: legal, but more blocks: over-fetch)
+
+
+@dataclass
+class CompilerProfile:
+    """Which spellings work for one compiler and target; ``supports(name)`` is the question to ask."""
+
+    name: str
+    target: str
+    origin: str  # "probed" or "named"
+    compiler: dict = field(default_factory=dict)  # {"driver": ..., "igc": ...} when probed
+    catalog: str = ""  # digest of the probe catalog the results belong to
+    results: dict[str, ProbeResult] = field(default_factory=dict)
+    probe_seconds: float | None = None
+    ocloc_calls: int | None = None
+
+    def supports(self, name: str) -> bool:
+        """True if ``name`` builds and produces its message; ProfileError if it was never probed."""
+        try:
+            return self.results[name].supported
+        except KeyError:
+            raise ProfileError(f"{name!r} is not in the probe catalog of profile {self.name!r}") from None
+
+    @property
+    def supported(self) -> list[str]:
+        """Spellings that work."""
+        return [n for n, r in self.results.items() if r.supported]
+
+    @property
+    def dropped(self) -> list[str]:
+        """Spellings that build but give no usable message: missing, too small, or an illegal block."""
+        return [n for n, r in self.results.items() if r.built and r.hardware and not r.supported]
+
+    @property
+    def failed(self) -> list[str]:
+        """Spellings the compiler rejects."""
+        return [n for n, r in self.results.items() if not r.built]
+
+    def to_json(self) -> str:
+        """The profile as JSON text."""
+        data = asdict(self)
+        data["results"] = [asdict(r) for r in self.results.values()]
+        return json.dumps(data, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> CompilerProfile:
+        """Inverse of :meth:`to_json`."""
+        try:
+            data = json.loads(text)
+            data["results"] = {r["name"]: ProbeResult(**r) for r in data["results"]}
+            return cls(**data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProfileError(f"not a compiler profile: {exc}") from exc
+
+    def save(self, path: Path) -> None:
+        """Write atomically (a concurrent reader never sees half a file)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(self.to_json())
+        os.replace(tmp, path)
+
+
+def _shape_text(shape: tuple[int, int, int] | None) -> str | None:
+    return None if shape is None else "{}x{}x{}".format(*shape)
+
+
+def _evaluate(probe: Probe, asm: str | None, target: Target) -> ProbeResult:
+    """Verdict on one probe kernel: message present, all data delivered, legal block shape."""
+    hardware = target.has_block2d or probe.message not in BLOCK2D_MESSAGES
+    if asm is None:
+        return ProbeResult(probe.name, probe.family, probe.message, True, 0, 0, False,
+                           "built, but the kernel is missing from the binary", hardware)
+    instructions = parse_instructions(asm)
+    hits = [i for i in instructions if i.message_kind == probe.message]
+    rd = sum(i.response_grfs or 0 for i in hits)
+    need = math.ceil(probe.payload_bytes / target.grf_bytes)
+    shapes = [shape for ins, shape in block2d_shapes(instructions) if ins in hits and shape is not None]
+    shape = shapes[0] if shapes else None
+    supported, exact = bool(hits) and rd >= need, None
+    if not hits:
+        detail = f"built, but no {probe.message} in the ISA: the compiler dropped the call"
+    elif rd < need:
+        detail = f"{probe.message} writes back {rd} GRFs, the data needs {need}: the compiler shrank the call"
+    else:
+        detail = f"{len(hits)} x {probe.message}" + (f", {rd} GRFs back" if need else "")
+    if hits and shape is not None and probe.shape is not None:
+        w, h, c = shape
+        ew, eh, ec = probe.shape
+        op = {"store_block2d": "write"}.get(probe.message, "read")
+        why = block2d_violation(shape, probe.elem_bits, probe.layout, op)
+        detail += f"; block {_shape_text(shape)} (asked {_shape_text(probe.shape)})"
+        if why:  # e.g. IGC 1.0.12504 issues every plain read with 2 blocks, so u32 16-wide rows become 128 B
+            supported, detail = False, detail + f": illegal message, {why} (xe_atoms.md §2)"
+        elif (w, h) != (ew, eh) or c < ec:  # e.g. IGC 1.0.12504 builds transform_u16_k32 as 16 rows
+            supported, detail = False, detail + ": not the asked block, data missing"
+        else:
+            exact = c == ec
+            if not exact:
+                detail += f": reads {c // ec}x the data asked (over-fetch)"
+    if not hardware:
+        # The compiler may emit the message anyway, but the hardware has none (xe_atoms.md §2 "platforms").
+        supported = False
+        detail += f"; {target.arch} has no 2D block messages (xe_atoms.md §2): not usable"
+    return ProbeResult(probe.name, probe.family, probe.message, True, len(hits), rd, supported, detail, hardware,
+                       _shape_text(shape), exact)
+
+
+def _blame(log: str, program: ProbeProgram) -> dict[str, list[str]]:
+    """Kernel name -> the compiler's error lines that fall in that probe's source lines."""
+    blamed: dict[str, list[str]] = {}
+    for text in log.splitlines():
+        m = _ERROR_LINE.match(text.strip())
+        if not m:
+            continue
+        line = int(m.group(1))
+        for kname, (first, last) in program.lines.items():
+            if first <= line <= last:
+                blamed.setdefault(kname, []).append(text.strip())
+    return blamed
+
+
+def run_probes(probes: list[Probe], target: str = "pvc") -> tuple[dict[str, ProbeResult], int]:
+    """Probe ``probes`` for ``target`` without caching: (probe name -> result, number of ocloc builds)."""
+    t = get_target(target)
+    results: dict[str, ProbeResult] = {}
+    calls = [0]
+    with tempfile.TemporaryDirectory(prefix="xegemm-probe-") as tmp:
+        _run_probes(probes, t, Path(tmp), results, calls)
+    return {p.name: results[p.name] for p in probes}, calls[0]
+
+
+def _run_probes(probes: list[Probe], target: Target, root: Path, results: dict[str, ProbeResult],
+                calls: list[int]) -> None:
+    program = probe_program(probes)
+    calls[0] += 1
+    build = compile_kernel(program.source, target.name, 128, workdir=root / f"call{calls[0]:02d}", dumps=False)
+    if build.ok:
+        for kname, probe in program.kernels.items():
+            results[probe.name] = _evaluate(probe, build.kernel_asm.get(kname), target)
+        return
+    blamed = _blame(build.log, program)
+    if len(probes) == 1 and not blamed:
+        blamed = {next(iter(program.kernels)): [build.log.strip().splitlines()[-1] if build.log.strip() else ""]}
+    for kname, errors in blamed.items():
+        probe = program.kernels[kname]
+        results[probe.name] = ProbeResult(probe.name, probe.family, probe.message, False, 0, 0, False,
+                                          "build failed: " + errors[0],
+                                          target.has_block2d or probe.message not in BLOCK2D_MESSAGES)
+    rest = [p for k, p in program.kernels.items() if k not in blamed]
+    if not rest:
+        return
+    if blamed:
+        _run_probes(rest, target, root, results, calls)
+    else:  # an error the log does not place: split and retry both halves
+        half = len(rest) // 2
+        _run_probes(rest[:half], target, root, results, calls)
+        _run_probes(rest[half:], target, root, results, calls)
+
+
+def default_cache_dir() -> Path:
+    """``$XEGEMM_CACHE_DIR`` or ``$XDG_CACHE_HOME/xegemm`` (``~/.cache/xegemm``), + ``compiler-profiles``."""
+    base = os.environ.get("XEGEMM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "xegemm")
+    return Path(base) / "compiler-profiles"
+
+
+def probe_compiler_profile(target: str = "pvc", *, cache_dir: Path | None = None,
+                           refresh: bool = False) -> CompilerProfile:
+    """Probe (or load from the cache) which spellings the installed ocloc supports for ``target``."""
+    t = get_target(target)
+    version = compiler_version()
+    catalog = probe_catalog()
+    digest = catalog_digest(catalog)
+    path = Path(cache_dir or default_cache_dir()) / f"{version.key}_{t.name}.json"
+    if not refresh and path.exists():
+        try:
+            cached = CompilerProfile.from_json(path.read_text())
+        except ProfileError:
+            cached = None
+        if cached is not None and cached.catalog == digest and cached.target == t.name:
+            return cached
+    start = time.perf_counter()
+    results, calls = run_probes(catalog, t.name)
+    profile = CompilerProfile(
+        name=f"probed:{version.key}", target=t.name, origin="probed",
+        compiler={"driver": version.driver, "igc": version.igc}, catalog=digest, results=results,
+        probe_seconds=round(time.perf_counter() - start, 3), ocloc_calls=calls)
+    profile.save(path)
+    return profile
+
+
+# Measured with probe_compiler_profile on Debian 12's ocloc 22.43.24595 / IGC 1.0.12504.6 (2026-11-22), pvc:
+# spelling -> exact (False = legal but over-fetching).  This IGC issues EVERY plain 2D read with 2 blocks,
+# whatever the v of the name: v1 reads of 8/16-bit data are legal but fetch twice the data; u16 k32 and
+# u32 k16 reads become illegal 128-B rows; reads taller than 8 rows, every write and every read_prefetch
+# builtin are dropped; transform_u16_k32[v2] is issued as the 16-row k16 message; the public
+# cl_intel_subgroup_2d_block_io names are undeclared.  dg2 got the same messages, but has no 2D block
+# hardware, so only the 1D block write and the LSC prefetch are usable there.
+_COMMON_12504 = {"__builtin_IB_lsc_prefetch_global_uint": None, "intel_sub_group_block_write8": None}
+_IGC_1_0_12504_SUPPORTED: dict[str, dict[str, bool | None]] = {
+    "pvc": {
+        **{f"__builtin_IB_subgroup_block_read_flat_u{b}_m{h}k{k}v{v}": v == 2
+           for b, k in ((8, 16), (8, 32), (16, 16)) for v in (1, 2) for h in (1, 2, 4, 8)},
+        **{f"__builtin_IB_subgroup_block_read_flat_{s}": True for s in ("transform_u16_k16", "transform_u8_k32",
+                                                                        "transpose_u32_k8")},
+        **{f"intel_subgroup_block_read_{s}": True for s in ("u16_m8k16v2", "u8_m8k32v2", "transform_u16_k16",
+                                                            "transform_u8_k32", "transpose_u32_k8")},
+        **_COMMON_12504},
+    "dg2": dict(_COMMON_12504),
+}
+
+
+def _named_profile(name: str, target: Target) -> CompilerProfile:
+    catalog = probe_catalog()
+    if name == MODERN_PROFILE:
+        # Newer drivers accept every shape in the catalog (xe_atoms.md §1.6 table, §1.7 grammar), exactly —
+        # on hardware with 2D block messages; DG2 has none (xe_atoms.md §2 "platforms").
+        table = {p.name: (True if p.shape is not None else None) for p in catalog
+                 if target.has_block2d or p.message not in BLOCK2D_MESSAGES}
+        why = "assumed: a cl_intel_subgroup_2d_block_io driver (not measured here)"
+    elif name == DEBIAN_PROFILE:
+        table = _IGC_1_0_12504_SUPPORTED[target.name]
+        why = "measured on Debian 12 ocloc 22.43.24595 / IGC 1.0.12504.6"
+    else:
+        raise ProfileError(f"unknown compiler profile {name!r}; named profiles: {', '.join(NAMED_PROFILES)}")
+    results = {}
+    for p in catalog:
+        ok = p.name in table
+        results[p.name] = ProbeResult(p.name, p.family, p.message, built=ok, found=int(ok), response_grfs=0,
+                                      supported=ok, detail=why,
+                                      hardware=target.has_block2d or p.message not in BLOCK2D_MESSAGES,
+                                      exact=table.get(p.name))
+    return CompilerProfile(name=name, target=target.name, origin="named", catalog=catalog_digest(catalog),
+                           results=results)
+
+
+def load_profile(name_or_path: str | Path, target: str = "pvc") -> CompilerProfile:
+    """A named profile (:data:`NAMED_PROFILES`) for ``target``, or a profile JSON file."""
+    t = get_target(target)
+    if str(name_or_path) in NAMED_PROFILES:
+        return _named_profile(str(name_or_path), t)
+    path = Path(name_or_path)
+    if path.suffix == ".json" and path.exists():
+        profile = CompilerProfile.from_json(path.read_text())
+        if profile.target != t.name:
+            raise ProfileError(f"{path} is a profile for {profile.target}, not {t.name}")
+        return profile
+    raise ProfileError(f"unknown compiler profile {str(name_or_path)!r}: give one of {', '.join(NAMED_PROFILES)} "
+                       "or the path of a profile .json file")
+
+
+def compiler_profile(target: str = "pvc", name: str | None = None, **probe_kwargs) -> CompilerProfile:
+    """The profile to generate code with: ``name`` if given, else ``$XEGEMM_COMPILER_PROFILE``, else a
+    (cached) probe of the installed compiler."""
+    forced = name or os.environ.get(PROFILE_ENV)
+    if forced:
+        return load_profile(forced, target)
+    return probe_compiler_profile(target, **probe_kwargs)
