@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench kernels clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,12 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/xegemm devices
+	$(VENV)/bin/xegemm run configs/default.yaml --out runs/demo-$$(date +%Y%m%d-%H%M%S) --strict
+
+# regenerate the kernels of the shipped configs (a test checks kernels/ is current)
+kernels: $(STAMP)
+	rm -f kernels/*.cl kernels/manifest.json
+	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels
 
 test: $(STAMP)
 	$(PY) -m pytest -q

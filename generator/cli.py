@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from xegemm.errors import XegemmError
@@ -35,6 +36,112 @@ def cmd_devices(args) -> int:
     return 0
 
 
+def _atom(name: str):
+    """A copy or MMA atom by name (raises the model's error for an illegal or unknown name)."""
+    from xegemm.atoms.copy import CopyAtom  # noqa: PLC0415
+    from xegemm.atoms.mma import MmaAtom  # noqa: PLC0415
+
+    return CopyAtom.parse(name) if name.strip().startswith("XE_2D_") else MmaAtom.parse(name)
+
+
+def cmd_atoms_list(args) -> int:
+    from xegemm.atoms.copy import enumerate_copy_atoms  # noqa: PLC0415
+    from xegemm.atoms.mma import enumerate_mma_atoms  # noqa: PLC0415
+
+    rows, data = [], []
+    if args.kind in (None, "copy"):
+        for a in enumerate_copy_atoms():
+            d = a.describe()
+            data.append(d)
+            m = d["message"]
+            flag = "FLAGGED: " + a.quirk if a.quirk else ("" if a.legal else "illegal")
+            rows.append([a.name, "copy", f"{m['kind']} d{m['elem_bits']} {m['block_width']}x{m['block_height']}"
+                         f"x{m['block_count']}", a.register_type or "-", flag[:70]])
+    if args.kind in (None, "mma"):
+        for a in enumerate_mma_atoms():
+            data.append(a.describe())
+            rows.append([a.name, "mma", f"{a.m}x{a.n}x{a.k} SIMD{a.simd}",
+                         f"A {a.ctype('a')}, B {a.ctype('b')}, C {a.ctype('c')}", a.builtin or "no OpenCL builtin"])
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print(_table(rows, ["atom", "kind", "shape / message", "per-work-item registers", "notes"]))
+        print(f"\n{len(rows)} atoms")
+    return 0
+
+
+def cmd_atoms_show(args) -> int:
+    from xegemm.atoms.copy import CopyAtom  # noqa: PLC0415
+
+    atom = _atom(args.name)
+    if isinstance(atom, CopyAtom):
+        if not atom.legal:
+            try:
+                atom.check()
+            except XegemmError as exc:
+                flag = f" (sycl-tla defines it: {atom.quirk})" if atom.quirk else ""
+                raise XegemmError(f"{exc}{flag}") from None
+        if args.json:
+            print(json.dumps({"name": atom.name, "lanes": atom.lane_map.lanes, "map": atom.lane_map.to_json(),
+                              **{k: v for k, v in atom.describe().items() if k != "name"}}))
+            return 0
+        d = atom.describe()
+        m = d["message"]
+        print(f"{atom.name}: {atom.rows} rows x {atom.cols} cols of {atom.type_name} "
+              f"({'load' if atom.is_load else 'store' if atom.is_store else 'prefetch'}, layout {atom.layout}"
+              f"{', packed' if atom.packed else ''})")
+        print(f"message: {m['kind']}, {m['elem_bits']}-bit elements, block {m['block_width']} wide x "
+              f"{m['block_height']} rows x {m['block_count']} blocks; builtin {atom.ib_builtin} / {atom.ocl_builtin}")
+        print(f"per work-item: {atom.register_type or 'no registers'} ({atom.register_bytes} B)")
+        if atom.quirk:
+            print(f"FLAGGED (sycl-tla): {atom.quirk}")
+        if atom.elems_per_lane:
+            print()
+            print(atom.lane_map.format_table(None if args.all else 16))
+        return 0
+    out = {"name": atom.name, "lanes": atom.lane_map("a").lanes,
+           **{op: {"map": atom.lane_map(op).to_json(), "type": atom.ctype(op)} for op in ("a", "b", "c")}}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{atom.name}: D({atom.m}x{atom.n}) = A({atom.m}x{atom.k}) x B({atom.k}x{atom.n}) + C, "
+          f"SIMD{atom.simd}, builtin {atom.builtin or 'none (no OpenCL builtin for this repeat count)'}")
+    for op, what in (("a", "A (m, k)"), ("b", "B (k, n)"), ("c", "C/D (m, n)")):
+        print(f"\n{what}: {atom.ctype(op)} per work-item")
+        print(atom.lane_map(op).format_table(None if args.all else 16))
+    return 0
+
+
+def cmd_atoms_coopmatrix(args) -> int:
+    from xegemm.atoms.coopmatrix import coopmatrix_layout, format_coopmatrix_table  # noqa: PLC0415
+
+    layout = coopmatrix_layout(args.use, args.rows, args.cols, args.sg, args.dtype)
+    print(json.dumps(layout.to_json()) if args.json else format_coopmatrix_table(layout))
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from xegemm.pipeline import generate  # noqa: PLC0415
+
+    for config in args.configs:
+        manifest = generate(config, args.out, lowering=args.lowering)
+        kernels = manifest["kernels"]
+        made = [k for k in kernels if k["status"] == "generated"]
+        print(f"{config}: {len(made)} kernels written to {args.out}/, {len(kernels) - len(made)} variants rejected")
+        for k in kernels:
+            if k["status"] == "rejected":
+                print(f"  rejected {k['name']}: {k['reason']}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from xegemm.pipeline import run  # noqa: PLC0415
+
+    results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering)
+    failed = [v for v in results["variants"] if v["status"] in ("failed_build", "failed_verify", "error")]
+    return 1 if failed and args.strict else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xegemm", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,6 +149,40 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="list the SYCL devices dpctl sees and the lowering each would get")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_devices)
+
+    atoms = sub.add_parser("atoms", help="the atom model: list atoms, show lane maps, coop-matrix layouts")
+    asub = atoms.add_subparsers(dest="atoms_command", required=True)
+    p = asub.add_parser("list", help="every legal atom (and the flagged sycl-tla ones) with key properties")
+    p.add_argument("--kind", choices=["copy", "mma"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_atoms_list)
+    p = asub.add_parser("show", help="one atom: which elements each work-item holds")
+    p.add_argument("name", help="e.g. XE_2D_U16x32x16_LD_N or XE_8x16x16_F32BF16BF16F32_TT")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--all", action="store_true", help="print every register element, not the first 16")
+    p.set_defaults(func=cmd_atoms_show)
+    p = asub.add_parser("coopmatrix", help="the coop-matrix layout of seed 001 for one matrix")
+    p.add_argument("--use", required=True, choices=["a", "b", "acc"])
+    p.add_argument("--rows", required=True, type=int)
+    p.add_argument("--cols", required=True, type=int)
+    p.add_argument("--sg", type=int, default=16, help="sub-group size (default 16)")
+    p.add_argument("--dtype", default="f32", help="element type (default f32)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_atoms_coopmatrix)
+
+    p = sub.add_parser("generate", help="render every variant of configs to OpenCL C plus manifest.json")
+    p.add_argument("configs", nargs="+", metavar="CONFIG")
+    p.add_argument("--out", default="kernels", help="output directory (default kernels/)")
+    p.add_argument("--lowering", default="portable", choices=["portable"])
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("run", help="generate, build, verify and profile a config's variants; write a report")
+    p.add_argument("config")
+    p.add_argument("--device", help="dpctl filter string, e.g. opencl:cpu:0 (default: the best device)")
+    p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
+    p.add_argument("--lowering", default="portable", choices=["portable"])
+    p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build or verify")
+    p.set_defaults(func=cmd_run)
     return parser
 
 
@@ -52,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     except XegemmError as exc:
         print(f"xegemm: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

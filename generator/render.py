@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from importlib import resources
 
 import jinja2
@@ -33,3 +34,67 @@ def render_macro(template: str, macro: str, *args) -> str:
     """Call one macro of a template (e.g. ``copy/portable.cl.j2``, ``define``) and return its text."""
     module = environment().get_template(template).module
     return str(getattr(module, macro)(*args))
+
+
+LOWERINGS = ("portable",)
+_UNSIGNED = {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}
+_CTYPE_BITS = {"char": 8, "uchar": 8, "short": 16, "ushort": 16, "half": 16, "int": 32, "uint": 32, "float": 32,
+               "long": 64, "ulong": 64}
+
+
+def _vector(ctype: str) -> tuple[int, int]:
+    """(component bits, component count) of an OpenCL C scalar or vector type name."""
+    base = ctype.rstrip("0123456789")
+    n = ctype[len(base):]
+    return _CTYPE_BITS[base], int(n) if n else 1
+
+
+def _fragment_helpers(plan) -> str:
+    macros = environment().get_template("fragments.cl.j2").module
+    out = []
+    for operand in (plan.a, plan.b):
+        dst = plan.mma.ctype(operand.operand)
+        bits, dst_n = _vector(dst)
+        src_bits, src_n = _vector(operand.atom.register_type)
+        out.append(str(macros.take(dst, _UNSIGNED[bits], dst_n, operand.atom.register_type,
+                                   src_n * src_bits // bits)))
+    acc = plan.mma.ctype("c")
+    bits, acc_n = _vector(acc)
+    dst_bits, dst_n = _vector(plan.c.atom.register_type)
+    out.append(str(macros.put(acc, _UNSIGNED[bits], acc_n, plan.c.atom.register_type, dst_n * dst_bits // bits)))
+    return "\n".join(dict.fromkeys(out))
+
+
+def _copy_library(atoms, lowering: str) -> str:
+    template = f"copy/{lowering}.cl.j2"
+    parts = [render_macro(template, "prelude")]
+    parts += [render_macro(template, "define", a) for a in dict.fromkeys(atoms)]
+    return "\n".join(parts)
+
+
+def render_kernel(plan, lowering: str = "portable") -> str:
+    """The OpenCL C source of one planned kernel in the given lowering (deterministic for a plan)."""
+    from xegemm import __version__  # noqa: PLC0415
+    from xegemm.atoms.mma import render_mma  # noqa: PLC0415
+
+    if lowering not in LOWERINGS:
+        raise ValueError(f"lowering must be one of {LOWERINGS}, not {lowering!r}")
+    cfg = plan.config
+    bm, bn, bk = cfg.tile.workgroup
+    sgm_count, sgn_count = cfg.tile.subgroups
+    copies = [plan.a.atom, plan.b.atom, plan.c.atom] + [p.prefetch for p in (plan.a, plan.b) if p.prefetch]
+    mt, nt, kt = plan.mma_grid
+    context = dict(
+        plan=plan, config=cfg, lowering=lowering, version=__version__, source_name=Path(str(cfg.source)).name,
+        bm=bm, bn=bn, bk=bk, sgm_count=sgm_count, sgn_count=sgn_count, sg=cfg.tile.subgroup_size,
+        sgm=plan.subgroup_tile[0], sgn=plan.subgroup_tile[1], mt=mt, nt=nt, kt=kt,
+        wg=plan.workgroup_size, prefetch=cfg.pipeline.prefetch,
+        a_bytes=plan.a.atom.elem_bits // 8, b_bytes=plan.b.atom.elem_bits // 8, c_bytes=plan.c.atom.elem_bits // 8,
+        acc_type=plan.mma.ctype("c"), a_frag_type=plan.mma.ctype("a"), b_frag_type=plan.mma.ctype("b"),
+        needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc, cfg.types.c),
+        typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),
+        copy_library=_copy_library(copies, lowering),
+        mma_library=render_mma(plan.mma, lowering),
+        fragment_helpers=_fragment_helpers(plan),
+    )
+    return environment().get_template("gemm.cl.j2").render(**context)

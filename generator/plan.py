@@ -1,0 +1,306 @@
+"""Plan one variant: the tile math, the atoms, how copy registers feed the MMA, and what it costs.
+
+A plan is built by composing atoms, CuTe-style: each sub-group tile is covered by copy atoms, and each MMA
+operand fragment is found as a contiguous run of some copy atom's registers by comparing lane maps (a copy
+atom "produces" an MMA operand when the run's coordinates equal the operand's, lane by lane).  Nothing is
+special-cased per atom name: any legal atom whose layout fits is accepted, anything else is rejected with
+the rule and the numbers that fail.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
+from xegemm.atoms.mma import MmaAtom
+from xegemm.config import Config
+from xegemm.errors import XegemmError
+
+GRF_BYTES = 64
+RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
+MAX_SUBGROUPS_PER_WG = 32    # Xe-HPC / Xe2: up to 32 sub-groups (1024 work-items) per work-group
+LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
+
+
+class PlanRejected(XegemmError):
+    """The variant cannot work; the message names the rule and the numbers."""
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """Where one MMA operand fragment lives: copy tile ``tile``, at ``offset`` components of the operand type.
+
+    Only bits move between copy registers and MMA operands (never values), so a copy whose registers are,
+    say, VNNI dwords can feed a short8 operand when the bits lie in the same order.
+    """
+
+    tile: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class OperandPlan:
+    """How one operand (a, b or c) of a sub-group tile is moved: the atom and the tile origins."""
+
+    operand: str
+    atom: CopyAtom
+    tiles: tuple[tuple[int, int], ...]      # (row, col) origins in memory coordinates, relative to the sub-group
+    fragments: dict                          # MMA fragment index -> Fragment
+    prefetch: CopyAtom | None = None
+
+    @property
+    def per_kstep(self) -> int:
+        return len(self.tiles)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the templates need to render one kernel, plus the predictions the report shows."""
+
+    config: Config
+    mma: MmaAtom
+    a: OperandPlan
+    b: OperandPlan
+    c: OperandPlan
+    subgroup_tile: tuple[int, int]           # (sgM, sgN)
+    mma_grid: tuple[int, int, int]           # MMA atoms along M, N, K per sub-group per k-step
+    registers: dict = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def workgroup_size(self) -> tuple[int, int, int]:
+        """OpenCL local size: (SG_N * sub-group size, SG_M, 1)."""
+        sgm, sgn = self.config.tile.subgroups
+        return (sgn * self.config.tile.subgroup_size, sgm, 1)
+
+    def global_size(self) -> tuple[int, int, int]:
+        """OpenCL global size covering the problem (edges included)."""
+        p, (bm, bn, _) = self.config.problem, self.config.tile.workgroup
+        lx, ly, _ = self.workgroup_size
+        return (math.ceil(p.n / bn) * lx, math.ceil(p.m / bm) * ly, p.batch)
+
+    @property
+    def dpas_per_kstep(self) -> int:
+        mt, nt, kt = self.mma_grid
+        return mt * nt * kt
+
+    def predicted_messages(self) -> dict:
+        """Per sub-group: messages one k-step of the main loop issues, and the epilogue's stores."""
+        return {"dpas": self.dpas_per_kstep, "load_a": self.a.per_kstep, "load_b": self.b.per_kstep,
+                "prefetch": self.a.per_kstep + self.b.per_kstep if self.config.pipeline.prefetch else 0,
+                "store_c": self.c.per_kstep}
+
+    def summary(self) -> dict:
+        """Plain data for manifests and reports."""
+        return {"name": self.name, "mma": self.mma.name, "copy_a": self.a.atom.name, "copy_b": self.b.atom.name,
+                "copy_c": self.c.atom.name, "subgroup_tile": list(self.subgroup_tile),
+                "mma_grid": list(self.mma_grid), "workgroup_size": list(self.workgroup_size),
+                "registers": dict(self.registers), "messages_per_kstep": self.predicted_messages()}
+
+
+# ---- fragments: composing copy atoms and MMA operands through their lane maps --------------------------
+
+def _to_memory(coord, transpose: bool):
+    return (coord[1], coord[0]) if transpose else coord
+
+
+def fragment_offset(copy: CopyAtom, frag_map, origin: tuple[int, int], transpose: bool = False) -> int | None:
+    """Element offset at which ``frag_map`` (an MMA operand lane map) lies in ``copy``'s registers.
+
+    ``origin`` is the fragment's origin inside the copy block in memory coordinates; ``transpose`` says
+    the operand's (row, col) are (col, row) in memory (a column-major operand).  The fragment must be a
+    contiguous run at the same offset in every lane, else None.
+    """
+    cmap = copy.lane_map.map
+    n = len(frag_map[0])
+    first = next(((t, c) for t, c in enumerate(frag_map[0]) if c is not None), None)
+    if first is None:
+        return None
+    t0, c0 = first
+    r, c = _to_memory(c0, transpose)
+    want = (origin[0] + r, origin[1] + c)
+    try:
+        offset = cmap[0].index(want) - t0
+    except ValueError:
+        return None
+    if offset < 0 or offset + n > len(cmap[0]):
+        return None
+    for lane in range(len(frag_map)):
+        for t, coord in enumerate(frag_map[lane]):
+            if coord is None:
+                continue
+            r, c = _to_memory(coord, transpose)
+            if cmap[lane][offset + t] != (origin[0] + r, origin[1] + c):
+                return None
+    return offset
+
+
+def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int, int], frag_shape,
+                  frag_grid, transpose: bool) -> OperandPlan:
+    """Cover an operand tile (memory rows x cols) with ``copy`` and locate every MMA fragment in it."""
+    rows, cols = extent
+    if rows % copy.rows or cols % copy.cols:
+        raise PlanRejected(f"{operand.upper()} tile {rows}x{cols} (memory rows x cols) is not a multiple of "
+                           f"{copy.name}'s {copy.rows}x{copy.cols} block")
+    tiles = tuple((r, c) for r in range(0, rows, copy.rows) for c in range(0, cols, copy.cols))
+    frag_map = mma.lane_map(operand).map
+    elem_bits = mma.element(operand).bits
+    if copy.elem_bits != elem_bits:
+        raise PlanRejected(f"{copy.name} moves {copy.elem_bits}-bit elements but {operand.upper()} of {mma.name} "
+                           f"holds {elem_bits}-bit elements")
+    frag_bits = _component_bits(mma.ctype(operand))   # fragments are addressed in the operand's components
+    fragments = {}
+    fr, fc = frag_shape
+    for i in range(frag_grid[0]):
+        for j in range(frag_grid[1]):
+            origin = _to_memory((i * fr, j * fc), transpose)
+            tile = next(t for t, (r0, c0) in enumerate(tiles)
+                        if r0 <= origin[0] < r0 + copy.rows and c0 <= origin[1] < c0 + copy.cols)
+            r0, c0 = tiles[tile]
+            off = fragment_offset(copy, frag_map, (origin[0] - r0, origin[1] - c0), transpose)
+            if off is None or (off * elem_bits) % frag_bits:
+                raise PlanRejected(
+                    f"{copy.name} does not produce the {operand.upper()} operand layout of {mma.name}: fragment "
+                    f"({i},{j}) is not a contiguous run of its registers (compare `xegemm atoms show` of both)")
+            fragments[(i, j)] = Fragment(tile, off * elem_bits // frag_bits)
+    return OperandPlan(operand, copy, tiles, fragments)
+
+
+_CBITS = {"char": 8, "uchar": 8, "short": 16, "ushort": 16, "half": 16, "int": 32, "uint": 32, "float": 32,
+          "long": 64, "ulong": 64}
+
+
+def _component_bits(ctype: str) -> int:
+    return _CBITS[ctype.rstrip("0123456789")]
+
+
+# ---- choosing atoms ------------------------------------------------------------------------------------
+
+DTYPE_TO_CODE = {"bf16": "BF16", "f16": "F16", "tf32": "TF32", "f32": "F32", "s8": "S8", "u8": "U8",
+                 "s4": "S4", "u4": "U4", "s32": "S32"}
+COPY_TYPE_OF_BITS = {4: "U4", 8: "U8", 16: "U16", 32: "U32", 64: "U64"}
+
+
+def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int, max_cols: int,
+                type_name: str | None = None):
+    """Legal copy atoms of a family, biggest first (fewest messages)."""
+    pool = [a for a in enumerate_copy_atoms(include_quirks=False)
+            if a.op == op and a.layout in layouts and a.elem_bits == elem_bits
+            and (type_name is None or a.type_name == type_name)
+            and a.rows <= max_rows and a.cols <= max_cols]
+    return sorted(pool, key=lambda a: (-a.rows * a.cols, a.packed, a.name))
+
+
+def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, transpose) -> OperandPlan:
+    if explicit:
+        return _plan_operand(operand, CopyAtom.parse(explicit).check(), mma, extent, frag_shape, frag_grid,
+                             transpose)
+    reasons = []
+    for atom in candidates:
+        try:
+            return _plan_operand(operand, atom, mma, extent, frag_shape, frag_grid, transpose)
+        except PlanRejected as exc:
+            reasons.append(str(exc))
+    raise PlanRejected(f"no legal copy atom moves the {operand.upper()} tile {extent[0]}x{extent[1]} into "
+                       f"{mma.name} operands" + (f" (last tried: {reasons[-1]})" if reasons else ""))
+
+
+
+def variant_stem(config: Config) -> str:
+    """The part of a kernel name fixed by the config alone: types, layouts, tiles, sub-groups."""
+    t, lay, tile = config.types, config.layout, config.tile
+    bm, bn, bk = tile.workgroup
+    sgm, sgn = tile.subgroups
+    layouts = "".join(LAYOUT_LETTER[x] for x in (lay.a, lay.b, lay.c))
+    return f"xegemm_{t.a}_{t.b}_{t.acc}_{t.c}_{layouts}_{bm}x{bn}x{bk}_sg{sgm}x{sgn}"
+
+
+def kernel_name(config: Config, mma: MmaAtom, a: CopyAtom, b: CopyAtom, c: CopyAtom) -> str:
+    """CUTLASS-style name: types, layouts, tiles, sub-groups, atoms and pipeline; the key for everything."""
+    short = lambda a: f"{'p' if a.packed else ''}{a.type_name.lower()}x{a.rows}x{a.cols}{a.layout.lower()}"  # noqa: E731
+    return (f"{variant_stem(config)}_dpas{mma.m}x{mma.n}x{mma.k}_a{short(a)}_b{short(b)}_c{short(c)}"
+            f"_pf{config.pipeline.prefetch}_grf{config.target.grf}")
+
+
+def plan(config: Config) -> Plan:
+    """Plan one resolved variant (no sweep); raises PlanRejected with a reason a person understands."""
+    t, lay, tile = config.types, config.layout, config.tile
+    bm, bn, bk = tile.workgroup
+    sgm_count, sgn_count = tile.subgroups
+    sg = tile.subgroup_size
+    if sg != 16:
+        raise PlanRejected(f"sub-group size {sg}: Xe 2D block copies and SIMD16 DPAS need 16 (the SIMD8 DPAS of "
+                           "DG2 has no 2D block IO)")
+    if sgm_count * sgn_count > MAX_SUBGROUPS_PER_WG:
+        raise PlanRejected(f"{sgm_count}x{sgn_count} = {sgm_count * sgn_count} sub-groups per work-group: at most "
+                           f"{MAX_SUBGROUPS_PER_WG} ({MAX_SUBGROUPS_PER_WG * 16} work-items) on Xe")
+    if bm % sgm_count or bn % sgn_count:
+        raise PlanRejected(f"work-group tile {bm}x{bn} does not split into {sgm_count}x{sgn_count} sub-group tiles")
+    sgm, sgn = bm // sgm_count, bn // sgn_count
+    if lay.c != "row":
+        raise PlanRejected("C must be row-major: 2D block stores write row-major blocks only (seed 004)")
+    if lay.a != "row":
+        raise PlanRejected("column-major A needs a register reorder after its LD_T load (sycl-tla does one for "
+                           "16-bit A); xegemm does not generate that reorder yet: store A row-major")
+    try:
+        mma = (MmaAtom.parse(config.atoms.mma) if config.atoms.mma else
+               MmaAtom.of(DTYPE_TO_CODE[t.a], DTYPE_TO_CODE[t.b], DTYPE_TO_CODE[t.acc], m=math.gcd(8, sgm), n=sg))
+    except (XegemmError, KeyError) as exc:
+        raise PlanRejected(f"no DPAS atom for A={t.a}, B={t.b}, accumulator={t.acc}: {exc}") from exc
+    if (mma.a, mma.b) != (DTYPE_TO_CODE[t.a], DTYPE_TO_CODE[t.b]) or mma.c != DTYPE_TO_CODE.get(t.acc):
+        raise PlanRejected(f"{mma.name} does not take A={t.a}, B={t.b}, accumulator={t.acc}")
+    if sgm % mma.m or sgn % mma.n or bk % mma.k:
+        raise PlanRejected(f"sub-group tile {sgm}x{sgn}x{bk} is not a multiple of the {mma.name} shape "
+                           f"{mma.m}x{mma.n}x{mma.k}")
+    grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
+    abits, bbits = mma.a_type.bits, mma.b_type.bits
+    a_type = "TF32" if t.a == "tf32" else None
+    a_plan = _choose("a", config.atoms.a, _candidates("LD", ("N",), abits, 32, bk, a_type),
+                     mma, (sgm, bk), (mma.m, mma.k), (grid[0], grid[2]), transpose=False)
+    if lay.b == "row":
+        layouts = ("V",) if bbits in (8, 16) else ("N",)
+        b_cands = _candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
+        b_extent, b_transpose = (bk, sgn), False
+    else:
+        b_cands = _candidates("LD", ("T",), bbits, sgn, bk)
+        b_extent, b_transpose = (sgn, bk), True
+    b_plan = _choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
+                     transpose=b_transpose)
+    c_bits = {"f32": 32, "s32": 32, "f16": 16, "bf16": 16}.get(t.c, 0)
+    if t.c != t.acc:
+        raise PlanRejected(f"C type {t.c} differs from the accumulator {t.acc}: the epilogue converts nothing yet")
+    c_plan = _choose("c", config.atoms.c, _candidates("ST", ("N",), c_bits, 8, sgn), mma, (sgm, sgn),
+                     (mma.m, mma.n), (grid[0], grid[1]), transpose=False)
+    if config.pipeline.prefetch:
+        a_plan = _with_prefetch(a_plan)
+        b_plan = _with_prefetch(b_plan)
+    registers = _register_estimate(config, mma, a_plan, b_plan, sgm, sgn)
+    budget = config.target.grf
+    if registers["total_grf"] > budget:
+        raise PlanRejected(
+            f"registers: accumulators {registers['acc_grf']} + A {registers['a_grf']} + B {registers['b_grf']} + "
+            f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
+            f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
+    name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom)
+    return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name)
+
+
+def _with_prefetch(op: OperandPlan) -> OperandPlan:
+    """The prefetch atom for an operand's loads: the same memory block, row-major, no registers."""
+    a = op.atom
+    pf = CopyAtom(a.type_name if not a.packed else a.type_name, a.rows, a.cols, "PF", "N", a.packed)
+    if not pf.legal:
+        pf = CopyAtom(COPY_TYPE_OF_BITS[a.elem_bits], a.rows, a.cols, "PF", "N", False)
+    if not pf.legal:
+        raise PlanRejected(f"no legal prefetch covers {a.name}'s {a.rows}x{a.cols} block: {pf.violations()[0]}")
+    return OperandPlan(op.operand, op.atom, op.tiles, op.fragments, pf)
+
+
+def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
+    grf = lambda nbytes: -(-nbytes // GRF_BYTES)  # noqa: E731
+    acc = grf(sgm * sgn * mma.d_type.bits // 8)
+    a = grf(a_plan.per_kstep * a_plan.atom.register_bytes * 16)
+    b = grf(b_plan.per_kstep * b_plan.atom.register_bytes * 16)
+    return {"acc_grf": acc, "a_grf": a, "b_grf": b, "reserved_grf": RESERVED_GRF,
+            "total_grf": acc + a + b + RESERVED_GRF, "budget_grf": config.target.grf}

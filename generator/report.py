@@ -1,0 +1,185 @@
+"""Results on disk: an append-only journal that survives interruption, and the reports a person reads.
+
+``results.jsonl`` gets one line per finished variant, flushed and fsync'ed as it finishes, so an interrupted
+sweep loses nothing and a rerun into the same directory resumes.  ``results.json``, ``results.csv`` and
+``report.md`` are rewritten atomically (temporary file + rename) from the journal.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+from xegemm import __version__
+
+CSV_COLUMNS = ("name", "status", "reason", "median_ms", "min_ms", "max_ms", "cv", "runs", "gflops", "gbps",
+               "vs_numpy", "max_abs_err", "max_rel_err", "bad_elements", "build_s")
+
+
+def write_text_atomic(path: Path | str, text: str) -> None:
+    """Write a file so that readers see the old or the new content, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: Path | str, data) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+class ResultStore:
+    """The journal of one run directory: which variants are done on which device and problem."""
+
+    def __init__(self, out_dir: Path | str, config, device):
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.device = device
+        self.journal = self.out / "results.jsonl"
+        self.records: dict[str, dict] = {}
+        if self.journal.exists():
+            for line in self.journal.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue   # a line torn by an interruption: that variant simply runs again
+                self.records[entry["key"]] = entry["result"]
+
+    def key(self, name: str, config) -> str:
+        """What makes a recorded result reusable: kernel, problem, types, device, driver and xegemm version."""
+        ident = {"name": name, "problem": config.to_dict()["problem"], "verify": config.to_dict().get("verify"),
+                 "profile": config.to_dict().get("profile"), "device": self.device.name,
+                 "driver": self.device.driver_version, "filter": self.device.filter_string, "xegemm": __version__}
+        return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+
+    def get(self, key: str) -> dict | None:
+        return self.records.get(key)
+
+    def add(self, key: str, result: dict) -> None:
+        """Record a finished variant durably (one journal line, fsync'ed)."""
+        self.records[key] = result
+        with open(self.journal, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": key, "result": result}, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _versions() -> dict:
+    import numpy  # noqa: PLC0415
+
+    try:
+        import dpctl  # noqa: PLC0415
+        dpctl_version = dpctl.__version__
+    except ImportError:  # pragma: no cover
+        dpctl_version = None
+    return {"xegemm": __version__, "dpctl": dpctl_version, "numpy": numpy.__version__,
+            "python": platform.python_version()}
+
+
+def _sort_key(v: dict):
+    return (v["status"] != "ok", -(v.get("gflops") or 0.0), v["name"])
+
+
+def write_reports(store: ResultStore, reference: dict) -> dict:
+    """Write results.json, results.csv and report.md from the journal; return the results.json data."""
+    cfg = store.config
+    variants = sorted(store.records.values(), key=_sort_key)
+    ref_gflops = reference.get("gflops")
+    for v in variants:
+        v["vs_numpy"] = (v["gflops"] / ref_gflops) if v.get("gflops") and ref_gflops else None
+    best = next((v for v in variants if v["status"] == "ok"), None)
+    data = {
+        "device": store.device.as_dict(),
+        "problem": cfg.to_dict()["problem"],
+        "types": cfg.to_dict()["types"],
+        "layout": cfg.to_dict()["layout"],
+        "config": {"name": cfg.name, "source": str(cfg.source)},
+        "versions": _versions(),
+        "reference": reference,
+        "best": best["name"] if best else None,
+        "variants": variants,
+    }
+    write_json_atomic(store.out / "results.json", data)
+    write_text_atomic(store.out / "results.csv", _csv(variants))
+    write_text_atomic(store.out / "report.md", _markdown(data))
+    return data
+
+
+def _row(v: dict) -> dict:
+    t = v.get("time_ms") or {}
+    return {"name": v["name"], "status": v["status"], "reason": v.get("reason") or "",
+            "median_ms": t.get("median"), "min_ms": t.get("min"), "max_ms": t.get("max"), "cv": t.get("cv"),
+            "runs": t.get("runs"), "gflops": v.get("gflops"), "gbps": v.get("gbps"), "vs_numpy": v.get("vs_numpy"),
+            "max_abs_err": v.get("max_abs_err"), "max_rel_err": v.get("max_rel_err"),
+            "bad_elements": v.get("bad_elements"), "build_s": v.get("build_s")}
+
+
+def _csv(variants: list[dict]) -> str:
+    buf = io.StringIO()
+    params = sorted({k for v in variants for k in v.get("params", {})})
+    writer = csv.DictWriter(buf, fieldnames=[*CSV_COLUMNS, *params], lineterminator="\n")
+    writer.writeheader()
+    for v in variants:
+        row = _row(v)
+        row.update({k: v.get("params", {}).get(k) for k in params})
+        writer.writerow({k: "" if x is None else x for k, x in row.items()})
+    return buf.getvalue()
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _markdown(data: dict) -> str:
+    d, p, ref = data["device"], data["problem"], data["reference"]
+    lines = [f"# xegemm report: {data['config']['name']}", "",
+             f"- device: `{d['filter_string']}` {d['name']} ({d['backend']}, driver {d['driver_version']}, "
+             f"{d['compute_units']} compute units, lowering {d['lowering']})",
+             f"- problem: M={p['m']} N={p['n']} K={p['k']} batch={p['batch']}; types "
+             f"A={data['types']['a']} B={data['types']['b']} acc={data['types']['acc']} C={data['types']['c']}; "
+             f"layouts {data['layout']['a']}/{data['layout']['b']}/{data['layout']['c']}",
+             "- versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
+             f"- reference measured in this run: numpy {ref['numpy']} float32 matmul, median "
+             f"{ref['time_ms']['median']:.3f} ms = {ref['gflops']:.1f} GFLOP/s "
+             f"(OPENBLAS_CORETYPE={ref['openblas_coretype']})", ""]
+    counts = {}
+    for v in data["variants"]:
+        counts[v["status"]] = counts.get(v["status"], 0) + 1
+    lines.append("Variants: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".")
+    lines.append("")
+    best = next((v for v in data["variants"] if v["name"] == data["best"]), None)
+    if best:
+        t = best["time_ms"]
+        lines += ["## Best variant", "", f"`{best['name']}`", "",
+                  f"{best['gflops']:.1f} GFLOP/s ({_fmt(best['vs_numpy'], '.2f')}x the numpy reference), median "
+                  f"{t['median']:.3f} ms over {t['runs']} runs (min {t['min']:.3f}, max {t['max']:.3f}, "
+                  f"CV {t['cv']:.1%}); max abs error {best['max_abs_err']:.3g}", ""]
+    else:
+        lines += ["## Best variant", "", "No variant verified, so none was timed.", ""]
+    lines += ["## All variants", "",
+              "| variant | status | median ms | GFLOP/s | vs numpy | CV | max abs err | reason |",
+              "|---|---|---|---|---|---|---|---|"]
+    for v in data["variants"]:
+        t = v.get("time_ms") or {}
+        reason = (v.get("reason") or "").replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{v['name']}` | {v['status']} | {_fmt(t.get('median'), '.3f')} | "
+                     f"{_fmt(v.get('gflops'), '.1f')} | {_fmt(v.get('vs_numpy'), '.2f')} | "
+                     f"{_fmt(t.get('cv'), '.1%')} | {_fmt(v.get('max_abs_err'), '.3g')} | {reason[:300]} |")
+    lines.append("")
+    return "\n".join(lines)

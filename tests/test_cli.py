@@ -1,0 +1,77 @@
+"""The command line's contracts: `xegemm atoms ...`, `generate` and `run`."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from xegemm.cli import main
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_atoms_show_copy_json_contract(capsys):
+    data = _json(capsys, ["atoms", "show", "XE_2D_U16x32x16_LD_N", "--json"])
+    assert data["name"] == "XE_2D_U16x32x16_LD_N" and data["lanes"] == 16
+    assert len(data["map"]) == 16
+    assert data["map"][3] == [[r, 3] for r in range(32)]
+
+
+def test_atoms_show_mma_json_contract(capsys):
+    data = _json(capsys, ["atoms", "show", "XE_8x16x16_F32BF16BF16F32_TT", "--json"])
+    assert data["name"] == "XE_8x16x16_F32BF16BF16F32_TT" and data["lanes"] == 16
+    assert data["a"]["map"][5] == [[m, 5] for m in range(8)]            # A: lane = k, component = m
+    assert data["b"]["map"][5] == [[k, 5] for k in range(16)]           # B: lane = n, VNNI pairs of k
+    assert data["c"]["map"][5] == [[m, 5] for m in range(8)]            # C: lane = n, component = m
+
+
+def test_atoms_show_prints_the_seed_table(capsys):
+    assert main(["atoms", "show", "XE_2D_Packed_U8x8x32_LD_N"]) == 0
+    out = capsys.readouterr().out
+    assert "ushort8" in out
+    lane1 = next(line for line in out.splitlines() if line.split()[:1] == ["1"])
+    assert lane1.split()[1:5] == ["0,2", "0,3", "1,2", "1,3"]
+
+
+@pytest.mark.parametrize("name, words", [
+    ("XE_2D_U16x64x16_LD_N", "block height 64"),
+    ("XE_2D_U8x8x32_ST_N", "sycl-tla defines it"),
+    ("XE_2D_nonsense", "not a 2D copy atom name"),
+    ("XE_8x16x16_F32F16BF16F32_TT", "DPAS"),
+])
+def test_atoms_show_illegal_exits_nonzero_with_the_rule(capsys, name, words):
+    assert main(["atoms", "show", name]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_atoms_list_json_has_both_kinds(capsys):
+    data = _json(capsys, ["atoms", "list", "--json"])
+    kinds = {d["kind"] for d in data}
+    assert kinds == {"copy", "mma"}
+    names = {d["name"] for d in data}
+    assert "XE_2D_U16x32x32_LD_V" in names and "XE_8x16x32_S32S8U8S32_TT" in names
+    copy_only = _json(capsys, ["atoms", "list", "--kind", "copy", "--json"])
+    assert {d["kind"] for d in copy_only} == {"copy"}
+
+
+def test_atoms_coopmatrix_json(capsys):
+    data = _json(capsys, ["atoms", "coopmatrix", "--use", "acc", "--rows", "1", "--cols", "17", "--json"])
+    assert data["lanes"] == 16 and data["map"][0] == [[0, 0], [0, 16]] and data["map"][1] == [[0, 1], None]
+
+
+def test_entry_point_and_piping():
+    proc = subprocess.run(f"{sys.executable} -m xegemm atoms list | head -2", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "atom" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_bad_config_is_a_clear_error(tmp_path, capsys):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("problem: {m: 8, n: 8, k: 8}\ntyeps: {a: bf16}\n")
+    assert main(["generate", str(cfg), "--out", str(tmp_path / "k")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml:2" in err and "did you mean 'types'" in err

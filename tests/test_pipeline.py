@@ -1,0 +1,197 @@
+"""End to end on the real default device: config -> plan -> OpenCL C -> build -> verify -> profile -> results."""
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xegemm import pipeline
+from xegemm.config import config_from_text
+from xegemm.pipeline import DeviceSession, plan_variants, run, run_variant
+from xegemm.plan import PlanRejected, plan
+
+pytestmark = pytest.mark.device
+
+FAST_PROFILE = "profile: {warmup: 1, repeats: 2}\n"
+
+
+def _one(text: str):
+    variants = plan_variants(config_from_text(text + FAST_PROFILE))
+    assert len(variants) == 1
+    return variants[0]
+
+
+@pytest.fixture(scope="module")
+def session(sycl_device):
+    return DeviceSession(sycl_device)
+
+
+GEMMS = {
+    # M, N, K deliberately not multiples of the tiles: edges use out-of-bounds-zero loads and dropped stores
+    "bf16_edges": "problem: {m: 70, n: 50, k: 40}\ntile: {workgroup: [32, 32, 32], subgroups: [1, 2]}\n",
+    "f16_two_subgroup_rows": "problem: {m: 96, n: 64, k: 48}\ntypes: {a: f16, b: f16}\n"
+                             "tile: {workgroup: [64, 32, 16], subgroups: [2, 1]}\n",
+    "bf16_col_major_b": "problem: {m: 40, n: 72, k: 56}\nlayout: {b: col}\n"
+                        "tile: {workgroup: [32, 64, 32], subgroups: [2, 2]}\n",
+    "bf16_batched_no_prefetch": "problem: {m: 33, n: 17, k: 70, batch: 3}\npipeline: {prefetch: 0}\n"
+                                "tile: {workgroup: [16, 16, 16], subgroups: [1, 1]}\n",
+    "s8_s32": "problem: {m: 48, n: 40, k: 100}\ntypes: {a: s8, b: s8, acc: s32, c: s32}\n"
+              "tile: {workgroup: [32, 32, 64], subgroups: [1, 2]}\n",
+    "u8_s32": "problem: {m: 24, n: 48, k: 64}\ntypes: {a: u8, b: u8, acc: s32, c: s32}\n"
+              "tile: {workgroup: [16, 32, 32], subgroups: [1, 1]}\n",
+    "tf32": "problem: {m: 40, n: 36, k: 30}\ntypes: {a: tf32, b: tf32, acc: f32, c: f32}\n"
+            "tile: {workgroup: [32, 32, 16], subgroups: [2, 1]}\n",
+    "bf16_small_mma_m": "problem: {m: 20, n: 33, k: 24}\ntile: {workgroup: [4, 32, 16], subgroups: [1, 2]}\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEMMS))
+def test_gemm_verifies_against_numpy(name, session):
+    pv = _one(GEMMS[name])
+    assert pv.plan is not None, pv.reason
+    res = run_variant(pv, session)
+    assert res.status == "ok", res.reason
+    assert res.bad_elements == 0
+    assert res.time_ms["runs"] >= 2 and res.gflops > 0
+
+
+def test_wrong_result_is_failed_verify_and_not_timed(session, monkeypatch):
+    pv = _one(GEMMS["bf16_edges"])
+    original = pipeline.render_variant
+    # a kernel that forgets one k-step's MMA on one fragment: only verification can notice
+    monkeypatch.setattr(pipeline, "render_variant",
+                        lambda p, lowering="portable": original(p, lowering).replace("acc_0_0 = 0", "acc_0_0 = 1", 1))
+    res = run_variant(pv, session)
+    assert res.status == "failed_verify"
+    assert res.time_ms is None and res.gflops is None
+    assert res.bad_elements > 0 and "out of tolerance" in res.reason
+
+
+def test_out_of_bounds_write_is_caught_by_guard_bytes(session, monkeypatch):
+    pv = _one(GEMMS["bf16_edges"])
+    original = pipeline.render_variant
+    # lie about C's height: the bottom edge tile then writes past the end of C
+    monkeypatch.setattr(pipeline, "render_variant",
+                        lambda p, lowering="portable": original(p, lowering).replace("N * 4, M, ldc", "N * 4, M + 64, ldc"))
+    res = run_variant(pv, session)
+    assert res.status == "failed_verify" and "guard byte" in res.reason
+
+
+def test_build_failure_is_recorded_with_its_log(session, monkeypatch, tmp_path):
+    pv = _one(GEMMS["bf16_edges"])
+    original = pipeline.render_variant
+    monkeypatch.setattr(pipeline, "render_variant",
+                        lambda p, lowering="portable": original(p, lowering) + "\nthis is not OpenCL C;\n")
+    res = run_variant(pv, session, log_dir=tmp_path)
+    assert res.status == "failed_build"
+    assert Path(res.log).exists() and "error" in Path(res.log).read_text()
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("tile: {workgroup: [256, 256, 32], subgroups: [8, 8]}", "at most 32"),
+    ("tile: {workgroup: [256, 256, 64], subgroups: [4, 4]}", "GRF per thread"),
+    ("tile: {workgroup: [64, 64, 8], subgroups: [2, 2]}", "not a multiple of the XE_8x16x16"),
+    ("layout: {a: col}", "column-major A"),
+    ("tile: {workgroup: [64, 48, 32], subgroups: [2, 2]}", "not a multiple of the XE_8x16x16"),
+    ("tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 8}", "sub-group size 8"),
+    ("atoms: {a: XE_2D_U16x16x16_LD_T}", "does not produce the A operand layout"),
+    ("atoms: {b: XE_2D_U8x32x16_LD_V}", "moves 8-bit elements"),
+    ("types: {a: f16, b: bf16}", "no DPAS atom"),
+])
+def test_rejections_name_the_rule(text, rule):
+    with pytest.raises(PlanRejected, match=rule):
+        plan(config_from_text("problem: {m: 512, n: 512, k: 512}\n" + text + "\n"))
+
+
+CONFIG = """name: tiny
+problem: {m: 40, n: 48, k: 32}
+tile: {workgroup: [32, 32, 16], subgroups: [1, 2]}
+profile: {warmup: 1, repeats: 3}
+sweep:
+  pipeline.prefetch: [0, 1]
+  tile.subgroups: [[1, 2], [2, 2], [64, 1]]
+"""
+
+
+def test_run_writes_results_that_match_the_contract_and_resumes(tmp_path, sycl_device):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(CONFIG)
+    out = tmp_path / "run"
+    data = run(cfg, device=sycl_device.filter_string, out_dir=out, progress=None, reference_repeats=1)
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["variants"] == json.loads(json.dumps(data["variants"]))
+    assert set(on_disk) >= {"device", "problem", "variants"}
+    assert on_disk["problem"] == {"m": 40, "n": 48, "k": 32, "batch": 1}
+    assert on_disk["device"]["filter_string"] == sycl_device.filter_string
+    statuses = sorted(v["status"] for v in on_disk["variants"])
+    assert statuses.count("ok") == 4 and statuses.count("rejected") == 2
+    for v in on_disk["variants"]:
+        assert {"name", "status", "reason", "params", "time_ms", "gflops", "max_abs_err"} <= set(v)
+        assert v["status"] in ("ok", "rejected", "failed_build", "failed_verify", "error")
+        if v["status"] == "ok":
+            assert set(v["time_ms"]) >= {"min", "median", "max"} and v["reason"] is None
+            assert v["time_ms"]["min"] <= v["time_ms"]["median"] <= v["time_ms"]["max"]
+            assert isinstance(v["gflops"], float) and isinstance(v["max_abs_err"], float)
+        else:
+            assert v["time_ms"] is None and v["gflops"] is None and "sub-groups" in v["reason"]
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert len(rows) == 6 and {"name", "status", "median_ms", "gflops", "wg_m", "prefetch"} <= set(rows[0])
+    report = (out / "report.md").read_text()
+    assert "## Best variant" in report and on_disk["best"] in report and "numpy" in report
+
+    # an interrupted sweep: drop the last journal line, tear another, rerun into the same directory
+    journal = out / "results.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join(lines[:-2] + [lines[-2][:40]]) + "\n")
+    messages = []
+
+    class Progress:
+        def write(self, s):
+            messages.append(s)
+
+        def flush(self):
+            pass
+
+    again = run(cfg, device=sycl_device.filter_string, out_dir=out, progress=Progress(), reference_repeats=1)
+    text = "".join(messages)
+    assert text.count("recorded earlier, kept") == 4
+    assert sorted(v["name"] for v in again["variants"]) == sorted(v["name"] for v in on_disk["variants"])
+
+
+def test_generate_writes_kernels_and_manifest(tmp_path):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(CONFIG)
+    manifest = pipeline.generate(cfg, tmp_path / "k")
+    files = sorted(p.name for p in (tmp_path / "k").glob("*.cl"))
+    assert len(files) == 4
+    data = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    entries = data["configs"]["tiny"]["kernels"]
+    assert [e["status"] for e in entries].count("rejected") == 2
+    for e in entries:
+        if e["status"] == "generated":
+            source = (tmp_path / "k" / e["path"]).read_text()
+            assert e["name"] in source and "XE_8x16x16_F32BF16BF16F32_TT" in source
+    again = pipeline.generate(cfg, tmp_path / "k")
+    assert again == manifest  # deterministic
+
+
+def test_shipped_kernels_are_current(tmp_path):
+    """kernels/ holds the generated kernels of the shipped configs; regenerate and compare byte for byte."""
+    root = Path(__file__).resolve().parents[1]
+    for config in sorted((root / "configs").glob("*.yaml")):
+        pipeline.generate(config, tmp_path)
+    want = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    have = {p.name: p.read_bytes() for p in (root / "kernels").iterdir() if p.suffix in (".cl", ".json")}
+    assert sorted(have) == sorted(want), "kernels/ is stale: run `make kernels`"
+    for name in want:
+        assert have[name] == want[name], f"kernels/{name} is stale: run `make kernels`"
+
+
+def test_numpy_values_are_rounded_like_the_device():
+    from xegemm.verify import make_operands
+
+    ops = make_operands(config_from_text("problem: {m: 8, n: 8, k: 8}\n"))
+    assert np.all(ops.a == np.float32(ops.a))  # bf16 values are exact in f32
+    assert ops.a_bytes.dtype == np.uint8 and ops.a_bytes.shape == (1, 8, 16)
