@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from xegemm.errors import XegemmError
 
@@ -124,7 +125,7 @@ def cmd_generate(args) -> int:
     from xegemm.pipeline import generate  # noqa: PLC0415
 
     for config in args.configs:
-        manifest = generate(config, args.out, lowering=args.lowering)
+        manifest = generate(config, args.out, lowering=args.lowering, profile_name=args.profile)
         kernels = manifest["kernels"]
         made = [k for k in kernels if k["status"] == "generated"]
         print(f"{config}: {len(made)} kernels written to {args.out}/, {len(kernels) - len(made)} variants rejected")
@@ -139,6 +140,18 @@ def cmd_run(args) -> int:
 
     results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering)
     failed = [v for v in results["variants"] if v["status"] in ("failed_build", "failed_verify", "error")]
+    return 1 if failed and args.strict else 0
+
+
+def cmd_build(args) -> int:
+    from xegemm.aot.variants import build_config  # noqa: PLC0415
+
+    result = build_config(args.config, target=args.target, grf=args.grf, out_dir=args.out,
+                          profile_name=args.profile, progress=sys.stderr)
+    ok = sum(v["status"] == "ok" for v in result["variants"])
+    print(f"{ok} of {len(result['variants'])} variants built for {args.target} with compiler profile "
+          f"{result['profile']}; see build.json in {args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")
+    failed = [v for v in result["variants"] if v["status"] == "failed_build"]
     return 1 if failed and args.strict else 0
 
 
@@ -173,14 +186,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="render every variant of configs to OpenCL C plus manifest.json")
     p.add_argument("configs", nargs="+", metavar="CONFIG")
     p.add_argument("--out", default="kernels", help="output directory (default kernels/)")
-    p.add_argument("--lowering", default="portable", choices=["portable"])
+    p.add_argument("--lowering", default="portable", choices=["portable", "native"])
+    p.add_argument("--profile", help="compiler profile of the native lowering (default: probe ocloc)")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("build", help="compile every variant ahead of time with ocloc for a real Xe GPU and "
+                                     "count its machine code (build.json)")
+    p.add_argument("config")
+    p.add_argument("--target", choices=["pvc", "dg2"], default="pvc")
+    p.add_argument("--grf", type=int, choices=[128, 256], help="GRF mode (default: the config's target.grf)")
+    p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
+    p.add_argument("--profile", help="compiler profile: igc-1.0.12504, cl_intel_subgroup_2d_block_io, a .json "
+                                     "file; default: probe the installed ocloc")
+    p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
+    p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("run", help="generate, build, verify and profile a config's variants; write a report")
     p.add_argument("config")
     p.add_argument("--device", help="dpctl filter string, e.g. opencl:cpu:0 (default: the best device)")
     p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
-    p.add_argument("--lowering", default="portable", choices=["portable"])
+    p.add_argument("--lowering", choices=["portable", "native"],
+                   help="default: native on a device with Xe 2D block IO and DPAS, else portable")
     p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build or verify")
     p.set_defaults(func=cmd_run)
     return parser

@@ -101,20 +101,38 @@ def plan_variants(config: Config) -> list[PlannedVariant]:
     return out
 
 
-def render_variant(pv: PlannedVariant, lowering: str = "portable") -> str:
-    """The OpenCL C of one planned variant."""
+def render_variant(pv: PlannedVariant, lowering: str = "portable", profile=None) -> str:
+    """The OpenCL C of one planned variant (``profile``: the compiler profile of the native lowering)."""
     if pv.plan is None:
         raise XegemmError(f"variant {pv.name} was rejected: {pv.reason}")
-    return render_kernel(pv.plan, lowering)
+    return render_kernel(pv.plan, lowering, profile)
+
+
+def choose_lowering(info, forced: str | None = None):
+    """(lowering, native profile or None) for a device: native where its extensions allow, else portable."""
+    from xegemm.native import device_profile  # noqa: PLC0415
+
+    profile = device_profile(info)
+    if forced == "portable" or (forced is None and profile is None):
+        return "portable", None
+    if profile is None:
+        raise XegemmError(f"{info.filter_string} ({info.name}) has no Xe 2D block IO and DPAS extensions: "
+                          "the native lowering cannot run there; use --lowering portable")
+    return "native", profile
 
 
 # ---- generate ------------------------------------------------------------------------------------------
 
-def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "portable") -> dict:
+def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "portable",
+             profile_name: str | None = None) -> dict:
     """Write ``<name>.cl`` for every planned variant and a ``manifest.json``; return the manifest."""
     from xegemm.report import write_json_atomic, write_text_atomic  # noqa: PLC0415
 
     config = load_config(config_path)
+    profile = None
+    if lowering == "native":
+        from xegemm.native import native_profile  # noqa: PLC0415
+        profile = native_profile(profile_name)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     entries = []
@@ -122,13 +140,14 @@ def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "port
         entry = {"name": pv.name, "status": "generated" if pv.plan else "rejected", "reason": pv.reason,
                  "overrides": _jsonable(pv.variant.overrides), "params": params_of(pv.config)}
         if pv.plan is not None:
-            source = render_variant(pv, lowering)
+            source = render_variant(pv, lowering, profile)
             path = out / f"{pv.name}.cl"
             write_text_atomic(path, source)
             entry.update(path=path.name, sha256=hashlib.sha256(source.encode()).hexdigest(),
                          plan=pv.plan.summary())
         entries.append(entry)
-    manifest = {"config": config.name, "lowering": lowering, "kernels": entries}
+    manifest = {"config": config.name, "lowering": lowering, "profile": profile.name if profile else None,
+                "kernels": entries}
     manifest_path = out / "manifest.json"
     existing = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     configs = existing.get("configs", {}) if isinstance(existing, dict) else {}
@@ -171,7 +190,7 @@ class DeviceSession:
 
 
 def run_variant(pv: PlannedVariant, session: DeviceSession, lowering: str = "portable",
-                log_dir: Path | None = None) -> VariantResult:
+                log_dir: Path | None = None, profile=None) -> VariantResult:
     """Build, verify and (if verified) time one variant on the session's device."""
     from xegemm.profile import gemm_flops, time_kernel  # noqa: PLC0415
     from xegemm.runtime.program import BuildError, build_program, from_device, launch  # noqa: PLC0415
@@ -181,12 +200,26 @@ def run_variant(pv: PlannedVariant, session: DeviceSession, lowering: str = "por
     params = params_of(config)
     if pv.plan is None:
         return VariantResult(pv.name, "rejected", pv.reason, params)
-    source = render_variant(pv, lowering)
+    options = BUILD_OPTIONS
+    if lowering == "native":
+        from xegemm.native import NativeUnsupported, build_options  # noqa: PLC0415
+        from xegemm.plan import native_surface_violations  # noqa: PLC0415
+
+        surface = native_surface_violations(config)
+        if surface:
+            return VariantResult(pv.name, "rejected", "native 2D block surfaces: " + "; ".join(surface), params)
+        try:
+            source = render_variant(pv, lowering, profile)
+        except NativeUnsupported as exc:
+            return VariantResult(pv.name, "rejected", str(exc), params)
+        options = f"{BUILD_OPTIONS} {build_options(profile, config.target.grf)}"
+    else:
+        source = render_variant(pv, lowering)
     sha = hashlib.sha256(source.encode()).hexdigest()
     result = VariantResult(pv.name, "ok", None, params, plan=pv.plan.summary(), source_sha256=sha)
     t0 = time.perf_counter()
     try:
-        program = build_program(session.queue, source, BUILD_OPTIONS)
+        program = build_program(session.queue, source, options)
         kernel = program.get_sycl_kernel(pv.plan.name)
     except BuildError as exc:
         result.status, result.reason = "failed_build", str(exc)
@@ -250,7 +283,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     config = load_config(config_path)
     sycl_device = select_sycl_device(device)
     info = describe(sycl_device)
-    lowering = lowering or "portable"
+    lowering, profile = choose_lowering(info, lowering)
     out = Path(out_dir) if out_dir else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     store = ResultStore(out, config=config, device=info)
     planned = plan_variants(config)
@@ -264,7 +297,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         if done is not None:
             say(f"[{i}/{len(planned)}] {pv.name}: {done['status']} (recorded earlier, kept)")
             continue
-        res = run_variant(pv, session, lowering, log_dir=out / "logs")
+        res = run_variant(pv, session, lowering, log_dir=out / "logs", profile=profile)
         store.add(key, res.as_dict())
         speed = f" {res.gflops:.1f} GFLOP/s, median {res.time_ms['median']:.3f} ms" if res.status == "ok" else ""
         why = f" - {res.reason}" if res.reason else ""

@@ -286,6 +286,34 @@ def plan(config: Config) -> Plan:
     return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name)
 
 
+def native_surface_violations(config: Config) -> list[str]:
+    """Rules of 2D block surfaces the problem breaks (xe_atoms.md §2), each with the padding that fixes it.
+
+    Base 64-byte aligned (for every batch), pitch a multiple of 16 bytes and >= the width, width >= 64 bytes.
+    xegemm lays each operand out with pitch = width, so the rules land on the problem's dimensions.
+    """
+    p, t, lay = config.problem, config.types, config.layout
+    nbytes = {"bf16": 2, "f16": 2, "tf32": 4, "f32": 4, "s8": 1, "u8": 1, "s32": 4}
+    surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, p.m if lay.a == "row" else p.k,
+                 nbytes.get(t.a, 4)),
+                ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, p.k if lay.b == "row" else p.n,
+                 nbytes.get(t.b, 4)),
+                ("C", "N", p.n, p.m, nbytes.get(t.c, 4))]
+    out = []
+    for name, dim, cols, rows, eb in surfaces:
+        width = cols * eb
+        if width < 64:
+            out.append(f"{name} rows are {cols} x {eb} B = {width} B wide: 2D block surfaces must be >= 64 B; "
+                       f"pad {dim} to {-(-64 // eb)}")
+        if width % 16:
+            mult = 16 // math.gcd(16, eb)
+            out.append(f"{name} pitch {width} B is not a multiple of 16 B: pad {dim} to a multiple of {mult} "
+                       f"({-(-cols // mult) * mult})")
+        elif p.batch > 1 and (rows * width) % 64:
+            out.append(f"{name} batch stride {rows * width} B breaks the 64-byte base alignment of every batch")
+    return out
+
+
 def _with_prefetch(op: OperandPlan) -> OperandPlan:
     """The prefetch atom for an operand's loads: the same memory block, row-major, no registers."""
     a = op.atom

@@ -36,7 +36,7 @@ def render_macro(template: str, macro: str, *args) -> str:
     return str(getattr(module, macro)(*args))
 
 
-LOWERINGS = ("portable",)
+LOWERINGS = ("portable", "native")
 _UNSIGNED = {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}
 _CTYPE_BITS = {"char": 8, "uchar": 8, "short": 16, "ushort": 16, "half": 16, "int": 32, "uint": 32, "float": 32,
                "long": 64, "ulong": 64}
@@ -65,20 +65,34 @@ def _fragment_helpers(plan) -> str:
     return "\n".join(dict.fromkeys(out))
 
 
-def _copy_library(atoms, lowering: str) -> str:
-    template = f"copy/{lowering}.cl.j2"
-    parts = [render_macro(template, "prelude")]
-    parts += [render_macro(template, "define", a) for a in dict.fromkeys(atoms)]
+def _copy_library(atoms, lowering: str, profile=None) -> str:
+    atoms = list(dict.fromkeys(atoms))
+    if lowering == "portable":
+        template = "copy/portable.cl.j2"
+        return "\n".join([render_macro(template, "prelude")] + [render_macro(template, "define", a) for a in atoms])
+    from xegemm.native import lower_copy  # noqa: PLC0415
+
+    lowered = [(a, lower_copy(a, profile)) for a in atoms]
+    declared = list(dict.fromkeys(m.declaration for _, ms in lowered for m in ms if m.declaration))
+    parts = [render_macro("copy/native.cl.j2", "declarations", declared)] if declared else []
+    parts += [render_macro("copy/native.cl.j2", "define", a, ms, profile.spelling == "ib") for a, ms in lowered]
     return "\n".join(parts)
 
 
-def render_kernel(plan, lowering: str = "portable") -> str:
-    """The OpenCL C source of one planned kernel in the given lowering (deterministic for a plan)."""
+def render_kernel(plan, lowering: str = "portable", profile=None) -> str:
+    """The OpenCL C source of one planned kernel in the given lowering (deterministic for a plan).
+
+    The native lowering needs the compiler's profile (xegemm.native.native_profile): it decides how
+    each copy atom is spelled, split or replaced.
+    """
     from xegemm import __version__  # noqa: PLC0415
     from xegemm.atoms.mma import render_mma  # noqa: PLC0415
 
     if lowering not in LOWERINGS:
         raise ValueError(f"lowering must be one of {LOWERINGS}, not {lowering!r}")
+    if lowering == "native" and profile is None:
+        from xegemm.native import native_profile  # noqa: PLC0415
+        profile = native_profile()
     cfg = plan.config
     bm, bn, bk = cfg.tile.workgroup
     sgm_count, sgn_count = cfg.tile.subgroups
@@ -93,7 +107,8 @@ def render_kernel(plan, lowering: str = "portable") -> str:
         acc_type=plan.mma.ctype("c"), a_frag_type=plan.mma.ctype("a"), b_frag_type=plan.mma.ctype("b"),
         needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc, cfg.types.c),
         typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),
-        copy_library=_copy_library(copies, lowering),
+        copy_library=_copy_library(copies, lowering, profile),
+        profile_name=profile.name if profile is not None else None,
         mma_library=render_mma(plan.mma, lowering),
         fragment_helpers=_fragment_helpers(plan),
     )

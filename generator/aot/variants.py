@@ -1,0 +1,126 @@
+"""``xegemm build``: every variant of a config, rendered in the native lowering, compiled ahead of time with
+ocloc for a real Xe target, its machine code counted and compared with what the plan predicts.
+
+A build that succeeds proves little on an old compiler (it may drop or mangle messages), so a variant whose
+main loop does not issue exactly the planned dpas and 2D block loads, or whose epilogue lacks its stores, is
+``failed_build`` with the counts in the reason.  Spills are reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from xegemm.config import load_config
+from xegemm.errors import XegemmError
+
+GATED = ("dpas", "load_block2d", "store_block2d", "store_block1d")
+
+
+def predicted_counts(plan, profile) -> dict:
+    """What the kernel's machine code must show: the main loop once (dpas, block loads and prefetches of
+    one k-step) and the epilogue's stores; each atom counted as the messages the profile lowers it to."""
+    from xegemm.native import count_messages, lower_copy  # noqa: PLC0415
+
+    def per_atom(op):
+        return count_messages(lower_copy(op.atom, profile))
+
+    a, b, c = per_atom(plan.a), per_atom(plan.b), per_atom(plan.c)
+    out = {"dpas": plan.dpas_per_kstep,
+           "load_block2d": plan.a.per_kstep * a["load_block2d"] + plan.b.per_kstep * b["load_block2d"],
+           "store_block2d": plan.c.per_kstep * c["store_block2d"],
+           "store_block1d": plan.c.per_kstep * c["store_block1d"]}
+    if plan.config.pipeline.prefetch:
+        pa, pb = count_messages(lower_copy(plan.a.prefetch, profile)), count_messages(lower_copy(plan.b.prefetch,
+                                                                                                 profile))
+        out["prefetch_per_kstep"] = {k: plan.a.per_kstep * pa[k] + plan.b.per_kstep * pb[k]
+                                     for k in ("prefetch_block2d", "prefetch") if pa[k] or pb[k]}
+    return out
+
+
+def _measured(stats) -> dict:
+    d = stats.to_dict()
+    d["store_block1d"] = stats.messages.get("store_block1d", 0)
+    d["prefetch_lsc"] = stats.messages.get("prefetch", 0)
+    return d
+
+
+def build_config(config_path, target: str = "pvc", grf: int | None = None, out_dir=None,
+                 profile_name: str | None = None, progress=None) -> dict:
+    """Compile every variant of a config for ``target``; write ``build.json`` (and per-variant artefacts)."""
+    from xegemm.aot.build import compile_kernel  # noqa: PLC0415
+    from xegemm.aot.toolchain import require_ocloc  # noqa: PLC0415
+    from xegemm.native import NativeUnsupported, native_profile  # noqa: PLC0415
+    from xegemm.pipeline import plan_variants  # noqa: PLC0415
+    from xegemm.plan import native_surface_violations  # noqa: PLC0415
+    from xegemm.render import render_kernel  # noqa: PLC0415
+    from xegemm.report import write_json_atomic  # noqa: PLC0415
+
+    require_ocloc()
+    config = load_config(config_path)
+    profile = native_profile(profile_name, target)
+    out = Path(out_dir or Path("runs") / f"build-{config.name}-{target}")
+    out.mkdir(parents=True, exist_ok=True)
+    entries = []
+    planned = plan_variants(config)
+    for i, pv in enumerate(planned, 1):
+        g = grf or pv.config.target.grf
+        entry = {"name": pv.name, "status": None, "reason": pv.reason, "target": target, "grf": g,
+                 "profile": profile.name, "isa": None, "predicted": None}
+        if pv.plan is None:
+            entry["status"] = "rejected"
+        elif target != "pvc":
+            entry.update(status="rejected", reason=f"{target} has no 2D block messages (Xe-HPG) and SIMD8 DPAS; "
+                         "xegemm plans Xe 2D block + SIMD16 DPAS kernels (pvc, bmg) only")
+        elif (surface := native_surface_violations(pv.config)):
+            entry.update(status="rejected", reason="native 2D block surfaces: " + "; ".join(surface))
+        else:
+            try:
+                source = render_kernel(pv.plan, "native", profile)
+                entry["predicted"] = predicted_counts(pv.plan, profile)
+            except NativeUnsupported as exc:
+                entry.update(status="rejected", reason=str(exc))
+        if entry["status"] is None:
+            work = out / pv.name
+            build = compile_kernel(source, target, grf=g, workdir=work)
+            entry["source_sha256"] = hashlib.sha256(source.encode()).hexdigest()
+            entry["artefacts"] = str(work)
+            if not build.ok:
+                entry.update(status="failed_build", reason="ocloc rejected the kernel: " +
+                             next((ln for ln in build.log.splitlines() if "error" in ln), build.log[-300:]))
+                (work / "build.log").write_text(build.log)
+            else:
+                entry["isa"] = build.stats.to_dict()
+                measured = _measured(build.stats)
+                entry["measured_messages"] = {k: measured[k] for k in GATED}
+                entry["measured_messages"]["prefetch_lsc"] = measured["prefetch_lsc"]
+                wrong = [f"{k}: ISA has {measured[k]}, the plan needs {entry['predicted'][k]}"
+                         for k in GATED if measured[k] != entry["predicted"][k]]
+                if wrong:
+                    entry.update(status="failed_build", reason="machine code does not match the plan (a message "
+                                 "dropped, split or unrolled by the compiler): " + "; ".join(wrong))
+                else:
+                    entry.update(status="ok", reason=None)
+                if measured["spill_bytes"]:
+                    entry["reason"] = ((entry["reason"] + "; ") if entry["reason"] else "") + \
+                        f"spills {measured['spill_bytes']} bytes in {g}-GRF mode"
+        entries.append(entry)
+        if progress:
+            print(f"[{i}/{len(planned)}] {pv.name}: {entry['status']}" +
+                  (f" - {entry['reason']}" if entry["reason"] else ""), file=progress, flush=True)
+    result = {"config": config.name, "target": target, "profile": profile.name, "variants": entries}
+    write_json_atomic(out / "build.json", result)
+    return result
+
+
+def check_source_builtins(source: str) -> list[str]:
+    """Problems of the builtin calls of a modern-profile kernel against the documented prototypes."""
+    try:
+        from xegemm.aot.signatures import check_calls  # noqa: PLC0415
+    except ImportError as exc:  # pragma: no cover
+        raise XegemmError("the documented-signature checker is not installed") from exc
+    return check_calls(source)
+
+
+__all__ = ["build_config", "predicted_counts", "check_source_builtins", "json"]

@@ -1,0 +1,279 @@
+"""The native lowering: which Xe messages each copy atom becomes for a given compiler.
+
+What a compiler accepts is a capability profile, not one spelling (xegemm.aot.profile): a driver with
+``cl_intel_subgroup_2d_block_io`` takes every documented 2D block read, write and prefetch; Debian's IGC
+1.0.12504 has 2D block *reads* of at most 8 rows and silently drops 2D writes and prefetches.  So an atom is
+issued as one message when the compiler has it, else as several smaller messages it does have (a 32-row
+load as four 8-row loads, a 32x32 VNNI load as four 16x16 ones), else through the nearest equivalent (1D
+sub-group block writes for stores, LSC prefetches for 2D prefetches); the plan says which.
+
+Splitting is proved, not assumed: a sub-message's lane map, shifted to its origin in the atom's block, must
+land on the atom's lane map at the same register offsets in every lane; the runs of register components
+it fills are what the template copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from xegemm.atoms.copy import CopyAtom
+from xegemm.errors import XegemmError
+
+DEBIAN_PROFILE = "igc-1.0.12504"
+MODERN_PROFILE = "cl_intel_subgroup_2d_block_io"
+BUILD_DEFINES = "-Dcl_intel_subgroup_matrix_multiply_accumulate"   # old ocloc declares DPAS only with it
+
+
+class NativeUnsupported(XegemmError):
+    """The compiler profile has no way to issue an atom."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a native atom: ``kind`` spelled ``builtin``, moving ``atom``'s block at ``origin``.
+
+    ``runs`` are (parent component, message component, length) copies between the message's registers and
+    the parent atom's registers (same component type), identical in every lane.
+    """
+
+    kind: str                      # block2d_read | block2d_write | block2d_prefetch | block1d_write | lsc_prefetch
+    builtin: str
+    atom: CopyAtom
+    origin: tuple[int, int]        # (row, col) in the parent block, in elements of the parent's type
+    runs: tuple[tuple[int, int, int], ...] = ()
+    parent_length: int = 1         # register components of the parent atom
+
+    @property
+    def x_units(self) -> int:
+        """Parent elements per message x unit (the builtins take x in message elements)."""
+        return max(1, self.atom.message.elem_bits // self.atom.elem_bits) if self.atom.message.kind != "transform" \
+            else 1
+
+    @property
+    def swizzles(self) -> tuple[tuple[str, str], ...] | None:
+        """The runs as ``.lo``/``.hi`` vector paths (parent path, message path), or None if not aligned.
+
+        Debian's IGC drops 2D block loads whose results are assembled into a wide vector through a union
+        (seen: the four VNNI loads of a 32x32 B tile vanished from the ISA); writing the halves of the
+        vector directly keeps them, so the template uses these paths whenever the runs allow.
+        """
+        out = []
+        for dst, src, n in self.runs:
+            d = _half_path(dst, n, self.parent_length)
+            m = _half_path(src, n, self.atom.register_length)
+            if d is None or m is None:
+                return None
+            out.append((d, m))
+        return tuple(out)
+
+    @property
+    def declaration(self) -> str:
+        """The C declaration the kernel must carry for this builtin ('' when the compiler declares it)."""
+        if self.builtin.startswith("__builtin_IB_subgroup_block_"):
+            from xegemm.aot.builtins import declare_block2d_builtin  # noqa: PLC0415
+            return declare_block2d_builtin(self.builtin)
+        if self.builtin == LSC_PREFETCH:
+            return f"void {LSC_PREFETCH}(const global uint* base, int offset, int cache_control);"
+        return ""
+
+
+def _half_path(offset: int, length: int, total: int) -> str | None:
+    """``.lo``/``.hi`` chain selecting components [offset, offset + length) of a vector of ``total``."""
+    if total & (total - 1) or length & (length - 1) or offset % length or offset + length > total:
+        return None
+    path = ""
+    while total > length:
+        total //= 2
+        if offset < total:
+            path += ".lo"
+        else:
+            path, offset = path + ".hi", offset - total
+    return path
+
+
+LSC_PREFETCH = "__builtin_IB_lsc_prefetch_global_uint"
+BLOCK1D_WRITE = {8: "intel_sub_group_block_write_uc", 16: "intel_sub_group_block_write_us",
+                 32: "intel_sub_group_block_write", 64: "intel_sub_group_block_write_ul"}
+
+
+@dataclass(frozen=True)
+class NativeProfile:
+    """What one compiler can issue, from a probed or named xegemm.aot compiler profile."""
+
+    name: str
+    spelling: str                  # "ib" (__builtin_IB_*) or "ocl2d" (intel_sub_group_2d_block_*)
+    supported: frozenset
+
+    def has(self, builtin: str) -> bool:
+        return builtin in self.supported
+
+    def spell(self, atom: CopyAtom) -> str:
+        return atom.ib_builtin if self.spelling == "ib" else atom.ocl_builtin
+
+    @property
+    def block2d_writes(self) -> bool:
+        return any("write" in n and ("2d_block" in n or "_IB_subgroup_block_write" in n) for n in self.supported)
+
+    @property
+    def block2d_prefetch(self) -> bool:
+        return any("prefetch" in n and ("2d_block" in n or "read_prefetch" in n) for n in self.supported)
+
+
+@lru_cache(maxsize=None)
+def native_profile(name: str | None = None, target: str = "pvc") -> NativeProfile:
+    """The profile named (``igc-1.0.12504``, ``cl_intel_subgroup_2d_block_io``) or probed from ocloc."""
+    from xegemm.aot.profile import compiler_profile  # noqa: PLC0415
+
+    if name == MODERN_PROFILE:
+        from xegemm.aot.signatures import documented_names  # noqa: PLC0415
+        return NativeProfile(MODERN_PROFILE, "ocl2d", frozenset(documented_names()))
+    prof = compiler_profile(target, name)
+    spelling = "ocl2d" if prof.name == MODERN_PROFILE else "ib"
+    if spelling == "ocl2d":
+        from xegemm.aot.signatures import documented_names  # noqa: PLC0415
+        return NativeProfile(MODERN_PROFILE, "ocl2d", frozenset(documented_names()))
+    return NativeProfile(prof.name, spelling, frozenset(prof.supported))
+
+
+def device_profile(info) -> NativeProfile | None:
+    """The profile to generate native code with for a device (from its extension list), or None."""
+    from xegemm.runtime.devices import EXT_2D_BLOCK_IO, EXT_EXTENDED_BLOCK_READ  # noqa: PLC0415
+
+    if info.lowering != "native":
+        return None
+    if EXT_2D_BLOCK_IO in info.extensions:
+        return native_profile(MODERN_PROFILE)
+    if EXT_EXTENDED_BLOCK_READ in info.extensions:
+        return native_profile(DEBIAN_PROFILE)   # a driver of that generation: 2D reads only
+    return None
+
+
+def build_options(profile: NativeProfile | None, grf: int) -> str:
+    """Extra OpenCL build options of the native lowering for a device build (large GRF on request)."""
+    if profile is None:
+        return ""
+    return BUILD_DEFINES + (" -cl-intel-256-GRF-per-thread" if grf == 256 else "")
+
+
+def _runs(parent: CopyAtom, sub: CopyAtom, origin: tuple[int, int]) -> tuple[tuple[int, int, int], ...] | None:
+    """Component runs placing ``sub``'s registers (block at ``origin``) into ``parent``'s, or None."""
+    if sub.register_elem_bits != parent.register_elem_bits:
+        return None
+    per = parent.register_elem_bits // parent.elem_bits     # elements per register component
+    pmap, smap = parent.lane_map.map, sub.lane_map.map
+    where = [{c: i for i, c in enumerate(lane) if c is not None} for lane in pmap]
+    offsets = None
+    for lane in range(len(smap)):
+        lane_offsets = []
+        for k, c in enumerate(smap[lane]):
+            if c is None:
+                lane_offsets.append(None)
+                continue
+            i = where[lane].get((origin[0] + c[0], origin[1] + c[1]))
+            if i is None:
+                return None
+            lane_offsets.append(i)
+        if offsets is None:
+            offsets = lane_offsets
+        elif any(a is not None and b is not None and a != b for a, b in zip(offsets, lane_offsets)):
+            return None
+        else:
+            offsets = [a if a is not None else b for a, b in zip(offsets, lane_offsets)]
+    comps = []
+    for comp in range(sub.register_length):
+        elems = offsets[comp * per:(comp + 1) * per]
+        known = [(i, e) for i, e in enumerate(elems) if e is not None]
+        if not known:
+            continue
+        i, e = known[0]
+        base = e - i
+        if base % per or any(e2 != base + i2 for i2, e2 in known):
+            return None
+        comps.append((base // per, comp))
+    runs: list[list[int]] = []
+    for dst, src in comps:
+        if runs and runs[-1][0] + runs[-1][2] == dst and runs[-1][1] + runs[-1][2] == src:
+            runs[-1][2] += 1
+        else:
+            runs.append([dst, src, 1])
+    return tuple(tuple(r) for r in runs)
+
+
+def _splits(atom: CopyAtom):
+    """Sub-atoms of the same kind that tile the atom's block, largest first."""
+    rows = atom.rows
+    while rows >= 1:
+        block_cols = atom.message.width * atom.message.elem_bits // atom.elem_bits
+        cols_options = [atom.cols] + ([block_cols] if block_cols < atom.cols else [])
+        for cols in cols_options:
+            if (rows, cols) != (atom.rows, atom.cols):
+                sub = CopyAtom(atom.type_name, rows, cols, atom.op, atom.layout, atom.packed)
+                if sub.legal:
+                    yield sub
+        rows //= 2
+
+
+def lower_copy(atom: CopyAtom, profile: NativeProfile) -> tuple[Message, ...]:
+    """The messages that implement ``atom`` with this compiler (NativeUnsupported if there are none)."""
+    if atom.is_prefetch:
+        if profile.has(profile.spell(atom)):
+            return (Message("block2d_prefetch", profile.spell(atom), atom, (0, 0)),)
+        if profile.has(LSC_PREFETCH):
+            return (Message("lsc_prefetch", LSC_PREFETCH, atom, (0, 0)),)
+        raise NativeUnsupported(f"{profile.name} has no prefetch for {atom.name}")
+    kind = "block2d_write" if atom.is_store else "block2d_read"
+    if profile.has(profile.spell(atom)):
+        return (Message(kind, profile.spell(atom), atom, (0, 0), ((0, 0, atom.register_length),),
+                        atom.register_length),)
+    for sub in _splits(atom):
+        if not profile.has(profile.spell(sub)):
+            continue
+        messages = []
+        for r0 in range(0, atom.rows, sub.rows):
+            for c0 in range(0, atom.cols, sub.cols):
+                runs = _runs(atom, sub, (r0, c0))
+                if runs is None:
+                    break
+                messages.append(Message(kind, profile.spell(sub), sub, (r0, c0), runs, atom.register_length))
+            else:
+                continue
+            break
+        else:
+            return tuple(messages)
+    if atom.is_store:
+        if atom.portable["rowlen"] >= 16 and atom.message.count == 1 and atom.register_elem_bits in BLOCK1D_WRITE:
+            # one 1D sub-group block write per row: lane l writes its component of row r at chunk l
+            return (Message("block1d_write", BLOCK1D_WRITE[atom.register_elem_bits], atom, (0, 0),
+                            ((0, 0, atom.register_length),), atom.register_length),)
+    raise NativeUnsupported(
+        f"{profile.name} cannot issue {atom.name}: neither {profile.spell(atom)} nor any split of it into "
+        "smaller messages of the same kind is supported" + (" and 1D block writes need one 16-wide block"
+                                                           if atom.is_store else ""))
+
+
+def count_messages(messages) -> dict:
+    """How many ISA messages of each kind a tuple of Messages issues (prefetches over 16 cache lines each)."""
+    out = {"load_block2d": 0, "store_block2d": 0, "prefetch_block2d": 0, "store_block1d": 0, "prefetch": 0}
+    for m in messages:
+        if m.kind == "block2d_read":
+            out["load_block2d"] += 1
+        elif m.kind == "block2d_write":
+            out["store_block2d"] += 1
+        elif m.kind == "block2d_prefetch":
+            out["prefetch_block2d"] += 1
+        elif m.kind == "block1d_write":
+            out["store_block1d"] += m.atom.register_length
+        elif m.kind == "lsc_prefetch":
+            out["prefetch"] += lsc_prefetch_messages(m.atom)
+    return out
+
+
+def lsc_prefetch_lines(atom: CopyAtom) -> int:
+    """64-byte cache lines a block spans per row."""
+    return -(-atom.row_bytes // 64)
+
+
+def lsc_prefetch_messages(atom: CopyAtom) -> int:
+    """SIMD16 LSC prefetches needed: one per 16 (row, cache line) pairs."""
+    return -(-(atom.rows * lsc_prefetch_lines(atom)) // 16)
