@@ -51,6 +51,15 @@ class Message:
             else 1
 
     @property
+    def coord(self) -> str:
+        """The C ``int2`` coordinate of the message: x in message elements, y in rows."""
+        x = "x" if not self.origin[1] else f"x + {self.origin[1]}"
+        if self.x_units > 1:
+            x = f"({x}) / {self.x_units}"
+        y = "y" if not self.origin[0] else f"y + {self.origin[0]}"
+        return f"(int2)({x}, {y})"
+
+    @property
     def swizzles(self) -> tuple[tuple[str, str], ...] | None:
         """The runs as ``.lo``/``.hi`` vector paths (parent path, message path), or None if not aligned.
 

@@ -78,8 +78,9 @@ def _public_probe(op: str, bits: int, rows: int, cols: int, count: int) -> Probe
     if op == "prefetch":
         return Probe(name, "2d_block_io", "prefetch_block2d", 0, "",
                      f"  {name}({_PUBLIC_ARGS});\n  dst[get_global_id(0)] = 1;", **shape)
+    # OCL2D: transforms/transposes fill uints; 8-bit reads/writes 32 wide move two bytes of a row per lane
     scalar = "uint" if op in ("read_transform", "read_transpose") and bits <= 32 else \
-        {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}[bits]
+        "ushort" if bits == 8 and cols == 32 else {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}[bits]
     n = total // SUB_GROUP // _SCALAR_BYTES[scalar]
     if op == "write":
         body = (f"  {scalar} buf[{n}];\n  for (int i = 0; i < {n}; ++i) "
