@@ -72,7 +72,8 @@ class DeviceInfo:
         return d
 
 
-def _dpctl():
+def dpctl_module():
+    """The dpctl module, imported only after the OpenCL environment is prepared (clear error if missing)."""
     prepare_opencl_environment()
     try:
         import dpctl  # noqa: PLC0415  (imported after the ICD environment is prepared)
@@ -115,7 +116,7 @@ def _extensions(sycl_device) -> tuple[tuple[str, ...], str]:
 
 def _probe_extension_macros(sycl_device) -> tuple[str, ...]:
     """For a device with no OpenCL twin: ask its OpenCL C compiler which extension macros it defines."""
-    dpctl = _dpctl()
+    dpctl = dpctl_module()
     import dpctl.memory as dpmem  # noqa: PLC0415
     import dpctl.program as dpprog  # noqa: PLC0415
 
@@ -156,7 +157,7 @@ def describe(sycl_device) -> DeviceInfo:
 
 def sycl_devices() -> list:
     """Every ``dpctl.SyclDevice`` the runtime sees (possibly empty)."""
-    return list(_dpctl().get_devices())
+    return list(dpctl_module().get_devices())
 
 
 def list_devices() -> list[DeviceInfo]:
@@ -174,7 +175,7 @@ def _preference_rank(sycl_device) -> int:
 
 def select_sycl_device(filter_string: str | None = None):
     """The ``dpctl.SyclDevice`` for a filter string (e.g. ``opencl:cpu:0``), or the best device found."""
-    dpctl = _dpctl()
+    dpctl = dpctl_module()
     devices = sycl_devices()
     if not devices:
         raise RuntimeSetupError(_no_device_message())

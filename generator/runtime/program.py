@@ -12,7 +12,7 @@ import hashlib
 import numpy as np
 
 from xegemm.errors import XegemmError
-from xegemm.runtime.devices import _dpctl
+from xegemm.runtime.devices import dpctl_module
 from xegemm.runtime.opencl_query import build_log
 
 
@@ -29,7 +29,7 @@ _PROGRAMS: dict[str, object] = {}
 
 def make_queue(sycl_device, profiling: bool = True):
     """An in-order dpctl queue on the device, with event profiling on by default."""
-    dpctl = _dpctl()
+    dpctl = dpctl_module()
     props = ["in_order", "enable_profiling"] if profiling else ["in_order"]
     return dpctl.SyclQueue(sycl_device, property=props)
 
