@@ -24,8 +24,10 @@ kernels: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# pytest-benchmark suite (not part of `make test`): each kernel against references measured in the same run
 bench: $(STAMP)
-	$(PY) -m pytest bench -q
+	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-columns=median,min,max,iqr,rounds \
+		--benchmark-json=runs/bench-$$(date +%Y%m%d-%H%M%S).json
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -190,8 +190,12 @@ class DeviceSession:
 
 
 def run_variant(pv: PlannedVariant, session: DeviceSession, lowering: str = "portable",
-                log_dir: Path | None = None, profile=None) -> VariantResult:
-    """Build, verify and (if verified) time one variant on the session's device."""
+                log_dir: Path | None = None, profile=None, timer=None) -> VariantResult:
+    """Build, verify and (if verified) time one variant on the session's device.
+
+    ``timer(submit, warmup, repeats, min_time_ms)`` returns a :class:`xegemm.profile.Timing`; the default is
+    :func:`xegemm.profile.time_kernel` (a benchmark harness passes its own).
+    """
     from xegemm.profile import gemm_flops, time_kernel  # noqa: PLC0415
     from xegemm.runtime.program import BuildError, build_program, from_device, launch  # noqa: PLC0415
     from xegemm.verify import check  # noqa: PLC0415
@@ -250,7 +254,7 @@ def run_variant(pv: PlannedVariant, session: DeviceSession, lowering: str = "por
         result.status, result.reason = "failed_verify", verdict.reason
         return result
     prof = config.profile
-    timing = time_kernel(submit, prof.warmup, prof.repeats, prof.min_time_ms)
+    timing = (timer or time_kernel)(submit, prof.warmup, prof.repeats, prof.min_time_ms)
     result.time_ms = timing.as_dict()
     flops = gemm_flops(p.m, p.n, p.k, p.batch)
     result.gflops = flops / (timing.median * 1e6)

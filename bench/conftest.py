@@ -1,0 +1,76 @@
+"""Fixtures of the benchmark suite: the real default device, the default config, and this run's results.
+
+Every benchmark of a run records what it measured in a ledger (``config.stash``); the last benchmark
+compares the best xegemm variant with the references from it, and the terminal summary prints that.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import DEFAULT_CONFIG
+
+LEDGER = pytest.StashKey[dict]()
+
+
+def pytest_configure(config):
+    config.stash[LEDGER] = {}
+    json_path = config.getoption("benchmark_json", None)
+    if json_path:   # pytest-benchmark writes the file but does not create its folder (runs/ is git-ignored)
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+
+
+@pytest.fixture(scope="session")
+def ledger(request) -> dict:
+    """What the benchmarks of this run measured, by name."""
+    return request.config.stash[LEDGER]
+
+
+@pytest.fixture(scope="session")
+def sycl_device():
+    from xegemm.runtime import select_sycl_device  # noqa: PLC0415
+
+    return select_sycl_device()
+
+
+@pytest.fixture(scope="session")
+def device_info(sycl_device):
+    from xegemm.runtime import describe  # noqa: PLC0415
+
+    return describe(sycl_device)
+
+
+@pytest.fixture(scope="session")
+def lowering(device_info):
+    """(lowering, native compiler profile or None), chosen for the device as ``xegemm run`` does."""
+    from xegemm.pipeline import choose_lowering  # noqa: PLC0415
+
+    return choose_lowering(device_info)
+
+
+@pytest.fixture(scope="session")
+def device_session(sycl_device):
+    """One profiling queue and one set of problem buffers shared by every xegemm benchmark."""
+    from xegemm.pipeline import DeviceSession  # noqa: PLC0415
+
+    return DeviceSession(sycl_device)
+
+
+@pytest.fixture(scope="session")
+def default_config():
+    from xegemm.config import load_config  # noqa: PLC0415
+
+    return load_config(DEFAULT_CONFIG)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    comparison = config.stash.get(LEDGER, {}).get("comparison")
+    if comparison is None:
+        return
+    from bench.report import comparison_lines  # noqa: PLC0415
+
+    terminalreporter.section("xegemm vs references (measured in this run)")
+    for line in comparison_lines(comparison):
+        terminalreporter.write_line(line)

@@ -1,0 +1,220 @@
+"""The default config's kernels against references measured on the same problem in the same run.
+
+Every variant of ``configs/default.yaml`` is built and verified by the pipeline (``run_variant``) and only
+then timed, with device profiling events, as a pytest-benchmark.  numpy's float32 matmul is measured twice
+(in this process with the environment as it is, and in a child process without the machine's OpenBLAS
+overrides), CLBlast's SGEMM on the same OpenCL device, and oneMKL through dpnp when installed.  The last
+benchmark times the fastest verified variant again and stores xegemm GFLOP/s / reference GFLOP/s in its
+``extra_info``.  Performance is measured, never asserted: a benchmark fails only when a kernel does not
+build or verify, or a reference computes a wrong result.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from xegemm.config import load_config
+from xegemm.pipeline import plan_variants, run_variant
+from xegemm.profile import gemm_flops
+
+from bench import DEFAULT_CONFIG
+from bench.blas_worker import blas_info, operands, timed_matmul
+from bench.clblast import CLBlastGemm, DeviceNotFound, find_clblast
+from bench.clocks import MeasuredClock, event_seconds
+from bench.fair_numpy import FairNumpyProcess
+from bench.report import build_comparison, comparison_lines, reference_record
+
+PLANNED = plan_variants(load_config(DEFAULT_CONFIG))
+PROBLEM = PLANNED[0].config.problem      # a sweep of the default config varies types and tiles, not the problem
+COMPARE_GROUP = f"GEMM {PROBLEM.m}x{PROBLEM.n}x{PROBLEM.k} batch {PROBLEM.batch}: best xegemm vs references"
+
+VARIANT_ROUNDS = 20     # timed launches per variant (at least the config's profile.repeats)
+BEST_ROUNDS = 50        # timed launches of the best variant
+NUMPY_ROUNDS, NUMPY_WARMUP = 200, 10
+LIBRARY_ROUNDS = 20     # CLBlast, dpnp
+
+DEVICE_EVENTS = MeasuredClock("device_profiling_events")
+HOST_CLOCK = MeasuredClock("host_perf_counter")
+CHILD_CLOCK = MeasuredClock("perf_counter_in_reference_process")
+
+
+def flops() -> int:
+    return gemm_flops(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch)
+
+
+def wall_seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run_benchmarked(pv, session, lowering, benchmark, rounds: int):
+    """Build and verify one variant with ``run_variant``, then time it with ``benchmark.pedantic``.
+
+    ``run_variant`` times a kernel only after it verified, with the timer it is given: here one that drives
+    the same launches (the config's warm-up, then ``max(profile.repeats, rounds)`` launches) through
+    pytest-benchmark on device event times.
+    """
+    timings = []
+
+    def pedantic_time_kernel(submit, warmup, repeats, min_time_ms=0.0, max_runs=100_000):
+        timing = DEVICE_EVENTS.measure(lambda: event_seconds(submit()), max(repeats, rounds), warmup, benchmark)
+        timings.append(timing)
+        return timing
+
+    result = run_variant(pv, session, lowering[0], profile=lowering[1], timer=pedantic_time_kernel)
+    if result.status == "rejected":
+        pytest.skip(f"rejected for the {lowering[0]} lowering (no kernel): {result.reason}")
+    if result.status != "ok":
+        pytest.fail(f"{pv.name} did not verify: {result.status}: {result.reason}", pytrace=False)
+    if not timings:
+        pytest.fail("run_variant verified the kernel but did not time it with the given timer", pytrace=False)
+    return result, timings[0]
+
+
+def variant_record(result, timing) -> dict:
+    """What a benchmark keeps about a verified, timed variant."""
+    return {"kernel": result.name, "verified": True, "max_abs_err": result.max_abs_err,
+            "max_rel_err": result.max_rel_err, "gflops": result.gflops, "time_ms": timing.as_dict(),
+            "timer": "device profiling events, start to end of each launch", "build_s": result.build_s,
+            "params": result.params}
+
+
+def check_f32_gemm(c: np.ndarray, a: np.ndarray, b: np.ndarray, what: str) -> None:
+    """Fail unless C = A B within xegemm's own bound |C - ref| <= 2 (K + 1) u_f32 (|A| |B|)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    err = np.abs(c.astype(np.float64) - np.matmul(a64, b64))
+    tol = 2 * (a.shape[-1] + 1) * 2.0 ** -24 * np.matmul(np.abs(a64), np.abs(b64))
+    if not (err <= tol).all():
+        pytest.fail(f"{what} computed a wrong result: {(err > tol).sum()} elements beyond 2 (K+1) u |A||B|, "
+                    f"max abs error {err.max():.3g}", pytrace=False)
+
+
+def skip_reference(ledger: dict, key: str, label: str, reason: str):
+    ledger[key] = {"label": label, "skipped": reason}
+    pytest.skip(reason)
+
+
+# ---- xegemm: every variant of the default config -----------------------------------------------------
+
+@pytest.mark.benchmark(group="xegemm: variants of configs/default.yaml", timer=DEVICE_EVENTS)
+@pytest.mark.parametrize("pv", PLANNED, ids=[pv.name for pv in PLANNED])
+def test_variant(pv, benchmark, device_session, lowering, ledger):
+    if pv.plan is None:
+        pytest.skip(f"rejected by the planner (no kernel): {pv.reason}")
+    result, timing = run_benchmarked(pv, device_session, lowering, benchmark, VARIANT_ROUNDS)
+    ledger.setdefault("variants", {})[pv.name] = result
+    benchmark.extra_info.update(variant_record(result, timing))
+
+
+# ---- references on the same problem ------------------------------------------------------------------
+
+def measure_numpy_in_process(benchmark=None) -> dict:
+    a, b = operands(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch)
+    timing = HOST_CLOCK.measure(lambda: timed_matmul(a, b), NUMPY_ROUNDS, NUMPY_WARMUP, benchmark)
+    return reference_record("numpy float32 matmul in this process, environment as it is", timing, flops(),
+                            "host perf_counter around one np.matmul", **blas_info())
+
+
+def measure_numpy_fair(benchmark=None) -> dict:
+    with FairNumpyProcess(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch) as child:
+        timing = CHILD_CLOCK.measure(child.run_once, NUMPY_ROUNDS, NUMPY_WARMUP, benchmark)
+    return reference_record(f"numpy float32 matmul in a child process with {' and '.join(child.unset)} unset",
+                            timing, flops(), "perf_counter around one np.matmul inside the child",
+                            unset_in_child=child.unset, **child.info)
+
+
+@pytest.mark.benchmark(group=COMPARE_GROUP, timer=HOST_CLOCK)
+def test_numpy_in_process(benchmark, ledger):
+    ledger["numpy_in_process"] = record = measure_numpy_in_process(benchmark)
+    benchmark.extra_info.update(record)
+
+
+@pytest.mark.benchmark(group=COMPARE_GROUP, timer=CHILD_CLOCK)
+def test_numpy_fair(benchmark, ledger):
+    ledger["numpy_fair"] = record = measure_numpy_fair(benchmark)
+    benchmark.extra_info.update(record)
+
+
+@pytest.mark.benchmark(group=COMPARE_GROUP, timer=HOST_CLOCK)
+def test_clblast_sgemm(benchmark, ledger, device_info):
+    label = f"CLBlast SGEMM on {device_info.filter_string}"
+    if find_clblast() is None:
+        skip_reference(ledger, "clblast", label, "CLBlast is not installed (Debian package libclblast1)")
+    a, b = operands(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch)
+    try:
+        gemm = CLBlastGemm(device_info.name, device_info.device_type, a, b)
+    except DeviceNotFound as exc:
+        skip_reference(ledger, "clblast", label, f"CLBlast needs an OpenCL device: {exc}")
+    with gemm:
+        gemm.run()      # CLBlast compiles its kernels for the device on first use
+        check_f32_gemm(gemm.result(), a, b, "CLBlastSgemm")
+        timing = HOST_CLOCK.measure(lambda: wall_seconds(gemm.run), LIBRARY_ROUNDS, 1, benchmark)
+        record = reference_record(f"CLBlast {gemm.version} SGEMM on {device_info.filter_string} (own context)",
+                                  timing, flops(), "host perf_counter from the CLBlastSgemm call to clFinish",
+                                  library=gemm.library)
+    ledger["clblast"] = record
+    benchmark.extra_info.update(record)
+
+
+@pytest.mark.benchmark(group=COMPARE_GROUP, timer=HOST_CLOCK)
+def test_onemkl_dpnp_matmul(benchmark, ledger, sycl_device, device_info):
+    label = f"oneMKL float32 GEMM through dpnp on {device_info.filter_string}"
+    try:
+        import dpnp  # noqa: PLC0415
+    except ImportError as exc:
+        skip_reference(ledger, "onemkl_dpnp", label,
+                       f"dpnp is not installed ({exc}); it runs next to the pinned 2026.0.0 SYCL runtime when "
+                       "installed as dpnp==0.20.0 mkl==2026.0.0 onemkl-sycl-blas==2026.0.0 (about 1.2 GB)")
+    import dpctl  # noqa: PLC0415
+
+    a, b = operands(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch)
+    queue = dpctl.SyclQueue(sycl_device)
+    da, db = dpnp.asarray(a, sycl_queue=queue), dpnp.asarray(b, sycl_queue=queue)
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        dpnp.matmul(da, db).sycl_queue.wait()
+        return time.perf_counter() - t0
+
+    check_f32_gemm(dpnp.asnumpy(dpnp.matmul(da, db)), a, b, "dpnp.matmul")
+    timing = HOST_CLOCK.measure(once, LIBRARY_ROUNDS, 1, benchmark)
+    ledger["onemkl_dpnp"] = record = reference_record(
+        f"oneMKL through dpnp {dpnp.__version__} on {device_info.filter_string}", timing, flops(),
+        "host perf_counter from the dpnp.matmul call to the queue's wait")
+    benchmark.extra_info.update(record)
+
+
+# ---- the best variant against every reference ------------------------------------------------------
+
+@pytest.mark.benchmark(group=COMPARE_GROUP, timer=DEVICE_EVENTS)
+def test_best_variant_vs_references(benchmark, device_session, device_info, lowering, ledger):
+    variants = ledger.get("variants")
+    if not variants:   # the variant benchmarks were deselected: run the sweep with the pipeline's own timing
+        variants = {pv.name: run_variant(pv, device_session, lowering[0], profile=lowering[1])
+                    for pv in PLANNED if pv.plan is not None}
+    verified = [r for r in variants.values() if r.status == "ok"]
+    if not verified:
+        pytest.fail("no variant of configs/default.yaml verified", pytrace=False)
+    best = max(verified, key=lambda r: r.gflops)
+    pv = next(p for p in PLANNED if p.name == best.name)
+    if pv.config.problem != PROBLEM:
+        pytest.fail(f"configs/default.yaml sweeps the problem: the references measured {PROBLEM}, "
+                    f"the best variant ran {pv.config.problem}", pytrace=False)
+    result, timing = run_benchmarked(pv, device_session, lowering, benchmark, BEST_ROUNDS)
+
+    references = {"numpy_in_process": ledger.get("numpy_in_process") or measure_numpy_in_process(),
+                  "numpy_fair": ledger.get("numpy_fair") or measure_numpy_fair()}
+    for key in ("clblast", "onemkl_dpnp"):
+        references[key] = ledger.get(key) or {"label": key, "skipped": "its benchmark did not run in this session"}
+    t = pv.config.types
+    problem = {"m": PROBLEM.m, "n": PROBLEM.n, "k": PROBLEM.k, "batch": PROBLEM.batch,
+               "types": f"A={t.a} B={t.b} acc={t.acc} C={t.c}"}
+    comparison = build_comparison(problem, f"{device_info.filter_string} ({device_info.name}), "
+                                  f"{lowering[0]} lowering",
+                                  variant_record(result, timing), references)
+    ledger["comparison"] = comparison
+    benchmark.extra_info.update(comparison)
+    print("\n" + "\n".join(comparison_lines(comparison)))
