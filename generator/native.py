@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.copy import CopyAtom
 from xegemm.errors import XegemmError
 
@@ -37,7 +38,8 @@ class Message:
     the parent atom's registers (same component type), identical in every lane.
     """
 
-    kind: str                      # block2d_read | block2d_write | block2d_prefetch | block1d_write | lsc_prefetch
+    kind: str                      # block2d_read | block2d_write | block2d_prefetch | block1d_read | block1d_write
+    #                                | lsc_prefetch
     builtin: str
     atom: CopyAtom
     origin: tuple[int, int]        # (row, col) in the parent block, in elements of the parent's type
@@ -223,8 +225,23 @@ def _splits(atom: CopyAtom):
         rows //= 2
 
 
+def lower_block1d(atom: Block1DAtom, profile: NativeProfile) -> tuple[Message, ...]:
+    """A 1D sub-group block tile: one Message standing for its rows (one block read / write per row: the
+    cl_intel_subgroups builtins, which need no profile entry; the ISA counts check they were issued); its
+    prefetch as LSC prefetches where the profile has them."""
+    if atom.is_prefetch:
+        if profile.has(LSC_PREFETCH):
+            return (Message("lsc_prefetch", LSC_PREFETCH, atom, (0, 0)),)
+        raise NativeUnsupported(f"{profile.name} has no LSC prefetch for {atom.name} (1D block tiles have no "
+                                "block prefetch here): set pipeline.prefetch: 0")
+    kind = "block1d_read" if atom.is_load else "block1d_write"
+    return (Message(kind, atom.builtin, atom, (0, 0), ((0, 0, atom.register_length),), atom.register_length),)
+
+
 def lower_copy(atom: CopyAtom, profile: NativeProfile) -> tuple[Message, ...]:
     """The messages that implement ``atom`` with this compiler (NativeUnsupported if there are none)."""
+    if isinstance(atom, Block1DAtom):
+        return lower_block1d(atom, profile)
     if atom.is_prefetch:
         if profile.has(profile.spell(atom)):
             return (Message("block2d_prefetch", profile.spell(atom), atom, (0, 0)),)
@@ -263,9 +280,12 @@ def lower_copy(atom: CopyAtom, profile: NativeProfile) -> tuple[Message, ...]:
 
 def count_messages(messages) -> dict:
     """How many ISA messages of each kind a tuple of Messages issues (prefetches over 16 cache lines each)."""
-    out = {"load_block2d": 0, "store_block2d": 0, "prefetch_block2d": 0, "store_block1d": 0, "prefetch": 0}
+    out = {"load_block2d": 0, "store_block2d": 0, "prefetch_block2d": 0, "store_block1d": 0, "prefetch": 0,
+           "load_block1d": 0}
     for m in messages:
-        if m.kind == "block2d_read":
+        if m.kind == "block1d_read":        # one 1D block read per row of the tile
+            out["load_block1d"] += m.atom.register_length
+        elif m.kind == "block2d_read":
             out["load_block2d"] += 1
         elif m.kind == "block2d_write":
             out["store_block2d"] += 1
@@ -284,5 +304,6 @@ def lsc_prefetch_lines(atom: CopyAtom) -> int:
 
 
 def lsc_prefetch_messages(atom: CopyAtom) -> int:
-    """SIMD16 LSC prefetches needed: one per 16 (row, cache line) pairs."""
-    return -(-(atom.rows * lsc_prefetch_lines(atom)) // 16)
+    """LSC prefetches needed: one per sub-group (16 lanes for 2D atoms) of (row, cache line) pairs."""
+    lanes = atom.lanes if isinstance(atom, Block1DAtom) else 16
+    return -(-(atom.rows * lsc_prefetch_lines(atom)) // lanes)

@@ -12,12 +12,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from xegemm.atoms.block1d import Block1DAtom, enumerate_block1d_atoms
+from xegemm.atoms.copy import SUB_GROUP as BLOCK2D_SUB_GROUP
 from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
-from xegemm.atoms.mma import MmaAtom
+from xegemm.atoms.mma import TARGETS_BY_N, MmaAtom
 from xegemm.config import Config
 from xegemm.errors import XegemmError
 
 GRF_BYTES = 64
+# Register width by DPAS execution size (= sub-group size): 64 B on PVC/BMG (SIMD16), 32 B on DG2 (SIMD8)
+# (xe_atoms.md §3.1).
+GRF_BYTES_BY_SIMD = {16: 64, 8: 32}
 RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
 MAX_SUBGROUPS_PER_WG = 32    # Xe-HPC / Xe2: up to 32 sub-groups (1024 work-items) per work-group
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
@@ -51,7 +56,13 @@ class OperandPlan:
 
     @property
     def per_kstep(self) -> int:
+        """Copy tiles per k-step (for C: per epilogue)."""
         return len(self.tiles)
+
+    @property
+    def messages_per_kstep(self) -> int:
+        """Messages per k-step before any native split: one per 2D block, one per row of a 1D tile."""
+        return len(self.tiles) * (self.atom.messages if isinstance(self.atom, Block1DAtom) else 1)
 
 
 @dataclass(frozen=True)
@@ -81,15 +92,21 @@ class Plan:
         return (math.ceil(p.n / bn) * lx, math.ceil(p.m / bm) * ly, p.batch)
 
     @property
+    def uses_block1d(self) -> bool:
+        """True when the copies are 1D sub-group block tiles (the SIMD8 / DG2 plans), not Xe 2D blocks."""
+        return isinstance(self.a.atom, Block1DAtom)
+
+    @property
     def dpas_per_kstep(self) -> int:
         mt, nt, kt = self.mma_grid
         return mt * nt * kt
 
     def predicted_messages(self) -> dict:
         """Per sub-group: messages one k-step of the main loop issues, and the epilogue's stores."""
-        return {"dpas": self.dpas_per_kstep, "load_a": self.a.per_kstep, "load_b": self.b.per_kstep,
+        return {"dpas": self.dpas_per_kstep, "load_a": self.a.messages_per_kstep,
+                "load_b": self.b.messages_per_kstep,
                 "prefetch": self.a.per_kstep + self.b.per_kstep if self.config.pipeline.prefetch else 0,
-                "store_c": self.c.per_kstep}
+                "store_c": self.c.messages_per_kstep}
 
     def summary(self) -> dict:
         """Plain data for manifests and reports."""
@@ -218,29 +235,39 @@ def variant_stem(config: Config) -> str:
 
 def kernel_name(config: Config, mma: MmaAtom, a: CopyAtom, b: CopyAtom, c: CopyAtom) -> str:
     """CUTLASS-style name: types, layouts, tiles, sub-groups, atoms and pipeline; the key for everything."""
-    short = lambda a: f"{'p' if a.packed else ''}{a.type_name.lower()}x{a.rows}x{a.cols}{a.layout.lower()}"  # noqa: E731
+    def short(a):
+        if isinstance(a, Block1DAtom):
+            return a.short_name
+        return f"{'p' if a.packed else ''}{a.type_name.lower()}x{a.rows}x{a.cols}{a.layout.lower()}"
     return (f"{variant_stem(config)}_dpas{mma.m}x{mma.n}x{mma.k}_a{short(a)}_b{short(b)}_c{short(c)}"
             f"_pf{config.pipeline.prefetch}_grf{config.target.grf}")
 
 
 def plan(config: Config) -> Plan:
-    """Plan one resolved variant (no sweep); raises PlanRejected with a reason a person understands."""
+    """Plan one resolved variant (no sweep); raises PlanRejected with a reason a person understands.
+
+    The sub-group size picks the copy family: 16 = Xe 2D block copies + SIMD16 DPAS (pvc, bmg); 8 = 1D
+    sub-group block tiles (xegemm.atoms.block1d) + SIMD8 DPAS (dg2, which has no 2D block IO).  Either way
+    every DPAS fragment is located in the copies' registers by comparing lane maps.
+    """
     t, lay, tile = config.types, config.layout, config.tile
     bm, bn, bk = tile.workgroup
     sgm_count, sgn_count = tile.subgroups
     sg = tile.subgroup_size
-    if sg != 16:
-        raise PlanRejected(f"sub-group size {sg}: Xe 2D block copies and SIMD16 DPAS need 16 (the SIMD8 DPAS of "
-                           "DG2 has no 2D block IO)")
+    if sg not in TARGETS_BY_N:
+        raise PlanRejected(f"sub-group size {sg}: DPAS executes at sub-group size 16 (pvc, bmg: Xe 2D block "
+                           "copies) or 8 (dg2: 1D sub-group block copies)")
+    block2d = sg == BLOCK2D_SUB_GROUP          # 2D block messages need a sub-group of 16 (SPV2D, OCL2D)
     if sgm_count * sgn_count > MAX_SUBGROUPS_PER_WG:
         raise PlanRejected(f"{sgm_count}x{sgn_count} = {sgm_count * sgn_count} sub-groups per work-group: at most "
-                           f"{MAX_SUBGROUPS_PER_WG} ({MAX_SUBGROUPS_PER_WG * 16} work-items) on Xe")
+                           f"{MAX_SUBGROUPS_PER_WG} ({MAX_SUBGROUPS_PER_WG * sg} work-items) on Xe")
     if bm % sgm_count or bn % sgn_count:
         raise PlanRejected(f"work-group tile {bm}x{bn} does not split into {sgm_count}x{sgn_count} sub-group tiles")
     sgm, sgn = bm // sgm_count, bn // sgn_count
     if lay.c != "row":
-        raise PlanRejected("C must be row-major: 2D block stores write row-major blocks only (seed 004)")
-    if lay.a != "row":
+        raise PlanRejected("C must be row-major: 2D block stores write row-major blocks only (seed 004)" if block2d
+                           else "C must be row-major: 1D sub-group block writes store row segments only")
+    if lay.a != "row" and block2d:
         raise PlanRejected("column-major A needs a register reorder after its LD_T load (sycl-tla does one for "
                            "16-bit A); xegemm does not generate that reorder yet: store A row-major")
     try:
@@ -250,48 +277,89 @@ def plan(config: Config) -> Plan:
         raise PlanRejected(f"no DPAS atom for A={t.a}, B={t.b}, accumulator={t.acc}: {exc}") from exc
     if (mma.a, mma.b) != (DTYPE_TO_CODE[t.a], DTYPE_TO_CODE[t.b]) or mma.c != DTYPE_TO_CODE.get(t.acc):
         raise PlanRejected(f"{mma.name} does not take A={t.a}, B={t.b}, accumulator={t.acc}")
+    if mma.n != sg:
+        raise PlanRejected(f"{mma.name} executes at sub-group size {mma.n} (N = the SIMD width), but "
+                           f"tile.subgroup_size is {sg}")
     if sgm % mma.m or sgn % mma.n or bk % mma.k:
         raise PlanRejected(f"sub-group tile {sgm}x{sgn}x{bk} is not a multiple of the {mma.name} shape "
                            f"{mma.m}x{mma.n}x{mma.k}")
     grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
     abits, bbits = mma.a_type.bits, mma.b_type.bits
-    a_type = "TF32" if t.a == "tf32" else None
-    a_plan = _choose("a", config.atoms.a, _candidates("LD", ("N",), abits, 32, bk, a_type),
-                     mma, (sgm, bk), (mma.m, mma.k), (grid[0], grid[2]), transpose=False)
-    if lay.b == "row":
-        layouts = ("V",) if bbits in (8, 16) else ("N",)
-        b_cands = _candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
-        b_extent, b_transpose = (bk, sgn), False
-    else:
-        b_cands = _candidates("LD", ("T",), bbits, sgn, bk)
-        b_extent, b_transpose = (sgn, bk), True
-    b_plan = _choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
-                     transpose=b_transpose)
     c_bits = {"f32": 32, "s32": 32, "f16": 16, "bf16": 16}.get(t.c, 0)
+    if block2d:
+        a_type = "TF32" if t.a == "tf32" else None
+        a_plan = _choose("a", config.atoms.a, _candidates("LD", ("N",), abits, 32, bk, a_type),
+                         mma, (sgm, bk), (mma.m, mma.k), (grid[0], grid[2]), transpose=False)
+        if lay.b == "row":
+            layouts = ("V",) if bbits in (8, 16) else ("N",)
+            b_cands = _candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
+            b_extent, b_transpose = (bk, sgn), False
+        else:
+            b_cands = _candidates("LD", ("T",), bbits, sgn, bk)
+            b_extent, b_transpose = (sgn, bk), True
+        b_plan = _choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
+                         transpose=b_transpose)
+    else:
+        for operand in ("a", "b", "c"):
+            named = getattr(config.atoms, operand)
+            if named:
+                raise PlanRejected(f"atoms.{operand} = {named} is an Xe 2D block copy, but sub-group size {sg} "
+                                   "plans move tiles with 1D sub-group block messages (no 2D block IO at SIMD8, "
+                                   f"xe_atoms.md §2): leave atoms.{operand} unset")
+        a_extent, a_transpose = ((sgm, bk), False) if lay.a == "row" else ((bk, sgm), True)
+        a_plan = _choose_block1d("a", "LD", abits, sg, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
+                                 a_transpose)
+        b_extent, b_transpose = ((bk, sgn), False) if lay.b == "row" else ((sgn, bk), True)
+        b_plan = _choose_block1d("b", "LD", bbits, sg, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
+                                 b_transpose)
     if t.c != t.acc:
         raise PlanRejected(f"C type {t.c} differs from the accumulator {t.acc}: the epilogue converts nothing yet")
-    c_plan = _choose("c", config.atoms.c, _candidates("ST", ("N",), c_bits, 8, sgn), mma, (sgm, sgn),
-                     (mma.m, mma.n), (grid[0], grid[1]), transpose=False)
+    if block2d:
+        c_plan = _choose("c", config.atoms.c, _candidates("ST", ("N",), c_bits, 8, sgn), mma, (sgm, sgn),
+                         (mma.m, mma.n), (grid[0], grid[1]), transpose=False)
+    else:
+        c_plan = _choose_block1d("c", "ST", c_bits, sg, mma, (sgm, sgn), (mma.m, mma.n), (grid[0], grid[1]),
+                                 False)
     if config.pipeline.prefetch:
         a_plan = _with_prefetch(a_plan)
         b_plan = _with_prefetch(b_plan)
     registers = _register_estimate(config, mma, a_plan, b_plan, sgm, sgn)
     budget = config.target.grf
     if registers["total_grf"] > budget:
+        width = GRF_BYTES_BY_SIMD[mma.n]
         raise PlanRejected(
             f"registers: accumulators {registers['acc_grf']} + A {registers['a_grf']} + B {registers['b_grf']} + "
             f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
-            f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
+            + (f"of {width} B at sub-group size {sg} " if width != GRF_BYTES else "")
+            + f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
     name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom)
     return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name)
+
+
+def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid, transpose) -> OperandPlan:
+    """The smallest 1D sub-group block tile whose lane map holds whole fragments of the MMA operand."""
+    candidates = enumerate_block1d_atoms(lanes, op, bits, max_rows=extent[0], max_cols=extent[1])
+    try:
+        return _choose(operand, None, candidates, mma, extent, frag_shape, frag_grid, transpose)
+    except PlanRejected as exc:
+        if not transpose:
+            raise
+        in_rows, over_lanes = {"a": ("m", "k"), "b": ("k", "n")}[operand]
+        raise PlanRejected(
+            f"{exc}. A 1D sub-group block message deals one memory row over the lanes and neither transposes nor "
+            f"VNNI-packs it: column-major {operand.upper()} has {in_rows} along its memory rows, but {mma.name} "
+            f"spreads {over_lanes} over the lanes of {operand.upper()}; store {operand.upper()} row-major") from None
 
 
 def native_surface_violations(config: Config) -> list[str]:
     """Rules of 2D block surfaces the problem breaks (xe_atoms.md §2), each with the padding that fixes it.
 
     Base 64-byte aligned (for every batch), pitch a multiple of 16 bytes and >= the width, width >= 64 bytes.
-    xegemm lays each operand out with pitch = width, so the rules land on the problem's dimensions.
+    xegemm lays each operand out with pitch = width, so the rules land on the problem's dimensions.  Plans of
+    another sub-group size copy with 1D block messages: their rules are :func:`block1d_surface_violations`.
     """
+    if config.tile.subgroup_size != BLOCK2D_SUB_GROUP:
+        return block1d_surface_violations(config)
     p, t, lay = config.problem, config.types, config.layout
     nbytes = {"bf16": 2, "f16": 2, "tf32": 4, "f32": 4, "s8": 1, "u8": 1, "s32": 4}
     surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, p.m if lay.a == "row" else p.k,
@@ -314,9 +382,38 @@ def native_surface_violations(config: Config) -> list[str]:
     return out
 
 
+def block1d_surface_violations(config: Config) -> list[str]:
+    """Rules of 1D sub-group block messages the problem breaks, each with the padding that fixes it.
+
+    Every row a message starts must be 4-byte aligned for reads and 16-byte aligned for writes (OCLSG
+    "Restrictions"); buffers are, and a tile's rows start at multiples of its width (S chunks, >= 8 B for
+    reads, 32 B for the f32/s32 C rows), so the rules land on the pitches (= the rows' widths) of A, B and C
+    (batch strides are multiples of them).  Tiles over an edge use element accesses: no width minimum.
+    """
+    from xegemm.atoms.block1d import READ_ALIGN_BYTES, WRITE_ALIGN_BYTES  # noqa: PLC0415
+
+    p, t, lay = config.problem, config.types, config.layout
+    nbytes = {"bf16": 2, "f16": 2, "tf32": 4, "f32": 4, "s8": 1, "u8": 1, "s32": 4}
+    surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, nbytes.get(t.a, 4),
+                 READ_ALIGN_BYTES, "reads"),
+                ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, nbytes.get(t.b, 4),
+                 READ_ALIGN_BYTES, "reads"),
+                ("C", "N", p.n, nbytes.get(t.c, 4), WRITE_ALIGN_BYTES, "writes")]
+    out = []
+    for name, dim, cols, eb, align, verb in surfaces:
+        pitch = cols * eb
+        if pitch % align:
+            mult = align // math.gcd(align, eb)
+            out.append(f"{name} pitch {pitch} B is not a multiple of {align} B (1D sub-group block {verb} need "
+                       f"{align}-byte aligned rows): pad {dim} to a multiple of {mult} ({-(-cols // mult) * mult})")
+    return out
+
+
 def _with_prefetch(op: OperandPlan) -> OperandPlan:
     """The prefetch atom for an operand's loads: the same memory block, row-major, no registers."""
     a = op.atom
+    if isinstance(a, Block1DAtom):
+        return OperandPlan(op.operand, op.atom, op.tiles, op.fragments, a.prefetch)
     pf = CopyAtom(a.type_name if not a.packed else a.type_name, a.rows, a.cols, "PF", "N", a.packed)
     if not pf.legal:
         pf = CopyAtom(COPY_TYPE_OF_BITS[a.elem_bits], a.rows, a.cols, "PF", "N", False)
@@ -326,9 +423,10 @@ def _with_prefetch(op: OperandPlan) -> OperandPlan:
 
 
 def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
-    grf = lambda nbytes: -(-nbytes // GRF_BYTES)  # noqa: E731
+    lanes, width = config.tile.subgroup_size, GRF_BYTES_BY_SIMD[mma.n]
+    grf = lambda nbytes: -(-nbytes // width)  # noqa: E731
     acc = grf(sgm * sgn * mma.d_type.bits // 8)
-    a = grf(a_plan.per_kstep * a_plan.atom.register_bytes * 16)
-    b = grf(b_plan.per_kstep * b_plan.atom.register_bytes * 16)
+    a = grf(a_plan.per_kstep * a_plan.atom.register_bytes * lanes)
+    b = grf(b_plan.per_kstep * b_plan.atom.register_bytes * lanes)
     return {"acc_grf": acc, "a_grf": a, "b_grf": b, "reserved_grf": RESERVED_GRF,
             "total_grf": acc + a + b + RESERVED_GRF, "budget_grf": config.target.grf}

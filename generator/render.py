@@ -66,24 +66,33 @@ def _fragment_helpers(plan) -> str:
 
 
 def _copy_library(atoms, lowering: str, profile=None) -> str:
+    from xegemm.atoms.block1d import Block1DAtom  # noqa: PLC0415
+
     atoms = list(dict.fromkeys(atoms))
     if lowering == "portable":
         template = "copy/portable.cl.j2"
-        return "\n".join([render_macro(template, "prelude")] + [render_macro(template, "define", a) for a in atoms])
+        block2d = [a for a in atoms if not isinstance(a, Block1DAtom)]
+        parts = [render_macro(template, "prelude")] + [render_macro(template, "define", a) for a in block2d] \
+            if block2d else []
+        parts += [render_macro("copy/block1d.cl.j2", "portable", a) for a in atoms if isinstance(a, Block1DAtom)]
+        return "\n".join(parts)
     from xegemm.native import lower_copy  # noqa: PLC0415
 
     lowered = [(a, lower_copy(a, profile)) for a in atoms]
     declared = list(dict.fromkeys(m.declaration for _, ms in lowered for m in ms if m.declaration))
     parts = [render_macro("copy/native.cl.j2", "declarations", declared)] if declared else []
-    parts += [render_macro("copy/native.cl.j2", "define", a, ms, profile.spelling == "ib") for a, ms in lowered]
+    parts += [render_macro("copy/block1d.cl.j2", "native", a, ms) if isinstance(a, Block1DAtom) else
+              render_macro("copy/native.cl.j2", "define", a, ms, profile.spelling == "ib") for a, ms in lowered]
     return "\n".join(parts)
 
 
-def render_kernel(plan, lowering: str = "portable", profile=None) -> str:
+def render_kernel(plan, lowering: str = "portable", profile=None, mma_lowering: str | None = None) -> str:
     """The OpenCL C source of one planned kernel in the given lowering (deterministic for a plan).
 
     The native lowering needs the compiler's profile (xegemm.native.native_profile): it decides how
-    each copy atom is spelled, split or replaced.
+    each copy atom is spelled, split or replaced.  ``mma_lowering`` renders the DPAS atoms in another
+    lowering than the copies (default: the same), e.g. native 1D block copies with portable DPAS to run the
+    native copy code on a device without DPAS.
     """
     from xegemm import __version__  # noqa: PLC0415
     from xegemm.atoms.mma import render_mma  # noqa: PLC0415
@@ -109,7 +118,7 @@ def render_kernel(plan, lowering: str = "portable", profile=None) -> str:
         typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),
         copy_library=_copy_library(copies, lowering, profile),
         profile_name=profile.name if profile is not None else None,
-        mma_library=render_mma(plan.mma, lowering),
+        mma_library=render_mma(plan.mma, mma_lowering or lowering),
         fragment_helpers=_fragment_helpers(plan),
     )
     return environment().get_template("gemm.cl.j2").render(**context)

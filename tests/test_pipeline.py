@@ -95,7 +95,7 @@ def test_build_failure_is_recorded_with_its_log(session, monkeypatch, tmp_path):
     ("tile: {workgroup: [64, 64, 8], subgroups: [2, 2]}", "not a multiple of the XE_8x16x16"),
     ("layout: {a: col}", "column-major A"),
     ("tile: {workgroup: [64, 48, 32], subgroups: [2, 2]}", "not a multiple of the XE_8x16x16"),
-    ("tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 8}", "sub-group size 8"),
+    ("tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 32}", "sub-group size 32"),
     ("atoms: {a: XE_2D_U16x16x16_LD_T}", "does not produce the A operand layout"),
     ("atoms: {b: XE_2D_U8x32x16_LD_V}", "moves 8-bit elements"),
     ("types: {a: f16, b: bf16}", "no DPAS atom"),

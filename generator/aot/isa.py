@@ -68,8 +68,10 @@ class Instruction:
     @property
     def message_kind(self) -> str | None:
         """``load_block2d``, ``prefetch_block2d``, ``store_block2d``, ``prefetch`` (any other load to
-        null), ``store_block1d`` (a transposed SIMD1 store: sub-group block write), ``scratch_read`` /
-        ``scratch_write`` (register spill traffic), or else the LSC op (``load``, ``store``, ...)."""
+        null), ``store_block1d`` / ``load_block1d`` (a transposed SIMD1 store / load: a sub-group block
+        write / read), ``load_payload`` (a transposed load from ``bti[255]``: IGC's prologue fetching the
+        thread payload), ``scratch_read`` / ``scratch_write`` (register spill traffic), or else the LSC op
+        (``load``, ``store``, ...)."""
         if self.message is None:
             return None
         op = self.message.split()[0].split(".")[0]
@@ -80,8 +82,14 @@ class Instruction:
             return "prefetch_block2d" if to_null else "load_block2d"
         if op == "load" and to_null:
             return "prefetch"
-        if op == "store" and re.search(r"\.d\d+x\d+t\b", self.message):
+        transposed = re.search(r"\.d\d+x\d+t\b", self.message)
+        if op == "store" and transposed:
             return "store_block1d"
+        if op == "load" and transposed:
+            # Seen on pvc: the first sends of every kernel, ``load.ugm.d32x32t.a32.ca.ca.bti[255]`` from the
+            # payload pointer r255, before any kernel code; a sub-group block read of a buffer uses the
+            # buffer's own binding (``bti[0]``...) or a64 addresses (dg2: ``load.ugm.d32x8t.a32...bti[0]``).
+            return "load_payload" if "bti[255]" in self.message else "load_block1d"
         return op
 
 

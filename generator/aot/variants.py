@@ -2,8 +2,10 @@
 ocloc for a real Xe target, its machine code counted and compared with what the plan predicts.
 
 A build that succeeds proves little on an old compiler (it may drop or mangle messages), so a variant whose
-main loop does not issue exactly the planned dpas and 2D block loads, or whose epilogue lacks its stores, is
-``failed_build`` with the counts in the reason.  Spills are reported.
+main loop does not issue exactly the planned dpas and 2D block loads (for the SIMD8 plans of dg2: the 1D
+sub-group block reads, one per tile row), or whose epilogue lacks its stores, is ``failed_build`` with the
+counts in the reason.  Spills are reported.  A plan is built only for a target that has its DPAS width (pvc:
+SIMD16, dg2: SIMD8) and, for 2D block copies, 2D block messages.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from xegemm.config import load_config
 from xegemm.errors import XegemmError
 
 GATED = ("dpas", "load_block2d")                       # must match: the main loop, once
+GATED_BLOCK1D = ("load_block1d",)                        # ... and, for 1D block plans, their block reads
 REPORTED = ("store_block2d", "store_block1d")            # shown beside the prediction (loop unrolling varies)
+
+
+def gated(plan) -> tuple[str, ...]:
+    """The counts a plan's machine code must match exactly."""
+    return GATED + (GATED_BLOCK1D if plan.uses_block1d else ())
 
 
 def predicted_counts(plan, profile) -> dict:
@@ -32,6 +40,8 @@ def predicted_counts(plan, profile) -> dict:
            "load_block2d": plan.a.per_kstep * a["load_block2d"] + plan.b.per_kstep * b["load_block2d"],
            "store_block2d": plan.c.per_kstep * c["store_block2d"],
            "store_block1d": plan.c.per_kstep * c["store_block1d"]}
+    if plan.uses_block1d:       # one 1D block read per row of every A and B tile
+        out["load_block1d"] = plan.a.per_kstep * a["load_block1d"] + plan.b.per_kstep * b["load_block1d"]
     if plan.config.pipeline.prefetch:
         pa, pb = count_messages(lower_copy(plan.a.prefetch, profile)), count_messages(lower_copy(plan.b.prefetch,
                                                                                                  profile))
@@ -43,6 +53,7 @@ def predicted_counts(plan, profile) -> dict:
 def _measured(stats) -> dict:
     d = stats.to_dict()
     d["store_block1d"] = stats.messages.get("store_block1d", 0)
+    d["load_block1d"] = stats.messages.get("load_block1d", 0)
     d["prefetch_lsc"] = stats.messages.get("prefetch", 0)
     return d
 
@@ -55,7 +66,7 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     k-step; stores and prefetches are reported beside their predictions, spills in the reason.
     """
     from xegemm.aot.build import compile_kernel  # noqa: PLC0415
-    from xegemm.aot.toolchain import require_ocloc  # noqa: PLC0415
+    from xegemm.aot.toolchain import get_target, require_ocloc  # noqa: PLC0415
     from xegemm.native import NativeUnsupported, native_profile  # noqa: PLC0415
     from xegemm.pipeline import plan_variants  # noqa: PLC0415
     from xegemm.plan import native_surface_violations  # noqa: PLC0415
@@ -63,6 +74,7 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     from xegemm.report import write_json_atomic  # noqa: PLC0415
 
     require_ocloc()
+    hw = get_target(target)
     config = load_config(config_path)
     profile = native_profile(profile_name, target)
     out = Path(out_dir or Path("runs") / f"build-{config.name}-{target}")
@@ -75,9 +87,13 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
                  "profile": profile.name, "isa": None, "predicted": None}
         if pv.plan is None:
             entry["status"] = "rejected"
-        elif target != "pvc":
-            entry.update(status="rejected", reason=f"{target} has no 2D block messages (Xe-HPG) and SIMD8 DPAS; "
-                         "xegemm plans Xe 2D block + SIMD16 DPAS kernels (pvc, bmg) only")
+        elif not pv.plan.uses_block1d and not hw.has_block2d:
+            entry.update(status="rejected", reason=f"{target} has no 2D block messages ({hw.arch}) and SIMD{hw.simd} "
+                         f"DPAS; this plan uses Xe 2D block copies and SIMD{pv.plan.mma.n} DPAS: set "
+                         f"tile.subgroup_size: {hw.simd} for 1D sub-group block copies + SIMD{hw.simd} DPAS")
+        elif pv.plan.mma.n != hw.simd:
+            entry.update(status="rejected", reason=f"{target} executes DPAS at SIMD{hw.simd}; {pv.plan.mma.name} "
+                         f"runs at sub-group size {pv.plan.mma.n}: set tile.subgroup_size: {hw.simd}")
         elif (surface := native_surface_violations(pv.config)):
             entry.update(status="rejected", reason="native 2D block surfaces: " + "; ".join(surface))
         else:
@@ -98,10 +114,11 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
             else:
                 entry["isa"] = build.stats.to_dict()
                 measured = _measured(build.stats)
-                entry["measured_messages"] = {k: measured[k] for k in GATED + REPORTED}
+                must = gated(pv.plan)
+                entry["measured_messages"] = {k: measured[k] for k in must + REPORTED}
                 entry["measured_messages"]["prefetch_lsc"] = measured["prefetch_lsc"]
                 wrong = [f"{k}: ISA has {measured[k]}, the plan needs {entry['predicted'][k]}"
-                         for k in GATED if measured[k] != entry["predicted"][k]]
+                         for k in must if measured[k] != entry["predicted"][k]]
                 if wrong:
                     entry.update(status="failed_build", reason="machine code does not match the plan (a message "
                                  "dropped, split or unrolled by the compiler): " + "; ".join(wrong))
