@@ -81,6 +81,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
+from xegemm.atoms.block1d import NAME_RE as BLOCK1D_ATOM_NAME
 from xegemm.atoms.copy import NAME_RE as COPY_ATOM_NAME
 
 from xegemm.errors import XegemmError
@@ -279,14 +280,16 @@ DTYPE_ALIASES = {
 LAYOUTS = ("row", "col")
 LAYOUT_ALIASES = {"row_major": "row", "column": "col", "col_major": "col", "column_major": "col"}
 
-_COPY_ATOM = COPY_ATOM_NAME  # the copy atom model owns the naming pattern
+# the copy atom models own the naming patterns: 2D block atoms, and 1D block atoms for SIMD8 (dg2) plans
+_COPY_ATOM = re.compile(f"(?:{COPY_ATOM_NAME.pattern})|(?:{BLOCK1D_ATOM_NAME.pattern})")
 _MMA_TYPE = r"(?:TF32|BF16|F16|F32|S32|S8|U8|S4|U4)"
 _MMA_ATOM = re.compile(rf"XE_[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*_{_MMA_TYPE}{{4}}_TT")
 
 _dtype = _word("data type", DTYPES, DTYPE_ALIASES)
 _layout = _word("layout", LAYOUTS, LAYOUT_ALIASES)
-_copy_atom = _atom_name("a 2D block copy", _COPY_ATOM,
-                        "XE_2D_[Packed_]<U4|U8|U16|U32|U64|TF32>x<rows>x<cols>_<LD|ST|PF>_<N|T|V>",
+_copy_atom = _atom_name("a block copy", _COPY_ATOM,
+                        "XE_2D_[Packed_]<U4|U8|U16|U32|U64|TF32>x<rows>x<cols>_<LD|ST|PF>_<N|T|V> or "
+                        "XE_1D_<U8|U16|U32|U64>x<rows>x<cols>_<LD|ST|PF>_SG<S>",
                         "XE_2D_U16x32x32_LD_N")
 _mma_atom = _atom_name("an MMA", _MMA_ATOM, "XE_<M>x<N>x<K>_<D><A><B><C>_TT", "XE_8x16x16_F32BF16BF16F32_TT")
 

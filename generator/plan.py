@@ -302,16 +302,16 @@ def plan(config: Config) -> Plan:
     else:
         for operand in ("a", "b", "c"):
             named = getattr(config.atoms, operand)
-            if named:
+            if named and not named.startswith("XE_1D_"):
                 raise PlanRejected(f"atoms.{operand} = {named} is an Xe 2D block copy, but sub-group size {sg} "
                                    "plans move tiles with 1D sub-group block messages (no 2D block IO at SIMD8, "
-                                   f"xe_atoms.md §2): leave atoms.{operand} unset")
+                                   f"xe_atoms.md §2): name an XE_1D_..._SG{sg} atom or leave atoms.{operand} unset")
         a_extent, a_transpose = ((sgm, bk), False) if lay.a == "row" else ((bk, sgm), True)
         a_plan = _choose_block1d("a", "LD", abits, sg, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
-                                 a_transpose)
+                                 a_transpose, config.atoms.a)
         b_extent, b_transpose = ((bk, sgn), False) if lay.b == "row" else ((sgn, bk), True)
         b_plan = _choose_block1d("b", "LD", bbits, sg, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
-                                 b_transpose)
+                                 b_transpose, config.atoms.b)
     if t.c != t.acc:
         raise PlanRejected(f"C type {t.c} differs from the accumulator {t.acc}: the epilogue converts nothing yet")
     if block2d:
@@ -319,7 +319,7 @@ def plan(config: Config) -> Plan:
                          (mma.m, mma.n), (grid[0], grid[1]), transpose=False)
     else:
         c_plan = _choose_block1d("c", "ST", c_bits, sg, mma, (sgm, sgn), (mma.m, mma.n), (grid[0], grid[1]),
-                                 False)
+                                 False, config.atoms.c)
     if config.pipeline.prefetch:
         a_plan = _with_prefetch(a_plan)
         b_plan = _with_prefetch(b_plan)
@@ -336,9 +336,13 @@ def plan(config: Config) -> Plan:
     return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name)
 
 
-def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid, transpose) -> OperandPlan:
-    """The smallest 1D sub-group block tile whose lane map holds whole fragments of the MMA operand."""
-    candidates = enumerate_block1d_atoms(lanes, op, bits, max_rows=extent[0], max_cols=extent[1])
+def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid, transpose,
+                    explicit: str | None = None) -> OperandPlan:
+    """The named 1D sub-group block tile, or the smallest whose lane map holds whole fragments of the operand."""
+    if explicit:
+        candidates = [Block1DAtom.parse(explicit).check()]
+    else:
+        candidates = enumerate_block1d_atoms(lanes, op, bits, max_rows=extent[0], max_cols=extent[1])
     try:
         return _choose(operand, None, candidates, mma, extent, frag_shape, frag_grid, transpose)
     except PlanRejected as exc:

@@ -60,7 +60,8 @@ BAD_CONFIGS = [
     ("constraint_forbidden.yaml", 3, "constraints[0]", "forbidden construct: dunder name '__import__'"),
     ("bad_mma_atom.yaml", 3, "atoms.mma", "expected an MMA atom name XE_<M>x<N>x<K>_<D><A><B><C>_TT"),
     ("bad_copy_atom.yaml", 4, "atoms.b",
-     "expected a 2D block copy atom name XE_2D_[Packed_]<U4|U8|U16|U32|U64|TF32>x<rows>x<cols>_<LD|ST|PF>_<N|T|V>"),
+     "expected a block copy atom name XE_2D_[Packed_]<U4|U8|U16|U32|U64|TF32>x<rows>x<cols>_<LD|ST|PF>_<N|T|V> "
+     "or XE_1D_<U8|U16|U32|U64>x<rows>x<cols>_<LD|ST|PF>_SG<S>"),
     ("duplicate_key.yaml", 3, "pipeline", "duplicate key (first set at line 2)"),
     ("python_tag.yaml", 2, "name", "unsupported YAML tag 'tag:yaml.org,2002:python/object/apply:os.system'"),
     ("subgroup_size.yaml", 3, "tile.subgroup_size", "expected a sub-group size: one of 8, 16, 32, found 12"),
@@ -378,3 +379,9 @@ def test_names_in_constraints_must_be_config_keys(expression, message):
 def test_constraint_objects_refuse_forbidden_text_too():
     with pytest.raises(ConfigError, match="forbidden construct: lambda"):
         Constraint("lambda: 1")
+
+
+def test_one_dimensional_block_atoms_are_accepted_by_name():
+    cfg = config_from_text("problem: {m: 64, n: 64, k: 64}\ntile: {subgroup_size: 8}\n"
+                           "atoms: {a: XE_1D_U16x8x16_LD_SG8, c: XE_1D_U32x8x8_ST_SG8}\n")
+    assert cfg.atoms.a == "XE_1D_U16x8x16_LD_SG8" and cfg.atoms.c == "XE_1D_U32x8x8_ST_SG8"

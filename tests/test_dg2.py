@@ -385,3 +385,14 @@ def test_representative_dg2_variants_issue_the_predicted_machine_code(tmp_path):
     assert all(v["status"] == "rejected" for v in pvc["variants"])
     assert any("pvc executes DPAS at SIMD16; XE_8x8x16_F32BF16BF16F32_TT runs at sub-group size 8" in v["reason"]
                for v in pvc["variants"])
+
+
+def test_named_1d_atoms_are_planned_and_2d_names_are_refused():
+    from xegemm.config import config_from_text
+    from xegemm.plan import PlanRejected, plan
+
+    base = "problem: {m: 64, n: 64, k: 64}\ntile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 8}\n"
+    p = plan(config_from_text(base + "atoms: {a: XE_1D_U16x8x16_LD_SG8, c: XE_1D_U32x8x8_ST_SG8}\n"))
+    assert p.a.atom.name == "XE_1D_U16x8x16_LD_SG8" and p.c.atom.name == "XE_1D_U32x8x8_ST_SG8"
+    with pytest.raises(PlanRejected, match="is an Xe 2D block copy"):
+        plan(config_from_text(base + "atoms: {a: XE_2D_U16x8x16_LD_N}\n"))
