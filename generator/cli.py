@@ -39,10 +39,14 @@ def cmd_devices(args) -> int:
 
 def _atom(name: str):
     """A copy or MMA atom by name (raises the model's error for an illegal or unknown name)."""
+    from xegemm.atoms.block1d import Block1DAtom  # noqa: PLC0415
     from xegemm.atoms.copy import CopyAtom  # noqa: PLC0415
     from xegemm.atoms.mma import MmaAtom  # noqa: PLC0415
 
-    return CopyAtom.parse(name) if name.strip().startswith("XE_2D_") else MmaAtom.parse(name)
+    name = name.strip()
+    if name.startswith("XE_1D_"):
+        return Block1DAtom.parse(name).check()
+    return CopyAtom.parse(name) if name.startswith("XE_2D_") else MmaAtom.parse(name)
 
 
 def cmd_atoms_list(args) -> int:
@@ -72,9 +76,22 @@ def cmd_atoms_list(args) -> int:
 
 
 def cmd_atoms_show(args) -> int:
+    from xegemm.atoms.block1d import Block1DAtom  # noqa: PLC0415
     from xegemm.atoms.copy import CopyAtom  # noqa: PLC0415
 
     atom = _atom(args.name)
+    if isinstance(atom, Block1DAtom):
+        lm = atom.lane_map
+        if args.json:
+            print(json.dumps({"name": atom.name, "lanes": lm.lanes, "map": lm.to_json(),
+                              **{k: v for k, v in atom.describe().items() if k != "name"}}))
+            return 0
+        print(f"{atom.name}: {atom.rows} rows x {atom.cols} cols, one {atom.builtin} per row "
+              f"(sub-group of {lm.lanes}); per work-item {atom.register_type or 'no registers'}")
+        if atom.elems_per_lane:
+            print()
+            print(lm.format_table(None if args.all else 16))
+        return 0
     if isinstance(atom, CopyAtom):
         if not atom.legal:
             try:

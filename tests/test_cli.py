@@ -75,3 +75,10 @@ def test_bad_config_is_a_clear_error(tmp_path, capsys):
     assert main(["generate", str(cfg), "--out", str(tmp_path / "k")]) == 2
     err = capsys.readouterr().err
     assert "bad.yaml:2" in err and "did you mean 'types'" in err
+
+
+def test_atoms_show_1d_block_atom(capsys):
+    data = _json(capsys, ["atoms", "show", "XE_1D_U16x8x16_LD_SG8", "--json"])
+    assert data["lanes"] == 8
+    assert data["map"][3] == [[r, 2 * 3 + j] for r in range(8) for j in range(2)]   # the SIMD8 bf16 A operand
+    assert main(["atoms", "show", "XE_1D_U16x8x16_LD_SG3"]) == 2
