@@ -26,10 +26,7 @@ except ``problem`` has a default; this is the complete list with the defaults::
     target:
       grf: 256                        # registers per thread: 128 | 256 (-cl-intel-<n>-GRF-per-thread)
     verify:
-      enabled: true                   # compare every variant against a numpy reference
       seed: 0                         # seed of the random inputs
-      rtol: null                      # null = the per-dtype default of the verifier
-      atol: null
     profile:
       warmup: 10                      # untimed launches before timing
       repeats: 100                    # timed launches (at least)
@@ -83,6 +80,7 @@ import yaml
 
 from xegemm.atoms.block1d import NAME_RE as BLOCK1D_ATOM_NAME
 from xegemm.atoms.copy import NAME_RE as COPY_ATOM_NAME
+from xegemm.dtypes import DTYPE_BITS
 
 from xegemm.errors import XegemmError
 
@@ -197,20 +195,6 @@ def _non_negative_number(value: Any) -> float:
     raise _expected("a non-negative number", value)
 
 
-def _optional_non_negative_number(value: Any) -> float | None:
-    if value is None:
-        return None
-    if _is_number(value) and value >= 0:
-        return float(value)
-    raise _expected("a non-negative number or null", value)
-
-
-def _boolean(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise _expected("true or false", value)
-
-
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -271,7 +255,7 @@ def _atom_name(kind: str, pattern: re.Pattern[str], spelling: str, example: str)
     return check
 
 
-DTYPES = ("f16", "bf16", "tf32", "f32", "f64", "s8", "u8", "s4", "u4", "s32")
+DTYPES = tuple(DTYPE_BITS)  # f16 bf16 tf32 f32 f64 s8 u8 s4 u4 s32
 DTYPE_ALIASES = {
     "half": "f16", "fp16": "f16", "float16": "f16", "bfloat16": "bf16", "float": "f32", "fp32": "f32",
     "float32": "f32", "double": "f64", "fp64": "f64", "float64": "f64", "int8": "s8", "i8": "s8",
@@ -368,12 +352,10 @@ class Target:
 
 @dataclass(frozen=True)
 class Verify:
-    """Verification against a numpy reference; None tolerances mean the verifier's per-dtype default."""
+    """Verification against a numpy reference: always on, with a tolerance derived from the types and K
+    (xegemm.verify); the seed of the random inputs is the one setting."""
 
-    enabled: bool = _key(_boolean, True)
     seed: int = _key(_non_negative_int, 0)
-    rtol: float | None = _key(_optional_non_negative_number, None)
-    atol: float | None = _key(_optional_non_negative_number, None)
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,9 @@ class VariantResult:
 def params_of(config: Config) -> dict:
     """The tunable parameters of a resolved config, flat (the columns a profiler CSV would have)."""
     t, lay, tile = config.types, config.layout, config.tile
-    return {"a": t.a, "b": t.b, "acc": t.acc, "c": t.c, "layout": f"{lay.a}/{lay.b}/{lay.c}",
+    p = config.problem
+    return {"m": p.m, "n": p.n, "k": p.k, "batch": p.batch,
+            "a": t.a, "b": t.b, "acc": t.acc, "c": t.c, "layout": f"{lay.a}/{lay.b}/{lay.c}",
             "wg_m": tile.workgroup[0], "wg_n": tile.workgroup[1], "wg_k": tile.workgroup[2],
             "sg_m": tile.subgroups[0], "sg_n": tile.subgroups[1], "subgroup_size": tile.subgroup_size,
             "prefetch": config.pipeline.prefetch, "grf": config.target.grf,
@@ -91,21 +93,37 @@ def plan_variants(config: Config) -> list[PlannedVariant]:
             continue
         try:
             p = plan(variant.config)
-        except PlanRejected as exc:
+        except XegemmError as exc:   # PlanRejected, or an atom the model rejects (AtomError, MmaAtomError, ...)
             out.append(PlannedVariant(variant, None, str(exc)))
             continue
-        if p.name in seen:   # two sweep points that resolve to the same kernel
+        key = (p.name, variant.config.problem, variant.config.verify, variant.config.profile)
+        if key in seen:   # two sweep points that resolve to the same kernel on the same problem
             continue
-        seen.add(p.name)
+        seen.add(key)
         out.append(PlannedVariant(variant, p, None))
     return out
 
 
 def render_variant(pv: PlannedVariant, lowering: str = "portable", profile=None) -> str:
-    """The OpenCL C of one planned variant (``profile``: the compiler profile of the native lowering)."""
+    """The OpenCL C of one planned variant (``profile``: the compiler profile of the native lowering).
+
+    Raises PlanRejected when the native lowering cannot express the plan: the problem breaks a surface rule
+    of the block messages, or the compiler profile has no way to issue one of its atoms.
+    """
     if pv.plan is None:
         raise XegemmError(f"variant {pv.name} was rejected: {pv.reason}")
-    return render_kernel(pv.plan, lowering, profile)
+    if lowering != "native":
+        return render_kernel(pv.plan, lowering, profile)
+    from xegemm.native import NativeUnsupported  # noqa: PLC0415
+    from xegemm.plan import native_surface_violations  # noqa: PLC0415
+
+    surface = native_surface_violations(pv.config)
+    if surface:
+        raise PlanRejected("native block surfaces: " + "; ".join(surface))
+    try:
+        return render_kernel(pv.plan, lowering, profile)
+    except NativeUnsupported as exc:
+        raise PlanRejected(str(exc)) from exc
 
 
 def choose_lowering(info, forced: str | None = None):
@@ -139,8 +157,13 @@ def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "port
     for pv in plan_variants(config):
         entry = {"name": pv.name, "status": "generated" if pv.plan else "rejected", "reason": pv.reason,
                  "overrides": _jsonable(pv.variant.overrides), "params": params_of(pv.config)}
+        source = None
         if pv.plan is not None:
-            source = render_variant(pv, lowering, profile)
+            try:
+                source = render_variant(pv, lowering, profile)
+            except PlanRejected as exc:
+                entry.update(status="rejected", reason=str(exc))
+        if source is not None:
             path = out / f"{pv.name}.cl"
             write_text_atomic(path, source)
             entry.update(path=path.name, sha256=hashlib.sha256(source.encode()).hexdigest(),
@@ -182,7 +205,7 @@ class DeviceSession:
         if key != self._problem_key:
             ops = make_operands(config)
             poison = poison_c(config)
-            self._buffers = {"ops": ops, "expected": reference(ops), "a": to_device(self.queue, ops.a_bytes),
+            self._buffers = {"ops": ops, "reference": reference(config, ops), "a": to_device(self.queue, ops.a_bytes),
                              "b": to_device(self.queue, ops.b_bytes), "c": to_device(self.queue, poison),
                              "poison": poison}
             self._problem_key = key
@@ -204,21 +227,14 @@ def run_variant(pv: PlannedVariant, session: DeviceSession, lowering: str = "por
     params = params_of(config)
     if pv.plan is None:
         return VariantResult(pv.name, "rejected", pv.reason, params)
+    try:
+        source = render_variant(pv, lowering, profile)
+    except PlanRejected as exc:
+        return VariantResult(pv.name, "rejected", str(exc), params)
     options = BUILD_OPTIONS
     if lowering == "native":
-        from xegemm.native import NativeUnsupported, build_options  # noqa: PLC0415
-        from xegemm.plan import native_surface_violations  # noqa: PLC0415
-
-        surface = native_surface_violations(config)
-        if surface:
-            return VariantResult(pv.name, "rejected", "native 2D block surfaces: " + "; ".join(surface), params)
-        try:
-            source = render_variant(pv, lowering, profile)
-        except NativeUnsupported as exc:
-            return VariantResult(pv.name, "rejected", str(exc), params)
+        from xegemm.native import build_options  # noqa: PLC0415
         options = f"{BUILD_OPTIONS} {build_options(profile, config.target.grf)}"
-    else:
-        source = render_variant(pv, lowering)
     sha = hashlib.sha256(source.encode()).hexdigest()
     result = VariantResult(pv.name, "ok", None, params, plan=pv.plan.summary(), source_sha256=sha)
     t0 = time.perf_counter()
@@ -244,7 +260,7 @@ def run_variant(pv: PlannedVariant, session: DeviceSession, lowering: str = "por
     try:
         bufs["c"].copy_from_host(bufs["poison"])      # poisoned before every verified run
         submit().wait()
-        verdict = check(config, ops, from_device(bufs["c"], np.uint8, bufs["poison"].shape), bufs["expected"])
+        verdict = check(config, from_device(bufs["c"], np.uint8, bufs["poison"].shape), bufs["reference"])
     except Exception as exc:  # noqa: BLE001 - a launch failure is recorded, the sweep goes on
         result.status, result.reason = "error", f"launch failed: {exc!r}"
         return result
@@ -254,13 +270,25 @@ def run_variant(pv: PlannedVariant, session: DeviceSession, lowering: str = "por
         result.status, result.reason = "failed_verify", verdict.reason
         return result
     prof = config.profile
-    timing = (timer or time_kernel)(submit, prof.warmup, prof.repeats, prof.min_time_ms)
+    try:
+        timing = (timer or time_kernel)(submit, prof.warmup, prof.repeats, prof.min_time_ms)
+    except Exception as exc:  # noqa: BLE001 - verified, but timing failed: recorded, the sweep goes on
+        result.status, result.reason = "error", f"timing failed after verification: {exc!r}"
+        return result
     result.time_ms = timing.as_dict()
-    flops = gemm_flops(p.m, p.n, p.k, p.batch)
-    result.gflops = flops / (timing.median * 1e6)
+    seconds = max(timing.median, 1e-9) * 1e-3
+    result.gflops = gemm_flops(p.m, p.n, p.k, p.batch) / seconds * 1e-9
     moved = ops.a_bytes.nbytes + ops.b_bytes.nbytes + p.batch * p.m * ops.ldc
-    result.gbps = moved / (timing.median * 1e6)
+    result.gbps = moved / seconds * 1e-9
     return result
+
+
+def _source_digest(pv: PlannedVariant, lowering: str, profile) -> str | None:
+    """What the kernel's source is, for the resume key (None for a variant with no kernel)."""
+    try:
+        return hashlib.sha256(render_variant(pv, lowering, profile).encode()).hexdigest()
+    except XegemmError:
+        return None
 
 
 def _save_log(log_dir: Path | None, name: str, log: str) -> str | None:
@@ -277,8 +305,9 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         lowering: str | None = None, progress=sys.stderr, reference_repeats: int = 5) -> dict:
     """Run a config end to end on a device and write results.json, results.csv and report.md into out_dir.
 
-    If ``out_dir`` already holds results of the same config on the same device (an interrupted sweep), the
-    variants recorded there are kept and only the rest are run.
+    If ``out_dir`` already holds results of the same kernels (same source, lowering and compiler profile) on
+    the same problem and device (an interrupted sweep), those are kept and only the rest are run; the reports
+    show exactly this run's variants.
     """
     from xegemm.profile import time_numpy_reference  # noqa: PLC0415
     from xegemm.report import ResultStore, write_reports  # noqa: PLC0415
@@ -295,8 +324,11 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     say = (lambda msg: print(msg, file=progress, flush=True)) if progress else (lambda msg: None)
     say(f"xegemm run {config.source}: {len(planned)} variants on {info.filter_string} ({info.name}), "
         f"lowering {lowering}, results in {out}")
+    keys = []
     for i, pv in enumerate(planned, 1):
-        key = store.key(pv.name, pv.config)
+        key = store.key(pv.name, pv.config, lowering, profile.name if profile else None, _source_digest(pv, lowering,
+                                                                                                      profile))
+        keys.append(key)
         done = store.get(key)
         if done is not None:
             say(f"[{i}/{len(planned)}] {pv.name}: {done['status']} (recorded earlier, kept)")
@@ -306,8 +338,10 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         speed = f" {res.gflops:.1f} GFLOP/s, median {res.time_ms['median']:.3f} ms" if res.status == "ok" else ""
         why = f" - {res.reason}" if res.reason else ""
         say(f"[{i}/{len(planned)}] {pv.name}: {res.status}{speed}{why}")
-    p = config.problem
-    reference = time_numpy_reference(p.m, p.n, p.k, p.batch, repeats=reference_repeats)
-    results = write_reports(store, reference)
+    problems = {(pv.config.problem.m, pv.config.problem.n, pv.config.problem.k, pv.config.problem.batch)
+                for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n, config.problem.k,
+                                                               config.problem.batch)}
+    references = {shape: time_numpy_reference(*shape, repeats=reference_repeats) for shape in sorted(problems)}
+    results = write_reports(store, keys, references, lowering=lowering, profile=profile.name if profile else None)
     say(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}")
     return results

@@ -17,6 +17,7 @@ from xegemm.atoms.copy import SUB_GROUP as BLOCK2D_SUB_GROUP
 from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
 from xegemm.atoms.mma import TARGETS_BY_N, MmaAtom
 from xegemm.config import Config
+from xegemm.dtypes import DTYPE_BITS, DTYPE_CODE, ctype_shape
 from xegemm.errors import XegemmError
 
 GRF_BYTES = 64
@@ -166,7 +167,7 @@ def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int,
     if copy.elem_bits != elem_bits:
         raise PlanRejected(f"{copy.name} moves {copy.elem_bits}-bit elements but {operand.upper()} of {mma.name} "
                            f"holds {elem_bits}-bit elements")
-    frag_bits = _component_bits(mma.ctype(operand))   # fragments are addressed in the operand's components
+    frag_bits = ctype_shape(mma.ctype(operand))[0]   # fragments are addressed in the operand's components
     fragments = {}
     fr, fc = frag_shape
     for i in range(frag_grid[0]):
@@ -184,18 +185,8 @@ def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int,
     return OperandPlan(operand, copy, tiles, fragments)
 
 
-_CBITS = {"char": 8, "uchar": 8, "short": 16, "ushort": 16, "half": 16, "int": 32, "uint": 32, "float": 32,
-          "long": 64, "ulong": 64}
-
-
-def _component_bits(ctype: str) -> int:
-    return _CBITS[ctype.rstrip("0123456789")]
-
-
 # ---- choosing atoms ------------------------------------------------------------------------------------
 
-DTYPE_TO_CODE = {"bf16": "BF16", "f16": "F16", "tf32": "TF32", "f32": "F32", "s8": "S8", "u8": "U8",
-                 "s4": "S4", "u4": "U4", "s32": "S32"}
 COPY_TYPE_OF_BITS = {4: "U4", 8: "U8", 16: "U16", 32: "U32", 64: "U64"}
 
 
@@ -211,8 +202,12 @@ def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int
 
 def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, transpose) -> OperandPlan:
     if explicit:
-        return _plan_operand(operand, CopyAtom.parse(explicit).check(), mma, extent, frag_shape, frag_grid,
-                             transpose)
+        atom = CopyAtom.parse(explicit).check() if isinstance(explicit, str) else explicit
+        want = "ST" if operand == "c" else "LD"
+        if atom.op != want:
+            raise PlanRejected(f"atoms.{operand} = {atom.name} is a {atom.op} atom; {operand.upper()} needs a "
+                               f"{'store (_ST_)' if want == 'ST' else 'load (_LD_)'} atom")
+        return _plan_operand(operand, atom, mma, extent, frag_shape, frag_grid, transpose)
     reasons = []
     for atom in candidates:
         try:
@@ -272,10 +267,10 @@ def plan(config: Config) -> Plan:
                            "16-bit A); xegemm does not generate that reorder yet: store A row-major")
     try:
         mma = (MmaAtom.parse(config.atoms.mma) if config.atoms.mma else
-               MmaAtom.of(DTYPE_TO_CODE[t.a], DTYPE_TO_CODE[t.b], DTYPE_TO_CODE[t.acc], m=math.gcd(8, sgm), n=sg))
+               MmaAtom.of(DTYPE_CODE[t.a], DTYPE_CODE[t.b], DTYPE_CODE[t.acc], m=math.gcd(8, sgm), n=sg))
     except (XegemmError, KeyError) as exc:
         raise PlanRejected(f"no DPAS atom for A={t.a}, B={t.b}, accumulator={t.acc}: {exc}") from exc
-    if (mma.a, mma.b) != (DTYPE_TO_CODE[t.a], DTYPE_TO_CODE[t.b]) or mma.c != DTYPE_TO_CODE.get(t.acc):
+    if (mma.a, mma.b) != (DTYPE_CODE[t.a], DTYPE_CODE[t.b]) or mma.c != DTYPE_CODE.get(t.acc):
         raise PlanRejected(f"{mma.name} does not take A={t.a}, B={t.b}, accumulator={t.acc}")
     if mma.n != sg:
         raise PlanRejected(f"{mma.name} executes at sub-group size {mma.n} (N = the SIMD width), but "
@@ -285,7 +280,7 @@ def plan(config: Config) -> Plan:
                            f"{mma.m}x{mma.n}x{mma.k}")
     grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
     abits, bbits = mma.a_type.bits, mma.b_type.bits
-    c_bits = {"f32": 32, "s32": 32, "f16": 16, "bf16": 16}.get(t.c, 0)
+    c_bits = DTYPE_BITS[t.c]
     if block2d:
         a_type = "TF32" if t.a == "tf32" else None
         a_plan = _choose("a", config.atoms.a, _candidates("LD", ("N",), abits, 32, bk, a_type),
@@ -339,12 +334,10 @@ def plan(config: Config) -> Plan:
 def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid, transpose,
                     explicit: str | None = None) -> OperandPlan:
     """The named 1D sub-group block tile, or the smallest whose lane map holds whole fragments of the operand."""
-    if explicit:
-        candidates = [Block1DAtom.parse(explicit).check()]
-    else:
-        candidates = enumerate_block1d_atoms(lanes, op, bits, max_rows=extent[0], max_cols=extent[1])
+    named = Block1DAtom.parse(explicit).check() if explicit else None
+    candidates = [] if named else enumerate_block1d_atoms(lanes, op, bits, max_rows=extent[0], max_cols=extent[1])
     try:
-        return _choose(operand, None, candidates, mma, extent, frag_shape, frag_grid, transpose)
+        return _choose(operand, named, candidates, mma, extent, frag_shape, frag_grid, transpose)
     except PlanRejected as exc:
         if not transpose:
             raise
@@ -365,12 +358,12 @@ def native_surface_violations(config: Config) -> list[str]:
     if config.tile.subgroup_size != BLOCK2D_SUB_GROUP:
         return block1d_surface_violations(config)
     p, t, lay = config.problem, config.types, config.layout
-    nbytes = {"bf16": 2, "f16": 2, "tf32": 4, "f32": 4, "s8": 1, "u8": 1, "s32": 4}
+    nbytes = {d: max(1, b // 8) for d, b in DTYPE_BITS.items()}
     surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, p.m if lay.a == "row" else p.k,
-                 nbytes.get(t.a, 4)),
+                 nbytes[t.a]),
                 ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, p.k if lay.b == "row" else p.n,
-                 nbytes.get(t.b, 4)),
-                ("C", "N", p.n, p.m, nbytes.get(t.c, 4))]
+                 nbytes[t.b]),
+                ("C", "N", p.n, p.m, nbytes[t.c])]
     out = []
     for name, dim, cols, rows, eb in surfaces:
         width = cols * eb
@@ -397,12 +390,12 @@ def block1d_surface_violations(config: Config) -> list[str]:
     from xegemm.atoms.block1d import READ_ALIGN_BYTES, WRITE_ALIGN_BYTES  # noqa: PLC0415
 
     p, t, lay = config.problem, config.types, config.layout
-    nbytes = {"bf16": 2, "f16": 2, "tf32": 4, "f32": 4, "s8": 1, "u8": 1, "s32": 4}
-    surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, nbytes.get(t.a, 4),
+    nbytes = {d: max(1, b // 8) for d, b in DTYPE_BITS.items()}
+    surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, nbytes[t.a],
                  READ_ALIGN_BYTES, "reads"),
-                ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, nbytes.get(t.b, 4),
+                ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, nbytes[t.b],
                  READ_ALIGN_BYTES, "reads"),
-                ("C", "N", p.n, nbytes.get(t.c, 4), WRITE_ALIGN_BYTES, "writes")]
+                ("C", "N", p.n, nbytes[t.c], WRITE_ALIGN_BYTES, "writes")]
     out = []
     for name, dim, cols, eb, align, verb in surfaces:
         pitch = cols * eb
@@ -418,7 +411,7 @@ def _with_prefetch(op: OperandPlan) -> OperandPlan:
     a = op.atom
     if isinstance(a, Block1DAtom):
         return OperandPlan(op.operand, op.atom, op.tiles, op.fragments, a.prefetch)
-    pf = CopyAtom(a.type_name if not a.packed else a.type_name, a.rows, a.cols, "PF", "N", a.packed)
+    pf = CopyAtom(a.type_name, a.rows, a.cols, "PF", "N", a.packed)
     if not pf.legal:
         pf = CopyAtom(COPY_TYPE_OF_BITS[a.elem_bits], a.rows, a.cols, "PF", "N", False)
     if not pf.legal:

@@ -8,6 +8,9 @@ from importlib import resources
 
 import jinja2
 
+from xegemm.dtypes import UNSIGNED_CTYPE, ctype_shape
+from xegemm.errors import XegemmError
+
 OPENCL_VECTOR_SIZES = (2, 3, 4, 8, 16)
 
 
@@ -37,16 +40,6 @@ def render_macro(template: str, macro: str, *args) -> str:
 
 
 LOWERINGS = ("portable", "native")
-_UNSIGNED = {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}
-_CTYPE_BITS = {"char": 8, "uchar": 8, "short": 16, "ushort": 16, "half": 16, "int": 32, "uint": 32, "float": 32,
-               "long": 64, "ulong": 64}
-
-
-def _vector(ctype: str) -> tuple[int, int]:
-    """(component bits, component count) of an OpenCL C scalar or vector type name."""
-    base = ctype.rstrip("0123456789")
-    n = ctype[len(base):]
-    return _CTYPE_BITS[base], int(n) if n else 1
 
 
 def _fragment_helpers(plan) -> str:
@@ -54,14 +47,14 @@ def _fragment_helpers(plan) -> str:
     out = []
     for operand in (plan.a, plan.b):
         dst = plan.mma.ctype(operand.operand)
-        bits, dst_n = _vector(dst)
-        src_bits, src_n = _vector(operand.atom.register_type)
-        out.append(str(macros.take(dst, _UNSIGNED[bits], dst_n, operand.atom.register_type,
+        bits, dst_n = ctype_shape(dst)
+        src_bits, src_n = ctype_shape(operand.atom.register_type)
+        out.append(str(macros.take(dst, UNSIGNED_CTYPE[bits], dst_n, operand.atom.register_type,
                                    src_n * src_bits // bits)))
     acc = plan.mma.ctype("c")
-    bits, acc_n = _vector(acc)
-    dst_bits, dst_n = _vector(plan.c.atom.register_type)
-    out.append(str(macros.put(acc, _UNSIGNED[bits], acc_n, plan.c.atom.register_type, dst_n * dst_bits // bits)))
+    bits, acc_n = ctype_shape(acc)
+    dst_bits, dst_n = ctype_shape(plan.c.atom.register_type)
+    out.append(str(macros.put(acc, UNSIGNED_CTYPE[bits], acc_n, plan.c.atom.register_type, dst_n * dst_bits // bits)))
     return "\n".join(dict.fromkeys(out))
 
 
@@ -121,4 +114,12 @@ def render_kernel(plan, lowering: str = "portable", profile=None, mma_lowering: 
         mma_library=render_mma(plan.mma, mma_lowering or lowering),
         fragment_helpers=_fragment_helpers(plan),
     )
-    return environment().get_template("gemm.cl.j2").render(**context)
+    source = environment().get_template("gemm.cl.j2").render(**context)
+    if lowering == "native" and profile is not None and profile.spelling == "ocl2d":
+        # no compiler here builds cl_intel_subgroup_2d_block_io: hold every call to the documented prototypes
+        from xegemm.aot.signatures import check_calls  # noqa: PLC0415
+
+        problems = check_calls(source)
+        if problems:
+            raise XegemmError(f"{plan.name}: generated calls break the documented prototypes: " + "; ".join(problems))
+    return source

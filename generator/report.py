@@ -32,11 +32,18 @@ def write_text_atomic(path: Path | str, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; results are ordinary files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: Path | str, data) -> None:
@@ -54,18 +61,30 @@ class ResultStore:
         self.journal = self.out / "results.jsonl"
         self.records: dict[str, dict] = {}
         if self.journal.exists():
-            for line in self.journal.read_text(encoding="utf-8").splitlines():
+            text = self.journal.read_text(encoding="utf-8")
+            if text and not text.endswith("\n"):
+                # an interrupted write left a torn last line: cut it so the next record starts a fresh line
+                keep = text[: text.rfind("\n") + 1]
+                with open(self.journal, "w", encoding="utf-8") as f:
+                    f.write(keep)
+                    f.flush()
+                    os.fsync(f.fileno())
+                text = keep
+            for line in text.splitlines():
                 try:
                     entry = json.loads(line)
                 except json.JSONDecodeError:
                     continue   # a line torn by an interruption: that variant simply runs again
                 self.records[entry["key"]] = entry["result"]
 
-    def key(self, name: str, config) -> str:
-        """What makes a recorded result reusable: kernel, problem, types, device, driver and xegemm version."""
-        ident = {"name": name, "problem": config.to_dict()["problem"], "verify": config.to_dict().get("verify"),
-                 "profile": config.to_dict().get("profile"), "device": self.device.name,
-                 "driver": self.device.driver_version, "filter": self.device.filter_string, "xegemm": __version__}
+    def key(self, name: str, config, lowering: str, compiler_profile: str | None, source_sha256: str | None) -> str:
+        """What makes a recorded result reusable: the kernel (name and source), lowering and compiler profile,
+        problem, verification and timing settings, device, driver and xegemm version."""
+        d = config.to_dict()
+        ident = {"name": name, "source": source_sha256, "lowering": lowering, "compiler_profile": compiler_profile,
+                 "problem": d["problem"], "verify": d.get("verify"), "profile": d.get("profile"),
+                 "device": self.device.name, "driver": self.device.driver_version,
+                 "filter": self.device.filter_string, "xegemm": __version__}
         return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 
     def get(self, key: str) -> dict | None:
@@ -96,22 +115,34 @@ def _sort_key(v: dict):
     return (v["status"] != "ok", -(v.get("gflops") or 0.0), v["name"])
 
 
-def write_reports(store: ResultStore, reference: dict) -> dict:
-    """Write results.json, results.csv and report.md from the journal; return the results.json data."""
+def _shape(params: dict) -> tuple:
+    return tuple(params.get(k) for k in ("m", "n", "k", "batch"))
+
+
+def write_reports(store: ResultStore, keys: list[str], references: dict, lowering: str,
+                  profile: str | None = None) -> dict:
+    """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal);
+    ``references`` maps each problem (m, n, k, batch) to its numpy reference measured in this run."""
     cfg = store.config
-    variants = sorted(store.records.values(), key=_sort_key)
-    ref_gflops = reference.get("gflops")
+    variants = sorted((dict(store.records[k]) for k in dict.fromkeys(keys) if k in store.records), key=_sort_key)
     for v in variants:
-        v["vs_numpy"] = (v["gflops"] / ref_gflops) if v.get("gflops") and ref_gflops else None
+        ref = references.get(_shape(v.get("params", {})))
+        v["vs_numpy"] = (v["gflops"] / ref["gflops"]) if v.get("gflops") and ref and ref.get("gflops") else None
     best = next((v for v in variants if v["status"] == "ok"), None)
+    base = (cfg.problem.m, cfg.problem.n, cfg.problem.k, cfg.problem.batch)
+    reference = references.get(base) or next(iter(references.values()))
     data = {
         "device": store.device.as_dict(),
         "problem": cfg.to_dict()["problem"],
         "types": cfg.to_dict()["types"],
         "layout": cfg.to_dict()["layout"],
         "config": {"name": cfg.name, "source": str(cfg.source)},
+        "lowering": lowering,
+        "compiler_profile": profile,
         "versions": _versions(),
         "reference": reference,
+        "references": [{"problem": dict(zip(("m", "n", "k", "batch"), shape)), **ref}
+                       for shape, ref in sorted(references.items())],
         "best": best["name"] if best else None,
         "variants": variants,
     }
@@ -150,14 +181,17 @@ def _markdown(data: dict) -> str:
     d, p, ref = data["device"], data["problem"], data["reference"]
     lines = [f"# xegemm report: {data['config']['name']}", "",
              f"- device: `{d['filter_string']}` {d['name']} ({d['backend']}, driver {d['driver_version']}, "
-             f"{d['compute_units']} compute units, lowering {d['lowering']})",
+             f"{d['compute_units']} compute units); lowering used: {data['lowering']}"
+             + (f" (compiler profile {data['compiler_profile']})" if data["compiler_profile"] else ""),
              f"- problem: M={p['m']} N={p['n']} K={p['k']} batch={p['batch']}; types "
              f"A={data['types']['a']} B={data['types']['b']} acc={data['types']['acc']} C={data['types']['c']}; "
              f"layouts {data['layout']['a']}/{data['layout']['b']}/{data['layout']['c']}",
              "- versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
              f"- reference measured in this run: numpy {ref['numpy']} float32 matmul, median "
              f"{ref['time_ms']['median']:.3f} ms = {ref['gflops']:.1f} GFLOP/s "
-             f"(OPENBLAS_CORETYPE={ref['openblas_coretype']})", ""]
+             f"(OPENBLAS_CORETYPE={ref['openblas_coretype']})"
+             + (f"; {len(data['references'])} problems, each with its own reference (results.json)"
+                if len(data["references"]) > 1 else ""), ""]
     counts = {}
     for v in data["variants"]:
         counts[v["status"]] = counts.get(v["status"], 0) + 1
@@ -172,13 +206,16 @@ def _markdown(data: dict) -> str:
                   f"CV {t['cv']:.1%}); max abs error {best['max_abs_err']:.3g}", ""]
     else:
         lines += ["## Best variant", "", "No variant verified, so none was timed.", ""]
-    lines += ["## All variants", "",
-              "| variant | status | median ms | GFLOP/s | vs numpy | CV | max abs err | reason |",
-              "|---|---|---|---|---|---|---|---|"]
+    several = len(data["references"]) > 1
+    head = "| variant | " + ("problem | " if several else "") + \
+        "status | median ms | GFLOP/s | vs numpy | CV | max abs err | reason |"
+    lines += ["## All variants", "", head, "|" + "---|" * head.count(" | ") + "---|"]
     for v in data["variants"]:
         t = v.get("time_ms") or {}
         reason = (v.get("reason") or "").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| `{v['name']}` | {v['status']} | {_fmt(t.get('median'), '.3f')} | "
+        prm = v.get("params", {})
+        problem = f"{prm.get('m')}x{prm.get('n')}x{prm.get('k')} | " if several else ""
+        lines.append(f"| `{v['name']}` | {problem}{v['status']} | {_fmt(t.get('median'), '.3f')} | "
                      f"{_fmt(v.get('gflops'), '.1f')} | {_fmt(v.get('vs_numpy'), '.2f')} | "
                      f"{_fmt(t.get('cv'), '.1%')} | {_fmt(v.get('max_abs_err'), '.3g')} | {reason[:300]} |")
     lines.append("")

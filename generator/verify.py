@@ -4,7 +4,8 @@ Inputs are seeded random values rounded to their storage type first, so the devi
 the same numbers; the reference sums the exact products in float64 (int64 for integers).  The tolerance is
 derived from the accumulator type and K: summing K products in the accumulator type errs by at most about
 K unit roundoffs of the sum of magnitudes (Higham, "Accuracy and Stability of Numerical Algorithms", thm 3.1),
-so an element passes when |C - ref| <= 2 (K + 1) u_acc (|A| |B|)_ij (doubled to admit truncating adds).
+so an element passes when |C - ref| <= 2 (K + 1) u_f32 (|A| |B|)_ij (doubled to admit truncating adds);
+bf16/f16 accumulators are checked against a reference that rounds like them (see :func:`reference`).
 Integer GEMMs must match exactly.
 """
 
@@ -16,10 +17,8 @@ import numpy as np
 
 from xegemm.atoms.mma import decode, encode, round_to
 from xegemm.config import Config
+from xegemm.dtypes import DTYPE_BITS, DTYPE_CODE
 
-CODE = {"bf16": "BF16", "f16": "F16", "tf32": "TF32", "f32": "F32", "s8": "S8", "u8": "U8", "s32": "S32",
-        "s4": "S4", "u4": "U4"}
-BITS = {"bf16": 16, "f16": 16, "tf32": 32, "f32": 32, "s8": 8, "u8": 8, "s32": 32, "s4": 4, "u4": 4, "f64": 64}
 UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8, "f64": 2.0 ** -53}
 INT_RANGE = {"s8": (-128, 128), "u8": (0, 256), "s4": (-8, 8), "u4": (0, 16)}
 GUARD_BYTES = 4096
@@ -43,13 +42,13 @@ def _values(rng, dtype: str, shape) -> np.ndarray:
     if dtype in INT_RANGE:
         lo, hi = INT_RANGE[dtype]
         return rng.integers(lo, hi, size=shape).astype(np.int64)
-    return round_to(CODE[dtype], rng.uniform(-1.0, 1.0, size=shape))
+    return round_to(DTYPE_CODE[dtype], rng.uniform(-1.0, 1.0, size=shape))
 
 
 def _storage(dtype: str, values: np.ndarray) -> np.ndarray:
     """Little-endian element bytes of ``values`` (the last axis is the contiguous one)."""
-    bits = encode(CODE[dtype], values)
-    nbytes = BITS[dtype] // 8
+    bits = encode(DTYPE_CODE[dtype], values)
+    nbytes = DTYPE_BITS[dtype] // 8
     return np.ascontiguousarray(bits.astype(f"<u{nbytes}")).view(np.uint8)
 
 
@@ -62,27 +61,51 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
     a_bytes = _storage(t.a, a if config.layout.a == "row" else np.swapaxes(a, 1, 2))
     b_bytes = _storage(t.b, b if config.layout.b == "row" else np.swapaxes(b, 1, 2))
     return Operands(a, b, a_bytes, b_bytes, lda=a_bytes.shape[2], ldb=b_bytes.shape[2],
-                    ldc=p.n * BITS[t.c] // 8)
+                    ldc=p.n * DTYPE_BITS[t.c] // 8)
 
 
-def reference(ops: Operands) -> np.ndarray:
-    """C = A B for every batch, exact products summed in float64 (int64 for integers)."""
-    return np.matmul(ops.a, ops.b)
+@dataclass(frozen=True)
+class Reference:
+    """What C must be, and how far from it each element may be."""
+
+    expected: np.ndarray          # (batch, M, N), float64 or int64
+    tolerance: np.ndarray | float  # absolute, per element (0 for integers)
 
 
-def tolerance(config: Config, ops: Operands) -> np.ndarray | float:
-    """Per-element absolute tolerance: 2 (K + 1) u_acc (|A| |B|)_ij for floats; 0 for integers."""
+def reference(config: Config, ops: Operands) -> Reference:
+    """The numpy reference of a config's GEMM with its tolerance, derived from the types and K.
+
+    f32 accumulators: exact products summed in float64; |C - ref| <= 2 (K + 1) u_f32 (|A| |B|)_ij.
+    bf16 / f16 accumulators: a bound from |A| |B| would exceed the result itself once K u_acc nears 1 (K >= 128
+    for bf16), passing kernels that drop whole k-steps; so the reference rounds its running sum to the
+    accumulator type after every DPAS (each K_atom = 256 / input bits products, as the atom returns D in the
+    accumulator type), and an element passes when it is within one rounding per DPAS of that sum:
+    ceil(K / K_atom) * 2 u_acc * max_j |S_j| (the running sums S_j), plus the f32 term above.
+    Integers: exact.
+    """
     acc = config.types.acc
+    exact = np.matmul(ops.a, ops.b)
     if acc not in UNIT_ROUNDOFF:
-        return 0.0
-    gamma = 2 * (config.problem.k + 1) * UNIT_ROUNDOFF[acc]
-    return gamma * np.matmul(np.abs(ops.a), np.abs(ops.b)) + np.finfo(np.float32).tiny
+        return Reference(exact, 0.0)
+    k = config.problem.k
+    magnitude = np.matmul(np.abs(ops.a), np.abs(ops.b))
+    f32_term = 2 * (k + 1) * UNIT_ROUNDOFF["f32"] * magnitude + np.finfo(np.float32).tiny
+    if acc == "f32":
+        return Reference(exact, f32_term)
+    chunk = 256 // max(DTYPE_BITS[config.types.a], DTYPE_BITS[config.types.b])
+    running = np.zeros_like(exact)
+    peak = np.zeros_like(exact)
+    for k0 in range(0, k, chunk):
+        running = round_to(DTYPE_CODE[acc], running + np.matmul(ops.a[:, :, k0:k0 + chunk], ops.b[:, k0:k0 + chunk, :]))
+        peak = np.maximum(peak, np.abs(running))
+    roundings = -(-k // chunk)
+    return Reference(running, roundings * 2 * UNIT_ROUNDOFF[acc] * peak + f32_term)
 
 
 def poison_c(config: Config) -> np.ndarray:
     """The bytes C is filled with before every run (all-ones: NaN for floats, -1 for ints) plus guard bytes."""
     p = config.problem
-    nbytes = p.batch * p.m * p.n * BITS[config.types.c] // 8
+    nbytes = p.batch * p.m * p.n * DTYPE_BITS[config.types.c] // 8
     return np.concatenate([np.full(nbytes, 0xFF, np.uint8), np.full(GUARD_BYTES, GUARD_BYTE, np.uint8)])
 
 
@@ -101,20 +124,20 @@ class Verdict:
                 "bad_elements": self.bad_elements, "reason": self.reason}
 
 
-def check(config: Config, ops: Operands, c_raw: np.ndarray, expected: np.ndarray | None = None) -> Verdict:
+def check(config: Config, c_raw: np.ndarray, ref: Reference) -> Verdict:
     """Compare the raw C buffer (with its guard bytes) against the reference."""
     p, t = config.problem, config.types
-    nbytes = p.batch * p.m * p.n * BITS[t.c] // 8
+    nbytes = p.batch * p.m * p.n * DTYPE_BITS[t.c] // 8
     guard = c_raw[nbytes:]
     if np.any(guard != GUARD_BYTE):
         first = int(np.argmax(guard != GUARD_BYTE))
         return Verdict(False, None, None, int((guard != GUARD_BYTE).sum()),
                        f"out-of-bounds write: guard byte {first} after C was overwritten")
-    bits = c_raw[:nbytes].view(f"<u{BITS[t.c] // 8}").astype(np.uint64)
-    got = decode(CODE[t.c], bits).reshape(p.batch, p.m, p.n)
-    want = reference(ops) if expected is None else expected
+    bits = c_raw[:nbytes].view(f"<u{DTYPE_BITS[t.c] // 8}").astype(np.uint64)
+    got = decode(DTYPE_CODE[t.c], bits).reshape(p.batch, p.m, p.n)
+    want = ref.expected
     err = np.abs(got - want)
-    tol = tolerance(config, ops)
+    tol = ref.tolerance
     bad = ~(err <= tol)          # NaN (an element never written) counts as bad
     n_bad = int(bad.sum())
     max_abs = float(np.nanmax(err)) if np.isfinite(err).any() else float("inf")

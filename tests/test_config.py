@@ -151,7 +151,7 @@ def test_defaults_of_a_config_with_only_a_problem():
     assert (config.atoms.mma, config.atoms.a, config.atoms.b, config.atoms.c) == (None, None, None, None)
     assert config.pipeline.prefetch == 2
     assert config.target.grf == 256
-    assert (config.verify.enabled, config.verify.seed, config.verify.rtol, config.verify.atol) == (True, 0, None, None)
+    assert config.verify.seed == 0
     assert (config.profile.warmup, config.profile.repeats, config.profile.min_time_ms) == (10, 100, 0.0)
     assert config.sweep == {} and config.constraints == ()
 
@@ -170,7 +170,7 @@ def test_full_config():
     assert config.atoms.mma == "XE_8x16x16_F32BF16BF16F32_TT"
     assert (config.atoms.a, config.atoms.b, config.atoms.c) == (
         "XE_2D_U16x32x32_LD_N", "XE_2D_U16x32x32_LD_V", "XE_2D_U32x8x16_ST_N")
-    assert (config.verify.seed, config.verify.rtol, config.verify.atol) == (7, 0.01, 0.001)
+    assert config.verify.seed == 7
     assert (config.profile.warmup, config.profile.repeats, config.profile.min_time_ms) == (5, 50, 20.0)
     assert config.sweep == {"tile.workgroup": ((128, 128, 32), (256, 256, 32)),
                             "tile.subgroups": ((4, 4), (8, 4)), "pipeline.prefetch": (1, 2, 3)}
@@ -385,3 +385,10 @@ def test_one_dimensional_block_atoms_are_accepted_by_name():
     cfg = config_from_text("problem: {m: 64, n: 64, k: 64}\ntile: {subgroup_size: 8}\n"
                            "atoms: {a: XE_1D_U16x8x16_LD_SG8, c: XE_1D_U32x8x8_ST_SG8}\n")
     assert cfg.atoms.a == "XE_1D_U16x8x16_LD_SG8" and cfg.atoms.c == "XE_1D_U32x8x8_ST_SG8"
+
+
+def test_verification_cannot_be_switched_off_or_loosened():
+    with pytest.raises(ConfigError, match="verify.enabled: unknown key"):
+        config_from_text("problem: {m: 8, n: 8, k: 8}\nverify: {enabled: false}\n")
+    with pytest.raises(ConfigError, match="verify.rtol: unknown key"):
+        config_from_text("problem: {m: 8, n: 8, k: 8}\nverify: {rtol: 0.5}\n")

@@ -62,7 +62,7 @@ def test_wrong_result_is_failed_verify_and_not_timed(session, monkeypatch):
     original = pipeline.render_variant
     # a kernel that forgets one k-step's MMA on one fragment: only verification can notice
     monkeypatch.setattr(pipeline, "render_variant",
-                        lambda p, lowering="portable": original(p, lowering).replace("acc_0_0 = 0", "acc_0_0 = 1", 1))
+                        lambda p, lowering="portable", profile=None: original(p, lowering, profile).replace("acc_0_0 = 0", "acc_0_0 = 1", 1))
     res = run_variant(pv, session)
     assert res.status == "failed_verify"
     assert res.time_ms is None and res.gflops is None
@@ -74,7 +74,7 @@ def test_out_of_bounds_write_is_caught_by_guard_bytes(session, monkeypatch):
     original = pipeline.render_variant
     # lie about C's height: the bottom edge tile then writes past the end of C
     monkeypatch.setattr(pipeline, "render_variant",
-                        lambda p, lowering="portable": original(p, lowering).replace("N * 4, M, ldc", "N * 4, M + 64, ldc"))
+                        lambda p, lowering="portable", profile=None: original(p, lowering, profile).replace("N * 4, M, ldc", "N * 4, M + 64, ldc"))
     res = run_variant(pv, session)
     assert res.status == "failed_verify" and "guard byte" in res.reason
 
@@ -83,7 +83,7 @@ def test_build_failure_is_recorded_with_its_log(session, monkeypatch, tmp_path):
     pv = _one(GEMMS["bf16_edges"])
     original = pipeline.render_variant
     monkeypatch.setattr(pipeline, "render_variant",
-                        lambda p, lowering="portable": original(p, lowering) + "\nthis is not OpenCL C;\n")
+                        lambda p, lowering="portable", profile=None: original(p, lowering, profile) + "\nthis is not OpenCL C;\n")
     res = run_variant(pv, session, log_dir=tmp_path)
     assert res.status == "failed_build"
     assert Path(res.log).exists() and "error" in Path(res.log).read_text()
@@ -195,3 +195,67 @@ def test_numpy_values_are_rounded_like_the_device():
     ops = make_operands(config_from_text("problem: {m: 8, n: 8, k: 8}\n"))
     assert np.all(ops.a == np.float32(ops.a))  # bf16 values are exact in f32
     assert ops.a_bytes.dtype == np.uint8 and ops.a_bytes.shape == (1, 8, 16)
+
+
+@pytest.mark.parametrize("acc", ["bf16", "f16"])
+def test_low_precision_accumulators_catch_dropped_k_steps(acc, session, monkeypatch):
+    # with a bf16 accumulator and K = 264, a bound from |A||B| would exceed the result itself
+    text = (f"problem: {{m: 64, n: 64, k: 264}}\ntypes: {{a: {acc}, b: {acc}, acc: {acc}, c: {acc}}}\n"
+            "tile: {workgroup: [32, 32, 32], subgroups: [1, 2]}\n")
+    honest = run_variant(_one(text), session)
+    assert honest.status == "ok", honest.reason
+    original = pipeline.render_variant
+    monkeypatch.setattr(pipeline, "render_variant",
+                        lambda p, lowering="portable", profile=None: original(p, lowering, profile)
+                        .replace("k0 < K; k0 +=", "k0 < K - 32; k0 +="))   # drops the last k-tile
+    res = run_variant(_one(text), session)
+    assert res.status == "failed_verify" and res.time_ms is None, res.reason
+
+
+def test_a_named_atom_of_the_wrong_kind_is_rejected():
+    with pytest.raises(PlanRejected, match="is a LD atom; C needs a store"):
+        plan(config_from_text("problem: {m: 64, n: 64, k: 64}\natoms: {c: XE_2D_U32x8x16_LD_N}\n"))
+
+
+def test_an_illegal_atom_in_a_sweep_is_a_rejected_row_not_an_abort():
+    pvs = plan_variants(config_from_text(
+        "problem: {m: 64, n: 64, k: 64}\ntile: {workgroup: [32, 32, 32], subgroups: [1, 1]}\n"
+        "sweep:\n  atoms.a: [XE_2D_U16x32x32_LD_N, XE_2D_U16x64x32_LD_N]\n"))
+    assert [pv.plan is not None for pv in pvs] == [True, False]
+    assert "block height 64" in pvs[1].reason
+
+
+def test_problem_sweeps_keep_every_problem(tmp_path, sycl_device):
+    cfg = tmp_path / "shapes.yaml"
+    cfg.write_text("name: shapes\nproblem: {m: 32, n: 32, k: 32}\ntile: {workgroup: [32, 32, 32], subgroups: [1, 2]}\n"
+                   "profile: {warmup: 0, repeats: 1}\nsweep:\n  problem.m: [32, 48]\n")
+    data = run(cfg, device=sycl_device.filter_string, out_dir=tmp_path / "r", progress=None, reference_repeats=1)
+    assert sorted(v["params"]["m"] for v in data["variants"]) == [32, 48]
+    assert all(v["status"] == "ok" and v["vs_numpy"] for v in data["variants"])
+    assert len(data["references"]) == 2 and "problem" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_journal_with_a_torn_tail_keeps_the_next_record(tmp_path, device_info):
+    from xegemm.report import ResultStore
+
+    cfg = config_from_text("problem: {m: 8, n: 8, k: 8}\n")
+    store = ResultStore(tmp_path, cfg, device_info)
+    store.add("k1", {"name": "one", "status": "ok"})
+    with open(store.journal, "a") as f:
+        f.write('{"key": "k2", "res')                 # killed mid-write: no newline
+    again = ResultStore(tmp_path, cfg, device_info)
+    again.add("k3", {"name": "three", "status": "ok"})
+    final = ResultStore(tmp_path, cfg, device_info)
+    assert set(final.records) == {"k1", "k3"}
+
+
+def test_reports_show_only_this_runs_variants(tmp_path, sycl_device):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(CONFIG)
+    out = tmp_path / "run"
+    first = run(cfg, device=sycl_device.filter_string, out_dir=out, progress=None, reference_repeats=1)
+    cfg.write_text(CONFIG.replace("k: 32", "k: 48"))        # another problem into the same directory
+    second = run(cfg, device=sycl_device.filter_string, out_dir=out, progress=None, reference_repeats=1)
+    assert len(second["variants"]) == len(first["variants"])
+    assert {v["params"]["k"] for v in second["variants"] if v["status"] == "ok"} == {48}
+    assert second["lowering"] == "portable"

@@ -11,11 +11,9 @@ SIMD16, dg2: SIMD8) and, for 2D block copies, 2D block messages.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from xegemm.config import load_config
-from xegemm.errors import XegemmError
 
 GATED = ("dpas", "load_block2d")                       # must match: the main loop, once
 GATED_BLOCK1D = ("load_block1d",)                        # ... and, for 1D block plans, their block reads
@@ -67,10 +65,9 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     """
     from xegemm.aot.build import compile_kernel  # noqa: PLC0415
     from xegemm.aot.toolchain import get_target, require_ocloc  # noqa: PLC0415
-    from xegemm.native import NativeUnsupported, native_profile  # noqa: PLC0415
-    from xegemm.pipeline import plan_variants  # noqa: PLC0415
-    from xegemm.plan import native_surface_violations  # noqa: PLC0415
-    from xegemm.render import render_kernel  # noqa: PLC0415
+    from xegemm.native import native_profile  # noqa: PLC0415
+    from xegemm.pipeline import plan_variants, render_variant  # noqa: PLC0415
+    from xegemm.plan import PlanRejected  # noqa: PLC0415
     from xegemm.report import write_json_atomic  # noqa: PLC0415
 
     require_ocloc()
@@ -94,13 +91,11 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
         elif pv.plan.mma.n != hw.simd:
             entry.update(status="rejected", reason=f"{target} executes DPAS at SIMD{hw.simd}; {pv.plan.mma.name} "
                          f"runs at sub-group size {pv.plan.mma.n}: set tile.subgroup_size: {hw.simd}")
-        elif (surface := native_surface_violations(pv.config)):
-            entry.update(status="rejected", reason="native 2D block surfaces: " + "; ".join(surface))
         else:
             try:
-                source = render_kernel(pv.plan, "native", profile)
+                source = render_variant(pv, "native", profile)
                 entry["predicted"] = predicted_counts(pv.plan, profile)
-            except NativeUnsupported as exc:
+            except PlanRejected as exc:   # a surface rule, or an atom this compiler cannot issue
                 entry.update(status="rejected", reason=str(exc))
         if entry["status"] is None:
             work = out / pv.name
@@ -134,15 +129,3 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     result = {"config": config.name, "target": target, "profile": profile.name, "variants": entries}
     write_json_atomic(out / "build.json", result)
     return result
-
-
-def check_source_builtins(source: str) -> list[str]:
-    """Problems of the builtin calls of a modern-profile kernel against the documented prototypes."""
-    try:
-        from xegemm.aot.signatures import check_calls  # noqa: PLC0415
-    except ImportError as exc:  # pragma: no cover
-        raise XegemmError("the documented-signature checker is not installed") from exc
-    return check_calls(source)
-
-
-__all__ = ["build_config", "predicted_counts", "check_source_builtins", "json"]

@@ -11,7 +11,7 @@ import hashlib
 
 import numpy as np
 
-from xegemm.errors import XegemmError
+from xegemm.errors import RuntimeSetupError, XegemmError
 from xegemm.runtime.devices import dpctl_module
 from xegemm.runtime.opencl_query import build_log
 
@@ -30,6 +30,9 @@ _PROGRAMS: dict[str, object] = {}
 def make_queue(sycl_device, profiling: bool = True):
     """An in-order dpctl queue on the device, with event profiling on by default."""
     dpctl = dpctl_module()
+    if profiling and not sycl_device.has_aspect_queue_profiling:
+        raise RuntimeSetupError(f"{sycl_device.filter_string} ({sycl_device.name}) cannot time kernels with "
+                                "profiling events (no queue_profiling aspect); pick another device with --device")
     props = ["in_order", "enable_profiling"] if profiling else ["in_order"]
     return dpctl.SyclQueue(sycl_device, property=props)
 
