@@ -35,16 +35,37 @@ def _compose(atom, messages):
     return [tuple(lane) for lane in lanes]
 
 
+PROFILES = {"old": OLD, "modern": native_profile("cl_intel_subgroup_2d_block_io")}
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("atom", LOADS, ids=lambda a: a.name)
-def test_split_messages_rebuild_the_atom_exactly(atom):
+def test_split_messages_rebuild_the_atom_exactly(atom, profile):
+    prof = PROFILES[profile]
     try:
-        messages = lower_copy(atom, OLD)
+        messages = lower_copy(atom, prof)
     except NativeUnsupported as exc:
         assert "cannot issue" in str(exc)
         return
     for m in messages:
-        assert OLD.has(m.builtin) and m.atom.legal
+        assert prof.has(m.builtin) and m.atom.legal
     assert _compose(atom, messages) == list(atom.lane_map.map)
+
+
+def test_the_gemm_atoms_are_single_messages_on_a_modern_driver():
+    for name in ("XE_2D_U16x32x32_LD_N", "XE_2D_U16x32x32_LD_V", "XE_2D_U16x16x16_LD_T", "XE_2D_Packed_U8x32x32_LD_N",
+                 "XE_2D_U8x32x32_LD_V", "XE_2D_TF32x32x16_LD_N", "XE_2D_U32x8x16_ST_N", "XE_2D_U16x32x32_PF_N"):
+        messages = lower_copy(CopyAtom.parse(name), PROFILES["modern"])
+        assert len(messages) == 1 and messages[0].builtin == CopyAtom.parse(name).ocl_builtin, name
+    assert sum(_lowers(a, PROFILES["modern"]) for a in LOADS) > sum(_lowers(a, OLD) for a in LOADS) >= 60
+
+
+def _lowers(atom, prof) -> bool:
+    try:
+        lower_copy(atom, prof)
+        return True
+    except NativeUnsupported:
+        return False
 
 
 def test_old_compiler_splits_the_reference_atoms():
