@@ -18,8 +18,10 @@ demo: $(STAMP)
 
 # regenerate the kernels of the shipped configs (a test checks kernels/ is current)
 kernels: $(STAMP)
-	rm -f kernels/*.cl kernels/manifest.json
+	rm -f kernels/*.cl kernels/manifest.json kernels/native/*.cl kernels/native/manifest.json
 	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels
+	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels/native --lowering native \
+		--profile cl_intel_subgroup_2d_block_io
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -181,12 +181,14 @@ def test_shipped_kernels_are_current(tmp_path):
     """kernels/ holds the generated kernels of the shipped configs; regenerate and compare byte for byte."""
     root = Path(__file__).resolve().parents[1]
     for config in sorted((root / "configs").glob("*.yaml")):
-        pipeline.generate(config, tmp_path)
-    want = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    have = {p.name: p.read_bytes() for p in (root / "kernels").iterdir() if p.suffix in (".cl", ".json")}
-    assert sorted(have) == sorted(want), "kernels/ is stale: run `make kernels`"
-    for name in want:
-        assert have[name] == want[name], f"kernels/{name} is stale: run `make kernels`"
+        pipeline.generate(config, tmp_path / "portable")
+        pipeline.generate(config, tmp_path / "native", lowering="native", profile_name="cl_intel_subgroup_2d_block_io")
+    for sub, shipped in (("portable", root / "kernels"), ("native", root / "kernels" / "native")):
+        want = {p.name: p.read_bytes() for p in (tmp_path / sub).iterdir()}
+        have = {p.name: p.read_bytes() for p in shipped.iterdir() if p.suffix in (".cl", ".json")}
+        assert sorted(have) == sorted(want), f"{shipped} is stale: run `make kernels`"
+        for name in want:
+            assert have[name] == want[name], f"{shipped / name} is stale: run `make kernels`"
 
 
 def test_numpy_values_are_rounded_like_the_device():
