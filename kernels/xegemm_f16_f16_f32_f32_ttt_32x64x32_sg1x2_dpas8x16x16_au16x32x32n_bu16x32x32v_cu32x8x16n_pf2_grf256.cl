@@ -12,77 +12,69 @@
 typedef uint uint32 __attribute__((ext_vector_type(32)));
 typedef ushort ushort64 __attribute__((ext_vector_type(64)));
 
-/* ---- portable 2D block copy support (xegemm/atoms/copy.py: CopyAtom.element_coord) ---- */
-#define XE_MSG_PLAIN 0
-#define XE_MSG_TRANSFORM 1
-#define XE_MSG_TRANSPOSE 2
-
-/* (row, col) of register element k of this lane, or (-1, -1) for padding.  The hardware deals the block
-   (after VNNI packing or transposition) to the 16 lanes row by row: a 16-wide row gives one element per
-   lane, a wider row rowlen/16 consecutive elements per lane, a narrower one shares a register row among
-   16/rowlen rows; block b follows block b-1. */
-static inline int2 xe_copy_coord(int kind, int rows, int rowlen, int width, int height, int cols, int sub,
-                                 int lane, int k)
+/* ---- portable 2D block copy support (xegemm/atoms/copy.py: CopyAtom.portable) ---- */
+/* Is element (row, col) of `bits` bits inside the surface?  Bitwise, not short-circuit: no branch. */
+static inline int xe_inside(int width_bytes, int height, int row, int col, int bits)
 {
-    const int m = k / sub, s = k % sub;
-    int block, r, c;
-    if (rowlen >= 16) {
-        const int per = rowlen / 16;
-        block = m / (rows * per);
-        const int q = m % (rows * per);
-        r = q / per;
-        c = lane * per + q % per;
-    } else {
-        const int per_block = (rows * rowlen + 15) / 16;
-        block = m / per_block;
-        r = (m % per_block) * (16 / rowlen) + lane / rowlen;
-        c = lane % rowlen;
-        if (r >= rows) return (int2)(-1, -1);
-    }
-    int row, col;
-    if (kind == XE_MSG_TRANSFORM) {          /* a dword packs rows r*sub .. r*sub+sub-1 of one column */
-        row = r * sub + s;
-        col = block * width + c;
-    } else if (kind == XE_MSG_TRANSPOSE) {   /* dealt row r = memory column, dealt column c = memory row */
-        row = c;
-        col = (block * width + r) * sub + s;
-    } else {
-        row = r;
-        col = (block * width + c) * sub + s;
-    }
-    if (row >= height || col >= cols) return (int2)(-1, -1);
-    return (int2)(row, col);
+    return (row >= 0) & (row < height) & (col >= 0) & ((long)col * bits / 8 < width_bytes);
 }
 
-/* One element of `bits` bits at (row, col) of the surface, 0 outside it. */
-static inline ulong xe_read_elem(const global uchar* base, int width_bytes, int height, int pitch_bytes,
-                                 int row, int col, int bits)
+/* Element (row, col) of the surface, 0 outside it; and the store, dropped outside it. */
+static inline uchar xe_ld_u8(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
 {
-    const long byte = ((long)col * bits) / 8;
-    if (row < 0 || row >= height || col < 0 || byte >= width_bytes) return 0;
-    const global uchar* p = base + (long)row * pitch_bytes + byte;
-    switch (bits) {
-    case 4: return (col & 1) ? (ulong)(*p >> 4) : (ulong)(*p & 15);
-    case 8: return *p;
-    case 16: return *(const global ushort*)p;
-    case 32: return *(const global uint*)p;
-    default: return *(const global ulong*)p;
-    }
+    return xe_inside(width_bytes, height, row, col, 8) ? ((const global uchar*)(base + (long)row * pitch_bytes))[col] : 0;
 }
 
-/* Write one element of `bits` bits at (row, col); dropped outside the surface. */
-static inline void xe_write_elem(global uchar* base, int width_bytes, int height, int pitch_bytes,
-                                 int row, int col, int bits, ulong v)
+static inline void xe_st_u8(global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col, uchar e)
 {
-    const long byte = ((long)col * bits) / 8;
-    if (row < 0 || row >= height || col < 0 || byte >= width_bytes) return;
-    global uchar* p = base + (long)row * pitch_bytes + byte;
-    switch (bits) {
-    case 4: *p = (col & 1) ? (uchar)((*p & 15) | ((v & 15) << 4)) : (uchar)((*p & 240) | (v & 15)); break;
-    case 8: *p = (uchar)v; break;
-    case 16: *(global ushort*)p = (ushort)v; break;
-    case 32: *(global uint*)p = (uint)v; break;
-    default: *(global ulong*)p = v; break;
+    if (xe_inside(width_bytes, height, row, col, 8))
+        ((global uchar*)(base + (long)row * pitch_bytes))[col] = e;
+}
+
+static inline ushort xe_ld_u16(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
+{
+    return xe_inside(width_bytes, height, row, col, 16) ? ((const global ushort*)(base + (long)row * pitch_bytes))[col] : 0;
+}
+
+static inline void xe_st_u16(global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col, ushort e)
+{
+    if (xe_inside(width_bytes, height, row, col, 16))
+        ((global ushort*)(base + (long)row * pitch_bytes))[col] = e;
+}
+
+static inline uint xe_ld_u32(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
+{
+    return xe_inside(width_bytes, height, row, col, 32) ? ((const global uint*)(base + (long)row * pitch_bytes))[col] : 0;
+}
+
+static inline void xe_st_u32(global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col, uint e)
+{
+    if (xe_inside(width_bytes, height, row, col, 32))
+        ((global uint*)(base + (long)row * pitch_bytes))[col] = e;
+}
+
+static inline ulong xe_ld_u64(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
+{
+    return xe_inside(width_bytes, height, row, col, 64) ? ((const global ulong*)(base + (long)row * pitch_bytes))[col] : 0;
+}
+
+static inline void xe_st_u64(global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col, ulong e)
+{
+    if (xe_inside(width_bytes, height, row, col, 64))
+        ((global ulong*)(base + (long)row * pitch_bytes))[col] = e;
+}
+
+/* 4-bit elements: nibble col & 1 of byte col / 2, low nibble first. */
+static inline uchar xe_ld_u4(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
+{
+    return xe_inside(width_bytes, height, row, col, 4) ? (base[(long)row * pitch_bytes + col / 2] >> (col & 1) * 4) & 15 : 0;
+}
+
+static inline void xe_st_u4(global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col, uchar e)
+{
+    if (xe_inside(width_bytes, height, row, col, 4)) {
+        global uchar* p = base + (long)row * pitch_bytes + col / 2;
+        *p = (col & 1) ? (uchar)((*p & 15) | (e << 4)) : (uchar)((*p & 240) | e);
     }
 }
 
@@ -92,15 +84,74 @@ static inline ushort64 xe_copy_u16x32x32_ld_n(
     const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
 {
     const int lane = get_sub_group_local_id();
-    union { ushort64 v; ushort r[64]; } regs;
-    for (int i = 0; i < 64; ++i) regs.r[i] = 0;
-    for (int k = 0; k < 64; ++k) {
-        const int2 rc = xe_copy_coord(XE_MSG_PLAIN, 32, 16, 16, 32, 32, 1, lane, k);
-        if (rc.x < 0) continue;
-        const ulong e = xe_read_elem(base, width_bytes, height, pitch_bytes, y + rc.x, x + rc.y, 16);
-        regs.r[k / 1] |= (ushort)(e << ((k % 1) * 16));
-    }
-    return regs.v;
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    ushort64 v;
+    v[0] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y, x + lane);
+    v[1] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 1, x + lane);
+    v[2] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 2, x + lane);
+    v[3] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 3, x + lane);
+    v[4] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 4, x + lane);
+    v[5] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 5, x + lane);
+    v[6] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 6, x + lane);
+    v[7] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 7, x + lane);
+    v[8] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 8, x + lane);
+    v[9] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 9, x + lane);
+    v[10] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 10, x + lane);
+    v[11] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 11, x + lane);
+    v[12] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 12, x + lane);
+    v[13] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 13, x + lane);
+    v[14] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 14, x + lane);
+    v[15] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 15, x + lane);
+    v[16] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 16, x + lane);
+    v[17] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 17, x + lane);
+    v[18] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 18, x + lane);
+    v[19] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 19, x + lane);
+    v[20] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 20, x + lane);
+    v[21] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 21, x + lane);
+    v[22] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 22, x + lane);
+    v[23] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 23, x + lane);
+    v[24] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 24, x + lane);
+    v[25] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 25, x + lane);
+    v[26] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 26, x + lane);
+    v[27] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 27, x + lane);
+    v[28] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 28, x + lane);
+    v[29] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 29, x + lane);
+    v[30] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 30, x + lane);
+    v[31] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 31, x + lane);
+    v[32] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y, x + 16 + lane);
+    v[33] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 1, x + 16 + lane);
+    v[34] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 2, x + 16 + lane);
+    v[35] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 3, x + 16 + lane);
+    v[36] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 4, x + 16 + lane);
+    v[37] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 5, x + 16 + lane);
+    v[38] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 6, x + 16 + lane);
+    v[39] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 7, x + 16 + lane);
+    v[40] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 8, x + 16 + lane);
+    v[41] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 9, x + 16 + lane);
+    v[42] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 10, x + 16 + lane);
+    v[43] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 11, x + 16 + lane);
+    v[44] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 12, x + 16 + lane);
+    v[45] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 13, x + 16 + lane);
+    v[46] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 14, x + 16 + lane);
+    v[47] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 15, x + 16 + lane);
+    v[48] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 16, x + 16 + lane);
+    v[49] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 17, x + 16 + lane);
+    v[50] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 18, x + 16 + lane);
+    v[51] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 19, x + 16 + lane);
+    v[52] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 20, x + 16 + lane);
+    v[53] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 21, x + 16 + lane);
+    v[54] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 22, x + 16 + lane);
+    v[55] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 23, x + 16 + lane);
+    v[56] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 24, x + 16 + lane);
+    v[57] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 25, x + 16 + lane);
+    v[58] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 26, x + 16 + lane);
+    v[59] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 27, x + 16 + lane);
+    v[60] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 28, x + 16 + lane);
+    v[61] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 29, x + 16 + lane);
+    v[62] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 30, x + 16 + lane);
+    v[63] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 31, x + 16 + lane);
+    return v;
 }
 
 /* XE_2D_U16x32x32_LD_V: 32x32 U16 block -> uint32 per work-item
@@ -109,15 +160,42 @@ static inline uint32 xe_copy_u16x32x32_ld_v(
     const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
 {
     const int lane = get_sub_group_local_id();
-    union { uint32 v; uint r[32]; } regs;
-    for (int i = 0; i < 32; ++i) regs.r[i] = 0;
-    for (int k = 0; k < 64; ++k) {
-        const int2 rc = xe_copy_coord(XE_MSG_TRANSFORM, 16, 16, 16, 32, 32, 2, lane, k);
-        if (rc.x < 0) continue;
-        const ulong e = xe_read_elem(base, width_bytes, height, pitch_bytes, y + rc.x, x + rc.y, 16);
-        regs.r[k / 2] |= (uint)(e << ((k % 2) * 16));
-    }
-    return regs.v;
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    uint32 v;
+    v[0] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 1, x + lane) << 16;
+    v[1] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 2, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 3, x + lane) << 16;
+    v[2] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 4, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 5, x + lane) << 16;
+    v[3] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 6, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 7, x + lane) << 16;
+    v[4] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 8, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 9, x + lane) << 16;
+    v[5] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 10, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 11, x + lane) << 16;
+    v[6] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 12, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 13, x + lane) << 16;
+    v[7] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 14, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 15, x + lane) << 16;
+    v[8] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 16, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 17, x + lane) << 16;
+    v[9] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 18, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 19, x + lane) << 16;
+    v[10] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 20, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 21, x + lane) << 16;
+    v[11] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 22, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 23, x + lane) << 16;
+    v[12] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 24, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 25, x + lane) << 16;
+    v[13] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 26, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 27, x + lane) << 16;
+    v[14] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 28, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 29, x + lane) << 16;
+    v[15] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 30, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 31, x + lane) << 16;
+    v[16] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 1, x + 16 + lane) << 16;
+    v[17] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 2, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 3, x + 16 + lane) << 16;
+    v[18] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 4, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 5, x + 16 + lane) << 16;
+    v[19] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 6, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 7, x + 16 + lane) << 16;
+    v[20] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 8, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 9, x + 16 + lane) << 16;
+    v[21] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 10, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 11, x + 16 + lane) << 16;
+    v[22] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 12, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 13, x + 16 + lane) << 16;
+    v[23] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 14, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 15, x + 16 + lane) << 16;
+    v[24] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 16, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 17, x + 16 + lane) << 16;
+    v[25] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 18, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 19, x + 16 + lane) << 16;
+    v[26] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 20, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 21, x + 16 + lane) << 16;
+    v[27] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 22, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 23, x + 16 + lane) << 16;
+    v[28] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 24, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 25, x + 16 + lane) << 16;
+    v[29] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 26, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 27, x + 16 + lane) << 16;
+    v[30] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 28, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 29, x + 16 + lane) << 16;
+    v[31] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 30, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 31, x + 16 + lane) << 16;
+    return v;
 }
 
 /* XE_2D_U32x8x16_ST_N: uint8 per work-item -> 8x16 U32 block */
@@ -125,14 +203,16 @@ static inline void xe_copy_u32x8x16_st_n(
     global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, uint8 v)
 {
     const int lane = get_sub_group_local_id();
-    union { uint8 v; uint r[8]; } regs;
-    regs.v = v;
-    for (int k = 0; k < 8; ++k) {
-        const int2 rc = xe_copy_coord(XE_MSG_PLAIN, 8, 16, 16, 8, 16, 1, lane, k);
-        if (rc.x < 0) continue;
-        const ulong e = ((ulong)regs.r[k / 1] >> ((k % 1) * 32)) & 0xfffffffful;
-        xe_write_elem(base, width_bytes, height, pitch_bytes, y + rc.x, x + rc.y, 32, e);
-    }
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    xe_st_u32(base, width_bytes, height, pitch_bytes, y, x + lane, v[0]);
+    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 1, x + lane, v[1]);
+    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 2, x + lane, v[2]);
+    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 3, x + lane, v[3]);
+    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 4, x + lane, v[4]);
+    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 5, x + lane, v[5]);
+    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 6, x + lane, v[6]);
+    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 7, x + lane, v[7]);
 }
 
 /* XE_2D_U16x32x32_PF_N: prefetch of a 32x32 U16 block (each lane hints one row) */
@@ -168,49 +248,15 @@ static inline float8 xe_mma_8x16x16_f32f16f16f32(short8 a, int8 b, float8 c)
     bk[13] = (float)as_half((ushort)(as_uint(b.s6) >> 16));
     bk[14] = (float)as_half((ushort)as_uint(b.s7));
     bk[15] = (float)as_half((ushort)(as_uint(b.s7) >> 16));
-    /* D[m][n], starting from C */
-    float d0 = c.s0;
-    float d1 = c.s1;
-    float d2 = c.s2;
-    float d3 = c.s3;
-    float d4 = c.s4;
-    float d5 = c.s5;
-    float d6 = c.s6;
-    float d7 = c.s7;
-    /* A[m][k], broadcast from the lane that holds it */
-    for (uint i = 0; i < 16; ++i) {  /* A[0][i] is a.s0 of lane i */
-        const uint x = sub_group_broadcast((uint)as_ushort(a.s0), i);
-        d0 += (float)as_half((ushort)x) * bk[i];
+    /* this lane's A elements, decoded: element j of every register row */
+    const uint8 ar = convert_uint8(as_ushort8(a));
+    const float8 av0 = convert_float8(as_half8(convert_ushort8(ar)));
+    /* D[:][n], every row at once, starting from C; then + A[:][k] * B[k][n] in increasing k */
+    float8 d = c;
+    for (uint i = 0; i < 16; ++i) {  /* A[:][i] (every row) from lane i */
+        d += intel_sub_group_shuffle(av0, i) * bk[i];
     }
-    for (uint i = 0; i < 16; ++i) {  /* A[1][i] is a.s1 of lane i */
-        const uint x = sub_group_broadcast((uint)as_ushort(a.s1), i);
-        d1 += (float)as_half((ushort)x) * bk[i];
-    }
-    for (uint i = 0; i < 16; ++i) {  /* A[2][i] is a.s2 of lane i */
-        const uint x = sub_group_broadcast((uint)as_ushort(a.s2), i);
-        d2 += (float)as_half((ushort)x) * bk[i];
-    }
-    for (uint i = 0; i < 16; ++i) {  /* A[3][i] is a.s3 of lane i */
-        const uint x = sub_group_broadcast((uint)as_ushort(a.s3), i);
-        d3 += (float)as_half((ushort)x) * bk[i];
-    }
-    for (uint i = 0; i < 16; ++i) {  /* A[4][i] is a.s4 of lane i */
-        const uint x = sub_group_broadcast((uint)as_ushort(a.s4), i);
-        d4 += (float)as_half((ushort)x) * bk[i];
-    }
-    for (uint i = 0; i < 16; ++i) {  /* A[5][i] is a.s5 of lane i */
-        const uint x = sub_group_broadcast((uint)as_ushort(a.s5), i);
-        d5 += (float)as_half((ushort)x) * bk[i];
-    }
-    for (uint i = 0; i < 16; ++i) {  /* A[6][i] is a.s6 of lane i */
-        const uint x = sub_group_broadcast((uint)as_ushort(a.s6), i);
-        d6 += (float)as_half((ushort)x) * bk[i];
-    }
-    for (uint i = 0; i < 16; ++i) {  /* A[7][i] is a.s7 of lane i */
-        const uint x = sub_group_broadcast((uint)as_ushort(a.s7), i);
-        d7 += (float)as_half((ushort)x) * bk[i];
-    }
-    return (float8)(d0, d1, d2, d3, d4, d5, d6, d7);
+    return d;
 }
 
 

@@ -323,7 +323,7 @@ def test_native_1d_copies_verify_with_portable_dpas(name, session, monkeypatch):
     pv = _one(GEMMS[name].replace("problem:", "pipeline: {prefetch: 0}\nproblem:"))
     assert native_surface_violations(pv.config) == []
     source = render_kernel(pv.plan, "native", DG2, mma_lowering="portable")
-    assert "intel_sub_group_block_read" in source and "sub_group_broadcast" in source
+    assert "intel_sub_group_block_read" in source and "intel_sub_group_shuffle" in source
     monkeypatch.setattr(pipeline, "render_variant", lambda *a, **k: source)
     res = pipeline.run_variant(pv, session)
     assert res.status == "ok", res.reason

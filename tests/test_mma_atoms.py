@@ -435,21 +435,26 @@ def test_both_lowerings_define_the_same_function(atom):
     assert f"return {atom.builtin_family}(a, b, c);" in native
     assert ("OpenCL has no builtin for repeat count" in native) == (atom.builtin is None)
     assert "matrix_mad" not in portable
-    assert portable.count("sub_group_broadcast(") == len(atom.portable.a_runs) > 0
+    loops = atom.portable.a_loops
+    assert sum(loop.count * len(loop.terms) for loop in loops) == atom.k   # every column of A exactly once
+    assert portable.count("intel_sub_group_shuffle(") == sum(column.count("intel_sub_group_shuffle(")
+                                                             for loop in loops for column, _ in loop.terms) > 0
     assert ("cl_khr_fp16" in portable) == ("F16" in (atom.a, atom.c))
 
 
 def test_portable_code_reads_like_the_lane_map():
     src = render_mma(MmaAtom.parse("XE_8x16x32_S32S8U8S32_TT"), "portable")
-    assert "for (uint i = 0; i < 16; ++i) {  /* A[3][2 * i .. 2 * i + 1] are a.s3 of lane i */" in src
-    assert "d3 += (int)as_char((uchar)(x >> 8)) * bk[2 * i + 1];" in src
+    assert "for (uint i = 0; i < 16; ++i) {  /* A[:][2 * i .. 2 * i + 1] (every row) from lane i */" in src
+    assert "const uint8 av1 = as_uint8(convert_int8(as_char8(convert_uchar8((ar >> 8) & 0xffu))));" in src
+    assert "d += intel_sub_group_shuffle(av1, i) * bk[2 * i + 1];" in src   # s8 A: high byte = odd k
     assert "bk[5] = (int)((as_uint(b.s1) >> 8) & 0xffu);" in src           # u8 B: zero-extended, k 5 = dword 1 byte 1
     tf32 = render_mma(MmaAtom.parse("XE_8x16x8_F32TF32TF32F32_TT"), "portable")
-    assert "/* A[1][i] is a.s0 of lane i + 8 */" in tf32
-    assert "sub_group_broadcast(as_uint(a.s0), i + 8);" in tf32
+    assert "/* A[:][i] (every row) from lane i and lane i + 8 */" in tf32   # even rows in lane i, odd in i + 8
+    assert "d += ((float8)(intel_sub_group_shuffle(av0, i), intel_sub_group_shuffle(av0, i + 8))).s04152637" \
+           " * bk[i];" in tf32
     bf16 = render_mma(MmaAtom.parse("XE_3x16x16_BF16BF16BF16BF16_TT"), "portable")
-    assert "return (short4)(as_short(xe_mma_float_to_bf16_rne(d0)), as_short(xe_mma_float_to_bf16_rne(d1)), " \
-           "as_short(xe_mma_float_to_bf16_rne(d2)), c.s3);" in bf16
+    assert "return (short4)(as_short(xe_mma_float_to_bf16_rne(d.s0)), as_short(xe_mma_float_to_bf16_rne(d.s1)), " \
+           "as_short(xe_mma_float_to_bf16_rne(d.s2)), c.s3);" in bf16
 
 
 def test_render_many_and_reject_unknown_lowering():

@@ -346,13 +346,68 @@ class CopyAtom:
 
     @property
     def portable(self) -> dict:
-        """Constants the portable template needs (templates/copy/portable.cl.j2)."""
-        rows, rowlen, _ = self._dealt
-        kind = {"transform": "XE_MSG_TRANSFORM", "transpose": "XE_MSG_TRANSPOSE"}.get(self.message.kind,
-                                                                                    "XE_MSG_PLAIN")
+        """What the portable template prints (templates/copy/portable.cl.j2): per register component, the
+        C that reads (loads) or writes (stores) its elements with the prelude's xe_ld_* / xe_st_* helpers,
+        at coordinates written as expressions in x, y and lane (checked against :meth:`element_coord`)."""
         reg_bits = self.register_elem_bits
-        return {"kind": kind, "rows": rows, "rowlen": rowlen, "reg_elem": CTYPE_OF_BITS[reg_bits],
-                "per_reg": reg_bits // self.elem_bits, "elem_mask": f"0x{(1 << self.elem_bits) - 1:x}ul"}
+        reg, per_reg, suffix = CTYPE_OF_BITS[reg_bits], reg_bits // self.elem_bits, f"u{self.elem_bits}"
+        rows, rowlen, _ = self._dealt
+        # the dealt block and one register component (generator/native.py and copy/native.cl.j2 read these too)
+        common = {"rows": rows, "rowlen": rowlen, "reg_elem": reg, "per_reg": per_reg}
+        if self.is_prefetch:
+            return common
+        args = "base, width_bytes, height, pitch_bytes"
+        elem = CTYPE_OF_BITS.get(self.elem_bits, "uchar")           # a 4-bit element travels in a uchar
+        loads, stores = [], []
+        for i in range(self.register_length):
+            lhs = "v" if self.register_length == 1 else f"v[{i}]"
+            parts = []
+            for j in range(per_reg):
+                at = self._portable_coord(i * per_reg + j)
+                if at is None:
+                    continue                      # padding on every lane: reads as 0, never written
+                (row, col), lanes = at
+                read, value = f"xe_ld_{suffix}({args}, {row}, {col})", lhs
+                if per_reg > 1:                   # several elements per component, the first in the low bits
+                    shift = j * self.elem_bits
+                    read = f"({reg}){read}" + (f" << {shift}" if shift else "")
+                    value = f"({elem})" + (f"({lhs} >> {shift})" if shift else lhs) + \
+                        (" & 15" if self.elem_bits == 4 else "")
+                if lanes < SUB_GROUP:             # padding on lanes >= `lanes`
+                    parts.append(f"(lane < {lanes} ? {read} : 0)")
+                    stores.append(f"if (lane < {lanes}) xe_st_{suffix}({args}, {row}, {col}, {value});")
+                else:
+                    parts.append(read)
+                    stores.append(f"xe_st_{suffix}({args}, {row}, {col}, {value});")
+            loads.append(f"{lhs} = {' | '.join(parts) if parts else '0'};")
+        return {**common, "loads": tuple(loads)} if self.is_load else {**common, "stores": tuple(stores)}
+
+    def _portable_coord(self, k: int):
+        """((row, col) of register element k as C expressions in y, x and lane, number of lanes holding a real
+        element (they are lanes 0 .. n-1)), or None if k is padding on every lane.  The lane map deals lanes
+        row by row: coordinates are affine in lane / L and lane % L, L = the dealt row length (at most 16)."""
+        coords = [self.element_coord(lane, k) for lane in range(SUB_GROUP)]
+        lanes = sum(c is not None for c in coords)
+        if lanes == 0:
+            return None
+        if any(c is None for c in coords[:lanes]) or any(c is not None for c in coords[lanes:]):
+            raise AtomError(f"{self.name}: element {k} is padding on lanes that are not the last ones")
+        length = min(self._dealt[1], SUB_GROUP)
+        exprs = []
+        for axis, origin in ((0, "y"), (1, "x")):
+            base = coords[0][axis]
+            lo = coords[1][axis] - base if lanes > 1 and length > 1 else 0
+            hi = coords[length][axis] - base if lanes > length else 0
+            for lane in range(lanes):
+                if coords[lane][axis] != base + hi * (lane // length) + lo * (lane % length):
+                    raise AtomError(f"{self.name}: element {k} is not affine in lane / {length}, lane % {length}")
+            terms = [str(base)] if base else []
+            lane_in_row = "lane" if length == SUB_GROUP else f"lane % {length}"
+            for coef, var in ((hi, f"lane / {length}"), (lo, lane_in_row)):
+                if coef:
+                    terms.append(var if coef == 1 else f"{var} * {coef}")
+            exprs.append(" + ".join([origin] + terms))
+        return tuple(exprs), lanes
 
     @property
     def ib_builtin(self) -> str:

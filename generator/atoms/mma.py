@@ -448,38 +448,64 @@ def _decode(t: ElementType, x: str, j: int, *, source_bits: int = 32) -> str:
     raise AssertionError(t)
 
 
+def _decode_vector(t: ElementType, x: str, j: int, n: int, *, source_bits: int = 32) -> str:
+    """:func:`_decode` for an n-component uint vector expression ``x``: element j of every component, as a
+    float vector, or for integers a uint vector of the sign- or zero-extended values."""
+    def vec(base: str) -> str:
+        return _vec(base, n)
+
+    shift = j * t.bits
+    shifted = x if shift == 0 else f"({x} >> {shift})"
+    if t.code == "BF16":
+        if shift == 0:
+            return f"as_{vec('float')}({x} << 16)"
+        if shift == 16 and source_bits == 32:
+            return f"as_{vec('float')}({x} & 0xffff0000u)"
+        return f"as_{vec('float')}(({shifted} & 0xffffu) << 16)"
+    if t.code == "F16":
+        bits = shifted if source_bits == 16 else f"{shifted} & 0xffffu"
+        return f"convert_{vec('float')}(as_{vec('half')}(convert_{vec('ushort')}({bits})))"
+    if t.code == "TF32":
+        return f"as_{vec('float')}({x} & 0xffffe000u)"
+    if t.bits == 8:
+        if t.signed:
+            char = f"as_{vec('char')}(convert_{vec('uchar')}({shifted} & 0xffu))"
+            return f"as_{vec('uint')}(convert_{vec('int')}({char}))"
+        return f"{shifted} & 0xffu"
+    if t.bits == 4:
+        if t.signed:
+            return f"as_{vec('uint')}((convert_{vec('int')}({shifted} & 0xfu) ^ 8) - 8)"
+        return f"{shifted} & 0xfu"
+    raise AssertionError(t)
+
+
 @dataclass(frozen=True)
-class AFetch:
-    """One broadcast of A: register ``component`` of ``lane`` and the (m, k, expr of x) cells it holds."""
-
-    lane: int
-    component: str                   # e.g. "a.s0"
-    source: str                      # that component as a uint (what is broadcast)
-    terms: tuple[tuple[int, int, str], ...]
-
-
-@dataclass(frozen=True)
-class ARun:
-    """A loop ``for i < count``: broadcast ``source`` from lane ``lane`` (an expression in i) into x, then for
-    each term (m, b_index, expr): d<m> += expr(x) * bk[b_index]."""
+class ALoop:
+    """A loop ``for i < count``: for each term (column, b_index), in order, d += column * bk[b_index], where
+    column is A[:][b_index] (every row) broadcast from the lane(s) holding it; both are expressions in i."""
 
     count: int
-    lane: str
-    source: str
     comment: str
-    terms: tuple[tuple[int, str, str], ...]
+    terms: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
 class PortablePlan:
-    """Precomputed pieces of the portable lowering of one atom (see templates/mma/portable.cl.j2)."""
+    """Precomputed pieces of the portable lowering of one atom (see templates/mma/portable.cl.j2).
 
-    acc: str                                  # the accumulators' type: "float", or "uint" (wraps like DPAS)
-    value: str                                # the type of a decoded A or B element: "float" or "int"
+    D is computed as one vector over the register rows (``acc``), updated once per k with A's column k: the
+    same operations per element as a scalar loop over rows, in the same order, but the rows of C and D
+    stay in the registers they arrive in (rows >= M of a padded register are computed and dropped).
+    """
+
+    acc: str                                  # D's rows as one vector: float{M}, or uint{M} (wraps like DPAS)
+    value: str                                # a decoded A or B element: "float", or "uint" (two's complement)
     b_unpack: tuple[tuple[int, str], ...]     # (k, expression of this lane's B[k][n])
-    c_in: tuple[str, ...]                     # per real row m: C[m][n] as an accumulator
-    a_runs: tuple[ARun, ...]                  # A, row by row in increasing k
-    d_out: tuple[str, ...]                    # per register component: the D value (C passes through padding)
+    a_raw: tuple[str, str]                    # (type, expression): this lane's A components as uint bits
+    a_decode: tuple[tuple[str, str, str], ...]  # (type, name, expression): element j of every A component
+    a_loops: tuple[ALoop, ...]                # A's columns in increasing k
+    c_in: str                                 # C as the accumulator vector
+    d_out: str                                # D in C's type (padding rows pass C through)
     needs_fp16: bool
     needs_bf16_rounding: bool
 
@@ -492,78 +518,84 @@ def _affine(base: int, stride: int) -> str:
     return term if base == 0 else f"{term} + {base}"
 
 
-def _a_fetches(atom: MmaAtom) -> list[AFetch]:
-    """Every register component of every lane that holds real A cells, with the cells, from the A lane map."""
-    a_map = _lane_map(atom, "a")
-    a_width = _vector_width(atom.a_ctype)
-    comp_bits = sizeof_ctype(atom.a_ctype) * 8 // a_width
-    per_comp = comp_bits // atom.a_type.bits
-    fetches = []
-    for comp in range(a_width):
-        component = _component("a", a_width, comp)
-        source = f"(uint)as_ushort({component})" if comp_bits == 16 else f"as_uint({component})"
-        for lane in range(atom.n):
-            cells = a_map.map[lane][comp * per_comp:(comp + 1) * per_comp]
-            terms = tuple((cell[0], cell[1], _decode(atom.a_type, "x", j, source_bits=comp_bits))
-                          for j, cell in enumerate(cells) if cell is not None)
-            if terms:
-                fetches.append(AFetch(lane, component, source, terms))
-    # Row by row, each in increasing k (the order of a sequential dot product).
-    return sorted(fetches, key=lambda f: (f.terms[0][0], f.terms[0][1]))
-
-
-def _a_runs(fetches: list[AFetch]) -> list[ARun]:
-    """Fold consecutive fetches of one component from consecutive lanes, whose cells keep their rows and
-    advance k by one common stride, into loops (so a reader sees "A[0][2 * i + 1] is a.s0 of lane i")."""
-    groups: list[list[AFetch]] = []
-    for f in fetches:
-        run = groups[-1] if groups else None
-        if run and f.component == run[-1].component and f.lane == run[-1].lane + 1 \
-                and [(m, e) for m, _, e in f.terms] == [(m, e) for m, _, e in run[-1].terms]:
-            steps = {t[1] - p[1] for t, p in zip(f.terms, run[-1].terms)}
-            stride = run[1].terms[0][1] - run[0].terms[0][1] if len(run) > 1 else next(iter(steps))
-            if steps == {stride} and stride > 0:
-                run.append(f)
-                continue
-        groups.append([f])
-    runs = []
-    for run in groups:
-        first = run[0]
-        stride = run[1].terms[0][1] - first.terms[0][1] if len(run) > 1 else 0
-        terms = tuple((m, _affine(k0, stride), expr) for m, k0, expr in first.terms)
-        lane = _affine(first.lane, 1 if len(run) > 1 else 0)
-        if len(terms) > 1 and len({m for m, _, _ in first.terms}) == 1 \
-                and [k for _, k, _ in first.terms] == list(range(first.terms[0][1], first.terms[0][1] + len(terms))):
-            cells = f"A[{terms[0][0]}][{terms[0][1]} .. {terms[-1][1]}] are"   # one row, consecutive k
+def _a_loops(atom: MmaAtom, value_vec) -> tuple[ALoop, ...]:
+    """A's columns, from the lane map of the atom with every register row real (so that padding rows come
+    along): column k of A, one value per row, is element j of the components of one lane (or, for tf32, of
+    two lanes whose components interleave the rows); k's that advance the same lanes by one fold into a loop."""
+    full = atom if atom.m == atom.register_m else MmaAtom(atom.register_m, atom.n, atom.k, atom.d, atom.a,
+                                                          atom.b, atom.c)
+    width = _vector_width(atom.a_ctype)
+    per_comp = sizeof_ctype(atom.a_ctype) * 8 // width // atom.a_type.bits
+    where = {}                                # (row, k) -> (lane, component, element j of the component)
+    for lane, cells in enumerate(_lane_map(full, "a").map):
+        for idx, cell in enumerate(cells):
+            if cell is not None:
+                where[cell] = (lane, idx // per_comp, idx % per_comp)
+    rows = range(atom.register_m)
+    columns = []                              # per k: (j, source lanes, position of each row among them)
+    for k in range(atom.k):
+        src = [where[(r, k)] for r in rows]
+        (j,) = {s[2] for s in src}
+        lanes = tuple(dict.fromkeys(s[0] for s in src))
+        columns.append((j, lanes, tuple(lanes.index(lane) * width + comp for lane, comp, _ in src)))
+    step = next((k for k in range(1, atom.k) if columns[k][1] != columns[0][1]), atom.k)
+    terms = []
+    for jj in range(step):
+        j, lanes, pos = columns[jj]
+        for k in range(jj, atom.k, step):     # the same element and rows, from lanes advancing by one
+            assert columns[k] == (j, tuple(lane + k // step for lane in lanes), pos), (atom.name, k)
+        shuffles = [f"intel_sub_group_shuffle(av{j}, {_affine(lane, 1)})" for lane in lanes]
+        if len(lanes) == 1:
+            assert pos == tuple(rows), atom.name
+            column = shuffles[0]
         else:
-            cells = ", ".join(f"A[{m}][{k}]" for m, k, _ in terms) + (" is" if len(terms) == 1 else " are")
-        comment = f"{cells} {first.component} of lane {lane}"
-        runs.append(ARun(len(run), lane, first.source, comment, terms))
-    return runs
+            column = f"({value_vec(len(lanes) * width)})({', '.join(shuffles)})"
+            if pos != tuple(rows):
+                column = f"({column}).s{''.join(f'{p:x}' for p in pos)}"
+        terms.append((column, _affine(jj, step)))
+    ks = f"A[:][{terms[0][1]}]" if step == 1 else f"A[:][{terms[0][1]} .. {terms[-1][1]}]"
+    sources = " and ".join(f"lane {_affine(lane, 1)}" for lane in columns[0][1])
+    return (ALoop(atom.k // step, f"{ks} (every row) from {sources}", tuple(terms)),)
 
 
 @functools.lru_cache(maxsize=None)
 def _portable_plan(atom: MmaAtom) -> PortablePlan:
-    # Integer accumulators are uint: int32 products (|a b| <= 2^16) convert to uint in the add, so the sum
-    # wraps modulo 2^32 like the hardware's int32 accumulator, where an int sum would be undefined behaviour.
-    acc, value = ("uint", "int") if atom.is_integer else ("float", "float")
+    # Integers are summed as uint: products of 8- and 4-bit values taken modulo 2^32 have the bits of the exact
+    # int products, and the sum wraps modulo 2^32 like the hardware's int32 accumulator (an int sum could
+    # overflow: undefined behaviour).
+    acc, value = ("uint", "uint") if atom.is_integer else ("float", "float")
+    n = atom.register_m
     b_width, b_per_reg = 8, 32 // atom.b_type.bits
     b_unpack = tuple(
         (kk, _decode(atom.b_type, f"as_uint({_component('b', b_width, kk // b_per_reg)})", kk % b_per_reg))
         for kk in range(atom.k))
     assert [entry[0] for entry in _lane_map(atom, "b").map[0]] == list(range(atom.k))  # B slot s holds k = s
 
-    c_width = _vector_width(atom.c_ctype)
-    read_c = {"F32": "{v}", "S32": "as_uint({v})", "BF16": "as_float((uint)as_ushort({v}) << 16)",
-              "F16": "(float){v}"}
-    c_in = tuple(read_c[atom.c].format(v=_component("c", c_width, r)) for r in range(atom.m))
+    a_width = _vector_width(atom.a_ctype)
+    comp_bits = sizeof_ctype(atom.a_ctype) * 8 // a_width
+    raw = _vec("uint", a_width)
+    a_raw = (raw, f"convert_{raw}(as_{_vec('ushort', a_width)}(a))" if comp_bits == 16 else f"as_{raw}(a)")
+    a_decode = tuple((_vec(value, a_width), f"av{j}",
+                      _decode_vector(atom.a_type, "ar", j, a_width, source_bits=comp_bits))
+                     for j in range(comp_bits // atom.a_type.bits))
 
-    write_d = {"F32": "d{r}", "S32": "as_int(d{r})", "BF16": "as_short(xe_mma_float_to_bf16_rne(d{r}))",
-               "F16": "convert_half_rte(d{r})"}
-    d_out = tuple(write_d[atom.c].format(r=r) if r < atom.m else _component("c", c_width, r)
-                  for r in range(c_width))
-    return PortablePlan(acc=acc, value=value, b_unpack=b_unpack, c_in=c_in, a_runs=tuple(_a_runs(_a_fetches(atom))),
-                        d_out=d_out, needs_fp16="F16" in (atom.a, atom.c), needs_bf16_rounding=atom.c == "BF16")
+    def vec(base: str, width: int = n) -> str:
+        return _vec(base, width)
+
+    c_in = {"F32": "c", "S32": f"as_{vec('uint')}(c)", "F16": f"convert_{vec('float')}(c)",
+            "BF16": f"as_{vec('float')}(convert_{vec('uint')}(as_{vec('ushort')}(c)) << 16)"}[atom.c]
+    row = {"F32": "{d}", "S32": "as_int({d})", "BF16": "as_short(xe_mma_float_to_bf16_rne({d}))",
+           "F16": "convert_half_rte({d})"}[atom.c]
+    if atom.m == n and atom.c != "BF16":
+        d_out = {"F32": "d", "S32": f"as_{vec('int')}(d)", "F16": f"convert_{vec('half')}_rte(d)"}[atom.c]
+    elif n == 1:
+        d_out = row.format(d="d")
+    else:
+        d_out = f"({atom.c_ctype})(" + ", ".join(
+            row.format(d=_component("d", n, r)) if r < atom.m else _component("c", n, r) for r in range(n)) + ")"
+    return PortablePlan(acc=vec(acc), value=value, b_unpack=b_unpack, a_raw=a_raw, a_decode=a_decode,
+                        a_loops=_a_loops(atom, lambda width: vec(value, width)), c_in=c_in, d_out=d_out,
+                        needs_fp16="F16" in (atom.a, atom.c), needs_bf16_rounding=atom.c == "BF16")
 
 
 # ---------------------------------------------------------------------------------------------------
