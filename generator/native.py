@@ -134,17 +134,16 @@ class NativeProfile:
 @lru_cache(maxsize=None)
 def native_profile(name: str | None = None, target: str = "pvc") -> NativeProfile:
     """The profile named (``igc-1.0.12504``, ``cl_intel_subgroup_2d_block_io``) or probed from ocloc."""
-    from xegemm.aot.profile import compiler_profile  # noqa: PLC0415
+    import os  # noqa: PLC0415
 
-    if name == MODERN_PROFILE:
+    from xegemm.aot.profile import PROFILE_ENV, compiler_profile  # noqa: PLC0415
+
+    name = name or os.environ.get(PROFILE_ENV)
+    if name == MODERN_PROFILE:   # every documented cl_intel_subgroup_2d_block_io function
         from xegemm.aot.signatures import documented_names  # noqa: PLC0415
         return NativeProfile(MODERN_PROFILE, "ocl2d", frozenset(documented_names()))
-    prof = compiler_profile(target, name)
-    spelling = "ocl2d" if prof.name == MODERN_PROFILE else "ib"
-    if spelling == "ocl2d":
-        from xegemm.aot.signatures import documented_names  # noqa: PLC0415
-        return NativeProfile(MODERN_PROFILE, "ocl2d", frozenset(documented_names()))
-    return NativeProfile(prof.name, spelling, frozenset(prof.supported))
+    prof = compiler_profile(target, name)   # a named old profile, a profile file, or a probe of ocloc
+    return NativeProfile(prof.name, "ib", frozenset(prof.supported))
 
 
 def device_profile(info) -> NativeProfile | None:

@@ -213,5 +213,5 @@ def test_name_round_trip_and_message_rules():
         assert CopyAtom.parse(a.name) == a
     assert message_violations(Message("load", 16, 16, 32, 2)) == []
     assert any("<= 64 B" in v for v in message_violations(Message("load", 16, 16, 32, 4)))
-    assert any("2048 B" in v for v in message_violations(Message("load", 8, 16, 32, 4))) is False
+    assert not any("2048 B" in v for v in message_violations(Message("load", 8, 16, 32, 4)))  # exactly 2048 B
     assert any("512 B" in v for v in message_violations(Message("store", 32, 16, 16, 1)))
