@@ -21,7 +21,7 @@ kernels: $(STAMP)
 	rm -f kernels/*.cl kernels/manifest.json kernels/native/*.cl kernels/native/manifest.json
 	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels
 	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels/native --lowering native \
-		--profile cl_intel_subgroup_2d_block_io
+		--capabilities cl_intel_subgroup_2d_block_io
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from bench import DEFAULT_CONFIG
+from bench.report import comparison_lines
+from xegemm.config import load_config
+from xegemm.pipeline import DeviceSession, choose_lowering
+from xegemm.runtime import describe, select_sycl_device
 
 LEDGER = pytest.StashKey[dict]()
 
@@ -30,38 +34,28 @@ def ledger(request) -> dict:
 
 @pytest.fixture(scope="session")
 def sycl_device():
-    from xegemm.runtime import select_sycl_device  # noqa: PLC0415
-
     return select_sycl_device()
 
 
 @pytest.fixture(scope="session")
 def device_info(sycl_device):
-    from xegemm.runtime import describe  # noqa: PLC0415
-
     return describe(sycl_device)
 
 
 @pytest.fixture(scope="session")
 def lowering(device_info):
-    """(lowering, native compiler profile or None), chosen for the device as ``xegemm run`` does."""
-    from xegemm.pipeline import choose_lowering  # noqa: PLC0415
-
+    """The :class:`xegemm.lowering.Lowering` chosen for the device as ``xegemm run`` does."""
     return choose_lowering(device_info)
 
 
 @pytest.fixture(scope="session")
 def device_session(sycl_device):
     """One profiling queue and one set of problem buffers shared by every xegemm benchmark."""
-    from xegemm.pipeline import DeviceSession  # noqa: PLC0415
-
     return DeviceSession(sycl_device)
 
 
 @pytest.fixture(scope="session")
 def default_config():
-    from xegemm.config import load_config  # noqa: PLC0415
-
     return load_config(DEFAULT_CONFIG)
 
 
@@ -69,8 +63,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     comparison = config.stash.get(LEDGER, {}).get("comparison")
     if comparison is None:
         return
-    from bench.report import comparison_lines  # noqa: PLC0415
-
     terminalreporter.section("xegemm vs references (measured in this run)")
     for line in comparison_lines(comparison):
         terminalreporter.write_line(line)

@@ -18,6 +18,7 @@ import pytest
 from xegemm.config import load_config
 from xegemm.pipeline import plan_variants, run_variant
 from xegemm.profile import gemm_flops
+from xegemm.runtime.devices import dpctl_module
 
 from bench import DEFAULT_CONFIG
 from bench.blas_worker import blas_info, operands, timed_matmul
@@ -64,7 +65,7 @@ def run_benchmarked(pv, session, lowering, benchmark, rounds: int):
         timings.append(timing)
         return timing
 
-    result = run_variant(pv, session, lowering[0], profile=lowering[1], timer=pedantic_time_kernel)
+    result = run_variant(pv, session, lowering, timer=pedantic_time_kernel)
     if result.status == "rejected":
         pytest.skip(f"rejected for the {lowering[0]} lowering (no kernel): {result.reason}")
     if result.status != "ok":
@@ -168,10 +169,8 @@ def test_onemkl_dpnp_matmul(benchmark, ledger, sycl_device, device_info):
         skip_reference(ledger, "onemkl_dpnp", label,
                        f"dpnp is not installed ({exc}); it runs next to the pinned 2026.0.0 SYCL runtime when "
                        "installed as dpnp==0.20.0 mkl==2026.0.0 onemkl-sycl-blas==2026.0.0 (about 1.2 GB)")
-    import dpctl  # noqa: PLC0415
-
     a, b = operands(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch)
-    queue = dpctl.SyclQueue(sycl_device)
+    queue = dpctl_module().SyclQueue(sycl_device)
     da, db = dpnp.asarray(a, sycl_queue=queue), dpnp.asarray(b, sycl_queue=queue)
 
     def once() -> float:
@@ -193,7 +192,7 @@ def test_onemkl_dpnp_matmul(benchmark, ledger, sycl_device, device_info):
 def test_best_variant_vs_references(benchmark, device_session, device_info, lowering, ledger):
     variants = ledger.get("variants")
     if not variants:   # the variant benchmarks were deselected: run the sweep with the pipeline's own timing
-        variants = {pv.name: run_variant(pv, device_session, lowering[0], profile=lowering[1])
+        variants = {pv.name: run_variant(pv, device_session, lowering)
                     for pv in PLANNED if pv.plan is not None}
     verified = [r for r in variants.values() if r.status == "ok"]
     if not verified:

@@ -8,7 +8,15 @@ import os
 import sys
 from pathlib import Path
 
+from xegemm.atoms.block1d import Block1DAtom
+from xegemm.atoms.coopmatrix import coopmatrix_layout, format_coopmatrix_table
+from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
+from xegemm.atoms.mma import MmaAtom, enumerate_mma_atoms
 from xegemm.errors import XegemmError
+from xegemm.lowering import LOWERINGS
+from xegemm.pipeline import build_config, generate, run
+from xegemm.runtime import list_devices, select_sycl_device
+from xegemm.targets import AOT_TARGETS, GRF_MODES
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -20,7 +28,6 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def cmd_devices(args) -> int:
-    from xegemm.runtime import list_devices, select_sycl_device  # noqa: PLC0415
 
     devices = list_devices()
     default = select_sycl_device().filter_string
@@ -39,9 +46,6 @@ def cmd_devices(args) -> int:
 
 def _atom(name: str):
     """A copy or MMA atom by name (raises the model's error for an illegal or unknown name)."""
-    from xegemm.atoms.block1d import Block1DAtom  # noqa: PLC0415
-    from xegemm.atoms.copy import CopyAtom  # noqa: PLC0415
-    from xegemm.atoms.mma import MmaAtom  # noqa: PLC0415
 
     name = name.strip()
     if name.startswith("XE_1D_"):
@@ -50,8 +54,6 @@ def _atom(name: str):
 
 
 def cmd_atoms_list(args) -> int:
-    from xegemm.atoms.copy import enumerate_copy_atoms  # noqa: PLC0415
-    from xegemm.atoms.mma import enumerate_mma_atoms  # noqa: PLC0415
 
     rows, data = [], []
     if args.kind in (None, "copy"):
@@ -76,8 +78,6 @@ def cmd_atoms_list(args) -> int:
 
 
 def cmd_atoms_show(args) -> int:
-    from xegemm.atoms.block1d import Block1DAtom  # noqa: PLC0415
-    from xegemm.atoms.copy import CopyAtom  # noqa: PLC0415
 
     atom = _atom(args.name)
     if isinstance(atom, Block1DAtom):
@@ -131,7 +131,6 @@ def cmd_atoms_show(args) -> int:
 
 
 def cmd_atoms_coopmatrix(args) -> int:
-    from xegemm.atoms.coopmatrix import coopmatrix_layout, format_coopmatrix_table  # noqa: PLC0415
 
     layout = coopmatrix_layout(args.use, args.rows, args.cols, args.sg, args.dtype)
     print(json.dumps(layout.to_json()) if args.json else format_coopmatrix_table(layout))
@@ -139,10 +138,9 @@ def cmd_atoms_coopmatrix(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from xegemm.pipeline import generate  # noqa: PLC0415
 
     for config in args.configs:
-        manifest = generate(config, args.out, lowering=args.lowering, profile_name=args.profile)
+        manifest = generate(config, args.out, lowering=args.lowering, capabilities_name=args.capabilities)
         kernels = manifest["kernels"]
         made = [k for k in kernels if k["status"] == "generated"]
         print(f"{config}: {len(made)} kernels written to {args.out}/, {len(kernels) - len(made)} variants rejected")
@@ -153,7 +151,6 @@ def cmd_generate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from xegemm.pipeline import run  # noqa: PLC0415
 
     results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering)
     failed = [v for v in results["variants"] if v["status"] in ("failed_build", "failed_verify", "error")]
@@ -161,13 +158,12 @@ def cmd_run(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from xegemm.aot.variants import build_config  # noqa: PLC0415
 
     result = build_config(args.config, target=args.target, grf=args.grf, out_dir=args.out,
-                          profile_name=args.profile, progress=sys.stderr)
+                          capabilities_name=args.capabilities, progress=sys.stderr)
     ok = sum(v["status"] == "ok" for v in result["variants"])
-    print(f"{ok} of {len(result['variants'])} variants built for {args.target} with compiler profile "
-          f"{result['profile']}; see build.json in {args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")
+    print(f"{ok} of {len(result['variants'])} variants built for {args.target} with compiler capabilities "
+          f"{result['capabilities']}; see build.json in {args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")
     failed = [v for v in result["variants"] if v["status"] == "failed_build"]
     return 1 if failed and args.strict else 0
 
@@ -203,17 +199,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="render every variant of configs to OpenCL C plus manifest.json")
     p.add_argument("configs", nargs="+", metavar="CONFIG")
     p.add_argument("--out", default="kernels", help="output directory (default kernels/)")
-    p.add_argument("--lowering", default="portable", choices=["portable", "native"])
-    p.add_argument("--profile", help="compiler profile of the native lowering (default: probe ocloc)")
+    p.add_argument("--lowering", default="portable", choices=LOWERINGS)
+    p.add_argument("--capabilities", help="compiler capabilities of the native lowering: igc-1.0.12504, "
+                   "cl_intel_subgroup_2d_block_io or a .json file (default: $XEGEMM_COMPILER_CAPABILITIES, else "
+                   "probe ocloc)")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("build", help="compile every variant ahead of time with ocloc for a real Xe GPU and "
                                      "count its machine code (build.json)")
     p.add_argument("config")
-    p.add_argument("--target", choices=["pvc", "dg2"], default="pvc")
-    p.add_argument("--grf", type=int, choices=[128, 256], help="GRF mode (default: the config's target.grf)")
+    p.add_argument("--target", choices=AOT_TARGETS, default="pvc")
+    p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
     p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
-    p.add_argument("--profile", help="compiler profile: igc-1.0.12504, cl_intel_subgroup_2d_block_io, a .json "
+    p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, cl_intel_subgroup_2d_block_io, a .json "
                                      "file; default: probe the installed ocloc")
     p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
     p.set_defaults(func=cmd_build)
@@ -222,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("--device", help="dpctl filter string, e.g. opencl:cpu:0 (default: the best device)")
     p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
-    p.add_argument("--lowering", choices=["portable", "native"],
+    p.add_argument("--lowering", choices=LOWERINGS,
                    help="default: native on a device with Xe 2D block IO and DPAS, else portable")
     p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build or verify")
     p.set_defaults(func=cmd_run)

@@ -1,23 +1,184 @@
-"""Element types: one table of sizes and atom-name codes for the config, the planner, the verifier and the
-renderer (OpenCL C scalar and vector type names included)."""
+"""The data-type registry: every element type xegemm knows, in one table that everything else reads.
+
+One :class:`DType` per type holds its config spelling and aliases, its code in atom names
+(``XE_8x16x16_F32BF16BF16F32_TT``), storage bits, kind and signedness, the tag of the OpenCL DPAS builtins
+(OCLMMA: ``intel_sub_group_bf16_bf16_matrix_mad_k16``), its unit roundoff, and how values are rounded to it,
+encoded to bits and decoded back.  The config reader, the atom models, the planner, the verifier, the
+lowerings and the templates all ask this module; adding an element type is one entry in :data:`DTYPES`
+(plus, for a DPAS input, its (A, B, accumulator) combination in :mod:`xegemm.targets`).
+
+The OpenCL C scalar vocabulary (sizes of ``uchar``/``short``/``float``..., the unsigned container of a
+width, vector spellings) lives here too: it is how element bits are spelled in generated code.
+
+Rounding rules: bf16 and f16 round to nearest even (bf16 keeps NaNs quiet); tf32 clears the low 13 mantissa
+bits of an f32 (what the portable lowering does; xe_atoms.md does not say how hardware treats them).
+"""
 
 from __future__ import annotations
 
-# config dtype -> bits per element (tf32 is stored as a 32-bit float)
-DTYPE_BITS = {"f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "f64": 64, "s8": 8, "u8": 8, "s4": 4, "u4": 4,
-              "s32": 32}
-# config dtype -> the type code of DPAS atom names (XE_8x16x16_F32BF16BF16F32_TT)
-DTYPE_CODE = {"bf16": "BF16", "f16": "F16", "tf32": "TF32", "f32": "F32", "s8": "S8", "u8": "U8", "s4": "S4",
-              "u4": "U4", "s32": "S32"}
+from dataclasses import dataclass, field
 
-CTYPE_BITS = {"char": 8, "uchar": 8, "short": 16, "ushort": 16, "half": 16, "int": 32, "uint": 32, "float": 32,
-              "long": 64, "ulong": 64}
-UNSIGNED_CTYPE = {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}
+import numpy as np
+
+from xegemm.errors import XegemmError
 
 
-def dtype_bytes(dtype: str) -> float:
+class UnknownDTypeError(XegemmError, KeyError):
+    """A data-type name or code that the registry does not know."""
+
+    def __str__(self) -> str:        # KeyError would quote the message
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class DType:
+    """One element type: names, storage, arithmetic kind and value conversions."""
+
+    name: str                       # config spelling: "bf16"
+    code: str | None                # atom-name code: "BF16" (None: no atom takes it)
+    bits: int                       # storage bits per element (tf32 is stored as a 32-bit float)
+    kind: str                       # "float" or "int"
+    signed: bool
+    unit_roundoff: float | None = None   # floats: 2^-p, p = significand bits incl. the implicit one
+    builtin_tag: str | None = None  # tag in OCLMMA builtin names; None for accumulator-only types
+    aliases: tuple[str, ...] = field(default=())
+    accumulators: tuple[str, ...] = ()  # a DPAS input: the types it accumulates into (names), else ()
+    acc_ctype: str | None = None    # a DPAS accumulator: the OpenCL C scalar of C and D in the builtins (OCLMMA)
+    spirv_flags: tuple[int, int] = (0, 0)   # SPVMMA operand flags naming it as (A, B) (coopmatrix_layouts.md §3.3)
+
+    @property
+    def bytes(self) -> float:
+        """Bytes per element (0.5 for 4-bit types)."""
+        return self.bits / 8
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind == "int"
+
+    @property
+    def storage_ctype(self) -> str:
+        """The unsigned OpenCL C scalar one element travels in (4-bit elements travel in a uchar)."""
+        return UNSIGNED_CTYPE[max(8, self.bits)]
+
+    @property
+    def value_range(self) -> tuple[int, int]:
+        """Integers: (lowest, highest) representable value."""
+        if not self.is_int:
+            raise ValueError(f"{self.name} is not an integer type")
+        return (-(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1) if self.signed else (0, (1 << self.bits) - 1)
+
+    # -- values ---------------------------------------------------------------------------------------
+    def round(self, values) -> np.ndarray:
+        """``values`` rounded to this type as the hardware reads them (float64 for floats, int64 for ints).
+
+        Integers must already be in range (ValueError otherwise)."""
+        v = np.asarray(values)
+        if self.is_int:
+            lo, hi = self.value_range
+            iv = v.astype(np.int64)
+            if np.any(iv != v) or np.any(iv < lo) or np.any(iv > hi):
+                raise ValueError(f"values do not fit {self.code or self.name} ({lo}..{hi})")
+            return iv
+        if self.name == "f16":
+            return v.astype(np.float16).astype(np.float64)
+        if self.name == "f64":
+            return v.astype(np.float64)
+        bits = v.astype(np.float32).view(np.uint32)
+        if self.name == "bf16":
+            bits = _f32_bits_to_bf16(bits).astype(np.uint32) << 16
+        elif self.name == "tf32":
+            bits = bits & np.uint32(0xFFFFE000)
+        return bits.view(np.float32).astype(np.float64)
+
+    def encode(self, values) -> np.ndarray:
+        """The bit patterns (uint64, ``bits`` wide) of values of this type (rounded first)."""
+        v = self.round(values)
+        if self.is_int:
+            return (v & ((1 << self.bits) - 1)).astype(np.uint64)
+        if self.name == "f16":
+            return v.astype(np.float16).view(np.uint16).astype(np.uint64)
+        if self.name == "f64":
+            return v.view(np.uint64)
+        f32 = v.astype(np.float32).view(np.uint32).astype(np.uint64)
+        return f32 >> 16 if self.name == "bf16" else f32
+
+    def decode(self, bits) -> np.ndarray:
+        """Values (float64 or int64) of bit patterns of this type."""
+        b = np.asarray(bits).astype(np.uint64) & np.uint64((1 << self.bits) - 1)
+        if self.is_int:
+            v = b.astype(np.int64)
+            return np.where(v >= (1 << (self.bits - 1)), v - (1 << self.bits), v) if self.signed else v
+        if self.name == "f16":
+            return b.astype(np.uint16).view(np.float16).astype(np.float64)
+        if self.name == "f64":
+            return b.view(np.float64)
+        f32 = (b << np.uint64(16) if self.name == "bf16" else b).astype(np.uint32)
+        return f32.view(np.float32).astype(np.float64)
+
+
+def _f32_bits_to_bf16(bits: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even of f32 bit patterns to bf16 bit patterns (NaN kept quiet)."""
+    bits = bits.astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, ((bits >> 16) | 0x40) & 0xFFFF, rounded).astype(np.uint16)
+
+
+# The registry, in the order configs list them.  Unit roundoffs: Higham, "Accuracy and Stability of
+# Numerical Algorithms", table 2.1 (f16, f32, f64); bf16 has 8 significand bits (2^-8); tf32 has f16's 11.
+# Accumulators (facts coopmatrix_layouts.md §0; OCLMMA; OCLTF32): bf16/f16 -> f32, or an accumulator of the input
+# type (SIMD16 only: xegemm.targets); tf32 -> f32; 8- and 4-bit integers -> s32.
+DTYPES: dict[str, DType] = {t.name: t for t in (
+    DType("f16", "F16", 16, "float", True, 2.0 ** -11, "f16", ("half", "fp16", "float16"), ("f32", "f16"),
+          "half", (0x400, 0x800)),
+    DType("bf16", "BF16", 16, "float", True, 2.0 ** -8, "bf16", ("bfloat16",), ("f32", "bf16"),
+          "short", (0x1000, 0x2000)),
+    DType("tf32", "TF32", 32, "float", True, 2.0 ** -11, "tf32", (), ("f32",), None, (0x100, 0x200)),
+    DType("f32", "F32", 32, "float", True, 2.0 ** -24, None, ("float", "fp32", "float32"), (), "float"),
+    DType("f64", None, 64, "float", True, 2.0 ** -53, None, ("double", "fp64", "float64")),
+    DType("s8", "S8", 8, "int", True, None, "i8", ("int8", "i8"), ("s32",), None, (0x10, 0x20)),
+    DType("u8", "U8", 8, "int", False, None, "u8", ("uint8",), ("s32",), None, (0x10, 0x20)),
+    DType("s4", "S4", 4, "int", True, None, "i4", ("int4", "i4"), ("s32",), None, (0x40, 0x80)),
+    DType("u4", "U4", 4, "int", False, None, "u4", ("uint4",), ("s32",), None, (0x40, 0x80)),
+    DType("s32", "S32", 32, "int", True, None, None, ("int32", "i32"), (), "int"),
+)}
+BY_CODE: dict[str, DType] = {t.code: t for t in DTYPES.values() if t.code}
+ALIASES: dict[str, str] = {alias: t.name for t in DTYPES.values() for alias in t.aliases}
+
+# Views of the registry for readers that want one property per name
+DTYPE_BITS: dict[str, int] = {t.name: t.bits for t in DTYPES.values()}
+DTYPE_CODE: dict[str, str] = {t.name: t.code for t in DTYPES.values() if t.code}
+CODE_PATTERN = "|".join(sorted(BY_CODE, key=lambda c: (-len(c), c)))   # longest first, for regexes
+
+
+def dtype(name: str) -> DType:
+    """The type called ``name`` (a config spelling or an alias)."""
+    try:
+        return DTYPES[ALIASES.get(name, name)]
+    except KeyError:
+        raise UnknownDTypeError(f"unknown data type {name!r}; known: {', '.join(DTYPES)}") from None
+
+
+def by_code(code: str) -> DType:
+    """The type whose atom-name code is ``code`` (``BF16``)."""
+    try:
+        return BY_CODE[code]
+    except KeyError:
+        raise UnknownDTypeError(f"unknown element type code {code!r}: expected one of {', '.join(BY_CODE)}") \
+            from None
+
+
+def dtype_bytes(name: str) -> float:
     """Bytes per element (0.5 for 4-bit types)."""
-    return DTYPE_BITS[dtype] / 8
+    return dtype(name).bytes
+
+
+# ---- OpenCL C spellings of element bits -------------------------------------------------------------------
+CTYPE_BYTES = {"char": 1, "uchar": 1, "bool": 1, "short": 2, "ushort": 2, "half": 2, "int": 4, "uint": 4,
+               "float": 4, "long": 8, "ulong": 8, "double": 8}
+CTYPE_BITS = {name: 8 * size for name, size in CTYPE_BYTES.items() if name != "bool"}
+UNSIGNED_CTYPE = {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}
+OPENCL_VECTOR_SIZES = (2, 3, 4, 8, 16)   # OpenCL C 6.1.2; wider vectors need a clang ext_vector typedef
 
 
 def ctype_shape(ctype: str) -> tuple[int, int]:
@@ -25,3 +186,14 @@ def ctype_shape(ctype: str) -> tuple[int, int]:
     base = ctype.rstrip("0123456789")
     n = ctype[len(base):]
     return CTYPE_BITS[base], int(n) if n else 1
+
+
+def sizeof_ctype(ctype: str) -> int:
+    """``sizeof`` of an OpenCL C scalar or vector type name (3-component vectors are 4 wide, OpenCL C 6.1.5)."""
+    bits, n = ctype_shape(ctype)
+    return bits // 8 * (4 if n == 3 else n)
+
+
+def vector_ctype(base: str, n: int) -> str:
+    """The OpenCL C spelling of an n-component vector of ``base`` (the scalar itself for n = 1)."""
+    return base if n == 1 else f"{base}{n}"

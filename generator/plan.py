@@ -12,20 +12,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from xegemm.atoms.block1d import Block1DAtom, enumerate_block1d_atoms
+from xegemm.atoms.block1d import READ_ALIGN_BYTES, WRITE_ALIGN_BYTES, Block1DAtom, enumerate_block1d_atoms
 from xegemm.atoms.copy import SUB_GROUP as BLOCK2D_SUB_GROUP
+from xegemm.atoms.copy import TYPE_BITS as COPY_TYPE_BITS
 from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
-from xegemm.atoms.mma import TARGETS_BY_N, MmaAtom
+from xegemm.atoms.mma import MmaAtom
 from xegemm.config import Config
-from xegemm.dtypes import DTYPE_BITS, DTYPE_CODE, ctype_shape
+from xegemm.dtypes import ctype_shape, dtype
 from xegemm.errors import XegemmError
+from xegemm.targets import dpas_widths, names_at, targets_at
 
-GRF_BYTES = 64
-# Register width by DPAS execution size (= sub-group size): 64 B on PVC/BMG (SIMD16), 32 B on DG2 (SIMD8)
-# (xe_atoms.md §3.1).
-GRF_BYTES_BY_SIMD = {16: 64, 8: 32}
 RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
-MAX_SUBGROUPS_PER_WG = 32    # Xe-HPC / Xe2: up to 32 sub-groups (1024 work-items) per work-group
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
 
 
@@ -187,7 +184,7 @@ def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int,
 
 # ---- choosing atoms ------------------------------------------------------------------------------------
 
-COPY_TYPE_OF_BITS = {4: "U4", 8: "U8", 16: "U16", 32: "U32", 64: "U64"}
+COPY_TYPE_OF_BITS = {bits: name for name, bits in COPY_TYPE_BITS.items() if name.startswith("U")}
 
 
 def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int, max_cols: int,
@@ -249,13 +246,14 @@ def plan(config: Config) -> Plan:
     bm, bn, bk = tile.workgroup
     sgm_count, sgn_count = tile.subgroups
     sg = tile.subgroup_size
-    if sg not in TARGETS_BY_N:
+    if sg not in dpas_widths():
         raise PlanRejected(f"sub-group size {sg}: DPAS executes at sub-group size 16 (pvc, bmg: Xe 2D block "
                            "copies) or 8 (dg2: 1D sub-group block copies)")
     block2d = sg == BLOCK2D_SUB_GROUP          # 2D block messages need a sub-group of 16 (SPV2D, OCL2D)
-    if sgm_count * sgn_count > MAX_SUBGROUPS_PER_WG:
+    max_subgroups = min(t.max_subgroups_per_workgroup for t in targets_at(sg))
+    if sgm_count * sgn_count > max_subgroups:
         raise PlanRejected(f"{sgm_count}x{sgn_count} = {sgm_count * sgn_count} sub-groups per work-group: at most "
-                           f"{MAX_SUBGROUPS_PER_WG} ({MAX_SUBGROUPS_PER_WG * sg} work-items) on Xe")
+                           f"{max_subgroups} ({max_subgroups * sg} work-items) on Xe")
     if bm % sgm_count or bn % sgn_count:
         raise PlanRejected(f"work-group tile {bm}x{bn} does not split into {sgm_count}x{sgn_count} sub-group tiles")
     sgm, sgn = bm // sgm_count, bn // sgn_count
@@ -267,10 +265,10 @@ def plan(config: Config) -> Plan:
                            "16-bit A); xegemm does not generate that reorder yet: store A row-major")
     try:
         mma = (MmaAtom.parse(config.atoms.mma) if config.atoms.mma else
-               MmaAtom.of(DTYPE_CODE[t.a], DTYPE_CODE[t.b], DTYPE_CODE[t.acc], m=math.gcd(8, sgm), n=sg))
-    except (XegemmError, KeyError) as exc:
+               MmaAtom.of(dtype(t.a).code, dtype(t.b).code, dtype(t.acc).code, m=math.gcd(8, sgm), n=sg))
+    except XegemmError as exc:
         raise PlanRejected(f"no DPAS atom for A={t.a}, B={t.b}, accumulator={t.acc}: {exc}") from exc
-    if (mma.a, mma.b) != (DTYPE_CODE[t.a], DTYPE_CODE[t.b]) or mma.c != DTYPE_CODE.get(t.acc):
+    if (mma.a, mma.b, mma.c) != (dtype(t.a).code, dtype(t.b).code, dtype(t.acc).code):
         raise PlanRejected(f"{mma.name} does not take A={t.a}, B={t.b}, accumulator={t.acc}")
     if mma.n != sg:
         raise PlanRejected(f"{mma.name} executes at sub-group size {mma.n} (N = the SIMD width), but "
@@ -280,7 +278,7 @@ def plan(config: Config) -> Plan:
                            f"{mma.m}x{mma.n}x{mma.k}")
     grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
     abits, bbits = mma.a_type.bits, mma.b_type.bits
-    c_bits = DTYPE_BITS[t.c]
+    c_bits = dtype(t.c).bits
     if block2d:
         a_type = "TF32" if t.a == "tf32" else None
         a_plan = _choose("a", config.atoms.a, _candidates("LD", ("N",), abits, 32, bk, a_type),
@@ -321,11 +319,11 @@ def plan(config: Config) -> Plan:
     registers = _register_estimate(config, mma, a_plan, b_plan, sgm, sgn)
     budget = config.target.grf
     if registers["total_grf"] > budget:
-        width = GRF_BYTES_BY_SIMD[mma.n]
+        width = _grf_bytes(mma.n)
         raise PlanRejected(
             f"registers: accumulators {registers['acc_grf']} + A {registers['a_grf']} + B {registers['b_grf']} + "
             f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
-            + (f"of {width} B at sub-group size {sg} " if width != GRF_BYTES else "")
+            + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
     name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom)
     return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name)
@@ -358,7 +356,7 @@ def native_surface_violations(config: Config) -> list[str]:
     if config.tile.subgroup_size != BLOCK2D_SUB_GROUP:
         return block1d_surface_violations(config)
     p, t, lay = config.problem, config.types, config.layout
-    nbytes = {d: max(1, b // 8) for d, b in DTYPE_BITS.items()}
+    nbytes = {name: max(1, dtype(name).bits // 8) for name in (t.a, t.b, t.c)}
     surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, p.m if lay.a == "row" else p.k,
                  nbytes[t.a]),
                 ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, p.k if lay.b == "row" else p.n,
@@ -387,10 +385,8 @@ def block1d_surface_violations(config: Config) -> list[str]:
     reads, 32 B for the f32/s32 C rows), so the rules land on the pitches (= the rows' widths) of A, B and C
     (batch strides are multiples of them).  Tiles over an edge use element accesses: no width minimum.
     """
-    from xegemm.atoms.block1d import READ_ALIGN_BYTES, WRITE_ALIGN_BYTES  # noqa: PLC0415
-
     p, t, lay = config.problem, config.types, config.layout
-    nbytes = {d: max(1, b // 8) for d, b in DTYPE_BITS.items()}
+    nbytes = {name: max(1, dtype(name).bits // 8) for name in (t.a, t.b, t.c)}
     surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, nbytes[t.a],
                  READ_ALIGN_BYTES, "reads"),
                 ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, nbytes[t.b],
@@ -419,8 +415,14 @@ def _with_prefetch(op: OperandPlan) -> OperandPlan:
     return OperandPlan(op.operand, op.atom, op.tiles, op.fragments, pf)
 
 
+def _grf_bytes(simd: int) -> int:
+    """Register width of the targets whose DPAS runs at ``simd`` (xegemm.targets: 64 B at 16, 32 B at 8)."""
+    (width,) = {t.grf_bytes for t in targets_at(simd)}
+    return width
+
+
 def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
-    lanes, width = config.tile.subgroup_size, GRF_BYTES_BY_SIMD[mma.n]
+    lanes, width = config.tile.subgroup_size, _grf_bytes(mma.n)
     grf = lambda nbytes: -(-nbytes // width)  # noqa: E731
     acc = grf(sgm * sgn * mma.d_type.bits // 8)
     a = grf(a_plan.per_kstep * a_plan.atom.register_bytes * lanes)

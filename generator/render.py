@@ -1,17 +1,29 @@
-"""Render OpenCL C from the jinja2 templates (StrictUndefined: a missing value is an error, never blank)."""
+"""Render OpenCL C from the jinja2 templates (StrictUndefined: a missing value is an error, never blank).
+
+The plan says what the kernel computes; the :class:`xegemm.lowering.Lowering` says how each atom is spelled
+(:mod:`xegemm.lowering.portable` and :mod:`xegemm.lowering.native` turn atom descriptions into what the atom
+templates print).  :func:`render_kernel` is the one entry point for a kernel; :func:`render_mma` and
+:func:`render_copy_atoms` render atom libraries on their own (the atom tests use them).
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 
 import jinja2
 
-from xegemm.dtypes import UNSIGNED_CTYPE, ctype_shape
+from xegemm import __version__
+from xegemm.aot.signatures import check_calls
+from xegemm.atoms.block1d import Block1DAtom
+from xegemm.atoms.mma import MmaAtom
+from xegemm.dtypes import OPENCL_VECTOR_SIZES, UNSIGNED_CTYPE, ctype_shape
 from xegemm.errors import XegemmError
-
-OPENCL_VECTOR_SIZES = (2, 3, 4, 8, 16)
+from xegemm.lowering import LOWERINGS, Lowering, named_lowering
+from xegemm.lowering.native import NativeUnsupported, lower_copy
+from xegemm.lowering.portable import copy_plan, mma_plan
+from xegemm.plan import Plan, PlanRejected, native_surface_violations
 
 
 @lru_cache(maxsize=1)
@@ -39,10 +51,38 @@ def render_macro(template: str, macro: str, *args) -> str:
     return str(getattr(module, macro)(*args))
 
 
-LOWERINGS = ("portable", "native")
+def render_mma(atoms, lowering: str) -> str:
+    """OpenCL C defining the ``fn_name`` function of each DPAS atom (one atom or an iterable), in the lowering
+    "native" (the builtin) or "portable" (ordinary arithmetic and sub-group broadcasts)."""
+    if lowering not in LOWERINGS:
+        raise ValueError(f"lowering must be one of {LOWERINGS}, not {lowering!r}")
+    atoms = [atoms] if isinstance(atoms, MmaAtom) else list(atoms)
+    template = f"mma/{lowering}.cl.j2"
+    if lowering == "portable":
+        return "\n".join(render_macro(template, "define", atom, mma_plan(atom)) for atom in atoms)
+    return "\n".join(render_macro(template, "define", atom) for atom in atoms)
 
 
-def _fragment_helpers(plan) -> str:
+def render_copy_atoms(atoms, lowering: Lowering) -> str:
+    """OpenCL C defining the ``fn_name`` function of each copy atom (2D or 1D block), in one lowering."""
+    atoms = list(dict.fromkeys(atoms))
+    if lowering.name == "portable":
+        template = "copy/portable.cl.j2"
+        block2d = [a for a in atoms if not isinstance(a, Block1DAtom)]
+        parts = [render_macro(template, "prelude")] + [render_macro(template, "define", a, copy_plan(a))
+                                                        for a in block2d] if block2d else []
+        parts += [render_macro("copy/block1d.cl.j2", "portable", a) for a in atoms if isinstance(a, Block1DAtom)]
+        return "\n".join(parts)
+    caps = lowering.capabilities
+    lowered = [(a, lower_copy(a, caps)) for a in atoms]
+    declared = list(dict.fromkeys(m.declaration for _, ms in lowered for m in ms if m.declaration))
+    parts = [render_macro("copy/native.cl.j2", "declarations", declared)] if declared else []
+    parts += [render_macro("copy/block1d.cl.j2", "native", a, ms) if isinstance(a, Block1DAtom) else
+              render_macro("copy/native.cl.j2", "define", a, ms, caps.spelling == "ib") for a, ms in lowered]
+    return "\n".join(parts)
+
+
+def _fragment_helpers(plan: Plan) -> str:
     macros = environment().get_template("fragments.cl.j2").module
     out = []
     for operand in (plan.a, plan.b):
@@ -58,50 +98,32 @@ def _fragment_helpers(plan) -> str:
     return "\n".join(dict.fromkeys(out))
 
 
-def _copy_library(atoms, lowering: str, profile=None) -> str:
-    from xegemm.atoms.block1d import Block1DAtom  # noqa: PLC0415
-
-    atoms = list(dict.fromkeys(atoms))
-    if lowering == "portable":
-        template = "copy/portable.cl.j2"
-        block2d = [a for a in atoms if not isinstance(a, Block1DAtom)]
-        parts = [render_macro(template, "prelude")] + [render_macro(template, "define", a) for a in block2d] \
-            if block2d else []
-        parts += [render_macro("copy/block1d.cl.j2", "portable", a) for a in atoms if isinstance(a, Block1DAtom)]
-        return "\n".join(parts)
-    from xegemm.native import lower_copy  # noqa: PLC0415
-
-    lowered = [(a, lower_copy(a, profile)) for a in atoms]
-    declared = list(dict.fromkeys(m.declaration for _, ms in lowered for m in ms if m.declaration))
-    parts = [render_macro("copy/native.cl.j2", "declarations", declared)] if declared else []
-    parts += [render_macro("copy/block1d.cl.j2", "native", a, ms) if isinstance(a, Block1DAtom) else
-              render_macro("copy/native.cl.j2", "define", a, ms, profile.spelling == "ib") for a, ms in lowered]
-    return "\n".join(parts)
-
-
-def render_kernel(plan, lowering: str = "portable", profile=None, mma_lowering: str | None = None) -> str:
+def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowering: str | None = None) -> str:
     """The OpenCL C source of one planned kernel in the given lowering (deterministic for a plan).
 
-    The native lowering needs the compiler's profile (xegemm.native.native_profile): it decides how
-    each copy atom is spelled, split or replaced.  ``mma_lowering`` renders the DPAS atoms in another
-    lowering than the copies (default: the same), e.g. native 1D block copies with portable DPAS to run the
-    native copy code on a device without DPAS.
+    ``lowering`` is a :class:`xegemm.lowering.Lowering` (or a lowering name: native then uses the default
+    compiler capabilities).  ``mma_lowering`` renders the DPAS atoms in another lowering than the copies
+    (default: the same), e.g. native 1D block copies with portable DPAS to run the native copy code on a
+    device without DPAS.  Raises PlanRejected when the native lowering cannot express the plan: the problem
+    breaks a surface rule of the block messages, or the compiler has no way to issue one of its atoms.
     """
-    from xegemm import __version__  # noqa: PLC0415
-    from xegemm.atoms.mma import render_mma  # noqa: PLC0415
-
-    if lowering not in LOWERINGS:
-        raise ValueError(f"lowering must be one of {LOWERINGS}, not {lowering!r}")
-    if lowering == "native" and profile is None:
-        from xegemm.native import native_profile  # noqa: PLC0415
-        profile = native_profile()
+    if isinstance(lowering, str):
+        lowering = named_lowering(lowering)
+    if lowering.name == "native":
+        surface = native_surface_violations(plan.config)
+        if surface:
+            raise PlanRejected("native block surfaces: " + "; ".join(surface))
     cfg = plan.config
     bm, bn, bk = cfg.tile.workgroup
     sgm_count, sgn_count = cfg.tile.subgroups
     copies = [plan.a.atom, plan.b.atom, plan.c.atom] + [p.prefetch for p in (plan.a, plan.b) if p.prefetch]
     mt, nt, kt = plan.mma_grid
+    try:
+        copy_library = render_copy_atoms(copies, lowering)
+    except NativeUnsupported as exc:
+        raise PlanRejected(str(exc)) from exc
     context = dict(
-        plan=plan, config=cfg, lowering=lowering, version=__version__, source_name=Path(str(cfg.source)).name,
+        plan=plan, config=cfg, lowering=lowering.name, version=__version__, source_name=Path(str(cfg.source)).name,
         bm=bm, bn=bn, bk=bk, sgm_count=sgm_count, sgn_count=sgn_count, sg=cfg.tile.subgroup_size,
         sgm=plan.subgroup_tile[0], sgn=plan.subgroup_tile[1], mt=mt, nt=nt, kt=kt,
         wg=plan.workgroup_size, prefetch=cfg.pipeline.prefetch,
@@ -109,16 +131,13 @@ def render_kernel(plan, lowering: str = "portable", profile=None, mma_lowering: 
         acc_type=plan.mma.ctype("c"), a_frag_type=plan.mma.ctype("a"), b_frag_type=plan.mma.ctype("b"),
         needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc, cfg.types.c),
         typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),
-        copy_library=_copy_library(copies, lowering, profile),
-        profile_name=profile.name if profile is not None else None,
-        mma_library=render_mma(plan.mma, mma_lowering or lowering),
+        copy_library=copy_library, capabilities_name=lowering.capabilities_name,
+        mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
         fragment_helpers=_fragment_helpers(plan),
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
-    if lowering == "native" and profile is not None and profile.spelling == "ocl2d":
+    if lowering.capabilities is not None and lowering.capabilities.spelling == "ocl2d":
         # no compiler here builds cl_intel_subgroup_2d_block_io: hold every call to the documented prototypes
-        from xegemm.aot.signatures import check_calls  # noqa: PLC0415
-
         problems = check_calls(source)
         if problems:
             raise XegemmError(f"{plan.name}: generated calls break the documented prototypes: " + "; ".join(problems))

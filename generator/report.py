@@ -16,7 +16,10 @@ import platform
 import tempfile
 from pathlib import Path
 
+import numpy
+
 from xegemm import __version__
+from xegemm.runtime.devices import dpctl_module
 
 CSV_COLUMNS = ("name", "status", "reason", "median_ms", "min_ms", "max_ms", "cv", "runs", "gflops", "gbps",
                "vs_numpy", "max_abs_err", "max_rel_err", "bad_elements", "build_s")
@@ -77,11 +80,11 @@ class ResultStore:
                     continue   # a line torn by an interruption: that variant simply runs again
                 self.records[entry["key"]] = entry["result"]
 
-    def key(self, name: str, config, lowering: str, compiler_profile: str | None, source_sha256: str | None) -> str:
-        """What makes a recorded result reusable: the kernel (name and source), lowering and compiler profile,
+    def key(self, name: str, config, lowering: str, compiler_capabilities: str | None, source_sha256: str | None) -> str:
+        """What makes a recorded result reusable: the kernel (name and source), lowering and compiler capabilities,
         problem, verification and timing settings, device, driver and xegemm version."""
         d = config.to_dict()
-        ident = {"name": name, "source": source_sha256, "lowering": lowering, "compiler_profile": compiler_profile,
+        ident = {"name": name, "source": source_sha256, "lowering": lowering, "compiler_capabilities": compiler_capabilities,
                  "problem": d["problem"], "verify": d.get("verify"), "profile": d.get("profile"),
                  "device": self.device.name, "driver": self.device.driver_version,
                  "filter": self.device.filter_string, "xegemm": __version__}
@@ -100,14 +103,7 @@ class ResultStore:
 
 
 def _versions() -> dict:
-    import numpy  # noqa: PLC0415
-
-    try:
-        import dpctl  # noqa: PLC0415
-        dpctl_version = dpctl.__version__
-    except ImportError:  # pragma: no cover
-        dpctl_version = None
-    return {"xegemm": __version__, "dpctl": dpctl_version, "numpy": numpy.__version__,
+    return {"xegemm": __version__, "dpctl": dpctl_module().__version__, "numpy": numpy.__version__,
             "python": platform.python_version()}
 
 
@@ -120,7 +116,7 @@ def _shape(params: dict) -> tuple:
 
 
 def write_reports(store: ResultStore, keys: list[str], references: dict, lowering: str,
-                  profile: str | None = None) -> dict:
+                  capabilities: str | None = None) -> dict:
     """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal);
     ``references`` maps each problem (m, n, k, batch) to its numpy reference measured in this run."""
     cfg = store.config
@@ -138,7 +134,7 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
         "layout": cfg.to_dict()["layout"],
         "config": {"name": cfg.name, "source": str(cfg.source)},
         "lowering": lowering,
-        "compiler_profile": profile,
+        "compiler_capabilities": capabilities,
         "versions": _versions(),
         "reference": reference,
         "references": [{"problem": dict(zip(("m", "n", "k", "batch"), shape)), **ref}
@@ -182,7 +178,7 @@ def _markdown(data: dict) -> str:
     lines = [f"# xegemm report: {data['config']['name']}", "",
              f"- device: `{d['filter_string']}` {d['name']} ({d['backend']}, driver {d['driver_version']}, "
              f"{d['compute_units']} compute units); lowering used: {data['lowering']}"
-             + (f" (compiler profile {data['compiler_profile']})" if data["compiler_profile"] else ""),
+             + (f" (compiler capabilities {data['compiler_capabilities']})" if data["compiler_capabilities"] else ""),
              f"- problem: M={p['m']} N={p['n']} K={p['k']} batch={p['batch']}; types "
              f"A={data['types']['a']} B={data['types']['b']} acc={data['types']['acc']} C={data['types']['c']}; "
              f"layouts {data['layout']['a']}/{data['layout']['b']}/{data['layout']['c']}",

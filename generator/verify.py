@@ -15,12 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xegemm.atoms.mma import decode, encode, round_to
 from xegemm.config import Config
-from xegemm.dtypes import DTYPE_BITS, DTYPE_CODE
-
-UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8, "f64": 2.0 ** -53}
-INT_RANGE = {"s8": (-128, 128), "u8": (0, 256), "s4": (-8, 8), "u4": (0, 16)}
+from xegemm.dtypes import dtype
 GUARD_BYTES = 4096
 GUARD_BYTE = 0xA5
 
@@ -38,18 +34,19 @@ class Operands:
     ldc: int
 
 
-def _values(rng, dtype: str, shape) -> np.ndarray:
-    if dtype in INT_RANGE:
-        lo, hi = INT_RANGE[dtype]
-        return rng.integers(lo, hi, size=shape).astype(np.int64)
-    return round_to(DTYPE_CODE[dtype], rng.uniform(-1.0, 1.0, size=shape))
+def _values(rng, name: str, shape) -> np.ndarray:
+    """Seeded inputs of a type: every value of a narrow integer type, else uniform in [-1, 1) rounded."""
+    t = dtype(name)
+    if t.is_int:
+        lo, hi = t.value_range
+        return rng.integers(lo, hi + 1, size=shape).astype(np.int64)
+    return t.round(rng.uniform(-1.0, 1.0, size=shape))
 
 
-def _storage(dtype: str, values: np.ndarray) -> np.ndarray:
+def _storage(name: str, values: np.ndarray) -> np.ndarray:
     """Little-endian element bytes of ``values`` (the last axis is the contiguous one)."""
-    bits = encode(DTYPE_CODE[dtype], values)
-    nbytes = DTYPE_BITS[dtype] // 8
-    return np.ascontiguousarray(bits.astype(f"<u{nbytes}")).view(np.uint8)
+    t = dtype(name)
+    return np.ascontiguousarray(t.encode(values).astype(f"<u{t.bits // 8}")).view(np.uint8)
 
 
 def make_operands(config: Config, seed: int | None = None) -> Operands:
@@ -61,7 +58,7 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
     a_bytes = _storage(t.a, a if config.layout.a == "row" else np.swapaxes(a, 1, 2))
     b_bytes = _storage(t.b, b if config.layout.b == "row" else np.swapaxes(b, 1, 2))
     return Operands(a, b, a_bytes, b_bytes, lda=a_bytes.shape[2], ldb=b_bytes.shape[2],
-                    ldc=p.n * DTYPE_BITS[t.c] // 8)
+                    ldc=p.n * dtype(t.c).bits // 8)
 
 
 @dataclass(frozen=True)
@@ -83,29 +80,29 @@ def reference(config: Config, ops: Operands) -> Reference:
     ceil(K / K_atom) * 2 u_acc * max_j |S_j| (the running sums S_j), plus the f32 term above.
     Integers: exact.
     """
-    acc = config.types.acc
+    acc = dtype(config.types.acc)
     exact = np.matmul(ops.a, ops.b)
-    if acc not in UNIT_ROUNDOFF:
+    if acc.is_int:
         return Reference(exact, 0.0)
     k = config.problem.k
     magnitude = np.matmul(np.abs(ops.a), np.abs(ops.b))
-    f32_term = 2 * (k + 1) * UNIT_ROUNDOFF["f32"] * magnitude + np.finfo(np.float32).tiny
-    if acc == "f32":
+    f32_term = 2 * (k + 1) * dtype("f32").unit_roundoff * magnitude + np.finfo(np.float32).tiny
+    if acc.name == "f32":
         return Reference(exact, f32_term)
-    chunk = 256 // max(DTYPE_BITS[config.types.a], DTYPE_BITS[config.types.b])
+    chunk = 256 // max(dtype(config.types.a).bits, dtype(config.types.b).bits)
     running = np.zeros_like(exact)
     peak = np.zeros_like(exact)
     for k0 in range(0, k, chunk):
-        running = round_to(DTYPE_CODE[acc], running + np.matmul(ops.a[:, :, k0:k0 + chunk], ops.b[:, k0:k0 + chunk, :]))
+        running = acc.round(running + np.matmul(ops.a[:, :, k0:k0 + chunk], ops.b[:, k0:k0 + chunk, :]))
         peak = np.maximum(peak, np.abs(running))
     roundings = -(-k // chunk)
-    return Reference(running, roundings * 2 * UNIT_ROUNDOFF[acc] * peak + f32_term)
+    return Reference(running, roundings * 2 * acc.unit_roundoff * peak + f32_term)
 
 
 def poison_c(config: Config) -> np.ndarray:
     """The bytes C is filled with before every run (all-ones: NaN for floats, -1 for ints) plus guard bytes."""
     p = config.problem
-    nbytes = p.batch * p.m * p.n * DTYPE_BITS[config.types.c] // 8
+    nbytes = p.batch * p.m * p.n * dtype(config.types.c).bits // 8
     return np.concatenate([np.full(nbytes, 0xFF, np.uint8), np.full(GUARD_BYTES, GUARD_BYTE, np.uint8)])
 
 
@@ -127,14 +124,15 @@ class Verdict:
 def check(config: Config, c_raw: np.ndarray, ref: Reference) -> Verdict:
     """Compare the raw C buffer (with its guard bytes) against the reference."""
     p, t = config.problem, config.types
-    nbytes = p.batch * p.m * p.n * DTYPE_BITS[t.c] // 8
+    c = dtype(t.c)
+    nbytes = p.batch * p.m * p.n * c.bits // 8
     guard = c_raw[nbytes:]
     if np.any(guard != GUARD_BYTE):
         first = int(np.argmax(guard != GUARD_BYTE))
         return Verdict(False, None, None, int((guard != GUARD_BYTE).sum()),
                        f"out-of-bounds write: guard byte {first} after C was overwritten")
-    bits = c_raw[:nbytes].view(f"<u{DTYPE_BITS[t.c] // 8}").astype(np.uint64)
-    got = decode(DTYPE_CODE[t.c], bits).reshape(p.batch, p.m, p.n)
+    bits = c_raw[:nbytes].view(f"<u{c.bits // 8}").astype(np.uint64)
+    got = c.decode(bits).reshape(p.batch, p.m, p.n)
     want = ref.expected
     err = np.abs(got - want)
     tol = ref.tolerance

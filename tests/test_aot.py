@@ -17,26 +17,26 @@ import pytest
 from xegemm.aot import (
     BuiltinNameError,
     OclocMissingError,
-    ProfileError,
+    CapabilitiesError,
     UnknownTargetError,
     compile_kernel,
-    compiler_profile,
+    compiler_capabilities,
     compiler_version,
     compose_options,
     declare_block2d_builtin,
     find_ocloc,
     isa_stats,
-    load_profile,
+    load_capabilities,
     parse_block2d_builtin,
     parse_instructions,
     parse_shader_dump,
-    probe_compiler_profile,
+    probe_compiler_capabilities,
 )
 from xegemm.aot.build import disassemble
 from xegemm.aot.builtins import block2d_violation
 from xegemm.aot.isa import block2d_shapes
 from xegemm.aot.probes import Probe, probe_catalog
-from xegemm.aot.profile import run_probes
+from xegemm.aot.capabilities import run_probes
 from xegemm.aot.toolchain import run_ocloc
 
 pytestmark = pytest.mark.ocloc
@@ -64,7 +64,7 @@ def profile_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def pvc_profile(ocloc, profile_dir):
     # refresh=True: measure the live compiler, never a cache left by an earlier run
-    return probe_compiler_profile("pvc", cache_dir=profile_dir, refresh=True)
+    return probe_compiler_capabilities("pvc", cache_dir=profile_dir, refresh=True)
 
 
 def dpas_kernel(n: int) -> str:
@@ -257,7 +257,7 @@ def test_profile_detects_dropped_builtin_against_the_isa(ocloc, pvc_profile, tmp
         assert pvc_profile.results[READ_U16_8x16].shape == "16x8x2" and pvc_profile.results[READ_U16_8x16].exact is False
         u32 = pvc_profile.results["__builtin_IB_subgroup_block_read_flat_u32_m8k16v1"]
         assert u32.built and u32.found == 1 and not u32.supported and "128 B per row" in u32.detail
-        named = load_profile("igc-1.0.12504", "pvc")
+        named = load_capabilities("igc-1.0.12504", "pvc")
         assert set(pvc_profile.supported) == set(named.supported)
         assert all(pvc_profile.results[n].exact == named.results[n].exact for n in named.supported)
 
@@ -279,22 +279,22 @@ def test_profile_is_cached_per_compiler_version(ocloc, pvc_profile, profile_dir,
         raise AssertionError("a cached profile must not run ocloc")
 
     monkeypatch.setattr("xegemm.aot.build.run_ocloc", no_ocloc)
-    again = probe_compiler_profile("pvc", cache_dir=profile_dir)
+    again = probe_compiler_capabilities("pvc", cache_dir=profile_dir)
     assert again.results == pvc_profile.results and again.name == pvc_profile.name
 
 
 def test_named_profiles_can_be_forced(monkeypatch):
-    modern = load_profile("cl_intel_subgroup_2d_block_io", "pvc")
+    modern = load_capabilities("cl_intel_subgroup_2d_block_io", "pvc")
     assert modern.supports(READ_U16_32x16) and modern.supports("__builtin_IB_subgroup_block_write_flat_u16_m8k16v1")
-    old = load_profile("igc-1.0.12504", "pvc")
+    old = load_capabilities("igc-1.0.12504", "pvc")
     assert old.supports(READ_U16_8x16) and not old.supports(READ_U16_32x16)
     assert not old.supports("intel_sub_group_2d_block_read_16b_8r16x1c")
-    assert not load_profile("cl_intel_subgroup_2d_block_io", "dg2").supports(READ_U16_8x16)  # no 2D HW on DG2
-    monkeypatch.setenv("XEGEMM_COMPILER_PROFILE", "igc-1.0.12504")
-    assert compiler_profile("pvc").name == "igc-1.0.12504"
-    with pytest.raises(ProfileError, match="named profiles|give one of"):
-        load_profile("igc-9.9")
-    with pytest.raises(ProfileError):
+    assert not load_capabilities("cl_intel_subgroup_2d_block_io", "dg2").supports(READ_U16_8x16)  # no 2D HW on DG2
+    monkeypatch.setenv("XEGEMM_COMPILER_CAPABILITIES", "igc-1.0.12504")
+    assert compiler_capabilities("pvc").name == "igc-1.0.12504"
+    with pytest.raises(CapabilitiesError, match="named profiles|give one of"):
+        load_capabilities("igc-9.9")
+    with pytest.raises(CapabilitiesError):
         old.supports("__builtin_IB_not_probed")
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from xegemm.atoms.copy import enumerate_copy_atoms
+from xegemm.lowering.portable import copy_plan
 from xegemm.render import render_macro, wide_vector_typedefs
 from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
 
@@ -30,7 +31,7 @@ def _program_source(atoms) -> str:
     parts = [render_macro("copy/portable.cl.j2", "prelude"),
              wide_vector_typedefs(a.register_type for a in atoms if a.register_type)]
     for a in atoms:
-        parts.append(render_macro("copy/portable.cl.j2", "define", a))
+        parts.append(render_macro("copy/portable.cl.j2", "define", a, copy_plan(a)))
         rb = a.register_bytes
         if a.is_load:
             parts.append(f"""{KERNEL_ATTRS}

@@ -18,16 +18,17 @@ import zlib
 import numpy as np
 import pytest
 
-from xegemm import pipeline
+from xegemm import evaluate, pipeline
 from xegemm.aot.isa import parse_instructions
 from xegemm.atoms.block1d import Block1DAtom, Block1DError, enumerate_block1d_atoms
 from xegemm.atoms.mma import MmaAtom, encode, pack_operand
 from xegemm.config import config_from_text
-from xegemm.native import DEBIAN_PROFILE, count_messages, lower_copy, native_profile
+from xegemm.lowering.native import DEBIAN_CAPABILITIES, count_messages, lower_copy, native_capabilities
 from xegemm.plan import PlanRejected, native_surface_violations, plan
+from xegemm.lowering import Lowering
 from xegemm.render import render_kernel, render_macro, wide_vector_typedefs
 
-DG2 = native_profile(DEBIAN_PROFILE, "dg2")
+DG2 = native_capabilities(DEBIAN_CAPABILITIES, "dg2")
 SG8 = "tile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 8}\n"
 
 
@@ -159,7 +160,7 @@ def test_native_lowering_predicts_one_message_per_row():
     a, b, c = (count_messages(lower_copy(x.atom, DG2)) for x in (p.a, p.b, p.c))
     assert (a["load_block1d"], b["load_block1d"], c["store_block1d"]) == (8, 16, 8)
     assert count_messages(lower_copy(p.b.prefetch, DG2))["prefetch"] == 2      # 16 rows x 1 line / 8 lanes
-    src = render_kernel(p, "native", DG2)
+    src = render_kernel(p, Lowering("native", DG2))
     assert "intel_reqd_sub_group_size(8)" in src and "intel_sub_group_bf16_bf16_matrix_mad_k16(a, b, c)" in src
     assert src.count("intel_sub_group_block_read_us(") == 16 and src.count("intel_sub_group_block_read(") == 8
     assert src.count("intel_sub_group_block_write(") == 8
@@ -322,14 +323,14 @@ def test_native_1d_copies_verify_with_portable_dpas(name, session, monkeypatch):
     same kernel with one interior block read aimed at the wrong row must fail: the block path is exercised."""
     pv = _one(GEMMS[name].replace("problem:", "pipeline: {prefetch: 0}\nproblem:"))
     assert native_surface_violations(pv.config) == []
-    source = render_kernel(pv.plan, "native", DG2, mma_lowering="portable")
+    source = render_kernel(pv.plan, Lowering("native", DG2), mma_lowering="portable")
     assert "intel_sub_group_block_read" in source and "intel_sub_group_shuffle" in source
-    monkeypatch.setattr(pipeline, "render_variant", lambda *a, **k: source)
+    monkeypatch.setattr(evaluate, "render_variant", lambda *a, **k: source)
     res = pipeline.run_variant(pv, session)
     assert res.status == "ok", res.reason
     broken = source.replace("(p + (long)1 * pitch_bytes)", "(p)", 1)
     assert broken != source
-    monkeypatch.setattr(pipeline, "render_variant", lambda *a, **k: broken)
+    monkeypatch.setattr(evaluate, "render_variant", lambda *a, **k: broken)
     assert pipeline.run_variant(pv, session).status == "failed_verify"
 
 
@@ -358,11 +359,11 @@ sweep:
 @pytest.mark.ocloc
 def test_representative_dg2_variants_issue_the_predicted_machine_code(tmp_path):
     _need_ocloc()
-    from xegemm.aot.variants import build_config
+    from xegemm.pipeline import build_config
 
     cfg = tmp_path / "dg2mix.yaml"
     cfg.write_text(MIX)
-    result = build_config(cfg, "dg2", out_dir=tmp_path / "dg2", profile_name=DEBIAN_PROFILE)
+    result = build_config(cfg, "dg2", out_dir=tmp_path / "dg2", capabilities_name=DEBIAN_CAPABILITIES)
     built = [v for v in result["variants"] if v["status"] != "rejected"]
     assert len(built) == 6                                   # bf16, f16, s8xu8, row-major B, prefetch 0 / 2
     for v in built:
@@ -381,7 +382,7 @@ def test_representative_dg2_variants_issue_the_predicted_machine_code(tmp_path):
     assert sum("column-major B has k along its memory rows" in r for r in reasons) == 6
     assert sum("N=8 with tf32" in r for r in reasons) == 4
     # a SIMD8 plan is not built for pvc, a SIMD16 (2D block) plan not for dg2
-    pvc = build_config(cfg, "pvc", out_dir=tmp_path / "pvc", profile_name=DEBIAN_PROFILE)
+    pvc = build_config(cfg, "pvc", out_dir=tmp_path / "pvc", capabilities_name=DEBIAN_CAPABILITIES)
     assert all(v["status"] == "rejected" for v in pvc["variants"])
     assert any("pvc executes DPAS at SIMD16; XE_8x8x16_F32BF16BF16F32_TT runs at sub-group size 8" in v["reason"]
                for v in pvc["variants"])

@@ -21,13 +21,14 @@ from xegemm.atoms.mma import (
     error_bound,
     numpy_reference,
     pack_operand,
-    render_mma,
     round_to,
     sizeof_ctype,
     tolerance,
     unpack_operand,
 )
 from xegemm.errors import XegemmError
+from xegemm.lowering.portable import mma_plan
+from xegemm.render import render_mma
 
 ALL = list(enumerate_mma_atoms())
 
@@ -435,7 +436,7 @@ def test_both_lowerings_define_the_same_function(atom):
     assert f"return {atom.builtin_family}(a, b, c);" in native
     assert ("OpenCL has no builtin for repeat count" in native) == (atom.builtin is None)
     assert "matrix_mad" not in portable
-    loops = atom.portable.a_loops
+    loops = mma_plan(atom).a_loops
     assert sum(loop.count * len(loop.terms) for loop in loops) == atom.k   # every column of A exactly once
     assert portable.count("intel_sub_group_shuffle(") == sum(column.count("intel_sub_group_shuffle(")
                                                              for loop in loops for column, _ in loop.terms) > 0

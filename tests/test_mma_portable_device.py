@@ -20,10 +20,10 @@ from xegemm.atoms.mma import (
     error_bound,
     numpy_reference,
     pack_operand,
-    render_mma,
     round_to,
     unpack_operand,
 )
+from xegemm.render import render_mma
 from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
 
 pytestmark = pytest.mark.device

@@ -9,15 +9,16 @@ import pytest
 
 from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
 from xegemm.config import config_from_text, expand, load_config
-from xegemm.native import (DEBIAN_PROFILE, NativeProfile, NativeUnsupported, count_messages, lower_copy,
-                           native_profile)
-from xegemm.pipeline import choose_lowering
+from xegemm.lowering.native import (DEBIAN_CAPABILITIES, NativeCapabilities, NativeUnsupported, count_messages, lower_copy,
+                           native_capabilities)
+from xegemm.lowering import Lowering
+from xegemm.pipeline import build_config, choose_lowering
 from xegemm.plan import native_surface_violations, plan
 from xegemm.render import render_kernel
 from xegemm.runtime import DeviceInfo
 
 ROOT = Path(__file__).resolve().parents[1]
-OLD = native_profile(DEBIAN_PROFILE)
+OLD = native_capabilities(DEBIAN_CAPABILITIES)
 LOADS = [a for a in enumerate_copy_atoms(include_quirks=False) if a.is_load]
 
 
@@ -35,7 +36,7 @@ def _compose(atom, messages):
     return [tuple(lane) for lane in lanes]
 
 
-PROFILES = {"old": OLD, "modern": native_profile("cl_intel_subgroup_2d_block_io")}
+PROFILES = {"old": OLD, "modern": native_capabilities("cl_intel_subgroup_2d_block_io")}
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -75,13 +76,13 @@ def test_old_compiler_splits_the_reference_atoms():
     assert [m.builtin for m in b] == ["__builtin_IB_subgroup_block_read_flat_transform_u16_k16"] * 4
     assert all(m.swizzles for m in a + b)          # assembled with .lo/.hi, never through a union
     c = lower_copy(CopyAtom.parse("XE_2D_U32x8x16_ST_N"), OLD)
-    assert [(m.kind, m.builtin) for m in c] == [("block1d_write", "intel_sub_group_block_write")]
+    assert [(m.kind, m.builtin) for m in c] == [("store_block1d", "intel_sub_group_block_write")]
     p = lower_copy(CopyAtom.parse("XE_2D_U16x32x32_PF_N"), OLD)
-    assert p[0].kind == "lsc_prefetch" and count_messages(p)["prefetch"] == 2   # 32 rows x 1 line / 16 lanes
+    assert p[0].kind == "prefetch" and count_messages(p)["prefetch"] == 2   # 32 rows x 1 line / 16 lanes
 
 
 def test_a_profile_without_the_message_says_so():
-    empty = NativeProfile("nothing", "ib", frozenset())
+    empty = NativeCapabilities("nothing", "ib", frozenset())
     with pytest.raises(NativeUnsupported, match="cannot issue XE_2D_U16x8x16_LD_N"):
         lower_copy(CopyAtom.parse("XE_2D_U16x8x16_LD_N"), empty)
 
@@ -107,7 +108,7 @@ def test_run_chooses_native_from_the_capability_report(device_info):
     old = _fake(["cl_intel_subgroups", "cl_intel_subgroup_extended_block_read",
                  "cl_intel_subgroup_matrix_multiply_accumulate"])
     lowering, profile = choose_lowering(old)
-    assert lowering == "native" and profile.name == DEBIAN_PROFILE
+    assert lowering == "native" and profile.name == DEBIAN_CAPABILITIES
     assert choose_lowering(device_info)[0] == "portable"          # the CPU runtime here
     assert choose_lowering(modern, "portable") == ("portable", None)
 
@@ -119,11 +120,11 @@ def _shipped_variants():
                 yield path.stem, plan(v.config)
 
 
-@pytest.mark.parametrize("profile_name", [DEBIAN_PROFILE, "cl_intel_subgroup_2d_block_io"])
+@pytest.mark.parametrize("profile_name", [DEBIAN_CAPABILITIES, "cl_intel_subgroup_2d_block_io"])
 def test_native_source_of_shipped_configs_has_no_portable_fallback(profile_name):
-    profile = native_profile(profile_name)
+    profile = native_capabilities(profile_name)
     for _, p in _shipped_variants():
-        src = render_kernel(p, "native", profile)
+        src = render_kernel(p, Lowering("native", profile))
         for portable_only in ("xe_copy_coord", "xe_read_elem", "xe_write_elem", "sub_group_broadcast"):
             assert portable_only not in src, (p.name, portable_only)
         assert "matrix_mad_k16(" in src
@@ -132,9 +133,9 @@ def test_native_source_of_shipped_configs_has_no_portable_fallback(profile_name)
 def test_modern_profile_calls_match_the_documented_signatures():
     from xegemm.aot.signatures import check_calls
 
-    profile = native_profile("cl_intel_subgroup_2d_block_io")
+    profile = native_capabilities("cl_intel_subgroup_2d_block_io")
     for _, p in _shipped_variants():
-        src = render_kernel(p, "native", profile)
+        src = render_kernel(p, Lowering("native", profile))
         assert "intel_sub_group_2d_block_read" in src and "intel_sub_group_2d_block_write" in src
         assert check_calls(src) == [], p.name
 
@@ -156,9 +157,9 @@ def _need_ocloc():
 @ocloc
 def test_reference_config_builds_for_pvc_with_the_predicted_machine_code(tmp_path):
     _need_ocloc()
-    from xegemm.aot.variants import build_config
+    from xegemm.pipeline import build_config
 
-    result = build_config(ROOT / "configs" / "xe_reference.yaml", "pvc", out_dir=tmp_path, profile_name=DEBIAN_PROFILE)
+    result = build_config(ROOT / "configs" / "xe_reference.yaml", "pvc", out_dir=tmp_path, capabilities_name=DEBIAN_CAPABILITIES)
     on_disk = json.loads((tmp_path / "build.json").read_text())
     assert on_disk == json.loads(json.dumps(result))
     ref = result["variants"][0]
@@ -176,7 +177,7 @@ def test_reference_config_builds_for_pvc_with_the_predicted_machine_code(tmp_pat
 @ocloc
 def test_representative_variants_for_pvc_and_dg2(tmp_path):
     _need_ocloc()
-    from xegemm.aot.variants import build_config
+    from xegemm.pipeline import build_config
 
     cfg = tmp_path / "mix.yaml"
     cfg.write_text("""name: mix
@@ -186,7 +187,7 @@ sweep:
   types: [{a: bf16, b: bf16, acc: f32, c: f32}, {a: s8, b: u8, acc: s32, c: s32}, {a: tf32, b: tf32, acc: f32, c: f32}]
   layout.b: [row, col]
 """)
-    pvc = build_config(cfg, "pvc", grf=256, out_dir=tmp_path / "pvc", profile_name=DEBIAN_PROFILE)
+    pvc = build_config(cfg, "pvc", grf=256, out_dir=tmp_path / "pvc", capabilities_name=DEBIAN_CAPABILITIES)
     by_type = {}
     for v in pvc["variants"]:
         by_type.setdefault(v["name"].split("_")[1], []).append(v)
@@ -197,23 +198,22 @@ sweep:
         assert v["isa"]["spill_bytes"] == 0
     for v in by_type["tf32"]:   # this compiler has no 32-bit 8-wide 2D reads: said, not faked
         assert v["status"] == "rejected" and "cannot issue XE_2D_TF32" in v["reason"]
-    small = build_config(cfg, "pvc", grf=128, out_dir=tmp_path / "pvc128", profile_name=DEBIAN_PROFILE)
+    small = build_config(cfg, "pvc", grf=128, out_dir=tmp_path / "pvc128", capabilities_name=DEBIAN_CAPABILITIES)
     spilled = [v for v in small["variants"] if v["isa"] and v["isa"]["spill_bytes"]]
     assert spilled and all(f"spills {v['isa']['spill_bytes']} bytes in 128-GRF mode" in v["reason"] for v in spilled)
-    dg2 = build_config(cfg, "dg2", out_dir=tmp_path / "dg2", profile_name=DEBIAN_PROFILE)
+    dg2 = build_config(cfg, "dg2", out_dir=tmp_path / "dg2", capabilities_name=DEBIAN_CAPABILITIES)
     assert all(v["status"] == "rejected" and "no 2D block messages" in v["reason"] for v in dg2["variants"])
 
 
 @ocloc
 def test_a_dropped_message_fails_the_build(tmp_path, monkeypatch):
     _need_ocloc()
-    from xegemm.aot import variants
 
     # pretend the compiler also had 32-row plain reads: it accepts the call and silently drops the message
-    real = native_profile(DEBIAN_PROFILE)
-    lying = NativeProfile("lying", "ib", real.supported | {"__builtin_IB_subgroup_block_read_flat_u16_m32k16v2"})
-    monkeypatch.setattr("xegemm.native.native_profile", lambda *a, **k: lying)
-    result = variants.build_config(ROOT / "configs" / "xe_reference.yaml", "pvc", out_dir=tmp_path)
+    real = native_capabilities(DEBIAN_CAPABILITIES)
+    lying = NativeCapabilities("lying", "ib", real.supported | {"__builtin_IB_subgroup_block_read_flat_u16_m32k16v2"})
+    monkeypatch.setattr("xegemm.lowering.native_capabilities", lambda *a, **k: lying)
+    result = build_config(ROOT / "configs" / "xe_reference.yaml", "pvc", out_dir=tmp_path)
     ref = result["variants"][0]
     assert ref["status"] == "failed_build"
     assert "load_block2d: ISA has" in ref["reason"] and "the plan needs 9" in ref["reason"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xegemm import pipeline
+from xegemm import evaluate, pipeline
 from xegemm.config import config_from_text
 from xegemm.pipeline import DeviceSession, plan_variants, run, run_variant
 from xegemm.plan import PlanRejected, plan
@@ -59,10 +59,10 @@ def test_gemm_verifies_against_numpy(name, session):
 
 def test_wrong_result_is_failed_verify_and_not_timed(session, monkeypatch):
     pv = _one(GEMMS["bf16_edges"])
-    original = pipeline.render_variant
+    original = evaluate.render_variant
     # a kernel that forgets one k-step's MMA on one fragment: only verification can notice
-    monkeypatch.setattr(pipeline, "render_variant",
-                        lambda p, lowering="portable", profile=None: original(p, lowering, profile).replace("acc_0_0 = 0", "acc_0_0 = 1", 1))
+    monkeypatch.setattr(evaluate, "render_variant",
+                        lambda p, lowering: original(p, lowering).replace("acc_0_0 = 0", "acc_0_0 = 1", 1))
     res = run_variant(pv, session)
     assert res.status == "failed_verify"
     assert res.time_ms is None and res.gflops is None
@@ -71,19 +71,19 @@ def test_wrong_result_is_failed_verify_and_not_timed(session, monkeypatch):
 
 def test_out_of_bounds_write_is_caught_by_guard_bytes(session, monkeypatch):
     pv = _one(GEMMS["bf16_edges"])
-    original = pipeline.render_variant
+    original = evaluate.render_variant
     # lie about C's height: the bottom edge tile then writes past the end of C
-    monkeypatch.setattr(pipeline, "render_variant",
-                        lambda p, lowering="portable", profile=None: original(p, lowering, profile).replace("N * 4, M, ldc", "N * 4, M + 64, ldc"))
+    monkeypatch.setattr(evaluate, "render_variant",
+                        lambda p, lowering: original(p, lowering).replace("N * 4, M, ldc", "N * 4, M + 64, ldc"))
     res = run_variant(pv, session)
     assert res.status == "failed_verify" and "guard byte" in res.reason
 
 
 def test_build_failure_is_recorded_with_its_log(session, monkeypatch, tmp_path):
     pv = _one(GEMMS["bf16_edges"])
-    original = pipeline.render_variant
-    monkeypatch.setattr(pipeline, "render_variant",
-                        lambda p, lowering="portable", profile=None: original(p, lowering, profile) + "\nthis is not OpenCL C;\n")
+    original = evaluate.render_variant
+    monkeypatch.setattr(evaluate, "render_variant",
+                        lambda p, lowering: original(p, lowering) + "\nthis is not OpenCL C;\n")
     res = run_variant(pv, session, log_dir=tmp_path)
     assert res.status == "failed_build"
     assert Path(res.log).exists() and "error" in Path(res.log).read_text()
@@ -182,7 +182,7 @@ def test_shipped_kernels_are_current(tmp_path):
     root = Path(__file__).resolve().parents[1]
     for config in sorted((root / "configs").glob("*.yaml")):
         pipeline.generate(config, tmp_path / "portable")
-        pipeline.generate(config, tmp_path / "native", lowering="native", profile_name="cl_intel_subgroup_2d_block_io")
+        pipeline.generate(config, tmp_path / "native", lowering="native", capabilities_name="cl_intel_subgroup_2d_block_io")
     for sub, shipped in (("portable", root / "kernels"), ("native", root / "kernels" / "native")):
         want = {p.name: p.read_bytes() for p in (tmp_path / sub).iterdir()}
         have = {p.name: p.read_bytes() for p in shipped.iterdir() if p.suffix in (".cl", ".json")}
@@ -206,9 +206,9 @@ def test_low_precision_accumulators_catch_dropped_k_steps(acc, session, monkeypa
             "tile: {workgroup: [32, 32, 32], subgroups: [1, 2]}\n")
     honest = run_variant(_one(text), session)
     assert honest.status == "ok", honest.reason
-    original = pipeline.render_variant
-    monkeypatch.setattr(pipeline, "render_variant",
-                        lambda p, lowering="portable", profile=None: original(p, lowering, profile)
+    original = evaluate.render_variant
+    monkeypatch.setattr(evaluate, "render_variant",
+                        lambda p, lowering: original(p, lowering)
                         .replace("k0 < K; k0 +=", "k0 < K - 32; k0 +="))   # drops the last k-tile
     res = run_variant(_one(text), session)
     assert res.status == "failed_verify" and res.time_ms is None, res.reason

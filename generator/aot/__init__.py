@@ -2,7 +2,7 @@
 
 No Intel GPU is needed: ``compile_kernel`` builds OpenCL C for ``pvc`` (Xe-HPC) or ``dg2`` (Xe-HPG),
 disassembles the binary and counts what the machine code really issues (``dpas``, 2D block loads /
-stores / prefetches, sends, spills).  ``probe_compiler_profile`` records which 2D block builtin spellings
+stores / prefetches, sends, spills).  ``probe_compiler_capabilities`` records which 2D block builtin spellings
 the installed compiler turns into real messages — an old compiler silently drops some
 (shared/facts/toolchain.md "ocloc").
 """
@@ -15,25 +15,25 @@ from xegemm.aot.errors import (
     IgaMissingError,
     OclocMissingError,
     OclocToolError,
-    ProfileError,
+    CapabilitiesError,
     UnknownTargetError,
 )
 from xegemm.aot.isa import Instruction, IsaStats, ShaderDump, isa_stats, parse_instructions, parse_shader_dump
-from xegemm.aot.profile import (
-    NAMED_PROFILES,
-    CompilerProfile,
+from xegemm.aot.capabilities import (
+    NAMED_CAPABILITIES,
+    CompilerCapabilities,
     ProbeResult,
-    compiler_profile,
-    load_profile,
-    probe_compiler_profile,
+    compiler_capabilities,
+    load_capabilities,
+    probe_compiler_capabilities,
 )
-from xegemm.aot.toolchain import GRF_MODES, TARGETS, CompilerVersion, Target, compiler_version, find_ocloc
+from xegemm.aot.toolchain import CompilerVersion, aot_target, compiler_version, find_ocloc
 
 __all__ = [
-    "AotBuild", "AotError", "Block2DBuiltin", "BuiltinNameError", "CompilerProfile", "CompilerVersion",
-    "GRF_MODES", "IgaMissingError", "Instruction", "IsaStats", "NAMED_PROFILES", "OclocMissingError",
-    "OclocToolError", "ProbeResult", "ProfileError", "ShaderDump", "TARGETS", "Target", "UnknownTargetError",
-    "compile_kernel", "compiler_profile", "compiler_version", "compose_options", "declare_block2d_builtin",
-    "find_ocloc", "isa_stats", "load_profile", "parse_block2d_builtin", "parse_instructions",
-    "parse_shader_dump", "probe_compiler_profile",
+    "AotBuild", "AotError", "Block2DBuiltin", "BuiltinNameError", "CompilerCapabilities", "CompilerVersion",
+    "IgaMissingError", "Instruction", "IsaStats", "NAMED_CAPABILITIES", "OclocMissingError",
+    "OclocToolError", "ProbeResult", "CapabilitiesError", "ShaderDump", "UnknownTargetError",
+    "aot_target", "compile_kernel", "compiler_capabilities", "compiler_version", "compose_options", "declare_block2d_builtin",
+    "find_ocloc", "isa_stats", "load_capabilities", "parse_block2d_builtin", "parse_instructions",
+    "parse_shader_dump", "probe_compiler_capabilities",
 ]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from xegemm.aot.errors import IgaMissingError, OclocToolError, UnknownTargetError
 from xegemm.aot.isa import KERNEL_HEADER, IsaStats, isa_stats
-from xegemm.aot.toolchain import FEATURE_MACROS, LARGE_GRF_OPTION, check_grf, get_target, run_ocloc
+from xegemm.aot.toolchain import FEATURE_MACROS, aot_target, run_ocloc
+from xegemm.targets import LARGE_GRF_OPTION, check_grf
 
 SOURCE_NAME = "kernel.cl"
 
@@ -92,7 +93,7 @@ def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
 
     ``workdir`` keeps the source, binary, disassembly and dumps (a new temporary folder if None, left in
     place for inspection).  ``dumps=False`` skips IGC's shader dumps (faster; no numGRF/spill data)."""
-    t = get_target(target)
+    t = aot_target(target)
     full_options = compose_options(grf, options)
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="xegemm-aot-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -100,7 +101,7 @@ def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
     bin_dir, dump_dir = _fresh_dir(work / "bin"), _fresh_dir(work / "dumps")
     env = {"IGC_ShaderDumpEnable": "1", "IGC_DumpToCustomDir": str(dump_dir)} if dumps else {}
     start = time.perf_counter()
-    done = run_ocloc(["compile", "-file", SOURCE_NAME, "-device", t.device, "-out_dir", str(bin_dir),
+    done = run_ocloc(["compile", "-file", SOURCE_NAME, "-device", t.ocloc_device, "-out_dir", str(bin_dir),
                       "-output", "kernel", "-options", full_options], cwd=work, env=env)
     binaries = sorted(bin_dir.glob("*.bin"))
     build = AotBuild(target=t.name, grf=grf, source=source, options=full_options, workdir=work,
@@ -110,7 +111,7 @@ def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
         build.seconds = time.perf_counter() - start
         return build
     build.binary = binaries[0]
-    build.kernel_asm, disasm_log = disassemble(build.binary, t.device, work / "disasm")
+    build.kernel_asm, disasm_log = disassemble(build.binary, t.ocloc_device, work / "disasm")
     build.log += disasm_log
     build.dumps = read_dumps(dump_dir) if dumps else {}
     build.stats = isa_stats(build.kernel_asm, build.dumps, target=t.name, grf=grf)

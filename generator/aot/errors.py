@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from xegemm.errors import XegemmError
+from xegemm.targets import UnknownTargetError  # noqa: F401  (raised here too; its home is the registry)
 
 INSTALL_HINT = (
     "install it with `apt-get install intel-opencl-icd` (Debian 12 ships ocloc with IGC 1.0.12504) and "
@@ -34,10 +35,6 @@ class IgaMissingError(AotError):
         self.log = log
 
 
-class UnknownTargetError(AotError):
-    """A target name or GRF mode this layer does not know."""
-
-
 class BuiltinNameError(AotError):
     """A 2D block builtin name that does not follow IGC's grammar (xe_atoms.md §1.7)."""
 
@@ -50,5 +47,5 @@ class OclocToolError(AotError):
         self.log = log
 
 
-class ProfileError(AotError):
+class CapabilitiesError(AotError):
     """A compiler profile name, file or cache entry that cannot be used."""

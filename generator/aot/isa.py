@@ -26,7 +26,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from xegemm.aot.toolchain import target_for_platform
+from xegemm.targets import target_for_platform
 
 # The symbol-table stub ocloc adds when a program calls an external function: not a kernel.
 SYMBOL_TABLE_KERNEL = "Intel_Symbol_Table_Void_Program"
@@ -217,6 +217,9 @@ def parse_shader_dump(file: str, text: str) -> ShaderDump | None:
                       retry=int(retry.group(1)) if retry else 0)
 
 
+# The message kinds xegemm counts in machine code and predicts from a plan: one vocabulary for the native
+# lowering's messages (xegemm.lowering.native.Message.kind), the plan's predictions and these statistics.
+MESSAGE_KINDS = ("load_block2d", "store_block2d", "prefetch_block2d", "load_block1d", "store_block1d", "prefetch")
 STAT_KEYS = ("target", "grf", "instructions", "dpas", "load_block2d", "store_block2d", "prefetch_block2d",
              "sends", "spill_bytes")
 

@@ -2,8 +2,8 @@
 
 Facts used here (shared/facts/toolchain.md, "ocloc"): Debian 12's ``intel-opencl-icd`` gives
 ``/usr/bin/ocloc`` (compute runtime 22.43, IGC 1.0.12504); ``-device pvc`` builds for Xe-HPC and
-``-device dg2-g10`` (also ``acm-g10``, ``dg2``) for Xe-HPG; ``-cl-intel-256-GRF-per-thread`` selects the
-large register file.  GRF width and DPAS execution size per target: xe_atoms.md §3.1.
+``-device dg2-g10`` (also ``acm-g10``, ``dg2``) for Xe-HPG.  What each target is (its ``-device`` spelling,
+GRF width, DPAS width) lives in the target registry, :mod:`xegemm.targets`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from xegemm.aot.errors import OclocMissingError, OclocToolError, UnknownTargetError
+from xegemm.aot.errors import OclocMissingError, OclocToolError
+from xegemm.targets import AOT_TARGETS, Target, UnknownTargetError, get_target
 
-GRF_MODES = (128, 256)
-LARGE_GRF_OPTION = "-cl-intel-256-GRF-per-thread"
 # Old drivers declare the DPAS and extended block read builtins only under these macros; a real driver
 # defines them itself (toolchain.md "ocloc"; libigdfcl's header guards both with #ifdef).
 FEATURE_MACROS = (
@@ -29,47 +28,13 @@ FEATURE_MACROS = (
 )
 
 
-@dataclass(frozen=True)
-class Target:
-    """One ahead-of-time target: our short name, ocloc's ``-device`` spelling and the ISA facts."""
-
-    name: str
-    device: str
-    arch: str
-    simd: int  # DPAS execution size N = the sub-group size the DPAS builtins want (xe_atoms.md §3.1)
-    grf_bytes: int  # register width (xe_atoms.md §3.1)
-    has_block2d: bool  # hardware 2D block messages (xe_atoms.md §2, "platforms")
-    platform_prefix: str  # how IGC's dumps spell the platform (``//.platform PVCXT`` / ``DG2``)
-
-
-TARGETS: dict[str, Target] = {
-    "pvc": Target("pvc", "pvc", "Xe-HPC", simd=16, grf_bytes=64, has_block2d=True, platform_prefix="PVC"),
-    # ocloc 22.43 accepts dg2-g10, acm-g10 and the deprecated dg2 (all the same binary, *_XE_HPG_COREdg2.bin).
-    "dg2": Target("dg2", "dg2-g10", "Xe-HPG", simd=8, grf_bytes=32, has_block2d=False, platform_prefix="DG2"),
-}
-
-
-def get_target(name: str) -> Target:
-    """The :class:`Target` called ``name`` (``pvc`` or ``dg2``)."""
-    try:
-        return TARGETS[name]
-    except KeyError:
-        raise UnknownTargetError(f"unknown ahead-of-time target {name!r}; known: {', '.join(TARGETS)}") from None
-
-
-def check_grf(grf: int) -> int:
-    """Validate a GRF mode (128 or 256 registers per thread)."""
-    if grf not in GRF_MODES:
-        raise UnknownTargetError(f"GRF mode must be one of {GRF_MODES}, not {grf!r}")
-    return grf
-
-
-def target_for_platform(platform: str) -> str | None:
-    """Our target name for a dump's ``//.platform`` value (``PVCXT`` -> ``pvc``), or None."""
-    for target in TARGETS.values():
-        if platform.upper().startswith(target.platform_prefix):
-            return target.name
-    return None
+def aot_target(name: str) -> Target:
+    """The registry's :class:`xegemm.targets.Target` called ``name``, if ocloc can build for it."""
+    target = get_target(name)
+    if target.ocloc_device is None:
+        raise UnknownTargetError(f"ocloc here cannot build for {name} ({target.arch}); ahead-of-time targets: "
+                                 f"{', '.join(AOT_TARGETS)}")
+    return target
 
 
 def find_ocloc() -> str | None:

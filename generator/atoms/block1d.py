@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from xegemm.atoms.lanemap import LaneMap
+from xegemm.dtypes import UNSIGNED_CTYPE
 from xegemm.errors import XegemmError
 
 TYPE_BITS = {"U8": 8, "U16": 16, "U32": 32, "U64": 64}
-CHUNK_CTYPE = {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}
 READ_BUILTIN = {8: "intel_sub_group_block_read_uc", 16: "intel_sub_group_block_read_us",
                 32: "intel_sub_group_block_read", 64: "intel_sub_group_block_read_ul"}
 WRITE_BUILTIN = {8: "intel_sub_group_block_write_uc", 16: "intel_sub_group_block_write_us",
@@ -114,8 +114,13 @@ class Block1DAtom:
         return self.chunk_bits // self.elem_bits
 
     @property
+    def elem_ctype(self) -> str:
+        """The unsigned OpenCL C scalar of one element."""
+        return UNSIGNED_CTYPE[self.elem_bits]
+
+    @property
     def chunk_ctype(self) -> str:
-        return CHUNK_CTYPE[self.chunk_bits]
+        return UNSIGNED_CTYPE[self.chunk_bits]
 
     @property
     def is_load(self) -> bool:
@@ -202,7 +207,7 @@ class Block1DAtom:
             return out
         if not (_is_pow2(self.rows) and self.rows <= MAX_ROWS):
             out.append(f"rows {self.rows}: a power of two <= {MAX_ROWS} (one register component per row)")
-        if (self.cols * self.elem_bits) % self.lanes or self.chunk_bits not in CHUNK_CTYPE:
+        if (self.cols * self.elem_bits) % self.lanes or self.chunk_bits not in UNSIGNED_CTYPE:
             out.append(f"a row of {self.cols} x {self.elem_bits} bits over {self.lanes} lanes is not a uchar, "
                        "ushort, uint or ulong per lane: 1D block messages move 8/16/32/64-bit chunks (OCLSG)")
         elif self.chunk_bits < self.elem_bits:
@@ -240,7 +245,7 @@ def enumerate_block1d_atoms(lanes: int, op: str, elem_bits: int, max_rows: int =
     chunk).  The messages are the rows either way, so the planner takes the smallest tile that holds whole
     operand fragments (fewest rows sent to the element-wise edge path)."""
     out = []
-    for chunk in CHUNK_CTYPE:
+    for chunk in UNSIGNED_CTYPE:
         if chunk < elem_bits:
             continue
         rows = 1

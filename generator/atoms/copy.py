@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from xegemm.atoms.lanemap import LaneMap
+from xegemm.dtypes import UNSIGNED_CTYPE, vector_ctype
 from xegemm.errors import XegemmError
 
 SUB_GROUP = 16  # 2D block messages need a full sub-group of 16 (OCL2D, SPV2D)
@@ -46,8 +47,6 @@ UNPACKED_BLOCK_COLS = {"U8": 16, "U16": 16, "U32": 16, "U64": 16, "TF32": 8}
 #   Packed_U4:  32-bit message, 128 columns per block (each work-item 8 adjacent nibbles)
 PACKED_MESSAGE_BITS = {"U4": 32, "U8": 8, "U16": 32}
 PACKED_BLOCK_COLS = {"U4": 128, "U8": 32, "U16": 32}
-
-CTYPE_OF_BITS = {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}
 
 # Atoms sycl-tla defines whose definition deviates from what their name and the hardware rules say
 # (xe_atoms.md §1.2 notes and §7).  They are listed, flagged, and never chosen by the planner.
@@ -197,7 +196,7 @@ class CopyAtom:
 
     # -- registers --------------------------------------------------------------------------------------
     @cached_property
-    def _dealt(self) -> tuple[int, int, int]:
+    def dealt_shape(self) -> tuple[int, int, int]:
         """(rows, row length, blocks) of the block as the hardware deals it to lanes."""
         msg = self.message
         if msg.kind == "transform":
@@ -214,7 +213,7 @@ class CopyAtom:
             return 32
         if msg.kind == "transpose":   # a 32-row d32 transpose gives uint16, two rows per lane (xe_atoms.md §2)
             return msg.elem_bits
-        _, rowlen, _ = self._dealt
+        _, rowlen, _ = self.dealt_shape
         return msg.elem_bits * max(1, rowlen // SUB_GROUP)
 
     @property
@@ -222,19 +221,23 @@ class CopyAtom:
         """Components of the per-work-item register vector (0 for prefetches)."""
         if self.is_prefetch:
             return 0
-        rows, rowlen, count = self._dealt
+        rows, rowlen, count = self.dealt_shape
         dealt_bits = 32 if self.message.kind == "transform" else self.message.elem_bits
         per_block = -(-rows * rowlen // SUB_GROUP)  # dealt elements per lane per block (padding included)
         return per_block * count * dealt_bits // self.register_elem_bits
 
     @property
+    def register_elem_ctype(self) -> str:
+        """The OpenCL C type of one register component (``ushort``), '' if no scalar is that wide."""
+        return UNSIGNED_CTYPE.get(self.register_elem_bits, "")
+
+    @property
     def register_type(self) -> str:
         """The OpenCL C type of one work-item's registers, e.g. ``ushort8`` or ``ushort64``; '' for prefetch."""
         n = self.register_length
-        if n == 0 or self.register_elem_bits not in CTYPE_OF_BITS:
+        if n == 0 or not self.register_elem_ctype:
             return ""
-        base = CTYPE_OF_BITS[self.register_elem_bits]
-        return base if n == 1 else f"{base}{n}"
+        return vector_ctype(self.register_elem_ctype, n)
 
     @property
     def register_bytes(self) -> int:
@@ -262,7 +265,7 @@ class CopyAtom:
         msg = self.message
         sub = self.sub_elements
         m, s = divmod(k, sub)
-        rows, rowlen, _ = self._dealt
+        rows, rowlen, _ = self.dealt_shape
         if rowlen >= SUB_GROUP:
             per = rowlen // SUB_GROUP
             block, q = divmod(m, rows * per)
@@ -343,71 +346,6 @@ class CopyAtom:
     def row_bytes(self) -> int:
         """Bytes of one memory row of the block."""
         return self.cols * self.elem_bits // 8
-
-    @property
-    def portable(self) -> dict:
-        """What the portable template prints (templates/copy/portable.cl.j2): per register component, the
-        C that reads (loads) or writes (stores) its elements with the prelude's xe_ld_* / xe_st_* helpers,
-        at coordinates written as expressions in x, y and lane (checked against :meth:`element_coord`)."""
-        reg_bits = self.register_elem_bits
-        reg, per_reg, suffix = CTYPE_OF_BITS[reg_bits], reg_bits // self.elem_bits, f"u{self.elem_bits}"
-        rows, rowlen, _ = self._dealt
-        # the dealt block and one register component (generator/native.py and copy/native.cl.j2 read these too)
-        common = {"rows": rows, "rowlen": rowlen, "reg_elem": reg, "per_reg": per_reg}
-        if self.is_prefetch:
-            return common
-        args = "base, width_bytes, height, pitch_bytes"
-        elem = CTYPE_OF_BITS.get(self.elem_bits, "uchar")           # a 4-bit element travels in a uchar
-        loads, stores = [], []
-        for i in range(self.register_length):
-            lhs = "v" if self.register_length == 1 else f"v[{i}]"
-            parts = []
-            for j in range(per_reg):
-                at = self._portable_coord(i * per_reg + j)
-                if at is None:
-                    continue                      # padding on every lane: reads as 0, never written
-                (row, col), lanes = at
-                read, value = f"xe_ld_{suffix}({args}, {row}, {col})", lhs
-                if per_reg > 1:                   # several elements per component, the first in the low bits
-                    shift = j * self.elem_bits
-                    read = f"({reg}){read}" + (f" << {shift}" if shift else "")
-                    value = f"({elem})" + (f"({lhs} >> {shift})" if shift else lhs) + \
-                        (" & 15" if self.elem_bits == 4 else "")
-                if lanes < SUB_GROUP:             # padding on lanes >= `lanes`
-                    parts.append(f"(lane < {lanes} ? {read} : 0)")
-                    stores.append(f"if (lane < {lanes}) xe_st_{suffix}({args}, {row}, {col}, {value});")
-                else:
-                    parts.append(read)
-                    stores.append(f"xe_st_{suffix}({args}, {row}, {col}, {value});")
-            loads.append(f"{lhs} = {' | '.join(parts) if parts else '0'};")
-        return {**common, "loads": tuple(loads)} if self.is_load else {**common, "stores": tuple(stores)}
-
-    def _portable_coord(self, k: int):
-        """((row, col) of register element k as C expressions in y, x and lane, number of lanes holding a real
-        element (they are lanes 0 .. n-1)), or None if k is padding on every lane.  The lane map deals lanes
-        row by row: coordinates are affine in lane / L and lane % L, L = the dealt row length (at most 16)."""
-        coords = [self.element_coord(lane, k) for lane in range(SUB_GROUP)]
-        lanes = sum(c is not None for c in coords)
-        if lanes == 0:
-            return None
-        if any(c is None for c in coords[:lanes]) or any(c is not None for c in coords[lanes:]):
-            raise AtomError(f"{self.name}: element {k} is padding on lanes that are not the last ones")
-        length = min(self._dealt[1], SUB_GROUP)
-        exprs = []
-        for axis, origin in ((0, "y"), (1, "x")):
-            base = coords[0][axis]
-            lo = coords[1][axis] - base if lanes > 1 and length > 1 else 0
-            hi = coords[length][axis] - base if lanes > length else 0
-            for lane in range(lanes):
-                if coords[lane][axis] != base + hi * (lane // length) + lo * (lane % length):
-                    raise AtomError(f"{self.name}: element {k} is not affine in lane / {length}, lane % {length}")
-            terms = [str(base)] if base else []
-            lane_in_row = "lane" if length == SUB_GROUP else f"lane % {length}"
-            for coef, var in ((hi, f"lane / {length}"), (lo, lane_in_row)):
-                if coef:
-                    terms.append(var if coef == 1 else f"{var} * {coef}")
-            exprs.append(" + ".join([origin] + terms))
-        return tuple(exprs), lanes
 
     @property
     def ib_builtin(self) -> str:

@@ -1,10 +1,7 @@
 """SYCL runtime access: environment set-up, devices, program builds and launches (through dpctl)."""
 
 from xegemm.runtime.environment import prepare_opencl_environment
-
-prepare_opencl_environment()
-
-from xegemm.runtime.devices import (  # noqa: E402
+from xegemm.runtime.devices import (
     DeviceInfo,
     describe,
     list_devices,

@@ -11,17 +11,14 @@ import ctypes
 from dataclasses import asdict, dataclass, field
 
 from xegemm.errors import DeviceNotFoundError, RuntimeSetupError
-from xegemm.runtime.environment import find_cpu_runtime, prepare_opencl_environment
+from xegemm.lowering import device_lowering
+from xegemm.runtime.environment import find_cpu_runtime
+from xegemm.runtime.opencl_query import opencl_devices
+from xegemm.runtime.sycl import dpctl, dpmem, dpprog
+from xegemm.targets import CAPABILITY_EXTENSIONS as TARGET_EXTENSIONS
+from xegemm.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ, EXT_SUBGROUPS
 
-# Extensions that decide the lowering (KhronosGroup/OpenCL-Docs extensions/*.asciidoc).
-EXT_2D_BLOCK_IO = "cl_intel_subgroup_2d_block_io"            # modern drivers: reads, writes, prefetch
-EXT_EXTENDED_BLOCK_READ = "cl_intel_subgroup_extended_block_read"  # older drivers: 2D block reads only
-EXT_DPAS = "cl_intel_subgroup_matrix_multiply_accumulate"
-EXT_DPAS_TF32 = "cl_intel_subgroup_matrix_multiply_accumulate_tf32"
-EXT_SUBGROUPS = "cl_intel_subgroups"
-EXT_REQD_SUBGROUP = "cl_intel_required_subgroup_size"
-CAPABILITY_EXTENSIONS = (EXT_2D_BLOCK_IO, EXT_EXTENDED_BLOCK_READ, EXT_DPAS, EXT_DPAS_TF32,
-                         EXT_SUBGROUPS, EXT_REQD_SUBGROUP, "cl_intel_subgroups_short", "cl_khr_fp16")
+CAPABILITY_EXTENSIONS = (*TARGET_EXTENSIONS, "cl_intel_subgroups_short", "cl_khr_fp16")   # shown by `devices`
 
 DEFAULT_PREFERENCE = ("level_zero:gpu", "opencl:gpu", "opencl:cpu")
 
@@ -57,8 +54,8 @@ class DeviceInfo:
 
     @property
     def lowering(self) -> str:
-        """``native`` when the device has both Xe 2D block IO and DPAS at sub-group size 16."""
-        return "native" if self.block_2d_io and self.dpas and 16 in self.sub_group_sizes else "portable"
+        """The lowering generated code uses on this device (decided by :func:`xegemm.lowering.device_lowering`)."""
+        return device_lowering(self.extensions, self.sub_group_sizes).name
 
     @property
     def supports_sub_group_16(self) -> bool:
@@ -73,15 +70,7 @@ class DeviceInfo:
 
 
 def dpctl_module():
-    """The dpctl module, imported only after the OpenCL environment is prepared (clear error if missing)."""
-    prepare_opencl_environment()
-    try:
-        import dpctl  # noqa: PLC0415  (imported after the ICD environment is prepared)
-    except ImportError as exc:  # pragma: no cover - depends on a broken install
-        raise RuntimeSetupError(
-            f"cannot import dpctl ({exc}). xegemm needs the SYCL runtime wheels pinned in pyproject.toml; "
-            "run `make test` or `make demo` (they create .venv), or `pip install -e .` in your environment."
-        ) from exc
+    """The dpctl module (imported by :mod:`xegemm.runtime.sycl` after the OpenCL environment is prepared)."""
     return dpctl
 
 
@@ -102,8 +91,6 @@ def _extensions(sycl_device) -> tuple[tuple[str, ...], str]:
     key = (sycl_device.filter_string, sycl_device.driver_version)
     if key in _EXTENSION_CACHE:
         return _EXTENSION_CACHE[key]
-    from xegemm.runtime.opencl_query import opencl_devices  # noqa: PLC0415
-
     kind = sycl_device.device_type.name
     matches = [d for d in opencl_devices() if d["name"] == sycl_device.name and d["type"] == kind]
     if matches:
@@ -116,10 +103,6 @@ def _extensions(sycl_device) -> tuple[tuple[str, ...], str]:
 
 def _probe_extension_macros(sycl_device) -> tuple[str, ...]:
     """For a device with no OpenCL twin: ask its OpenCL C compiler which extension macros it defines."""
-    dpctl = dpctl_module()
-    import dpctl.memory as dpmem  # noqa: PLC0415
-    import dpctl.program as dpprog  # noqa: PLC0415
-
     lines = [f"#ifdef {e}\n  flags[{i}] = 1;\n#endif" for i, e in enumerate(CAPABILITY_EXTENSIONS)]
     src = "__kernel void probe(__global int* flags) {\n" + "\n".join(lines) + "\n}\n"
     try:

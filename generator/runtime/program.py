@@ -13,6 +13,7 @@ import numpy as np
 
 from xegemm.errors import RuntimeSetupError, XegemmError
 from xegemm.runtime.devices import dpctl_module
+from xegemm.runtime.sycl import dpmem, dpprog
 from xegemm.runtime.opencl_query import build_log
 
 
@@ -48,8 +49,6 @@ def source_key(source: str, options: str, sycl_device) -> str:
 
 def build_program(queue, source: str, options: str = ""):
     """Build (or reuse from this process's cache) an OpenCL C program; raise BuildError with the log."""
-    import dpctl.program as dpprog  # noqa: PLC0415
-
     key = source_key(source, options, queue.sycl_device)
     if key in _PROGRAMS:
         return _PROGRAMS[key]
@@ -66,8 +65,6 @@ def build_program(queue, source: str, options: str = ""):
 
 def to_device(queue, array: np.ndarray):
     """Copy a numpy array into a new USM device allocation."""
-    import dpctl.memory as dpmem  # noqa: PLC0415
-
     data = np.ascontiguousarray(array)
     mem = dpmem.MemoryUSMDevice(max(data.nbytes, 1), queue=queue)
     if data.nbytes:

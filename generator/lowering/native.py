@@ -1,6 +1,6 @@
 """The native lowering: which Xe messages each copy atom becomes for a given compiler.
 
-What a compiler accepts is a capability profile, not one spelling (xegemm.aot.profile): a driver with
+What a compiler accepts is a capability set, not one spelling (xegemm.aot.capabilities): a driver with
 ``cl_intel_subgroup_2d_block_io`` takes every documented 2D block read, write and prefetch; Debian's IGC
 1.0.12504 has 2D block *reads* of at most 8 rows and silently drops 2D writes and prefetches.  So an atom is
 issued as one message when the compiler has it, else as several smaller messages it does have (a 32-row
@@ -14,20 +14,24 @@ it fills are what the template copies.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+from xegemm.aot.builtins import declare_block2d_builtin
+from xegemm.aot.isa import MESSAGE_KINDS
+from xegemm.aot.capabilities import CAPABILITIES_ENV, DEBIAN_CAPABILITIES, MODERN_CAPABILITIES, compiler_capabilities
+from xegemm.aot.signatures import documented_names
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.copy import CopyAtom
 from xegemm.errors import XegemmError
+from xegemm.targets import LARGE_GRF_OPTION
 
-DEBIAN_PROFILE = "igc-1.0.12504"
-MODERN_PROFILE = "cl_intel_subgroup_2d_block_io"
 BUILD_DEFINES = "-Dcl_intel_subgroup_matrix_multiply_accumulate"   # old ocloc declares DPAS only with it
 
 
 class NativeUnsupported(XegemmError):
-    """The compiler profile has no way to issue an atom."""
+    """The compiler capability set has no way to issue an atom."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,7 @@ class Message:
     the parent atom's registers (same component type), identical in every lane.
     """
 
-    kind: str                      # block2d_read | block2d_write | block2d_prefetch | block1d_read | block1d_write
-    #                                | lsc_prefetch
+    kind: str                      # the ISA message kind it issues (xegemm.aot.isa.MESSAGE_KINDS)
     builtin: str
     atom: CopyAtom
     origin: tuple[int, int]        # (row, col) in the parent block, in elements of the parent's type
@@ -82,7 +85,6 @@ class Message:
     def declaration(self) -> str:
         """The C declaration the kernel must carry for this builtin ('' when the compiler declares it)."""
         if self.builtin.startswith("__builtin_IB_subgroup_block_"):
-            from xegemm.aot.builtins import declare_block2d_builtin  # noqa: PLC0415
             return declare_block2d_builtin(self.builtin)
         if self.builtin == LSC_PREFETCH:
             return f"void {LSC_PREFETCH}(const global uint* base, int offset, int cache_control);"
@@ -109,8 +111,8 @@ BLOCK1D_WRITE = {8: "intel_sub_group_block_write_uc", 16: "intel_sub_group_block
 
 
 @dataclass(frozen=True)
-class NativeProfile:
-    """What one compiler can issue, from a probed or named xegemm.aot compiler profile."""
+class NativeCapabilities:
+    """What one compiler can issue, from a probed or named xegemm.aot compiler caps."""
 
     name: str
     spelling: str                  # "ib" (__builtin_IB_*) or "ocl2d" (intel_sub_group_2d_block_*)
@@ -132,38 +134,18 @@ class NativeProfile:
 
 
 @lru_cache(maxsize=None)
-def native_profile(name: str | None = None, target: str = "pvc") -> NativeProfile:
-    """The profile named (``igc-1.0.12504``, ``cl_intel_subgroup_2d_block_io``) or probed from ocloc."""
-    import os  # noqa: PLC0415
-
-    from xegemm.aot.profile import PROFILE_ENV, compiler_profile  # noqa: PLC0415
-
-    name = name or os.environ.get(PROFILE_ENV)
-    if name == MODERN_PROFILE:   # every documented cl_intel_subgroup_2d_block_io function
-        from xegemm.aot.signatures import documented_names  # noqa: PLC0415
-        return NativeProfile(MODERN_PROFILE, "ocl2d", frozenset(documented_names()))
-    prof = compiler_profile(target, name)   # a named old profile, a profile file, or a probe of ocloc
-    return NativeProfile(prof.name, "ib", frozenset(prof.supported))
+def native_capabilities(name: str | None = None, target: str = "pvc") -> NativeCapabilities:
+    """The capability set named (``igc-1.0.12504``, ``cl_intel_subgroup_2d_block_io``) or probed from ocloc."""
+    name = name or os.environ.get(CAPABILITIES_ENV)
+    if name == MODERN_CAPABILITIES:   # every documented cl_intel_subgroup_2d_block_io function
+        return NativeCapabilities(MODERN_CAPABILITIES, "ocl2d", frozenset(documented_names()))
+    caps = compiler_capabilities(target, name)   # a named old set, a capability file, or a probe of ocloc
+    return NativeCapabilities(caps.name, "ib", frozenset(caps.supported))
 
 
-def device_profile(info) -> NativeProfile | None:
-    """The profile to generate native code with for a device (from its extension list), or None."""
-    from xegemm.runtime.devices import EXT_2D_BLOCK_IO, EXT_EXTENDED_BLOCK_READ  # noqa: PLC0415
-
-    if info.lowering != "native":
-        return None
-    if EXT_2D_BLOCK_IO in info.extensions:
-        return native_profile(MODERN_PROFILE)
-    if EXT_EXTENDED_BLOCK_READ in info.extensions:
-        return native_profile(DEBIAN_PROFILE)   # a driver of that generation: 2D reads only
-    return None
-
-
-def build_options(profile: NativeProfile | None, grf: int) -> str:
+def build_options(grf: int) -> str:
     """Extra OpenCL build options of the native lowering for a device build (large GRF on request)."""
-    if profile is None:
-        return ""
-    return BUILD_DEFINES + (" -cl-intel-256-GRF-per-thread" if grf == 256 else "")
+    return BUILD_DEFINES + (f" {LARGE_GRF_OPTION}" if grf == 256 else "")
 
 
 def _runs(parent: CopyAtom, sub: CopyAtom, origin: tuple[int, int]) -> tuple[tuple[int, int, int], ...] | None:
@@ -224,35 +206,35 @@ def _splits(atom: CopyAtom):
         rows //= 2
 
 
-def lower_block1d(atom: Block1DAtom, profile: NativeProfile) -> tuple[Message, ...]:
+def lower_block1d(atom: Block1DAtom, caps: NativeCapabilities) -> tuple[Message, ...]:
     """A 1D sub-group block tile: one Message standing for its rows (one block read / write per row: the
-    cl_intel_subgroups builtins, which need no profile entry; the ISA counts check they were issued); its
-    prefetch as LSC prefetches where the profile has them."""
+    cl_intel_subgroups builtins, which need no capability entry; the ISA counts check they were issued); its
+    prefetch as LSC prefetches where the capability set has them."""
     if atom.is_prefetch:
-        if profile.has(LSC_PREFETCH):
-            return (Message("lsc_prefetch", LSC_PREFETCH, atom, (0, 0)),)
-        raise NativeUnsupported(f"{profile.name} has no LSC prefetch for {atom.name} (1D block tiles have no "
+        if caps.has(LSC_PREFETCH):
+            return (Message("prefetch", LSC_PREFETCH, atom, (0, 0)),)
+        raise NativeUnsupported(f"{caps.name} has no LSC prefetch for {atom.name} (1D block tiles have no "
                                 "block prefetch here): set pipeline.prefetch: 0")
-    kind = "block1d_read" if atom.is_load else "block1d_write"
+    kind = "load_block1d" if atom.is_load else "store_block1d"
     return (Message(kind, atom.builtin, atom, (0, 0), ((0, 0, atom.register_length),), atom.register_length),)
 
 
-def lower_copy(atom: CopyAtom, profile: NativeProfile) -> tuple[Message, ...]:
+def lower_copy(atom: CopyAtom, caps: NativeCapabilities) -> tuple[Message, ...]:
     """The messages that implement ``atom`` with this compiler (NativeUnsupported if there are none)."""
     if isinstance(atom, Block1DAtom):
-        return lower_block1d(atom, profile)
+        return lower_block1d(atom, caps)
     if atom.is_prefetch:
-        if profile.has(profile.spell(atom)):
-            return (Message("block2d_prefetch", profile.spell(atom), atom, (0, 0)),)
-        if profile.has(LSC_PREFETCH):
-            return (Message("lsc_prefetch", LSC_PREFETCH, atom, (0, 0)),)
-        raise NativeUnsupported(f"{profile.name} has no prefetch for {atom.name}")
-    kind = "block2d_write" if atom.is_store else "block2d_read"
-    if profile.has(profile.spell(atom)):
-        return (Message(kind, profile.spell(atom), atom, (0, 0), ((0, 0, atom.register_length),),
+        if caps.has(caps.spell(atom)):
+            return (Message("prefetch_block2d", caps.spell(atom), atom, (0, 0)),)
+        if caps.has(LSC_PREFETCH):
+            return (Message("prefetch", LSC_PREFETCH, atom, (0, 0)),)
+        raise NativeUnsupported(f"{caps.name} has no prefetch for {atom.name}")
+    kind = "store_block2d" if atom.is_store else "load_block2d"
+    if caps.has(caps.spell(atom)):
+        return (Message(kind, caps.spell(atom), atom, (0, 0), ((0, 0, atom.register_length),),
                         atom.register_length),)
     for sub in _splits(atom):
-        if not profile.has(profile.spell(sub)):
+        if not caps.has(caps.spell(sub)):
             continue
         messages = []
         for r0 in range(0, atom.rows, sub.rows):
@@ -260,40 +242,34 @@ def lower_copy(atom: CopyAtom, profile: NativeProfile) -> tuple[Message, ...]:
                 runs = _runs(atom, sub, (r0, c0))
                 if runs is None:
                     break
-                messages.append(Message(kind, profile.spell(sub), sub, (r0, c0), runs, atom.register_length))
+                messages.append(Message(kind, caps.spell(sub), sub, (r0, c0), runs, atom.register_length))
             else:
                 continue
             break
         else:
             return tuple(messages)
     if atom.is_store:
-        if atom.portable["rowlen"] >= 16 and atom.message.count == 1 and atom.register_elem_bits in BLOCK1D_WRITE:
+        if atom.dealt_shape[1] >= 16 and atom.message.count == 1 and atom.register_elem_bits in BLOCK1D_WRITE:
             # one 1D sub-group block write per row: lane l writes its component of row r at chunk l
-            return (Message("block1d_write", BLOCK1D_WRITE[atom.register_elem_bits], atom, (0, 0),
+            return (Message("store_block1d", BLOCK1D_WRITE[atom.register_elem_bits], atom, (0, 0),
                             ((0, 0, atom.register_length),), atom.register_length),)
     raise NativeUnsupported(
-        f"{profile.name} cannot issue {atom.name}: neither {profile.spell(atom)} nor any split of it into "
+        f"{caps.name} cannot issue {atom.name}: neither {caps.spell(atom)} nor any split of it into "
         "smaller messages of the same kind is supported" + (" and 1D block writes need one 16-wide block"
                                                            if atom.is_store else ""))
 
 
 def count_messages(messages) -> dict:
-    """How many ISA messages of each kind a tuple of Messages issues (prefetches over 16 cache lines each)."""
-    out = {"load_block2d": 0, "store_block2d": 0, "prefetch_block2d": 0, "store_block1d": 0, "prefetch": 0,
-           "load_block1d": 0}
+    """How many ISA messages of each kind (:data:`xegemm.aot.isa.MESSAGE_KINDS`) a tuple of Messages issues:
+    a 1D block tile one per row, LSC prefetches one per 16 (row, cache line) pairs, the rest one each."""
+    out = dict.fromkeys(MESSAGE_KINDS, 0)
     for m in messages:
-        if m.kind == "block1d_read":        # one 1D block read per row of the tile
-            out["load_block1d"] += m.atom.register_length
-        elif m.kind == "block2d_read":
-            out["load_block2d"] += 1
-        elif m.kind == "block2d_write":
-            out["store_block2d"] += 1
-        elif m.kind == "block2d_prefetch":
-            out["prefetch_block2d"] += 1
-        elif m.kind == "block1d_write":
-            out["store_block1d"] += m.atom.register_length
-        elif m.kind == "lsc_prefetch":
-            out["prefetch"] += lsc_prefetch_messages(m.atom)
+        if m.kind in ("load_block1d", "store_block1d"):
+            out[m.kind] += m.atom.register_length
+        elif m.kind == "prefetch":
+            out[m.kind] += lsc_prefetch_messages(m.atom)
+        else:
+            out[m.kind] += 1
     return out
 
 

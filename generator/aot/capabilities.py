@@ -1,4 +1,4 @@
-"""Compiler profiles: which block-message spellings the installed ocloc really turns into messages.
+"""Compiler capabilities: which block-message spellings the installed ocloc really turns into messages.
 
 A spelling is *supported* only if its probe kernel builds AND the expected message appears in that
 kernel's ISA, writing back at least the data it should carry, with a block shape (decoded from the message
@@ -7,9 +7,9 @@ but drops or mangles the call counts as not supported (shared/facts/toolchain.md
 per spelling); if the build fails, the compiler's error lines are mapped back to the probes that caused
 them and the rest is rebuilt, so a probe costs a few ocloc calls, not one per spelling.
 
-Probed profiles are cached as JSON keyed by the compiler version (``ocloc query OCL_DRIVER_VERSION`` plus
-IGC's package version), the target and the probe catalog's digest.  Named profiles can be forced instead of
-probing (argument or ``$XEGEMM_COMPILER_PROFILE``): ``igc-1.0.12504`` (measured on Debian 12's ocloc) and
+Probed capability sets are cached as JSON keyed by the compiler version (``ocloc query OCL_DRIVER_VERSION`` plus
+IGC's package version), the target and the probe catalog's digest.  Named capability sets can be forced instead of
+probing (argument or ``$XEGEMM_COMPILER_CAPABILITIES``): ``igc-1.0.12504`` (measured on Debian 12's ocloc) and
 ``cl_intel_subgroup_2d_block_io`` (the full set newer drivers provide: xe_atoms.md §1.6, §1.7).
 """
 
@@ -26,15 +26,16 @@ from pathlib import Path
 
 from xegemm.aot.build import compile_kernel
 from xegemm.aot.builtins import block2d_violation
-from xegemm.aot.errors import ProfileError
+from xegemm.aot.errors import CapabilitiesError
 from xegemm.aot.isa import block2d_shapes, parse_instructions
 from xegemm.aot.probes import Probe, ProbeProgram, catalog_digest, probe_catalog, probe_program
-from xegemm.aot.toolchain import Target, compiler_version, get_target
+from xegemm.aot.toolchain import aot_target, compiler_version
+from xegemm.targets import Target
 
-PROFILE_ENV = "XEGEMM_COMPILER_PROFILE"
-MODERN_PROFILE = "cl_intel_subgroup_2d_block_io"
-DEBIAN_PROFILE = "igc-1.0.12504"
-NAMED_PROFILES = (DEBIAN_PROFILE, MODERN_PROFILE)
+CAPABILITIES_ENV = "XEGEMM_COMPILER_CAPABILITIES"
+MODERN_CAPABILITIES = "cl_intel_subgroup_2d_block_io"
+DEBIAN_CAPABILITIES = "igc-1.0.12504"
+NAMED_CAPABILITIES = (DEBIAN_CAPABILITIES, MODERN_CAPABILITIES)
 _ERROR_LINE = re.compile(r"^(?:.*?:)?(\d+):\d+: (?:fatal )?error:")  # "1:490:3: error: ..." (line 490)
 BLOCK2D_MESSAGES = ("load_block2d", "store_block2d", "prefetch_block2d")
 
@@ -57,7 +58,7 @@ class ProbeResult:
 
 
 @dataclass
-class CompilerProfile:
+class CompilerCapabilities:
     """Which spellings work for one compiler and target; ``supports(name)`` is the question to ask."""
 
     name: str
@@ -70,11 +71,11 @@ class CompilerProfile:
     ocloc_calls: int | None = None
 
     def supports(self, name: str) -> bool:
-        """True if ``name`` builds and produces its message; ProfileError if it was never probed."""
+        """True if ``name`` builds and produces its message; CapabilitiesError if it was never probed."""
         try:
             return self.results[name].supported
         except KeyError:
-            raise ProfileError(f"{name!r} is not in the probe catalog of profile {self.name!r}") from None
+            raise CapabilitiesError(f"{name!r} is not in the probe catalog of capability set {self.name!r}") from None
 
     @property
     def supported(self) -> list[str]:
@@ -92,20 +93,20 @@ class CompilerProfile:
         return [n for n, r in self.results.items() if not r.built]
 
     def to_json(self) -> str:
-        """The profile as JSON text."""
+        """The capability set as JSON text."""
         data = asdict(self)
         data["results"] = [asdict(r) for r in self.results.values()]
         return json.dumps(data, indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> CompilerProfile:
+    def from_json(cls, text: str) -> CompilerCapabilities:
         """Inverse of :meth:`to_json`."""
         try:
             data = json.loads(text)
             data["results"] = {r["name"]: ProbeResult(**r) for r in data["results"]}
             return cls(**data)
         except (ValueError, KeyError, TypeError) as exc:
-            raise ProfileError(f"not a compiler profile: {exc}") from exc
+            raise CapabilitiesError(f"not a compiler capability set: {exc}") from exc
 
     def save(self, path: Path) -> None:
         """Write atomically (a concurrent reader never sees half a file)."""
@@ -122,7 +123,7 @@ def _shape_text(shape: tuple[int, int, int] | None) -> str | None:
 
 def _evaluate(probe: Probe, asm: str | None, target: Target) -> ProbeResult:
     """Verdict on one probe kernel: message present, all data delivered, legal block shape."""
-    hardware = target.has_block2d or probe.message not in BLOCK2D_MESSAGES
+    hardware = target.block2d or probe.message not in BLOCK2D_MESSAGES
     if asm is None:
         return ProbeResult(probe.name, probe.family, probe.message, True, 0, 0, False,
                            "built, but the kernel is missing from the binary", hardware)
@@ -177,7 +178,7 @@ def _blame(log: str, program: ProbeProgram) -> dict[str, list[str]]:
 
 def run_probes(probes: list[Probe], target: str = "pvc") -> tuple[dict[str, ProbeResult], int]:
     """Probe ``probes`` for ``target`` without caching: (probe name -> result, number of ocloc builds)."""
-    t = get_target(target)
+    t = aot_target(target)
     results: dict[str, ProbeResult] = {}
     calls = [0]
     with tempfile.TemporaryDirectory(prefix="xegemm-probe-") as tmp:
@@ -201,7 +202,7 @@ def _run_probes(probes: list[Probe], target: Target, root: Path, results: dict[s
         probe = program.kernels[kname]
         results[probe.name] = ProbeResult(probe.name, probe.family, probe.message, False, 0, 0, False,
                                           "build failed: " + errors[0],
-                                          target.has_block2d or probe.message not in BLOCK2D_MESSAGES)
+                                          target.block2d or probe.message not in BLOCK2D_MESSAGES)
     rest = [p for k, p in program.kernels.items() if k not in blamed]
     if not rest:
         return
@@ -214,38 +215,38 @@ def _run_probes(probes: list[Probe], target: Target, root: Path, results: dict[s
 
 
 def default_cache_dir() -> Path:
-    """``$XEGEMM_CACHE_DIR`` or ``$XDG_CACHE_HOME/xegemm`` (``~/.cache/xegemm``), + ``compiler-profiles``."""
+    """``$XEGEMM_CACHE_DIR`` or ``$XDG_CACHE_HOME/xegemm`` (``~/.cache/xegemm``), + ``compiler-capabilities``."""
     base = os.environ.get("XEGEMM_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "xegemm")
-    return Path(base) / "compiler-profiles"
+    return Path(base) / "compiler-capabilities"
 
 
-def probe_compiler_profile(target: str = "pvc", *, cache_dir: Path | None = None,
-                           refresh: bool = False) -> CompilerProfile:
+def probe_compiler_capabilities(target: str = "pvc", *, cache_dir: Path | None = None,
+                           refresh: bool = False) -> CompilerCapabilities:
     """Probe (or load from the cache) which spellings the installed ocloc supports for ``target``."""
-    t = get_target(target)
+    t = aot_target(target)
     version = compiler_version()
     catalog = probe_catalog()
     digest = catalog_digest(catalog)
     path = Path(cache_dir or default_cache_dir()) / f"{version.key}_{t.name}.json"
     if not refresh and path.exists():
         try:
-            cached = CompilerProfile.from_json(path.read_text())
-        except ProfileError:
+            cached = CompilerCapabilities.from_json(path.read_text())
+        except CapabilitiesError:
             cached = None
         if cached is not None and cached.catalog == digest and cached.target == t.name:
             return cached
     start = time.perf_counter()
     results, calls = run_probes(catalog, t.name)
-    profile = CompilerProfile(
+    caps = CompilerCapabilities(
         name=f"probed:{version.key}", target=t.name, origin="probed",
         compiler={"driver": version.driver, "igc": version.igc}, catalog=digest, results=results,
         probe_seconds=round(time.perf_counter() - start, 3), ocloc_calls=calls)
-    profile.save(path)
-    return profile
+    caps.save(path)
+    return caps
 
 
-# Measured with probe_compiler_profile on Debian 12's ocloc 22.43.24595 / IGC 1.0.12504.6 (2026-11-22), pvc:
+# Measured with probe_compiler_capabilities on Debian 12's ocloc 22.43.24595 / IGC 1.0.12504.6 (2026-11-22), pvc:
 # spelling -> exact (False = legal but over-fetching).  This IGC issues EVERY plain 2D read with 2 blocks,
 # whatever the v of the name: v1 reads of 8/16-bit data are legal but fetch twice the data; u16 k32 and
 # u32 k16 reads become illegal 128-B rows; reads taller than 8 rows, every write and every read_prefetch
@@ -266,49 +267,49 @@ _IGC_1_0_12504_SUPPORTED: dict[str, dict[str, bool | None]] = {
 }
 
 
-def _named_profile(name: str, target: Target) -> CompilerProfile:
+def _named_capabilities(name: str, target: Target) -> CompilerCapabilities:
     catalog = probe_catalog()
-    if name == MODERN_PROFILE:
+    if name == MODERN_CAPABILITIES:
         # Newer drivers accept every shape in the catalog (xe_atoms.md §1.6 table, §1.7 grammar), exactly —
         # on hardware with 2D block messages; DG2 has none (xe_atoms.md §2 "platforms").
         table = {p.name: (True if p.shape is not None else None) for p in catalog
-                 if target.has_block2d or p.message not in BLOCK2D_MESSAGES}
+                 if target.block2d or p.message not in BLOCK2D_MESSAGES}
         why = "assumed: a cl_intel_subgroup_2d_block_io driver (not measured here)"
-    elif name == DEBIAN_PROFILE:
+    elif name == DEBIAN_CAPABILITIES:
         table = _IGC_1_0_12504_SUPPORTED[target.name]
         why = "measured on Debian 12 ocloc 22.43.24595 / IGC 1.0.12504.6"
     else:
-        raise ProfileError(f"unknown compiler profile {name!r}; named profiles: {', '.join(NAMED_PROFILES)}")
+        raise CapabilitiesError(f"unknown compiler capability set {name!r}; named capability sets: {', '.join(NAMED_CAPABILITIES)}")
     results = {}
     for p in catalog:
         ok = p.name in table
         results[p.name] = ProbeResult(p.name, p.family, p.message, built=ok, found=int(ok), response_grfs=0,
                                       supported=ok, detail=why,
-                                      hardware=target.has_block2d or p.message not in BLOCK2D_MESSAGES,
+                                      hardware=target.block2d or p.message not in BLOCK2D_MESSAGES,
                                       exact=table.get(p.name))
-    return CompilerProfile(name=name, target=target.name, origin="named", catalog=catalog_digest(catalog),
+    return CompilerCapabilities(name=name, target=target.name, origin="named", catalog=catalog_digest(catalog),
                            results=results)
 
 
-def load_profile(name_or_path: str | Path, target: str = "pvc") -> CompilerProfile:
-    """A named profile (:data:`NAMED_PROFILES`) for ``target``, or a profile JSON file."""
-    t = get_target(target)
-    if str(name_or_path) in NAMED_PROFILES:
-        return _named_profile(str(name_or_path), t)
+def load_capabilities(name_or_path: str | Path, target: str = "pvc") -> CompilerCapabilities:
+    """A named capability set (:data:`NAMED_CAPABILITIES`) for ``target``, or a capability set JSON file."""
+    t = aot_target(target)
+    if str(name_or_path) in NAMED_CAPABILITIES:
+        return _named_capabilities(str(name_or_path), t)
     path = Path(name_or_path)
     if path.suffix == ".json" and path.exists():
-        profile = CompilerProfile.from_json(path.read_text())
-        if profile.target != t.name:
-            raise ProfileError(f"{path} is a profile for {profile.target}, not {t.name}")
-        return profile
-    raise ProfileError(f"unknown compiler profile {str(name_or_path)!r}: give one of {', '.join(NAMED_PROFILES)} "
-                       "or the path of a profile .json file")
+        caps = CompilerCapabilities.from_json(path.read_text())
+        if caps.target != t.name:
+            raise CapabilitiesError(f"{path} is a capability set for {caps.target}, not {t.name}")
+        return caps
+    raise CapabilitiesError(f"unknown compiler capability set {str(name_or_path)!r}: give one of {', '.join(NAMED_CAPABILITIES)} "
+                       "or the path of a capability set .json file")
 
 
-def compiler_profile(target: str = "pvc", name: str | None = None, **probe_kwargs) -> CompilerProfile:
-    """The profile to generate code with: ``name`` if given, else ``$XEGEMM_COMPILER_PROFILE``, else a
+def compiler_capabilities(target: str = "pvc", name: str | None = None, **probe_kwargs) -> CompilerCapabilities:
+    """The capability set to generate code with: ``name`` if given, else ``$XEGEMM_COMPILER_CAPABILITIES``, else a
     (cached) probe of the installed compiler."""
-    forced = name or os.environ.get(PROFILE_ENV)
+    forced = name or os.environ.get(CAPABILITIES_ENV)
     if forced:
-        return load_profile(forced, target)
-    return probe_compiler_profile(target, **probe_kwargs)
+        return load_capabilities(forced, target)
+    return probe_compiler_capabilities(target, **probe_kwargs)

@@ -1,0 +1,249 @@
+"""The evaluation layer: one planned variant is rendered once, built, then checked and measured by observers.
+
+``xegemm generate``, ``run`` and ``build``, the benchmarks and the tuner all evaluate variants through an
+:class:`Evaluator`:
+
+    render (once, in the evaluator's lowering) -> build (a :class:`Builder`) -> observers, in order
+
+- Builders: :class:`xegemm.evaluate.device.DeviceBuilder` (an OpenCL C program on a SYCL device through
+  dpctl), :class:`xegemm.evaluate.aot.AotBuilder` (ocloc for a real Xe target, no device needed), and
+  :class:`SourceWriter` (the source file only: ``generate``).
+- Observers see each built kernel and may check it (verification, ISA against the plan: a failed check sets
+  the status), measure it (timing), or record what happened (logs, progress lines, the results journal).
+  They are small classes with two hooks, :meth:`Observer.built` and :meth:`Observer.finished`, in the
+  manner of Kernel Tuner's observers.
+
+Every outcome is one of :data:`STATUSES`; a variant that is not ``ok``/``generated`` carries a reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xegemm.config import Config, Variant, expand
+from xegemm.errors import XegemmError
+from xegemm.lowering import Lowering
+from xegemm.plan import Plan, PlanRejected, plan, variant_stem
+from xegemm.render import render_kernel
+from xegemm.report import write_text_atomic
+
+# The one set of status words, for every job and every file it writes.
+STATUSES = (
+    "ok",             # built, and every observer's check passed (verified and timed on a device; ISA = plan)
+    "generated",      # rendered and written (generate: nothing was built)
+    "rejected",       # never built: a constraint, the planner, or the lowering rules it out (reason says which)
+    "failed_build",   # the compiler rejected it, or (AOT) its machine code does not issue what the plan says
+    "failed_verify",  # ran, but its result differs from the numpy reference beyond the tolerance
+    "error",          # the launch or the timing failed after a good build
+)
+PASSED = ("ok", "generated")
+
+
+@dataclass
+class PlannedVariant:
+    """One variant of a config with its plan, or the reason it was rejected."""
+
+    variant: Variant
+    plan: Plan | None
+    reason: str | None
+
+    @property
+    def config(self) -> Config:
+        return self.variant.config
+
+    @property
+    def name(self) -> str:
+        if self.plan is not None:
+            return self.plan.name
+        digest = hashlib.sha256(json.dumps(self.config.to_dict(), sort_keys=True).encode()).hexdigest()[:6]
+        return f"{variant_stem(self.config)}_pf{self.config.pipeline.prefetch}_rejected_{digest}"
+
+
+def plan_variants(config: Config) -> list[PlannedVariant]:
+    """Expand a config's sweep and plan every variant (rejections carry their reason)."""
+    out, seen = [], set()
+    for variant in expand(config):
+        if variant.rejected:
+            out.append(PlannedVariant(variant, None, variant.rejected))
+            continue
+        try:
+            p = plan(variant.config)
+        except XegemmError as exc:   # PlanRejected, or an atom the model rejects (AtomError, MmaAtomError, ...)
+            out.append(PlannedVariant(variant, None, str(exc)))
+            continue
+        key = (p.name, variant.config.problem, variant.config.verify, variant.config.profile)
+        if key in seen:   # two sweep points that resolve to the same kernel on the same problem
+            continue
+        seen.add(key)
+        out.append(PlannedVariant(variant, p, None))
+    return out
+
+
+def params_of(config: Config) -> dict:
+    """The tunable parameters of a resolved config, flat (the columns a profiler CSV would have)."""
+    t, lay, tile = config.types, config.layout, config.tile
+    p = config.problem
+    return {"m": p.m, "n": p.n, "k": p.k, "batch": p.batch,
+            "a": t.a, "b": t.b, "acc": t.acc, "c": t.c, "layout": f"{lay.a}/{lay.b}/{lay.c}",
+            "wg_m": tile.workgroup[0], "wg_n": tile.workgroup[1], "wg_k": tile.workgroup[2],
+            "sg_m": tile.subgroups[0], "sg_n": tile.subgroups[1], "subgroup_size": tile.subgroup_size,
+            "prefetch": config.pipeline.prefetch, "grf": config.target.grf,
+            "atom_mma": config.atoms.mma, "atom_a": config.atoms.a, "atom_b": config.atoms.b,
+            "atom_c": config.atoms.c}
+
+
+def render_variant(pv: PlannedVariant, lowering: Lowering) -> str:
+    """The OpenCL C of one planned variant (PlanRejected when the lowering cannot express it)."""
+    if pv.plan is None:
+        raise XegemmError(f"variant {pv.name} was rejected: {pv.reason}")
+    return render_kernel(pv.plan, lowering)
+
+
+@dataclass
+class Evaluation:
+    """What happened to one variant (one row of results.csv, one entry of build.json)."""
+
+    name: str
+    status: str
+    reason: str | None
+    params: dict
+    plan: dict | None = None
+    time_ms: dict | None = None
+    gflops: float | None = None
+    gbps: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    bad_elements: int | None = None
+    build_s: float | None = None
+    source_sha256: str | None = None
+    log: str | None = None            # path of the saved build log (LogObserver)
+    extra: dict = field(default_factory=dict)
+    build_log: str | None = field(default=None, repr=False)   # the compiler's text, until a LogObserver saves it
+
+    def fail(self, status: str, reason: str) -> None:
+        """Mark the variant as failed with one of :data:`STATUSES` and a reason a person understands."""
+        assert status in STATUSES and status not in PASSED, status
+        self.status, self.reason = status, reason
+
+    @staticmethod
+    def digest(source: str) -> str:
+        """The sha256 of a kernel source: what identifies a built kernel in results and caches."""
+        return hashlib.sha256(source.encode()).hexdigest()
+
+    @property
+    def passed(self) -> bool:
+        return self.status in PASSED
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "build_log"}
+
+
+class Observer:
+    """A plug-in of the evaluation: sees each built kernel, and each finished evaluation."""
+
+    def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel: Any) -> None:
+        """Called in order after a successful build with the builder's kernel; may check, measure or fail it."""
+
+    def finished(self, pv: PlannedVariant, evaluation: Evaluation) -> None:
+        """Called once per variant when its evaluation is complete (whatever the status)."""
+
+
+class Builder:
+    """Turns a rendered source into a kernel the observers can use, or fails the evaluation."""
+
+    def admit(self, pv: PlannedVariant) -> str | None:
+        """Why this builder cannot take a planned variant at all (then it is ``rejected`` unrendered), or None."""
+        return None
+
+    def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> Any:
+        raise NotImplementedError
+
+
+class SourceWriter(Builder):
+    """``generate``'s builder: writes ``<name>.cl`` into a directory; nothing is compiled."""
+
+    def __init__(self, out_dir: Path | str):
+        self.out = Path(out_dir)
+
+    def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> Path:
+        path = self.out / f"{pv.name}.cl"
+        write_text_atomic(path, source)
+        evaluation.status = "generated"
+        evaluation.extra["path"] = path.name
+        return path
+
+
+class LogObserver(Observer):
+    """Saves each failed build's compiler log as ``<log_dir>/<name>.log`` and records its path."""
+
+    def __init__(self, log_dir: Path | str):
+        self.log_dir = Path(log_dir)
+
+    def finished(self, pv: PlannedVariant, evaluation: Evaluation) -> None:
+        if evaluation.build_log and evaluation.status == "failed_build":
+            path = self.log_dir / f"{pv.name}.log"
+            write_text_atomic(path, evaluation.build_log)
+            evaluation.log = str(path)
+
+
+class ProgressObserver(Observer):
+    """Prints ``[i/n] name: status ...`` after each variant (to a stream; nothing when ``stream`` is None)."""
+
+    def __init__(self, stream, total: int):
+        self.stream, self.total, self.done = stream, total, 0
+
+    def finished(self, pv: PlannedVariant, evaluation: Evaluation) -> None:
+        self.done += 1
+        if self.stream is None:
+            return
+        speed = (f" {evaluation.gflops:.1f} GFLOP/s, median {evaluation.time_ms['median']:.3f} ms"
+                 if evaluation.gflops is not None else "")
+        why = f" - {evaluation.reason}" if evaluation.reason else ""
+        print(f"[{self.done}/{self.total}] {pv.name}: {evaluation.status}{speed}{why}", file=self.stream, flush=True)
+
+
+class Evaluator:
+    """Evaluates planned variants in one lowering with one builder and a chain of observers."""
+
+    def __init__(self, lowering: Lowering, builder: Builder, observers: tuple[Observer, ...] | list = ()):
+        self.lowering = lowering
+        self.builder = builder
+        self.observers = list(observers)
+
+    def source(self, pv: PlannedVariant) -> str | None:
+        """The rendered source of a variant (None when it is rejected before or while rendering)."""
+        try:
+            return render_variant(pv, self.lowering) if pv.plan is not None else None
+        except PlanRejected:
+            return None
+
+    def evaluate(self, pv: PlannedVariant, source: str | None = None) -> Evaluation:
+        """Render (unless ``source`` is given: render once, e.g. for a resume key), build, observe."""
+        evaluation = Evaluation(pv.name, "ok", None, params_of(pv.config))
+        self._evaluate(pv, source, evaluation)
+        for observer in self.observers:
+            observer.finished(pv, evaluation)
+        return evaluation
+
+    def _evaluate(self, pv: PlannedVariant, source: str | None, evaluation: Evaluation) -> None:
+        why = pv.reason if pv.plan is None else self.builder.admit(pv)
+        if why is not None:
+            evaluation.fail("rejected", why)
+            return
+        if source is None:
+            try:
+                source = render_variant(pv, self.lowering)
+            except PlanRejected as exc:
+                evaluation.fail("rejected", str(exc))
+                return
+        evaluation.plan = pv.plan.summary()
+        evaluation.source_sha256 = Evaluation.digest(source)
+        kernel = self.builder.build(pv, source, evaluation)
+        for observer in self.observers:
+            if not evaluation.passed:
+                break
+            observer.built(pv, evaluation, kernel)

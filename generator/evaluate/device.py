@@ -1,0 +1,140 @@
+"""Evaluation on a SYCL device: build the OpenCL C through dpctl, verify against numpy, then time.
+
+:class:`DeviceBuilder` builds; :class:`VerifyObserver` runs the kernel once on poisoned C and checks it
+against the numpy reference (a failure is ``failed_verify``, never timed); :class:`TimingObserver` times
+verified kernels with device profiling events.  :func:`device_evaluator` chains them as ``run`` does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from xegemm.config import Config
+from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
+from xegemm.lowering import Lowering
+from xegemm.lowering.native import build_options
+from xegemm.profile import gemm_flops, time_kernel
+from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
+from xegemm.verify import check, make_operands, poison_c, reference
+
+BUILD_OPTIONS = "-cl-std=CL3.0 -cl-mad-enable"
+
+
+class DeviceSession:
+    """A device, a profiling queue, and the inputs/reference of one problem kept between variants."""
+
+    def __init__(self, sycl_device):
+        self.device = sycl_device
+        self.queue = make_queue(sycl_device, profiling=True)
+        self._problem_key = None
+        self._buffers = None
+
+    def buffers(self, config: Config):
+        """Device buffers and reference for the config's problem and types (rebuilt when they change)."""
+        key = (config.problem, config.types, config.layout, config.verify.seed)
+        if key != self._problem_key:
+            ops = make_operands(config)
+            poison = poison_c(config)
+            self._buffers = {"ops": ops, "reference": reference(config, ops), "a": to_device(self.queue, ops.a_bytes),
+                             "b": to_device(self.queue, ops.b_bytes), "c": to_device(self.queue, poison),
+                             "poison": poison}
+            self._problem_key = key
+        return self._buffers
+
+
+@dataclass
+class DeviceKernel:
+    """A built kernel bound to its problem's buffers: ``submit()`` launches it once."""
+
+    session: DeviceSession
+    config: Config
+    buffers: dict
+    submit: object
+
+
+class DeviceBuilder(Builder):
+    """Builds a variant's OpenCL C on the session's device (native lowering: with its build options)."""
+
+    def __init__(self, session: DeviceSession, lowering: Lowering):
+        self.session = session
+        self.lowering = lowering
+
+    def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> DeviceKernel | None:
+        options = BUILD_OPTIONS
+        if self.lowering.name == "native":
+            options = f"{BUILD_OPTIONS} {build_options(pv.config.target.grf)}"
+        t0 = time.perf_counter()
+        try:
+            program = build_program(self.session.queue, source, options)
+            kernel = program.get_sycl_kernel(pv.plan.name)
+        except BuildError as exc:
+            evaluation.fail("failed_build", str(exc))
+            evaluation.build_log = exc.log
+            return None
+        evaluation.build_s = time.perf_counter() - t0
+        config = pv.config
+        bufs = self.session.buffers(config)
+        ops, p = bufs["ops"], config.problem
+        batch_a, batch_b = ops.a_bytes[0].nbytes, ops.b_bytes[0].nbytes
+        args = [bufs["a"], bufs["b"], bufs["c"], ctypes.c_int(p.m), ctypes.c_int(p.n), ctypes.c_int(p.k),
+                ctypes.c_int(ops.lda), ctypes.c_int(ops.ldb), ctypes.c_int(ops.ldc), ctypes.c_long(batch_a),
+                ctypes.c_long(batch_b), ctypes.c_long(p.m * ops.ldc)]
+        gsize, lsize = pv.plan.global_size(), pv.plan.workgroup_size
+        queue = self.session.queue
+        return DeviceKernel(self.session, config, bufs, lambda: launch(queue, kernel, args, gsize, lsize))
+
+
+class VerifyObserver(Observer):
+    """Runs the kernel once on poisoned C and compares C with the numpy reference (xegemm.verify)."""
+
+    def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel: DeviceKernel) -> None:
+        bufs = kernel.buffers
+        try:
+            bufs["c"].copy_from_host(bufs["poison"])      # poisoned before every verified run
+            kernel.submit().wait()
+            verdict = check(kernel.config, from_device(bufs["c"], np.uint8, bufs["poison"].shape), bufs["reference"])
+        except Exception as exc:  # noqa: BLE001 - a launch failure is recorded, the sweep goes on
+            evaluation.fail("error", f"launch failed: {exc!r}")
+            return
+        evaluation.max_abs_err, evaluation.max_rel_err = verdict.max_abs_err, verdict.max_rel_err
+        evaluation.bad_elements = verdict.bad_elements
+        if not verdict.ok:
+            evaluation.fail("failed_verify", verdict.reason)
+
+
+class TimingObserver(Observer):
+    """Times a verified kernel with device profiling events: GFLOP/s and GB/s from the median.
+
+    ``timer(submit, warmup, repeats, min_time_ms)`` returns a :class:`xegemm.profile.Timing`; the default is
+    :func:`xegemm.profile.time_kernel` (a benchmark harness passes its own).
+    """
+
+    def __init__(self, timer=None):
+        self.timer = timer or time_kernel
+
+    def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel: DeviceKernel) -> None:
+        config, prof = kernel.config, kernel.config.profile
+        try:
+            timing = self.timer(kernel.submit, prof.warmup, prof.repeats, prof.min_time_ms)
+        except Exception as exc:  # noqa: BLE001 - verified, but timing failed: recorded, the sweep goes on
+            evaluation.fail("error", f"timing failed after verification: {exc!r}")
+            return
+        p, ops = config.problem, kernel.buffers["ops"]
+        evaluation.time_ms = timing.as_dict()
+        seconds = max(timing.median, 1e-9) * 1e-3
+        evaluation.gflops = gemm_flops(p.m, p.n, p.k, p.batch) / seconds * 1e-9
+        moved = ops.a_bytes.nbytes + ops.b_bytes.nbytes + p.batch * p.m * ops.ldc
+        evaluation.gbps = moved / seconds * 1e-9
+
+
+def device_evaluator(session: DeviceSession, lowering: Lowering, log_dir=None, timer=None,
+                     observers: tuple[Observer, ...] = ()) -> Evaluator:
+    """Build, verify, time (and save failed builds' logs into ``log_dir``), then ``observers``."""
+    chain: list[Observer] = [VerifyObserver(), TimingObserver(timer)]
+    if log_dir is not None:
+        chain.append(LogObserver(log_dir))
+    return Evaluator(lowering, DeviceBuilder(session, lowering), [*chain, *observers])

@@ -1,0 +1,268 @@
+"""The portable lowering: what each atom's OpenCL C does with ordinary loads, stores and arithmetic.
+
+The atom models (:mod:`xegemm.atoms`) describe; this module turns a description into the pieces the
+portable templates print, so that every work-item ends up holding exactly the registers the atom's lane map
+says (templates/copy/portable.cl.j2, templates/copy/block1d.cl.j2, templates/mma/portable.cl.j2):
+
+- :func:`copy_plan`: per register component of a 2D block copy atom, the C that reads or writes its elements,
+  at coordinates written as expressions in x, y and lane (checked against ``CopyAtom.element_coord``);
+- :func:`mma_plan`: a DPAS atom as D = A*B + C on the builtin's own register types, column k of A shuffled
+  from the lane that holds it, in increasing k (the DPAS's order).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from xegemm.atoms.copy import SUB_GROUP, AtomError, CopyAtom
+from xegemm.atoms.mma import MmaAtom
+from xegemm.dtypes import UNSIGNED_CTYPE, DType, ctype_shape, sizeof_ctype, vector_ctype
+
+
+def _component(var: str, width: int, i: int) -> str:
+    """Component i of a variable of an n-component OpenCL type (scalars have no ``.s0``)."""
+    return var if width == 1 else f"{var}.s{i:x}"
+
+
+# ---- copy atoms ------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def copy_plan(atom: CopyAtom) -> dict:
+    """What templates/copy/portable.cl.j2 prints for a 2D block copy atom: per register component, the
+    C that reads (loads) or writes (stores) its elements with the prelude's xe_ld_* / xe_st_* helpers,
+    at coordinates written as expressions in x, y and lane (checked against ``element_coord``)."""
+    reg_bits = atom.register_elem_bits
+    reg, per_reg, suffix = atom.register_elem_ctype, reg_bits // atom.elem_bits, f"u{atom.elem_bits}"
+    if atom.is_prefetch:
+        return {}
+    args = "base, width_bytes, height, pitch_bytes"
+    elem = UNSIGNED_CTYPE[max(8, atom.elem_bits)]            # a 4-bit element travels in a uchar
+    loads, stores = [], []
+    for i in range(atom.register_length):
+        lhs = "v" if atom.register_length == 1 else f"v[{i}]"
+        parts = []
+        for j in range(per_reg):
+            at = _copy_coord(atom, i * per_reg + j)
+            if at is None:
+                continue                      # padding on every lane: reads as 0, never written
+            (row, col), lanes = at
+            read, value = f"xe_ld_{suffix}({args}, {row}, {col})", lhs
+            if per_reg > 1:                   # several elements per component, the first in the low bits
+                shift = j * atom.elem_bits
+                read = f"({reg}){read}" + (f" << {shift}" if shift else "")
+                value = f"({elem})" + (f"({lhs} >> {shift})" if shift else lhs) + \
+                    (" & 15" if atom.elem_bits == 4 else "")
+            if lanes < SUB_GROUP:             # padding on lanes >= `lanes`
+                parts.append(f"(lane < {lanes} ? {read} : 0)")
+                stores.append(f"if (lane < {lanes}) xe_st_{suffix}({args}, {row}, {col}, {value});")
+            else:
+                parts.append(read)
+                stores.append(f"xe_st_{suffix}({args}, {row}, {col}, {value});")
+        loads.append(f"{lhs} = {' | '.join(parts) if parts else '0'};")
+    return {"loads": tuple(loads)} if atom.is_load else {"stores": tuple(stores)}
+
+
+def _copy_coord(atom: CopyAtom, k: int):
+    """((row, col) of register element k as C expressions in y, x and lane, number of lanes holding a real
+    element (they are lanes 0 .. n-1)), or None if k is padding on every lane.  The lane map deals lanes
+    row by row: coordinates are affine in lane / L and lane % L, L = the dealt row length (at most 16)."""
+    coords = [atom.element_coord(lane, k) for lane in range(SUB_GROUP)]
+    lanes = sum(c is not None for c in coords)
+    if lanes == 0:
+        return None
+    if any(c is None for c in coords[:lanes]) or any(c is not None for c in coords[lanes:]):
+        raise AtomError(f"{atom.name}: element {k} is padding on lanes that are not the last ones")
+    length = min(atom.dealt_shape[1], SUB_GROUP)
+    exprs = []
+    for axis, origin in ((0, "y"), (1, "x")):
+        base = coords[0][axis]
+        lo = coords[1][axis] - base if lanes > 1 and length > 1 else 0
+        hi = coords[length][axis] - base if lanes > length else 0
+        for lane in range(lanes):
+            if coords[lane][axis] != base + hi * (lane // length) + lo * (lane % length):
+                raise AtomError(f"{atom.name}: element {k} is not affine in lane / {length}, lane % {length}")
+        terms = [str(base)] if base else []
+        lane_in_row = "lane" if length == SUB_GROUP else f"lane % {length}"
+        for coef, var in ((hi, f"lane / {length}"), (lo, lane_in_row)):
+            if coef:
+                terms.append(var if coef == 1 else f"{var} * {coef}")
+        exprs.append(" + ".join([origin] + terms))
+    return tuple(exprs), lanes
+
+
+# ---- DPAS atoms ------------------------------------------------------------------------------------------
+
+
+def _decode(t: DType, x: str, j: int, *, source_bits: int = 32) -> str:
+    """A C expression for element j (little-endian, ``t.bits`` wide) of the uint expression ``x``, as a
+    float or an int.  ``source_bits`` is how many low bits of x are meaningful (16 for a
+    zero-extended SIMD16 A component)."""
+    shift = j * t.bits
+    shifted = x if shift == 0 else f"({x} >> {shift})"
+    if t.code == "BF16":     # bf16 = the high half of an f32
+        if shift == 0:
+            return f"as_float({x} << 16)"
+        if shift == 16 and source_bits == 32:
+            return f"as_float({x} & 0xffff0000u)"
+        return f"as_float(({shifted} & 0xffffu) << 16)"
+    if t.code == "F16":
+        return f"(float)as_half((ushort){shifted})"
+    if t.code == "TF32":     # tf32 = an f32 whose low 13 mantissa bits are ignored (cleared here)
+        return f"as_float({x} & 0xffffe000u)"
+    if t.bits == 8:
+        return f"(int)as_char((uchar){shifted})" if t.signed else f"(int)({shifted} & 0xffu)"
+    if t.bits == 4:          # (v ^ 8) - 8 sign-extends a 4-bit field without implementation-defined shifts
+        return f"(((int)({shifted} & 0xfu) ^ 8) - 8)" if t.signed else f"(int)({shifted} & 0xfu)"
+    raise AssertionError(t)
+
+
+def _decode_vector(t: DType, x: str, j: int, n: int, *, source_bits: int = 32) -> str:
+    """:func:`_decode` for an n-component uint vector expression ``x``: element j of every component, as a
+    float vector, or for integers a uint vector of the sign- or zero-extended values."""
+    def vec(base: str) -> str:
+        return vector_ctype(base, n)
+
+    shift = j * t.bits
+    shifted = x if shift == 0 else f"({x} >> {shift})"
+    if t.code == "BF16":
+        if shift == 0:
+            return f"as_{vec('float')}({x} << 16)"
+        if shift == 16 and source_bits == 32:
+            return f"as_{vec('float')}({x} & 0xffff0000u)"
+        return f"as_{vec('float')}(({shifted} & 0xffffu) << 16)"
+    if t.code == "F16":
+        bits = shifted if source_bits == 16 else f"{shifted} & 0xffffu"
+        return f"convert_{vec('float')}(as_{vec('half')}(convert_{vec('ushort')}({bits})))"
+    if t.code == "TF32":
+        return f"as_{vec('float')}({x} & 0xffffe000u)"
+    if t.bits == 8:
+        if t.signed:
+            char = f"as_{vec('char')}(convert_{vec('uchar')}({shifted} & 0xffu))"
+            return f"as_{vec('uint')}(convert_{vec('int')}({char}))"
+        return f"{shifted} & 0xffu"
+    if t.bits == 4:
+        if t.signed:
+            return f"as_{vec('uint')}((convert_{vec('int')}({shifted} & 0xfu) ^ 8) - 8)"
+        return f"{shifted} & 0xfu"
+    raise AssertionError(t)
+
+
+@dataclass(frozen=True)
+class ALoop:
+    """A loop ``for i < count``: for each term (column, b_index), in order, d += column * bk[b_index], where
+    column is A[:][b_index] (every row) broadcast from the lane(s) holding it; both are expressions in i."""
+
+    count: int
+    comment: str
+    terms: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class PortablePlan:
+    """Precomputed pieces of the portable lowering of one atom (see templates/mma/portable.cl.j2).
+
+    D is computed as one vector over the register rows (``acc``), updated once per k with A's column k: the
+    same operations per element as a scalar loop over rows, in the same order, but the rows of C and D
+    stay in the registers they arrive in (rows >= M of a padded register are computed and dropped).
+    """
+
+    acc: str                                  # D's rows as one vector: float{M}, or uint{M} (wraps like DPAS)
+    value: str                                # a decoded A or B element: "float", or "uint" (two's complement)
+    b_unpack: tuple[tuple[int, str], ...]     # (k, expression of this lane's B[k][n])
+    a_raw: tuple[str, str]                    # (type, expression): this lane's A components as uint bits
+    a_decode: tuple[tuple[str, str, str], ...]  # (type, name, expression): element j of every A component
+    a_loops: tuple[ALoop, ...]                # A's columns in increasing k
+    c_in: str                                 # C as the accumulator vector
+    d_out: str                                # D in C's type (padding rows pass C through)
+    needs_fp16: bool
+    needs_bf16_rounding: bool
+
+
+def _affine(base: int, stride: int) -> str:
+    """The C expression base + stride * i, as plainly as possible ("i", "2 * i + 1", "i + 8", "3")."""
+    if stride == 0:
+        return str(base)
+    term = "i" if stride == 1 else f"{stride} * i"
+    return term if base == 0 else f"{term} + {base}"
+
+
+def _a_loops(atom: MmaAtom, value_vec) -> tuple[ALoop, ...]:
+    """A's columns, from the lane map of the atom with every register row real (so that padding rows come
+    along): column k of A, one value per row, is element j of the components of one lane (or, for tf32, of
+    two lanes whose components interleave the rows); k's that advance the same lanes by one fold into a loop."""
+    full = atom if atom.m == atom.register_m else MmaAtom(atom.register_m, atom.n, atom.k, atom.d, atom.a,
+                                                          atom.b, atom.c)
+    width = ctype_shape(atom.a_ctype)[1]
+    per_comp = sizeof_ctype(atom.a_ctype) * 8 // width // atom.a_type.bits
+    where = {}                                # (row, k) -> (lane, component, element j of the component)
+    for lane, cells in enumerate(full.lane_map("a").map):
+        for idx, cell in enumerate(cells):
+            if cell is not None:
+                where[cell] = (lane, idx // per_comp, idx % per_comp)
+    rows = range(atom.register_m)
+    columns = []                              # per k: (j, source lanes, position of each row among them)
+    for k in range(atom.k):
+        src = [where[(r, k)] for r in rows]
+        (j,) = {s[2] for s in src}
+        lanes = tuple(dict.fromkeys(s[0] for s in src))
+        columns.append((j, lanes, tuple(lanes.index(lane) * width + comp for lane, comp, _ in src)))
+    step = next((k for k in range(1, atom.k) if columns[k][1] != columns[0][1]), atom.k)
+    terms = []
+    for jj in range(step):
+        j, lanes, pos = columns[jj]
+        for k in range(jj, atom.k, step):     # the same element and rows, from lanes advancing by one
+            assert columns[k] == (j, tuple(lane + k // step for lane in lanes), pos), (atom.name, k)
+        shuffles = [f"intel_sub_group_shuffle(av{j}, {_affine(lane, 1)})" for lane in lanes]
+        if len(lanes) == 1:
+            assert pos == tuple(rows), atom.name
+            column = shuffles[0]
+        else:
+            column = f"({value_vec(len(lanes) * width)})({', '.join(shuffles)})"
+            if pos != tuple(rows):
+                column = f"({column}).s{''.join(f'{p:x}' for p in pos)}"
+        terms.append((column, _affine(jj, step)))
+    ks = f"A[:][{terms[0][1]}]" if step == 1 else f"A[:][{terms[0][1]} .. {terms[-1][1]}]"
+    sources = " and ".join(f"lane {_affine(lane, 1)}" for lane in columns[0][1])
+    return (ALoop(atom.k // step, f"{ks} (every row) from {sources}", tuple(terms)),)
+
+
+@functools.lru_cache(maxsize=None)
+def mma_plan(atom: MmaAtom) -> PortablePlan:
+    """What templates/mma/portable.cl.j2 prints for one DPAS atom, derived from its lane maps."""
+    # Integers are summed as uint: products of 8- and 4-bit values taken modulo 2^32 have the bits of the exact
+    # int products, and the sum wraps modulo 2^32 like the hardware's int32 accumulator (an int sum could
+    # overflow: undefined behaviour).
+    acc, value = ("uint", "uint") if atom.is_integer else ("float", "float")
+    n = atom.register_m
+    b_width, b_per_reg = 8, 32 // atom.b_type.bits
+    b_unpack = tuple(
+        (kk, _decode(atom.b_type, f"as_uint({_component('b', b_width, kk // b_per_reg)})", kk % b_per_reg))
+        for kk in range(atom.k))
+    assert [entry[0] for entry in atom.lane_map("b").map[0]] == list(range(atom.k))  # B slot s holds k = s
+
+    a_width = ctype_shape(atom.a_ctype)[1]
+    comp_bits = sizeof_ctype(atom.a_ctype) * 8 // a_width
+    raw = vector_ctype("uint", a_width)
+    a_raw = (raw, f"convert_{raw}(as_{vector_ctype('ushort', a_width)}(a))" if comp_bits == 16 else f"as_{raw}(a)")
+    a_decode = tuple((vector_ctype(value, a_width), f"av{j}",
+                      _decode_vector(atom.a_type, "ar", j, a_width, source_bits=comp_bits))
+                     for j in range(comp_bits // atom.a_type.bits))
+
+    def vec(base: str, width: int = n) -> str:
+        return vector_ctype(base, width)
+
+    c_in = {"F32": "c", "S32": f"as_{vec('uint')}(c)", "F16": f"convert_{vec('float')}(c)",
+            "BF16": f"as_{vec('float')}(convert_{vec('uint')}(as_{vec('ushort')}(c)) << 16)"}[atom.c]
+    row = {"F32": "{d}", "S32": "as_int({d})", "BF16": "as_short(xe_mma_float_to_bf16_rne({d}))",
+           "F16": "convert_half_rte({d})"}[atom.c]
+    if atom.m == n and atom.c != "BF16":
+        d_out = {"F32": "d", "S32": f"as_{vec('int')}(d)", "F16": f"convert_{vec('half')}_rte(d)"}[atom.c]
+    elif n == 1:
+        d_out = row.format(d="d")
+    else:
+        d_out = f"({atom.c_ctype})(" + ", ".join(
+            row.format(d=_component("d", n, r)) if r < atom.m else _component("c", n, r) for r in range(n)) + ")"
+    return PortablePlan(acc=vec(acc), value=value, b_unpack=b_unpack, a_raw=a_raw, a_decode=a_decode,
+                        a_loops=_a_loops(atom, lambda width: vec(value, width)), c_in=c_in, d_out=d_out,
+                        needs_fp16="F16" in (atom.a, atom.c), needs_bf16_rounding=atom.c == "BF16")
