@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -14,9 +15,14 @@ from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
 from xegemm.atoms.mma import MmaAtom, enumerate_mma_atoms
 from xegemm.errors import XegemmError
 from xegemm.lowering import LOWERINGS
-from xegemm.pipeline import build_config, generate, run
+from xegemm.evaluate import STATUSES
+from xegemm.evaluate.isolated import TimeLimits
+from xegemm.pipeline import RunInterrupted, build_config, generate, run
 from xegemm.runtime import list_devices, select_sycl_device
 from xegemm.targets import AOT_TARGETS, GRF_MODES
+
+
+FAILURES = tuple(s for s in STATUSES if s not in ("ok", "generated", "rejected"))
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -139,22 +145,41 @@ def cmd_atoms_coopmatrix(args) -> int:
 
 def cmd_generate(args) -> int:
 
+    written = 0
     for config in args.configs:
         manifest = generate(config, args.out, lowering=args.lowering, capabilities_name=args.capabilities)
         kernels = manifest["kernels"]
         made = [k for k in kernels if k["status"] == "generated"]
-        print(f"{config}: {len(made)} kernels written to {args.out}/, {len(kernels) - len(made)} variants rejected")
+        files = len({k["path"] for k in made})
+        written += files
+        print(f"{config}: {files} kernels written to {args.out}/ for {len(made)} variants"
+              + (" (a kernel serves every problem of the sweep)" if files < len(made) else "")
+              + f", {len(kernels) - len(made)} variants rejected")
         for k in kernels:
             if k["status"] == "rejected":
                 print(f"  rejected {k['name']}: {k['reason']}")
+    if not written:
+        print("xegemm: error: no kernel was written (every variant was rejected)", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_run(args) -> int:
 
-    results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering)
-    failed = [v for v in results["variants"] if v["status"] in ("failed_build", "failed_verify", "error")]
-    return 1 if failed and args.strict else 0
+    limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
+    signal.signal(signal.SIGTERM, _interrupt)     # stop like Ctrl-C: partial reports, the resume command
+    results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering, limits=limits)
+    failed = [v for v in results["variants"] if v["status"] in FAILURES]
+    verified = [v for v in results["variants"] if v["status"] == "ok"]
+    if args.strict and (failed or not verified):
+        why = f"{len(failed)} variants failed" if failed else "no variant verified"
+        print(f"xegemm: --strict: {why}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def cmd_build(args) -> int:
@@ -164,8 +189,8 @@ def cmd_build(args) -> int:
     ok = sum(v["status"] == "ok" for v in result["variants"])
     print(f"{ok} of {len(result['variants'])} variants built for {args.target} with compiler capabilities "
           f"{result['capabilities']}; see build.json in {args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")
-    failed = [v for v in result["variants"] if v["status"] == "failed_build"]
-    return 1 if failed and args.strict else 0
+    failed = [v for v in result["variants"] if v["status"] in FAILURES]
+    return 1 if args.strict and (failed or not ok) else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -222,7 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
     p.add_argument("--lowering", choices=LOWERINGS,
                    help="default: native on a device with Xe 2D block IO and DPAS, else portable")
-    p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build or verify")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 if any variant fails to build or verify, times out, or none verifies")
+    p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
+                   help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
+    p.add_argument("--run-timeout", type=float, metavar="S",
+                   help="seconds one variant's verification and timing may take (default: from the problem size)")
     p.set_defaults(func=cmd_run)
     return parser
 
@@ -231,6 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except RunInterrupted as exc:
+        print(f"xegemm: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("xegemm: interrupted", file=sys.stderr)
+        return 130
     except XegemmError as exc:
         print(f"xegemm: error: {exc}", file=sys.stderr)
         return 2

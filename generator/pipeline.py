@@ -27,14 +27,17 @@ from xegemm.evaluate import (
     render_variant,
 )
 from xegemm.evaluate.aot import aot_evaluator
+from xegemm.errors import XegemmError
 from xegemm.evaluate.device import DeviceSession, device_evaluator
+from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.profile import time_numpy_reference
 from xegemm.report import ResultStore, write_json_atomic, write_reports
 from xegemm.runtime import describe, select_sycl_device
+from xegemm.verify import check_fits
 
-__all__ = ["STATUSES", "DeviceSession", "Evaluation", "PlannedVariant", "build_config", "choose_lowering",
-           "generate", "plan_variants", "render_variant", "run", "run_variant"]
+__all__ = ["STATUSES", "DeviceSession", "Evaluation", "PlannedVariant", "RunInterrupted", "TimeLimits",
+           "build_config", "choose_lowering", "generate", "plan_variants", "render_variant", "run", "run_variant"]
 
 
 def _jsonable(value):
@@ -77,48 +80,77 @@ def run_variant(pv: PlannedVariant, session: DeviceSession, lowering: Lowering =
     return device_evaluator(session, lowering, log_dir=log_dir, timer=timer).evaluate(pv)
 
 
+class RunInterrupted(XegemmError):
+    """The user stopped a run (Ctrl-C or SIGTERM); what finished is kept and the message says how to resume."""
+
+    exit_code = 130
+
+
 def run(config_path: str | Path, device: str | None = None, out_dir: str | Path | None = None,
-        lowering: str | None = None, progress=sys.stderr, reference_repeats: int = 5) -> dict:
+        lowering: str | None = None, progress=sys.stderr, reference_repeats: int = 5,
+        limits: TimeLimits = TimeLimits(), on_stage=None) -> dict:
     """Run a config end to end on a device and write results.json, results.csv and report.md into out_dir.
 
-    If ``out_dir`` already holds results of the same kernels (same source, lowering and compiler capabilities)
-    on the same problem and device (an interrupted sweep), those are kept and only the rest are run; the
-    reports show exactly this run's variants.
+    Every build and launch runs in a worker process with a time limit (:mod:`xegemm.evaluate.isolated`).  If
+    ``out_dir`` already holds results of the same kernels (same source, lowering and compiler capabilities) on
+    the same problem and device (an interrupted sweep), those are kept and only the rest are run; the reports
+    show exactly this run's variants (``on_stage``: see IsolatedDeviceBuilder).  Ctrl-C stops promptly: the partial reports are written and
+    :class:`RunInterrupted` says how to resume.
     """
     config = load_config(config_path)
     sycl_device = select_sycl_device(device)
     info = describe(sycl_device)
     low = choose_lowering(info, lowering)
     out = Path(out_dir) if out_dir else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-    store = ResultStore(out, config=config, device=info)
     planned = plan_variants(config)
+    too_big = sorted({why for pv in planned if (why := check_fits(pv.config, info.global_mem_bytes))})
+    if too_big:
+        raise XegemmError("; ".join(too_big))
+    store = ResultStore(out, config=config, device=info)      # a writable, unlocked directory, or an error now
+    say = (lambda text: print(text, file=progress, flush=True)) if progress else (lambda text: None)
+    for damage in store.damaged:
+        say(f"warning: {damage}")
     progress_observer = ProgressObserver(progress, len(planned))
-    evaluator = device_evaluator(DeviceSession(sycl_device), low, log_dir=out / "logs",
-                                 observers=(progress_observer,))
-    if progress:
-        print(f"xegemm run {config.source}: {len(planned)} variants on {info.filter_string} ({info.name}), "
-              f"lowering {low.name}, results in {out}", file=progress, flush=True)
-    keys = []
-    for pv in planned:
-        source = evaluator.source(pv)          # rendered once: the resume key, then the build
-        key = store.key(pv.name, pv.config, low.name, low.capabilities_name,
-                        Evaluation.digest(source) if source is not None else None)
-        keys.append(key)
-        done = store.get(key)
-        if done is not None:
-            progress_observer.done += 1
-            if progress:
-                print(f"[{progress_observer.done}/{len(planned)}] {pv.name}: {done['status']} (recorded earlier, "
-                      "kept)", file=progress, flush=True)
-            continue
-        store.add(key, evaluator.evaluate(pv, source).as_dict())
-    problems = {(pv.config.problem.m, pv.config.problem.n, pv.config.problem.k, pv.config.problem.batch)
-                for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n, config.problem.k,
-                                                               config.problem.batch)}
-    references = {shape: time_numpy_reference(*shape, repeats=reference_repeats) for shape in sorted(problems)}
-    results = write_reports(store, keys, references, lowering=low.name, capabilities=low.capabilities_name)
-    if progress:
-        print(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}", file=progress, flush=True)
+    evaluator = isolated_device_evaluator(info.filter_string, low, log_dir=out / "logs", limits=limits,
+                                          observers=(progress_observer,), on_stage=on_stage)
+    say(f"xegemm run {config.source}: {len(planned)} variants on {info.filter_string} ({info.name}), "
+        f"lowering {low.name}, results in {out}")
+    keys: list[str] = []
+    try:
+        for pv in planned:
+            source = evaluator.source(pv)          # rendered once: the resume key, then the build
+            key = store.key(pv.name, pv.config, low.name, low.capabilities_name,
+                            Evaluation.digest(source) if source is not None else None)
+            done = store.get(key)
+            if done is not None:
+                keys.append(key)
+                progress_observer.done += 1
+                p = pv.config.problem
+                say(f"[{progress_observer.done}/{len(planned)}] {pv.name} ({p.m}x{p.n}x{p.k}"
+                    + (f"x{p.batch}" if p.batch > 1 else "") + f"): {done['status']} (recorded earlier, kept)")
+                continue
+            store.add(key, evaluator.evaluate(pv, source).as_dict())
+            keys.append(key)
+        evaluator.builder.close()
+        problems = {(pv.config.problem.m, pv.config.problem.n, pv.config.problem.k, pv.config.problem.batch)
+                    for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n,
+                                                                   config.problem.k, config.problem.batch)}
+        references = {shape: time_numpy_reference(*shape, repeats=reference_repeats) for shape in sorted(problems)}
+    except KeyboardInterrupt:
+        evaluator.builder.close()
+        write_reports(store, keys, {}, lowering=low.name, capabilities=low.capabilities_name)
+        store.close()
+        raise RunInterrupted(f"interrupted: {len(keys)} of {len(planned)} variants are recorded in {out} (partial "
+                             f"reports written); resume with: xegemm run {config_path} --out {out}"
+                             + (f" --device {device}" if device else "") + (f" --lowering {lowering}" if lowering
+                                                                              else "")) from None
+    finally:
+        evaluator.builder.close()
+    try:
+        results = write_reports(store, keys, references, lowering=low.name, capabilities=low.capabilities_name)
+    finally:
+        store.close()
+    say(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}")
     return results
 
 

@@ -8,6 +8,7 @@ sweep loses nothing and a rerun into the same directory resumes.  ``results.json
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import io
 import json
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy
 
 from xegemm import __version__
+from xegemm.errors import XegemmError
 from xegemm.runtime.devices import dpctl_module
 
 CSV_COLUMNS = ("name", "status", "reason", "median_ms", "min_ms", "max_ms", "cv", "runs", "gflops", "gbps",
@@ -53,32 +55,80 @@ def write_json_atomic(path: Path | str, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def writable_dir(path: Path | str, what: str = "output directory") -> Path:
+    """``path`` as a directory this process can write (created if missing), or XegemmError naming the path and
+    the reason: a file in the way, a read-only or virtual file system, no permission, a full disk."""
+    path = Path(path)
+    blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise XegemmError(f"cannot use {path} as the {what}: {blocker} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".xegemm-write-test.")
+        try:
+            os.write(fd, b"x" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise XegemmError(f"cannot write the {what} {path}: {exc.strerror or exc}") from None
+    return path
+
+
+class RunLocked(XegemmError):
+    """Another xegemm process is writing into the same output directory."""
+
+
 class ResultStore:
-    """The journal of one run directory: which variants are done on which device and problem."""
+    """The journal of one run directory: which variants are done on which device and problem.
+
+    While it is open it holds an exclusive lock on ``<out>/.lock``: a second run into the same directory
+    refuses to start instead of interleaving its results (:meth:`close` releases it)."""
 
     def __init__(self, out_dir: Path | str, config, device):
-        self.out = Path(out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.out = writable_dir(out_dir, "results directory")
+        self._lock = open(self.out / ".lock", "a+", encoding="utf-8")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.seek(0)
+            holder = self._lock.read().strip() or "another process"
+            self._lock.close()
+            raise RunLocked(f"{self.out} is in use by another xegemm run ({holder}); wait for it to finish or "
+                            "choose another --out") from None
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(f"pid {os.getpid()}\n")
+        self._lock.flush()
         self.config = config
         self.device = device
         self.journal = self.out / "results.jsonl"
         self.records: dict[str, dict] = {}
+        self.damaged: list[str] = []     # "results.jsonl:LINE: what is wrong", for lines that were skipped
         if self.journal.exists():
-            text = self.journal.read_text(encoding="utf-8")
+            text = self.journal.read_text(encoding="utf-8", errors="replace")
             if text and not text.endswith("\n"):
                 # an interrupted write left a torn last line: cut it so the next record starts a fresh line
                 keep = text[: text.rfind("\n") + 1]
+                self.damaged.append(f"{self.journal}:{keep.count(chr(10)) + 1}: an unfinished last line (an "
+                                    "interrupted write) was removed; that variant runs again")
                 with open(self.journal, "w", encoding="utf-8") as f:
                     f.write(keep)
                     f.flush()
                     os.fsync(f.fileno())
                 text = keep
-            for line in text.splitlines():
+            for number, line in enumerate(text.splitlines(), 1):
                 try:
                     entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue   # a line torn by an interruption: that variant simply runs again
-                self.records[entry["key"]] = entry["result"]
+                    key, result = entry["key"], entry["result"]
+                    if not isinstance(key, str) or not isinstance(result, dict) or "status" not in result:
+                        raise ValueError("not a result record")
+                except (ValueError, KeyError, TypeError) as exc:
+                    self.damaged.append(f"{self.journal}:{number}: skipped, not a result record ({exc}); that "
+                                        "variant runs again")
+                    continue
+                self.records[key] = result
 
     def key(self, name: str, config, lowering: str, compiler_capabilities: str | None, source_sha256: str | None) -> str:
         """What makes a recorded result reusable: the kernel (name and source), lowering and compiler capabilities,
@@ -92,6 +142,12 @@ class ResultStore:
 
     def get(self, key: str) -> dict | None:
         return self.records.get(key)
+
+    def close(self) -> None:
+        """Release the directory's lock."""
+        if not self._lock.closed:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
 
     def add(self, key: str, result: dict) -> None:
         """Record a finished variant durably (one journal line, fsync'ed)."""
@@ -125,8 +181,12 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
         ref = references.get(_shape(v.get("params", {})))
         v["vs_numpy"] = (v["gflops"] / ref["gflops"]) if v.get("gflops") and ref and ref.get("gflops") else None
     best = next((v for v in variants if v["status"] == "ok"), None)
+    best_per_problem = {}
+    for v in variants:          # sorted fastest first: the first ok variant of each problem is its best
+        if v["status"] == "ok":
+            best_per_problem.setdefault(_shape(v["params"]), v["name"])
     base = (cfg.problem.m, cfg.problem.n, cfg.problem.k, cfg.problem.batch)
-    reference = references.get(base) or next(iter(references.values()))
+    reference = references.get(base) or next(iter(references.values()), None)
     data = {
         "device": store.device.as_dict(),
         "problem": cfg.to_dict()["problem"],
@@ -140,6 +200,8 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
         "references": [{"problem": dict(zip(("m", "n", "k", "batch"), shape)), **ref}
                        for shape, ref in sorted(references.items())],
         "best": best["name"] if best else None,
+        "best_per_problem": [{"problem": dict(zip(("m", "n", "k", "batch"), shape)), "name": name}
+                             for shape, name in sorted(best_per_problem.items())],
         "variants": variants,
     }
     write_json_atomic(store.out / "results.json", data)
@@ -183,26 +245,30 @@ def _markdown(data: dict) -> str:
              f"A={data['types']['a']} B={data['types']['b']} acc={data['types']['acc']} C={data['types']['c']}; "
              f"layouts {data['layout']['a']}/{data['layout']['b']}/{data['layout']['c']}",
              "- versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
-             f"- reference measured in this run: numpy {ref['numpy']} float32 matmul, median "
-             f"{ref['time_ms']['median']:.3f} ms = {ref['gflops']:.1f} GFLOP/s "
-             f"(OPENBLAS_CORETYPE={ref['openblas_coretype']})"
-             + (f"; {len(data['references'])} problems, each with its own reference (results.json)"
-                if len(data["references"]) > 1 else ""), ""]
+             (f"- reference measured in this run: numpy {ref['numpy']} float32 matmul, median "
+              f"{ref['time_ms']['median']:.3f} ms = {ref['gflops']:.1f} GFLOP/s "
+              f"(OPENBLAS_CORETYPE={ref['openblas_coretype']})"
+              + (f"; {len(data['references'])} problems, each with its own reference (results.json)"
+                 if len(data["references"]) > 1 else "")) if ref else
+             "- reference: not measured (the run was interrupted before it)", ""]
     counts = {}
     for v in data["variants"]:
         counts[v["status"]] = counts.get(v["status"], 0) + 1
     lines.append("Variants: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".")
     lines.append("")
-    best = next((v for v in data["variants"] if v["name"] == data["best"]), None)
-    if best:
+    several = len({_shape(v.get("params", {})) for v in data["variants"]}) > 1
+    by_name = {v["name"]: v for v in data["variants"]}
+    lines += ["## Best variant" + (" per problem" if several else ""), ""]
+    for entry in data["best_per_problem"]:
+        best, q = by_name[entry["name"]], entry["problem"]
         t = best["time_ms"]
-        lines += ["## Best variant", "", f"`{best['name']}`", "",
-                  f"{best['gflops']:.1f} GFLOP/s ({_fmt(best['vs_numpy'], '.2f')}x the numpy reference), median "
-                  f"{t['median']:.3f} ms over {t['runs']} runs (min {t['min']:.3f}, max {t['max']:.3f}, "
-                  f"CV {t['cv']:.1%}); max abs error {best['max_abs_err']:.3g}", ""]
-    else:
-        lines += ["## Best variant", "", "No variant verified, so none was timed.", ""]
-    several = len(data["references"]) > 1
+        lines += ([f"### M={q['m']} N={q['n']} K={q['k']} batch={q['batch']}", ""] if several else []) + \
+            [f"`{best['name']}`", "",
+             f"{best['gflops']:.1f} GFLOP/s ({_fmt(best['vs_numpy'], '.2f')}x the numpy reference), median "
+             f"{t['median']:.3f} ms over {t['runs']} runs (min {t['min']:.3f}, max {t['max']:.3f}, "
+             f"CV {t['cv']:.1%}); max abs error {best['max_abs_err']:.3g}", ""]
+    if not data["best_per_problem"]:
+        lines += ["No variant verified, so none was timed.", ""]
     head = "| variant | " + ("problem | " if several else "") + \
         "status | median ms | GFLOP/s | vs numpy | CV | max abs err | reason |"
     lines += ["## All variants", "", head, "|" + "---|" * head.count(" | ") + "---|"]

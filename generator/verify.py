@@ -11,6 +11,7 @@ Integer GEMMs must match exactly.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +98,36 @@ def reference(config: Config, ops: Operands) -> Reference:
         peak = np.maximum(peak, np.abs(running))
     roundings = -(-k // chunk)
     return Reference(running, roundings * 2 * acc.unit_roundoff * peak + f32_term)
+
+
+def host_bytes(config: Config) -> int:
+    """About how much host memory :func:`make_operands` and :func:`reference` need for a config's problem: the
+    inputs' values (float64/int64) and storage, the reference, its tolerance and magnitudes (float64), and C."""
+    p = config.problem
+    a, b, c = p.batch * p.m * p.k, p.batch * p.k * p.n, p.batch * p.m * p.n
+    storage = a * dtype(config.types.a).bytes + b * dtype(config.types.b).bytes + c * dtype(config.types.c).bytes
+    return int(8 * (2 * a + 2 * b + 4 * c) + storage)
+
+
+def check_fits(config: Config, device_bytes: int | None = None) -> str | None:
+    """Why a config's problem cannot be verified on this machine (host memory, or the device's global memory
+    for A, B and C), or None when it fits."""
+    need = host_bytes(config)
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):   # pragma: no cover - not on Linux
+        available = None
+    p = config.problem
+    shape = f"{p.m}x{p.n}x{p.k}" + (f"x{p.batch}" if p.batch > 1 else "")
+    if available is not None and need > available:
+        return (f"problem {shape} needs about {need / 2**30:.1f} GiB of host memory for its inputs and numpy "
+                f"reference; {available / 2**30:.1f} GiB are available: choose a smaller problem")
+    on_device = (p.batch * (p.m * p.k * dtype(config.types.a).bytes + p.k * p.n * dtype(config.types.b).bytes
+                            + p.m * p.n * dtype(config.types.c).bytes))
+    if device_bytes is not None and on_device > device_bytes:
+        return (f"problem {shape} needs {on_device / 2**30:.1f} GiB of device memory for A, B and C; the device has "
+                f"{device_bytes / 2**30:.1f} GiB: choose a smaller problem")
+    return None
 
 
 def poison_c(config: Config) -> np.ndarray:

@@ -38,7 +38,8 @@ STATUSES = (
     "rejected",       # never built: a constraint, the planner, or the lowering rules it out (reason says which)
     "failed_build",   # the compiler rejected it, or (AOT) its machine code does not issue what the plan says
     "failed_verify",  # ran, but its result differs from the numpy reference beyond the tolerance
-    "error",          # the launch or the timing failed after a good build
+    "error",          # the launch or the timing failed after a good build, or its worker died running it
+    "timeout",        # its build or its run overran the time limit; the worker was killed
 )
 PASSED = ("ok", "generated")
 
@@ -164,14 +165,20 @@ class Builder:
 
 
 class SourceWriter(Builder):
-    """``generate``'s builder: writes ``<name>.cl`` into a directory; nothing is compiled."""
+    """``generate``'s builder: writes ``<name>.cl`` into a directory; nothing is compiled.
+
+    A kernel takes M, N and K at run time, so the variants of a problem sweep share one file per kernel: the
+    first variant writes it (its header names that variant's problem), the others record the same path."""
 
     def __init__(self, out_dir: Path | str):
         self.out = Path(out_dir)
+        self.written: set[str] = set()
 
     def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> Path:
         path = self.out / f"{pv.name}.cl"
-        write_text_atomic(path, source)
+        if pv.name not in self.written:
+            write_text_atomic(path, source)
+            self.written.add(pv.name)
         evaluation.status = "generated"
         evaluation.extra["path"] = path.name
         return path
@@ -203,7 +210,10 @@ class ProgressObserver(Observer):
         speed = (f" {evaluation.gflops:.1f} GFLOP/s, median {evaluation.time_ms['median']:.3f} ms"
                  if evaluation.gflops is not None else "")
         why = f" - {evaluation.reason}" if evaluation.reason else ""
-        print(f"[{self.done}/{self.total}] {pv.name}: {evaluation.status}{speed}{why}", file=self.stream, flush=True)
+        p = pv.config.problem
+        problem = f"{p.m}x{p.n}x{p.k}" + (f"x{p.batch}" if p.batch > 1 else "")
+        print(f"[{self.done}/{self.total}] {pv.name} ({problem}): {evaluation.status}{speed}{why}", file=self.stream,
+              flush=True)
 
 
 class Evaluator:

@@ -1,0 +1,90 @@
+"""Mutation testing of the verifier: break a rendered kernel the way a code-generator bug would, run it on the
+device, and require verification to catch it (``failed_verify``; never ``ok``, never timed).
+
+Each mutant is a textual change of the portable kernel of a ragged problem (M, N, K not multiples of the
+tile, batch 2), so edge tiles, guard bytes and the batch stride are all exercised.  The README's
+"Reliability" section lists these mutants; ``test_readme_lists_every_mutant`` keeps the two in step.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from xegemm import evaluate
+from xegemm.config import config_from_text
+from xegemm.evaluate import plan_variants
+from xegemm.evaluate.device import DeviceSession
+from xegemm.pipeline import run_variant
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = """\
+problem: {m: 48, n: 40, k: 40, batch: 2}
+tile: {workgroup: [32, 32, 32], subgroups: [1, 2]}
+profile: {warmup: 0, repeats: 1}
+"""
+
+
+def _sub(pattern: str, repl: str, count: int = 1):
+    def mutate(source: str) -> str:
+        mutated, n = re.subn(pattern, repl, source, count=count)
+        assert n, f"mutant pattern {pattern!r} did not apply"
+        return mutated
+    return mutate
+
+
+# name -> (what a generator bug it stands for, the mutation)
+MUTANTS = {
+    "bounds off by one (rows)": ("a bounds check that lets row == height through",
+                                 _sub(r"\(row < height\)", "(row <= height)")),
+    "bounds off by one (columns)": ("a bounds check one element too wide",
+                                    _sub(r"\(long\)col \* bits / 8 < width_bytes", "(long)col * bits / 8 <= width_bytes")),
+    "missing edge mask": ("an edge tile read without its column mask",
+                          _sub(r" & \(\(long\)col \* bits / 8 < width_bytes\)", "")),
+    "swapped lane index": ("two lanes' elements exchanged in a copy atom",
+                           _sub(r"(v\[3\] = xe_ld_u16\([^;]*?x \+ )lane\)", r"\1(lane ^ 1))")),
+    "wrong VNNI pack": ("the two k rows of a VNNI dword in the wrong halves",
+                        _sub(r"v\[1\] = \(uint\)(xe_ld_u16\([^|]*?\)) \| \(uint\)(xe_ld_u16\([^;]*?\)) << 16;",
+                             r"v[1] = (uint)\2 | (uint)\1 << 16;")),
+    "dropped k-step": ("the main loop stopping one k-tile early",
+                       _sub(r"k0 < K; k0 \+=", "k0 < K - 32; k0 +=")),
+    "dropped DPAS": ("one DPAS of a k-step not issued",
+                     _sub(r"\n\s*acc_0_0 = xe_mma_[^;]*;", "", count=1)),
+    "wrong fragment offset": ("an A fragment taken from the wrong register offset",
+                              _sub(r"xe_take_short8_from_ushort64\(a0, 32\)", "xe_take_short8_from_ushort64(a0, 24)")),
+    "wrong batch stride": ("C of batch 1 written over batch 0",
+                           _sub(r"C \+= get_group_id\(2\) \* batch_stride_c;", "")),
+    "accumulator not cleared": ("an accumulator starting from garbage instead of 0",
+                                _sub(r"float8 acc_0_0 = 0", "float8 acc_0_0 = 1")),
+}
+
+
+@pytest.fixture(scope="module")
+def session(sycl_device):
+    return DeviceSession(sycl_device)
+
+
+@pytest.fixture(scope="module")
+def planned():
+    (pv,) = plan_variants(config_from_text(CONFIG))
+    return pv
+
+
+def test_the_unmutated_kernel_verifies(session, planned):
+    assert run_variant(planned, session).status == "ok"
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_verification_catches_the_mutant(name, session, planned, monkeypatch):
+    _, mutate = MUTANTS[name]
+    original = evaluate.render_variant
+    monkeypatch.setattr(evaluate, "render_variant", lambda pv, lowering: mutate(original(pv, lowering)))
+    result = run_variant(planned, session)
+    assert result.status == "failed_verify", (name, result.status, result.reason)
+    assert result.time_ms is None and result.gflops is None
+
+
+def test_readme_lists_every_mutant():
+    readme = (ROOT / "README.md").read_text()
+    for name, (meaning, _) in MUTANTS.items():
+        assert f"| {name} | {meaning} |" in readme, name
