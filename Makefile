@@ -4,15 +4,23 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench kernels clean
+.PHONY: demo test bench kernels clean tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	# setuptools prints a notice about editable installs of a package-dir layout; nothing to act on
+	PYTHONWARNINGS=ignore::UserWarning $(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests.  As root they are
+# installed (quietly, once); otherwise the note says what to install and those tests are skipped with the reason.
+tools:
+	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh; \
+	elif ! command -v ocloc >/dev/null 2>&1; then echo "note: ocloc is not installed and this is not root: the ahead-of-time tests will be skipped;" \
+	     "install it with: sudo bash .ci/install-ocloc.sh"; fi
+
+demo: $(STAMP) tools
 	$(VENV)/bin/xegemm devices
 	$(VENV)/bin/xegemm run configs/default.yaml --out runs/demo-$$(date +%Y%m%d-%H%M%S) --strict
 
@@ -23,7 +31,7 @@ kernels: $(STAMP)
 	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels/native --lowering native \
 		--capabilities cl_intel_subgroup_2d_block_io
 
-test: $(STAMP)
+test: $(STAMP) tools
 	$(PY) -m pytest -q
 
 # pytest-benchmark suite (not part of `make test`): each kernel against references measured in the same run

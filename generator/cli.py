@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from xegemm import __version__
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.coopmatrix import coopmatrix_layout, format_coopmatrix_table
 from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
@@ -195,6 +196,7 @@ def cmd_build(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xegemm", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"xegemm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("devices", help="list the SYCL devices dpctl sees and the lowering each would get")

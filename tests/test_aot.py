@@ -1,8 +1,8 @@
 """Ahead-of-time builds with ocloc: ISA statistics, spills, GRF modes and the compiler profile.
 
 Every kernel here is compiled for real Xe targets by Intel's offline compiler and checked against its real
-disassembly.  Without ocloc these tests FAIL (CI installs it with .ci/install-ocloc.sh); set
-XEGEMM_ALLOW_NO_OCLOC=1 to skip them instead on a machine without it.
+disassembly.  `make test` installs ocloc when run as root; elsewhere these tests are skipped with what to
+install (the ocloc marker, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -48,12 +48,7 @@ SG16 = "__attribute__((intel_reqd_sub_group_size(16)))"
 
 @pytest.fixture(scope="session")
 def ocloc():
-    path = find_ocloc()
-    if path is None:
-        if os.environ.get("XEGEMM_ALLOW_NO_OCLOC") == "1":
-            pytest.skip("ocloc is not installed and XEGEMM_ALLOW_NO_OCLOC=1")
-        pytest.fail(str(OclocMissingError()))
-    return path
+    return find_ocloc()      # the ocloc marker skips this module where it is missing (tests/conftest.py)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+import xegemm
 from xegemm.cli import main
 
 
@@ -64,9 +65,19 @@ def test_atoms_coopmatrix_json(capsys):
 
 
 def test_entry_point_and_piping():
-    proc = subprocess.run(f"{sys.executable} -m xegemm atoms list | head -2", shell=True, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0 and "atom" in proc.stdout and "Traceback" not in proc.stderr
+    """Like `xegemm atoms list | head -2`: the reader closes the pipe early; xegemm itself must exit 0 quietly."""
+    proc = subprocess.Popen([sys.executable, "-m", "xegemm", "atoms", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    head = [proc.stdout.readline() for _ in range(2)]
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, err
+    assert "atom" in "".join(head) and "Traceback" not in err
+
+
+def test_version():
+    done = subprocess.run([sys.executable, "-m", "xegemm", "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == f"xegemm {xegemm.__version__}"
 
 
 def test_bad_config_is_a_clear_error(tmp_path, capsys):

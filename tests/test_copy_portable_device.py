@@ -145,11 +145,15 @@ def test_portable_store_matches_lane_map(atom, queue, store_program):
 
 
 def test_portable_prefetches_build_and_run(queue, store_program):
-    src = to_device(queue, np.zeros((SURFACE_ROWS, PITCH), np.uint8))
+    """A prefetch over the surface's last row and beyond its width runs and changes no byte of memory."""
+    surface = np.random.default_rng(3).integers(0, 256, size=(SURFACE_ROWS, PITCH), dtype=np.uint8)
+    src = to_device(queue, surface)
+    assert PREFETCHES
     for atom in PREFETCHES:
         kernel = store_program.get_sycl_kernel(f"t_{atom.fn_name}")
         launch(queue, kernel, [src, _i(PITCH // 2), _i(SURFACE_ROWS), _i(PITCH), _i(0), _i(SURFACE_ROWS - 1)],
                [16], [16]).wait()
+        assert np.array_equal(from_device(src, np.uint8, surface.shape), surface), atom.name
 
 
 def _i(v):

@@ -7,7 +7,6 @@ TLA:mmatraits/legacy), not from the implementation.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -26,6 +25,7 @@ from xegemm.atoms.mma import (
     tolerance,
     unpack_operand,
 )
+from xegemm.aot.toolchain import find_ocloc
 from xegemm.errors import XegemmError
 from xegemm.lowering.portable import mma_plan
 from xegemm.render import render_mma
@@ -470,11 +470,9 @@ def test_render_many_and_reject_unknown_lowering():
 # ---------------------------------------------------------------------------------------------------
 # the native lowering against a real Xe compiler (old ocloc; tf32 has another name there: toolchain.md)
 
-_OCLOC = shutil.which("ocloc")
 
 
 @pytest.mark.ocloc
-@pytest.mark.skipif(_OCLOC is None, reason="ocloc is not installed (apt-get install intel-opencl-icd)")
 @pytest.mark.parametrize("n, device", [(16, "pvc"), (8, "dg2-g10")])
 def test_native_lowering_compiles_for_xe(tmp_path, n, device):
     atoms = [a for a in enumerate_mma_atoms(n) if a.a != "TF32"]
@@ -485,7 +483,7 @@ __kernel void k_{a.fn_name}(__global const {a.a_ctype}* a, __global const {a.b_c
 """ for a in atoms)
     src = tmp_path / "native.cl"
     src.write_text(render_mma(atoms, "native") + kernels)
-    run = subprocess.run([_OCLOC, "compile", "-file", str(src), "-device", device, "-output_no_suffix",
+    run = subprocess.run([find_ocloc(), "compile", "-file", str(src), "-device", device, "-output_no_suffix",
                           "-out_dir", str(tmp_path), "-options", "-Dcl_intel_subgroup_matrix_multiply_accumulate"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

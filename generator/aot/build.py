@@ -95,7 +95,8 @@ def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
     place for inspection).  ``dumps=False`` skips IGC's shader dumps (faster; no numGRF/spill data)."""
     t = aot_target(target)
     full_options = compose_options(grf, options)
-    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="xegemm-aot-"))
+    # absolute: ocloc runs in `work`, so a relative dump or output path would resolve against it instead
+    work = (Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="xegemm-aot-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     (work / SOURCE_NAME).write_text(source)
     bin_dir, dump_dir = _fresh_dir(work / "bin"), _fresh_dir(work / "dumps")
