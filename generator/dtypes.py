@@ -145,9 +145,6 @@ DTYPES: dict[str, DType] = {t.name: t for t in (
 BY_CODE: dict[str, DType] = {t.code: t for t in DTYPES.values() if t.code}
 ALIASES: dict[str, str] = {alias: t.name for t in DTYPES.values() for alias in t.aliases}
 
-# Views of the registry for readers that want one property per name
-DTYPE_BITS: dict[str, int] = {t.name: t.bits for t in DTYPES.values()}
-DTYPE_CODE: dict[str, str] = {t.name: t.code for t in DTYPES.values() if t.code}
 CODE_PATTERN = "|".join(sorted(BY_CODE, key=lambda c: (-len(c), c)))   # longest first, for regexes
 
 
@@ -166,11 +163,6 @@ def by_code(code: str) -> DType:
     except KeyError:
         raise UnknownDTypeError(f"unknown element type code {code!r}: expected one of {', '.join(BY_CODE)}") \
             from None
-
-
-def dtype_bytes(name: str) -> float:
-    """Bytes per element (0.5 for 4-bit types)."""
-    return dtype(name).bytes
 
 
 # ---- OpenCL C spellings of element bits -------------------------------------------------------------------

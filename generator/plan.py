@@ -20,7 +20,7 @@ from xegemm.atoms.mma import MmaAtom
 from xegemm.config import Config
 from xegemm.dtypes import ctype_shape, dtype
 from xegemm.errors import XegemmError
-from xegemm.targets import dpas_widths, names_at, targets_at
+from xegemm.targets import dpas_widths, targets_at
 
 RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major

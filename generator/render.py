@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from xegemm import __version__
-from xegemm.aot.signatures import check_calls
+from xegemm.aot.call_check import check_calls
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.mma import MmaAtom
 from xegemm.dtypes import OPENCL_VECTOR_SIZES, UNSIGNED_CTYPE, ctype_shape

@@ -8,7 +8,6 @@ install (the ocloc marker, tests/conftest.py).
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
 

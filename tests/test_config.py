@@ -203,9 +203,14 @@ def test_dtype_and_layout_aliases_map_to_canonical_names():
 
 def test_atoms_accept_null_auto_and_packed_or_prefetch_names():
     config = config_from_text(SMALL_PROBLEM + "atoms: {mma: auto, a: XE_2D_Packed_U16x32x32_LD_N, "
-                                              "b: XE_2D_U8x32x32_PF_V, c: null}\n")
+                                              "b: XE_2D_U8x32x32_PF_N, c: null}\n")
     assert (config.atoms.mma, config.atoms.a, config.atoms.b, config.atoms.c) == (
-        None, "XE_2D_Packed_U16x32x32_LD_N", "XE_2D_U8x32x32_PF_V", None)
+        None, "XE_2D_Packed_U16x32x32_LD_N", "XE_2D_U8x32x32_PF_N", None)
+    # a well-spelled but illegal name is an error at its line naming the hardware rule, not a rejected variant
+    issue = text_error(SMALL_PROBLEM + "atoms:\n  b: XE_2D_U8x32x32_PF_V\n").issues[0]
+    assert (issue.line, issue.key) == (3, "atoms.b") and "prefetches take row-major blocks only" in issue.message
+    issue = text_error(SMALL_PROBLEM + "atoms: {mma: XE_8x16x16_F32F32F32F32_TT}\n").issues[0]
+    assert issue.key == "atoms.mma" and "accumulator types only" in issue.message
     assert config_from_text(SMALL_PROBLEM + "atoms: {mma: XE_8x16x32_S32U8U8S32_TT}\n").atoms.mma == \
         "XE_8x16x32_S32U8U8S32_TT"
     assert text_error(SMALL_PROBLEM + "atoms: {mma: XE_8x16x16_F32BF16BF16_TT}\n").issues[0].key == "atoms.mma"

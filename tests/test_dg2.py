@@ -22,7 +22,8 @@ from xegemm.aot.isa import parse_instructions
 from xegemm.atoms.block1d import Block1DAtom, Block1DError, enumerate_block1d_atoms
 from xegemm.atoms.mma import MmaAtom, encode, pack_operand
 from xegemm.config import config_from_text
-from xegemm.lowering.native import DEBIAN_CAPABILITIES, count_messages, lower_copy, native_capabilities
+from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
+from xegemm.lowering.native import count_messages, lower_copy, native_capabilities
 from xegemm.plan import PlanRejected, native_surface_violations, plan
 from xegemm.lowering import Lowering
 from xegemm.render import render_kernel, render_macro, wide_vector_typedefs

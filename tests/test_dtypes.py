@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from xegemm.atoms.mma import BY_CODE, MmaAtom, enumerate_mma_atoms
-from xegemm.config import config_from_text
+from xegemm.config import ConfigError, config_from_text
 from xegemm.dtypes import ALIASES, DTYPES, UnknownDTypeError, by_code, ctype_shape, dtype, sizeof_ctype
 
 FLOATS = [t for t in DTYPES.values() if not t.is_int]
@@ -49,10 +49,16 @@ def test_names_codes_and_aliases_have_one_home():
     assert BY_CODE["BF16"] is dtype("bfloat16")
     with pytest.raises(UnknownDTypeError, match="unknown data type 'fp8'"):
         dtype("fp8")
-    # the config reader takes exactly the registry's names and aliases
+    # the config reader takes exactly the registry's names and aliases, each where a DPAS can use it
     for name in (*DTYPES, *ALIASES):
-        cfg = config_from_text(f"problem: {{m: 8, n: 8, k: 8}}\ntypes: {{a: {name}, b: {name}, acc: {name}, c: {name}}}\n")
-        assert cfg.types.a == dtype(name).name
+        t = dtype(name)
+        for role, usable in (("a", bool(t.accumulators)), ("acc", t.acc_ctype is not None)):
+            text = f"problem: {{m: 8, n: 8, k: 8}}\ntypes: {{{role}: {name}}}\n"
+            if usable:
+                assert getattr(config_from_text(text).types, role) == t.name
+            else:
+                with pytest.raises(ConfigError, match=f"types.{role}: {t.name} is a known data type, but no Xe DPAS"):
+                    config_from_text(text)
 
 
 def test_every_dpas_input_type_has_atoms_from_the_registry():

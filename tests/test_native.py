@@ -8,10 +8,11 @@ import pytest
 
 from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
 from xegemm.aot.build import compile_kernel
+from xegemm.aot.call_check import check_calls
 from xegemm.cli import main
 from xegemm.config import config_from_text, expand, load_config
-from xegemm.lowering.native import (DEBIAN_CAPABILITIES, NativeCapabilities, NativeUnsupported, count_messages, lower_copy,
-                           native_capabilities)
+from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
+from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, count_messages, lower_copy, native_capabilities
 from xegemm.lowering import Lowering
 from xegemm.pipeline import build_config, choose_lowering
 from xegemm.plan import native_surface_violations, plan
@@ -132,7 +133,6 @@ def test_native_source_of_shipped_configs_has_no_portable_fallback(profile_name)
 
 
 def test_modern_profile_calls_match_the_documented_signatures():
-    from xegemm.aot.signatures import check_calls
 
     profile = native_capabilities("cl_intel_subgroup_2d_block_io")
     for _, p in _shipped_variants():

@@ -6,14 +6,16 @@ import re
 import pytest
 
 from xegemm.aot.errors import BuiltinNameError
-from xegemm.aot.signatures import (
+from xegemm.aot.call_check import check_calls
+from xegemm.aot.prototypes import (
     BLOCK2D_SHAPES,
-    check_calls,
+    block2d_prototypes,
     declare_documented,
     documented_names,
     documented_overloads,
     documented_prototype,
 )
+from xegemm.atoms.copy import Message, message_violations
 from xegemm.atoms.mma import enumerate_mma_atoms
 
 RD = "intel_sub_group_2d_block_read_"
@@ -92,7 +94,21 @@ def test_undocumented_shapes_do_not_exist(name):
 @pytest.mark.parametrize("name", ["prefetch_8b_32r16x1c", "prefetch_8b_32r16x2c", "read_transform_16b_32r16x1c",
                                   "read_8b_16r16x4c", "read_32b_32r16x1c", "write_8b_8r32x1c"])
 def test_documented_edge_shapes_exist(name):
-    assert documented_prototype(f"intel_sub_group_2d_block_{name}") is not None
+    op, bits, rows, cols, count = re.fullmatch(r"(\w+?)_(\d+)b_(\d+)r(\d+)x(\d+)c", name).groups()
+    p = documented_prototype(f"intel_sub_group_2d_block_{name}")
+    assert (p.name, p.op, p.elem_bits, p.rows, p.cols, p.count) == \
+        (f"intel_sub_group_2d_block_{name}", op, int(bits), int(rows), int(cols), int(count))
+    assert p.return_type == "void" and p.params[0] == ("global void*", "base_address")
+
+
+MESSAGE_KIND = {"read": "load", "read_transform": "transform", "read_transpose": "transpose", "write": "store",
+                "prefetch": "prefetch"}
+
+
+@pytest.mark.parametrize("p", block2d_prototypes(), ids=lambda p: p.name)
+def test_every_documented_shape_obeys_the_hardware_rules(p):
+    """The documented API surface and the hardware rules (one home: xegemm.atoms.copy.message_violations) agree."""
+    assert message_violations(Message(MESSAGE_KIND[p.op], p.elem_bits, p.cols, p.rows, p.count)) == [], p.name
 
 
 def test_catalog_size_and_hardware_bounds():

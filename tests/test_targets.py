@@ -1,10 +1,14 @@
 """The target registry: one entry per Xe GPU, read by the atom rules, the planner, the lowering and AOT."""
 
+from dataclasses import replace
+
 import pytest
 
 from xegemm.atoms.mma import MmaAtom, MmaAtomError, enumerate_mma_atoms
+from xegemm.config import config_from_text
 from xegemm.dtypes import DTYPES
 from xegemm.lowering import device_lowering
+from xegemm.plan import plan
 from xegemm.targets import (
     AOT_TARGETS,
     EXT_2D_BLOCK_IO,
@@ -12,7 +16,9 @@ from xegemm.targets import (
     UnknownTargetError,
     dpas_widths,
     get_target,
+    names_at,
     target_for_platform,
+    targets_at,
 )
 
 
@@ -39,3 +45,14 @@ def test_unknown_targets_are_clear_errors():
     with pytest.raises(UnknownTargetError, match="unknown target 'xe3'"):
         get_target("xe3")
     assert set(AOT_TARGETS) == {"pvc", "dg2"}
+
+
+def test_a_new_target_is_one_registry_entry(monkeypatch):
+    """docs/architecture.md's recipe: one Target entry, and the atom rules, the planner and the lowering
+    decision know it (nothing else is edited)."""
+    xe3 = replace(TARGETS["bmg"], name="xe3", arch="Xe3", platform_prefix="PTL", ocloc_device=None)
+    monkeypatch.setitem(TARGETS, "xe3", xe3)
+    assert "xe3" in names_at(16) and xe3 in targets_at(16) and target_for_platform("PTLH") == "xe3"
+    assert MmaAtom.parse("XE_8x16x16_F32BF16BF16F32_TT").targets == ("pvc", "bmg", "xe3")
+    assert plan(config_from_text("problem: {m: 64, n: 64, k: 64}\n"
+                                 "tile: {workgroup: [32, 32, 32], subgroups: [1, 2]}\n")).mma.n == 16

@@ -16,7 +16,7 @@ from xegemm.aot.errors import (
     OclocMissingError,
     OclocToolError,
     CapabilitiesError,
-    UnknownTargetError,
+
 )
 from xegemm.aot.isa import Instruction, IsaStats, ShaderDump, isa_stats, parse_instructions, parse_shader_dump
 from xegemm.aot.capabilities import (
@@ -28,6 +28,7 @@ from xegemm.aot.capabilities import (
     probe_compiler_capabilities,
 )
 from xegemm.aot.toolchain import CompilerVersion, aot_target, compiler_version, find_ocloc
+from xegemm.targets import UnknownTargetError
 
 __all__ = [
     "AotBuild", "AotError", "Block2DBuiltin", "BuiltinNameError", "CompilerCapabilities", "CompilerVersion",

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xegemm.aot.errors import IgaMissingError, OclocToolError, UnknownTargetError
+from xegemm.aot.errors import IgaMissingError, OclocToolError
 from xegemm.aot.isa import KERNEL_HEADER, IsaStats, isa_stats
 from xegemm.aot.toolchain import FEATURE_MACROS, aot_target, run_ocloc
-from xegemm.targets import LARGE_GRF_OPTION, check_grf
+from xegemm.targets import LARGE_GRF_OPTION, UnknownTargetError, check_grf
 
 SOURCE_NAME = "kernel.cl"
 

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 
 from xegemm.aot.errors import BuiltinNameError
+from xegemm.atoms.copy import Message, message_violations
+from xegemm.dtypes import CTYPE_BYTES, UNSIGNED_CTYPE
 
 SUB_GROUP = 16  # 2D block messages need a full sub-group of 16 (xe_atoms.md §2)
 
@@ -30,7 +32,6 @@ _IB_NAME = re.compile(
     r"_u(?P<bits>8|16|32|64)"
     r"(?:_m(?P<h>\d+))?_?k(?P<w>\d+)(?P<n16>n16)?(?:v(?P<c>\d+))?$"
 )
-_SCALARS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 _BUILTIN_VECTOR_LENGTHS = (2, 3, 4, 8, 16)
 
 
@@ -117,12 +118,12 @@ def parse_block2d_builtin(name: str) -> Block2DBuiltin:
     if layout == "transform":
         scalar = "uint"
     elif layout == "transpose":
-        scalar = _SCALARS[bits // 8]
+        scalar = UNSIGNED_CTYPE[bits]
     elif bits == 8 and width >= 32:
         scalar = "ushort"  # two bytes of a row per lane, packed (libigdfcl: ushort16 ..._u8_m8k32v2)
     else:
-        scalar = _SCALARS[bits // 8]
-    scalar_bytes = {"uchar": 1, "ushort": 2, "uint": 4, "ulong": 8}[scalar]
+        scalar = UNSIGNED_CTYPE[bits]
+    scalar_bytes = CTYPE_BYTES[scalar]
     lane_length = 0 if op == "prefetch" else max(1, total // SUB_GROUP // scalar_bytes)
     return Block2DBuiltin(name=name, op=op, layout=layout, elem_bits=bits, height=height, width=width,
                           count=count, cache_arg=m["op"] in ("read_cacheopts", "read_prefetch", "write_cacheopts"),
@@ -150,25 +151,11 @@ int height_minus_1, int pitch_in_bytes_minus_1, int2 coord);
 
 def block2d_violation(shape: tuple[int, int, int], elem_bits: int, layout: str = "plain",
                       op: str = "read") -> str | None:
-    """Why a 2D block message of ``shape`` = (width elems, height rows, count) breaks the hardware rules of
-    xe_atoms.md §2 (row <= 64 B, row >= 4 B, loads <= 32 rows, stores <= 8 rows and 1 block, counts
-    4/4/2/1 for 1/2/4/8-byte elements, transposes d32/d64 of one block, d32 at most 8 wide); None if legal."""
+    """Why a 2D block message of ``shape`` = (width elems, height rows, count) breaks the hardware rules, as
+    :func:`xegemm.atoms.copy.message_violations` (their one home) states them; None if legal.  ``layout`` is
+    the builtin's: plain, transform (VNNI) or transpose; ``op`` read, write or prefetch."""
     width, height, count = shape
-    eb = elem_bits // 8
-    row = width * eb * count
-    if row > 64:
-        return f"{width} x {eb} B x {count} blocks = {row} B per row > 64 B"
-    if width * eb < 4:
-        return f"block row {width * eb} B < 4 B"
-    if op == "write":
-        if height > 8 or count != 1:
-            return f"stores take <= 8 rows and 1 block, not {height} x {count}"
-        return None
-    if height > 32:
-        return f"{height} rows > 32"
-    if layout == "transpose":
-        if eb not in (4, 8) or count != 1 or (eb == 4 and width > 8):
-            return f"transpose of d{elem_bits}, width {width}, count {count} is not a hardware transpose"
-    elif count > {1: 4, 2: 4, 4: 2, 8: 1}[eb]:
-        return f"count {count} > {({1: 4, 2: 4, 4: 2, 8: 1})[eb]} for {eb}-byte elements"
-    return None
+    kind = {"write": "store", "prefetch": "prefetch"}.get(op) or {"transform": "transform",
+                                                                   "transpose": "transpose"}.get(layout, "load")
+    broken = message_violations(Message(kind, elem_bits, width, height, count))
+    return "; ".join(broken) or None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from xegemm.errors import XegemmError
-from xegemm.targets import UnknownTargetError  # noqa: F401  (raised here too; its home is the registry)
 
 INSTALL_HINT = (
     "install it with `apt-get install intel-opencl-icd` (Debian 12 ships ocloc with IGC 1.0.12504) and "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from xegemm.dtypes import CTYPE_BYTES
 from xegemm.aot.builtins import SUB_GROUP, declare_block2d_builtin, parse_block2d_builtin
 
 PLAIN_READ_HEIGHTS = (1, 2, 4, 8, 16, 32)
@@ -31,7 +32,6 @@ _PUBLIC_ARGS = f"(global void *)src, {_WIDTH}, {_HEIGHT}, {_PITCH}, (int2)(0, 0)
 _SINK = ("{ uint s_ = 0; for (uint i_ = 0; i_ < sizeof(X); ++i_) s_ += ((private uchar *)&(X))[i_]; "
          "dst[get_global_id(0)] = s_; }")
 _LSC_PREFETCH = "__builtin_IB_lsc_prefetch_global_uint"
-_SCALAR_BYTES = {"uchar": 1, "ushort": 2, "uint": 4, "ulong": 8}
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def _public_probe(op: str, bits: int, rows: int, cols: int, count: int) -> Probe
     # OCL2D: transforms/transposes fill uints; 8-bit reads/writes 32 wide move two bytes of a row per lane
     scalar = "uint" if op in ("read_transform", "read_transpose") and bits <= 32 else \
         "ushort" if bits == 8 and cols == 32 else {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}[bits]
-    n = total // SUB_GROUP // _SCALAR_BYTES[scalar]
+    n = total // SUB_GROUP // CTYPE_BYTES[scalar]
     if op == "write":
         body = (f"  {scalar} buf[{n}];\n  for (int i = 0; i < {n}; ++i) "
                 f"buf[i] = ((global {scalar} *)src)[get_global_id(0) * {n} + i];\n"

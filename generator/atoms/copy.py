@@ -397,7 +397,8 @@ def message_violations(msg: Message) -> list[str]:
     if w * e % 32:
         out.append(f"block width {w} x {e} bits = {w * e // 8} B: must be a multiple of 4 bytes (OCL2D, ESIMD)")
     if msg.row_bytes > 64:
-        out.append(f"row of all blocks = {w} x {c} x {e // 8} B = {msg.row_bytes} B: must be <= 64 B (OCL2D, ESIMD)")
+        out.append(f"{w} x {c} blocks x {e // 8} B = {msg.row_bytes} B per row of all blocks: must be <= 64 B "
+                   "(OCL2D, ESIMD)")
     max_h = 8 if msg.kind == "store" else 32
     if not 1 <= h <= max_h:
         what = "stores" if msg.kind == "store" else "loads and prefetches"

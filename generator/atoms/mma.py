@@ -27,7 +27,7 @@ from typing import Iterator
 import numpy as np
 
 from xegemm.atoms.lanemap import LaneMap
-from xegemm.dtypes import BY_CODE, CODE_PATTERN, DTYPES, by_code, sizeof_ctype, vector_ctype
+from xegemm.dtypes import BY_CODE, CODE_PATTERN, DTYPES, DType, by_code, sizeof_ctype, vector_ctype
 from xegemm.targets import dpas_widths, names_at, targets_at
 from xegemm.errors import XegemmError
 
@@ -127,19 +127,19 @@ class MmaAtom:
         return (self.m, self.n, self.k)
 
     @property
-    def a_type(self) -> ElementType:
+    def a_type(self) -> DType:
         return BY_CODE[self.a]
 
     @property
-    def b_type(self) -> ElementType:
+    def b_type(self) -> DType:
         return BY_CODE[self.b]
 
     @property
-    def c_type(self) -> ElementType:
+    def c_type(self) -> DType:
         return BY_CODE[self.c]
 
     @property
-    def d_type(self) -> ElementType:
+    def d_type(self) -> DType:
         return BY_CODE[self.d]
 
     @property
@@ -200,7 +200,7 @@ class MmaAtom:
         """The per-work-item OpenCL C type of operand "a", "b", "c" or "d"."""
         return {"a": self.a_ctype, "b": self.b_ctype, "c": self.c_ctype, "d": self.c_ctype}[_operand(operand)]
 
-    def element(self, operand: str) -> ElementType:
+    def element(self, operand: str) -> DType:
         """The element type of operand "a", "b", "c" or "d"."""
         return {"a": self.a_type, "b": self.b_type, "c": self.c_type, "d": self.d_type}[_operand(operand)]
 

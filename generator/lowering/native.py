@@ -20,8 +20,8 @@ from functools import lru_cache
 
 from xegemm.aot.builtins import declare_block2d_builtin
 from xegemm.aot.isa import MESSAGE_KINDS
-from xegemm.aot.capabilities import CAPABILITIES_ENV, DEBIAN_CAPABILITIES, MODERN_CAPABILITIES, compiler_capabilities
-from xegemm.aot.signatures import documented_names
+from xegemm.aot.capabilities import CAPABILITIES_ENV, MODERN_CAPABILITIES, compiler_capabilities
+from xegemm.aot.prototypes import documented_names
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.copy import CopyAtom
 from xegemm.errors import XegemmError

@@ -1,0 +1,236 @@
+"""Config values: the checks every key's value goes through, and the errors that name file, line and key.
+
+A check takes a plain value and returns it canonical (lists become tuples, aliases their canonical name) or
+raises :class:`Invalid` saying what was expected; the reader adds where.  The type and atom checks ask the
+registries (:mod:`xegemm.dtypes`) and the atom models, so a name is accepted here only when the rest of
+xegemm can use it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import yaml
+
+from xegemm.atoms.block1d import NAME_RE as BLOCK1D_ATOM_NAME
+from xegemm.atoms.block1d import Block1DAtom
+from xegemm.atoms.copy import NAME_RE as COPY_ATOM_NAME
+from xegemm.atoms.copy import CopyAtom
+from xegemm.atoms.mma import MmaAtom
+from xegemm.dtypes import ALIASES, CODE_PATTERN, DTYPES as DTYPE_REGISTRY
+from xegemm.dtypes import dtype
+from xegemm.errors import XegemmError
+
+# --------------------------------------------------------------------------------------------------------
+# Errors
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One thing wrong with a config: where (file, line), which dotted key, and what."""
+
+    source: str
+    line: int | None
+    key: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+class ConfigError(XegemmError):
+    """A config that cannot be used; ``issues`` holds every problem found, the message lists them by line."""
+
+    def __init__(self, issues: Iterable[ConfigIssue]):
+        self.issues = tuple(sorted(issues, key=lambda issue: issue.line or 0))
+        super().__init__("\n".join(str(issue) for issue in self.issues))
+
+
+class Invalid(Exception):
+    """A value or expression that is wrong; the text says what was expected (caller adds where)."""
+
+
+def show_value(value: Any) -> str:
+    """A value spelled as in a YAML flow document."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {show_value(item)}" for key, item in value.items()) + "}"
+    return str(value)
+
+
+_RESOLVER, _STR_TAG = yaml.resolver.Resolver(), "tag:yaml.org,2002:str"
+
+
+def found(value: Any) -> str:
+    """``show_value`` shortened, with the YAML type where the spelling alone could mislead."""
+    text = show_value(value)
+    if len(text) > 70:
+        text = text[:67] + "..."
+    kinds = {bool: "a boolean", float: "a float", dict: "a mapping"}
+    kind = kinds.get(type(value))
+    if isinstance(value, str) and _RESOLVER.resolve(yaml.ScalarNode, value, (True, False)) != _STR_TAG:
+        kind = "a string"  # '1024', 'true': quoted, so not the number or boolean it looks like
+    if kind is None and not isinstance(value, (str, int, list, tuple, type(None))):
+        kind = type(value).__name__
+    return f"{text} ({kind})" if kind else text
+
+
+def expected(what: str, value: Any) -> Invalid:
+    return Invalid(f"expected {what}, found {found(value)}")
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {match[0]!r}?" if match else ""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Value checks: each takes a plain value and returns it canonical (lists become tuples, aliases their
+# canonical name) or raises Invalid saying what was expected.
+
+Check = Callable[[Any], Any]
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def positive_int(value: Any) -> int:
+    if is_int(value) and value > 0:
+        return value
+    raise expected("a positive integer", value)
+
+
+def non_negative_int(value: Any) -> int:
+    if is_int(value) and value >= 0:
+        return value
+    raise expected("a non-negative integer", value)
+
+
+def non_negative_number(value: Any) -> float:
+    if is_number(value) and value >= 0:
+        return float(value)
+    raise expected("a non-negative number", value)
+
+
+def text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise expected("a string", value)
+
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def config_name(value: Any) -> str:
+    if isinstance(value, str) and NAME_PATTERN.fullmatch(value):
+        return value
+    raise expected("a name made of letters, digits, '_', '.' and '-'", value)
+
+
+def positive_ints(count: int, meaning: str) -> Check:
+    what = f"a list of {count} positive integers {meaning}"
+
+    def check(value: Any) -> tuple[int, ...]:
+        if isinstance(value, (list, tuple)) and len(value) == count and all(
+                is_int(item) and item > 0 for item in value):
+            return tuple(value)
+        raise expected(what, value)
+    return check
+
+
+def _word(what: str, words: tuple[str, ...], aliases: Mapping[str, str]) -> Check:
+    def check(value: Any) -> str:
+        if not isinstance(value, str):
+            raise expected(f"a {what} (one of {', '.join(words)})", value)
+        spelled = value.lower()
+        canonical = aliases.get(spelled, spelled)
+        if canonical in words:
+            return canonical
+        match = difflib.get_close_matches(spelled, [*words, *aliases], n=1, cutoff=0.6)
+        hint = f"; did you mean {aliases.get(match[0], match[0])!r}?" if match else ""
+        raise Invalid(f"unknown {what} {value!r}; expected one of {', '.join(words)}{hint}")
+    return check
+
+
+def int_choice(what: str, numbers: tuple[int, ...]) -> Check:
+    def check(value: Any) -> int:
+        if is_int(value) and value in numbers:
+            return value
+        raise expected(f"a {what}: one of {', '.join(map(str, numbers))}", value)
+    return check
+
+
+def _atom_name(kind: str, pattern: re.Pattern[str], spelling: str, example: str,
+               legal: Callable[[str], str]) -> Check:
+    """An atom name spelled right (``pattern``) and legal for its atom model (``legal`` raises the model's
+    error naming the hardware rule it breaks)."""
+    what = f"{kind} atom name {spelling} (e.g. {example}) or null for automatic"
+
+    def check(value: Any) -> str | None:
+        if value is None or value == "auto":
+            return None
+        if isinstance(value, str) and pattern.fullmatch(value):
+            try:
+                return legal(value)
+            except XegemmError as exc:
+                raise Invalid(str(exc)) from None
+        raise expected(what, value)
+    return check
+
+
+DTYPES = tuple(DTYPE_REGISTRY)  # f16 bf16 tf32 f32 f64 s8 u8 s4 u4 s32: the registry's names
+DTYPE_ALIASES = dict(ALIASES)
+LAYOUTS = ("row", "col")
+LAYOUT_ALIASES = {"row_major": "row", "column": "col", "col_major": "col", "column_major": "col"}
+
+# the atom models own the naming patterns: 2D block atoms, 1D block atoms for SIMD8 (dg2) plans, DPAS atoms
+_COPY_ATOM = re.compile(f"(?:{COPY_ATOM_NAME.pattern})|(?:{BLOCK1D_ATOM_NAME.pattern})")
+_MMA_ATOM = re.compile(rf"XE_[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*_(?:{CODE_PATTERN}){{4}}_TT")
+
+_dtype = _word("data type", DTYPES, DTYPE_ALIASES)
+
+
+def _usable_dtype(role: str) -> Check:
+    """A data type that some Xe DPAS uses in this role: ``input`` (A, B) or ``accumulator`` (acc, C)."""
+    def usable(t) -> bool:
+        return bool(t.accumulators) if role == "input" else t.acc_ctype is not None
+
+    def check(value: Any) -> str:
+        name = _dtype(value)
+        if not usable(dtype(name)):
+            ok = ", ".join(t.name for t in DTYPE_REGISTRY.values() if usable(t))
+            raise Invalid(f"{name} is a known data type, but no Xe DPAS has it as an {role} type; {role} types: {ok}")
+        return name
+    return check
+
+
+def _legal_copy_atom(name: str) -> str:
+    (Block1DAtom if name.startswith("XE_1D_") else CopyAtom).parse(name).check()
+    return name
+
+
+input_dtype = _usable_dtype("input")
+accumulator_dtype = _usable_dtype("accumulator")
+layout = _word("layout", LAYOUTS, LAYOUT_ALIASES)
+copy_atom = _atom_name("a block copy", _COPY_ATOM,
+                       "XE_2D_[Packed_]<U4|U8|U16|U32|U64|TF32>x<rows>x<cols>_<LD|ST|PF>_<N|T|V> or "
+                       "XE_1D_<U8|U16|U32|U64>x<rows>x<cols>_<LD|ST|PF>_SG<S>",
+                       "XE_2D_U16x32x32_LD_N", _legal_copy_atom)
+mma_atom = _atom_name("an MMA", _MMA_ATOM, "XE_<M>x<N>x<K>_<D><A><B><C>_TT", "XE_8x16x16_F32BF16BF16F32_TT",
+                      lambda name: MmaAtom.parse(name).name)

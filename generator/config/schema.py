@@ -1,0 +1,136 @@
+"""The resolved config: :class:`Config` (one validated config, its sweep and constraints), :class:`Variant`
+(one point of the sweep) and :class:`Constraint`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from xegemm.config.checks import ConfigError, ConfigIssue, Invalid, did_you_mean, show_value
+from xegemm.config.expressions import EVALUATION_ERRORS, compile_expression, evaluation_message
+from xegemm.config.sections import (
+    LEAF_CHECKS,
+    SECTION_KEYS,
+    SECTIONS,
+    TOP_LEAVES,
+    Atoms,
+    Layout,
+    Pipeline,
+    Problem,
+    Profile,
+    Target,
+    Tile,
+    Types,
+    Verify,
+)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A boolean expression over config values, e.g. ``tile.workgroup[0] % (tile.subgroups[0] * 8) == 0``."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        try:
+            compile_expression(self.text)
+        except Invalid as exc:
+            raise ConfigError([ConfigIssue("<constraint>", None, None, f'"{self.text}": {exc}')]) from None
+
+    def check(self, values: Mapping[str, Any]) -> str | None:
+        """None when the constraint holds for these dotted-key values, else the reason it does not."""
+        expression = compile_expression(self.text)
+        try:
+            holds = bool(expression.evaluate(values))
+            verdict = "is false"
+        except EVALUATION_ERRORS as exc:
+            holds, verdict = False, f"could not be evaluated ({evaluation_message(exc)})"
+        if holds:
+            return None
+        shown = ", ".join(f"{text}={show_value(value)}" for text, value in expression.reference_values(values))
+        return f'constraint "{self.text}" {verdict}' + (f": {shown}" if shown else "")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One validated config.  ``sweep`` maps a dotted key (or section) to its tuple of values."""
+
+    name: str
+    problem: Problem
+    types: Types = Types()
+    layout: Layout = Layout()
+    tile: Tile = Tile()
+    atoms: Atoms = Atoms()
+    pipeline: Pipeline = Pipeline()
+    target: Target = Target()
+    verify: Verify = Verify()
+    profile: Profile = Profile()
+    sweep: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, hash=False)
+    constraints: tuple[Constraint, ...] = ()
+    description: str = ""
+    source: str = "<string>"
+
+    def flat_values(self) -> dict[str, Any]:
+        """Every config value by dotted key (``tile.workgroup`` -> (256, 256, 32)); no sweep, no constraints."""
+        values = {key: getattr(self, key) for key in TOP_LEAVES}
+        for section in SECTIONS:
+            values.update({f"{section}.{name}": getattr(getattr(self, section), name)
+                           for name in SECTION_KEYS[section]})
+        return values
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
+        """A copy with dotted keys replaced (``{"tile.workgroup": [128, 128, 32]}``), each value checked."""
+        values = self.flat_values()
+        issues = []
+        for key, value in overrides.items():
+            check = LEAF_CHECKS.get(key)
+            try:
+                if check is None:
+                    raise Invalid("unknown key" + did_you_mean(key, LEAF_CHECKS))
+                values[key] = check(value)
+            except Invalid as exc:
+                issues.append(ConfigIssue(self.source, None, key, str(exc)))
+        if issues:
+            raise ConfigError(issues)
+        return assemble(values, self.sweep, self.constraints, self.source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain JSON-able data, in the shape of the YAML file (loadable again)."""
+        data: dict[str, Any] = {key: getattr(self, key) for key in TOP_LEAVES}
+        for section in SECTIONS:
+            data[section] = {name: plain_data(getattr(getattr(self, section), name))
+                             for name in SECTION_KEYS[section]}
+        data["sweep"] = {key: [plain_data(choice) for choice in choices] for key, choices in self.sweep.items()}
+        data["constraints"] = [constraint.text for constraint in self.constraints]
+        return data
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One point of a sweep: the resolved config (no sweep), the swept overrides, and why it was rejected."""
+
+    config: Config
+    overrides: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    rejected: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """True when every constraint holds."""
+        return self.rejected is None
+
+
+def plain_data(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [plain_data(item) for item in value]
+    if isinstance(value, dict):
+        return {key: plain_data(item) for key, item in value.items()}
+    return value
+
+
+def assemble(values: Mapping[str, Any], sweep: Mapping[str, tuple[Any, ...]],
+              constraints: tuple[Constraint, ...], source: str) -> Config:
+    sections = {section: cls(**{name: values[f"{section}.{name}"] for name in SECTION_KEYS[section]})
+                for section, cls in SECTIONS.items()}
+    return Config(name=values["name"], description=values["description"], sweep=dict(sweep),
+                  constraints=tuple(constraints), source=source, **sections)

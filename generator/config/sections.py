@@ -1,0 +1,128 @@
+"""The config's keys: one frozen dataclass per section whose fields carry their check and default.
+
+The known keys, their defaults and what may be swept (the tables at the end) are derived from these classes,
+so a key is declared exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from xegemm.config.checks import (
+    Check,
+    accumulator_dtype,
+    config_name,
+    copy_atom,
+    input_dtype,
+    int_choice,
+    layout,
+    mma_atom,
+    non_negative_int,
+    non_negative_number,
+    positive_int,
+    positive_ints,
+    text,
+)
+from xegemm.targets import GRF_MODES
+
+
+def _key(check: Check, default: Any = MISSING) -> Any:
+    """A config key: its check and, unless it is required, its default."""
+    return field(default=default, metadata={"check": check})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The GEMM problem: D[batch] = A[batch] (m x k) @ B[batch] (k x n)."""
+
+    m: int = _key(positive_int)
+    n: int = _key(positive_int)
+    k: int = _key(positive_int)
+    batch: int = _key(positive_int, 1)
+
+
+@dataclass(frozen=True)
+class Types:
+    """Element types of A, B, the accumulator and C (canonical names from ``DTYPES``)."""
+
+    a: str = _key(input_dtype, "bf16")
+    b: str = _key(input_dtype, "bf16")
+    acc: str = _key(accumulator_dtype, "f32")
+    c: str = _key(accumulator_dtype, "f32")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Memory layout of A, B and C: ``row`` or ``col`` (major)."""
+
+    a: str = _key(layout, "row")
+    b: str = _key(layout, "row")
+    c: str = _key(layout, "row")
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Work-group tile [BM, BN, BK], its sub-group grid [SG_M, SG_N] and the sub-group size."""
+
+    workgroup: tuple[int, int, int] = _key(positive_ints(3, "[BM, BN, BK]"), (256, 256, 32))
+    subgroups: tuple[int, int] = _key(positive_ints(2, "[SG_M, SG_N]"), (8, 4))
+    subgroup_size: int = _key(int_choice("sub-group size", (8, 16, 32)), 16)
+
+
+@dataclass(frozen=True)
+class Atoms:
+    """Atom names chosen by the user; None lets the planner pick a legal one."""
+
+    mma: str | None = _key(mma_atom, None)
+    a: str | None = _key(copy_atom, None)
+    b: str | None = _key(copy_atom, None)
+    c: str | None = _key(copy_atom, None)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Main-loop pipelining: how many k-tiles are prefetched ahead."""
+
+    prefetch: int = _key(non_negative_int, 2)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Compilation target knobs: registers per thread (``-cl-intel-<grf>-GRF-per-thread``)."""
+
+    grf: int = _key(int_choice("GRF count", GRF_MODES), 256)
+
+
+@dataclass(frozen=True)
+class Verify:
+    """Verification against a numpy reference: always on, with a tolerance derived from the types and K
+    (xegemm.verify); the seed of the random inputs is the one setting."""
+
+    seed: int = _key(non_negative_int, 0)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Timing: untimed warm-up launches, at least ``repeats`` timed launches, and at least ``min_time_ms``."""
+
+    warmup: int = _key(non_negative_int, 10)
+    repeats: int = _key(positive_int, 100)
+    min_time_ms: float = _key(non_negative_number, 0.0)
+
+
+SECTIONS: dict[str, type] = {
+    "problem": Problem, "types": Types, "layout": Layout, "tile": Tile, "atoms": Atoms,
+    "pipeline": Pipeline, "target": Target, "verify": Verify, "profile": Profile,
+}
+TOP_LEAVES: dict[str, Check] = {"name": config_name, "description": text}
+LEAF_CHECKS: dict[str, Check] = {
+    **TOP_LEAVES,
+    **{f"{section}.{f.name}": f.metadata["check"] for section, cls in SECTIONS.items() for f in fields(cls)},
+}
+TOP_KEYS = (*TOP_LEAVES, *SECTIONS, "sweep", "constraints")
+SWEEPABLE = (*(key for key in LEAF_CHECKS if key not in TOP_LEAVES), *SECTIONS)
+
+
+SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    section: tuple(f.name for f in fields(cls)) for section, cls in SECTIONS.items()}
