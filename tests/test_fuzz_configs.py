@@ -7,8 +7,8 @@ exception.  A sample of valid plans is built and verified on the device.  Malici
 are refused without being evaluated.
 
 Budget: ``XEGEMM_FUZZ_EXAMPLES`` examples per property (default 150, what CI runs in well under a minute);
-set it to thousands for a long campaign.  Every failure found is kept in ``tests/data/fuzz_corpus/`` and
-replayed by ``test_corpus``.
+set it to thousands (and ``XEGEMM_FUZZ_RANDOM=1`` for new seeds) for a long campaign.  Hostile seeds, and
+every input that breaks something, are kept in ``tests/data/fuzz_corpus/`` and replayed by ``test_corpus``.
 """
 
 import os
@@ -139,7 +139,7 @@ def test_constraint_expressions_are_never_evaluated_as_python(expression):
 
 @pytest.mark.parametrize("path", sorted(CORPUS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_corpus(path):
-    """Inputs that once broke the reader or the planner, kept as regression tests."""
+    """Hostile seeds and inputs that once broke the reader or the planner, kept as regression tests."""
     check_outcome(path.read_text(encoding="utf-8"))
 
 

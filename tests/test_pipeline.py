@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from xegemm import evaluate, pipeline
-from xegemm.config import config_from_text
+from xegemm.config import ConfigError, config_from_text
 from xegemm.pipeline import DeviceSession, plan_variants, run, run_variant
 from xegemm.plan import PlanRejected, plan
 
@@ -219,12 +219,14 @@ def test_a_named_atom_of_the_wrong_kind_is_rejected():
         plan(config_from_text("problem: {m: 64, n: 64, k: 64}\natoms: {c: XE_2D_U32x8x16_LD_N}\n"))
 
 
-def test_an_illegal_atom_in_a_sweep_is_a_rejected_row_not_an_abort():
-    pvs = plan_variants(config_from_text(
-        "problem: {m: 64, n: 64, k: 64}\ntile: {workgroup: [32, 32, 32], subgroups: [1, 1]}\n"
-        "sweep:\n  atoms.a: [XE_2D_U16x32x32_LD_N, XE_2D_U16x64x32_LD_N]\n"))
-    assert [pv.plan is not None for pv in pvs] == [True, False]
-    assert "block height 64" in pvs[1].reason
+def test_an_illegal_atom_in_a_sweep_is_an_error_at_its_line():
+    """An illegal atom name is the config's mistake, not a variant's fate: the reader names its line, key and
+    the hardware rule (it used to become a rejected row, which a user found confusing)."""
+    with pytest.raises(ConfigError) as caught:
+        config_from_text("problem: {m: 64, n: 64, k: 64}\ntile: {workgroup: [32, 32, 32], subgroups: [1, 1]}\n"
+                         "sweep:\n  atoms.a: [XE_2D_U16x32x32_LD_N, XE_2D_U16x64x32_LD_N]\n", "s.yaml")
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.key) == (4, "sweep.atoms.a[1]") and "block height 64" in issue.message
 
 
 def test_problem_sweeps_keep_every_problem(tmp_path, sycl_device):
@@ -245,8 +247,10 @@ def test_journal_with_a_torn_tail_keeps_the_next_record(tmp_path, device_info):
     store.add("k1", {"name": "one", "status": "ok"})
     with open(store.journal, "a") as f:
         f.write('{"key": "k2", "res')                 # killed mid-write: no newline
+    store.close()                                     # (the killed process's lock is gone with it)
     again = ResultStore(tmp_path, cfg, device_info)
     again.add("k3", {"name": "three", "status": "ok"})
+    again.close()
     final = ResultStore(tmp_path, cfg, device_info)
     assert set(final.records) == {"k1", "k3"}
 
