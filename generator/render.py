@@ -22,7 +22,7 @@ from xegemm.dtypes import OPENCL_VECTOR_SIZES, UNSIGNED_CTYPE, ctype_shape
 from xegemm.errors import XegemmError
 from xegemm.lowering import LOWERINGS, Lowering, named_lowering
 from xegemm.lowering.native import NativeUnsupported, lower_copy
-from xegemm.lowering.portable import copy_plan, mma_plan
+from xegemm.lowering.portable import copy_plan, mma_plan, staged_kstep
 from xegemm.plan import Plan, PlanRejected, native_surface_violations
 
 
@@ -98,13 +98,17 @@ def _fragment_helpers(plan: Plan) -> str:
     return "\n".join(dict.fromkeys(out))
 
 
-def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowering: str | None = None) -> str:
+def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowering: str | None = None,
+                  staged: bool = True) -> str:
     """The OpenCL C source of one planned kernel in the given lowering (deterministic for a plan).
 
     ``lowering`` is a :class:`xegemm.lowering.Lowering` (or a lowering name: native then uses the default
     compiler capabilities).  ``mma_lowering`` renders the DPAS atoms in another lowering than the copies
     (default: the same), e.g. native 1D block copies with portable DPAS to run the native copy code on a
-    device without DPAS.  Raises PlanRejected when the native lowering cannot express the plan: the problem
+    device without DPAS.  Portable DPAS atoms are composed for the CPU (``staged``, see
+    :class:`xegemm.lowering.portable.StagedKstep`); ``staged=False`` calls each atom's function in turn
+    instead, as the native lowering calls the builtin (the same results, bit for bit, much slower on the CPU).
+    Raises PlanRejected when the native lowering cannot express the plan: the problem
     breaks a surface rule of the block messages, or the compiler has no way to issue one of its atoms.
     """
     if isinstance(lowering, str):
@@ -134,6 +138,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
         mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
         fragment_helpers=_fragment_helpers(plan),
+        staged=staged_kstep(plan) if staged and (mma_lowering or lowering.name) == "portable" else None,
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     if lowering.capabilities is not None and lowering.capabilities.spelling == "ocl2d":

@@ -63,19 +63,144 @@ static inline void xe_st_u64(global uchar* base, int width_bytes, int height, in
         ((global ulong*)(base + (long)row * pitch_bytes))[col] = e;
 }
 
+/* The same without bounds checks, for a block wholly inside the surface (xe_block_inside). */
+static inline uchar xe_ldu_u8(const global uchar* base, int pitch_bytes, int row, int col)
+{
+    return ((const global uchar*)(base + (long)row * pitch_bytes))[col];
+}
+
+static inline void xe_stu_u8(global uchar* base, int pitch_bytes, int row, int col, uchar e)
+{
+    ((global uchar*)(base + (long)row * pitch_bytes))[col] = e;
+}
+
+static inline ushort xe_ldu_u16(const global uchar* base, int pitch_bytes, int row, int col)
+{
+    return ((const global ushort*)(base + (long)row * pitch_bytes))[col];
+}
+
+static inline void xe_stu_u16(global uchar* base, int pitch_bytes, int row, int col, ushort e)
+{
+    ((global ushort*)(base + (long)row * pitch_bytes))[col] = e;
+}
+
+static inline uint xe_ldu_u32(const global uchar* base, int pitch_bytes, int row, int col)
+{
+    return ((const global uint*)(base + (long)row * pitch_bytes))[col];
+}
+
+static inline void xe_stu_u32(global uchar* base, int pitch_bytes, int row, int col, uint e)
+{
+    ((global uint*)(base + (long)row * pitch_bytes))[col] = e;
+}
+
+static inline ulong xe_ldu_u64(const global uchar* base, int pitch_bytes, int row, int col)
+{
+    return ((const global ulong*)(base + (long)row * pitch_bytes))[col];
+}
+
+static inline void xe_stu_u64(global uchar* base, int pitch_bytes, int row, int col, ulong e)
+{
+    ((global ulong*)(base + (long)row * pitch_bytes))[col] = e;
+}
+
+/* Does the rows x cols block of `bits`-bit elements at (x, y) lie wholly inside the surface? */
+static inline bool xe_block_inside(int width_bytes, int height, int x, int y, int rows, int cols, int bits)
+{
+    return x >= 0 && y >= 0 && y + rows <= height && ((long)x + cols) * bits <= (long)width_bytes * 8;
+}
+
 /* 4-bit elements: nibble col & 1 of byte col / 2, low nibble first. */
 static inline uchar xe_ld_u4(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
 {
     return xe_inside(width_bytes, height, row, col, 4) ? (base[(long)row * pitch_bytes + col / 2] >> (col & 1) * 4) & 15 : 0;
 }
 
+static inline uchar xe_ldu_u4(const global uchar* base, int pitch_bytes, int row, int col)
+{
+    return (base[(long)row * pitch_bytes + col / 2] >> (col & 1) * 4) & 15;
+}
+
+static inline void xe_stu_u4(global uchar* base, int pitch_bytes, int row, int col, uchar e)
+{
+    global uchar* p = base + (long)row * pitch_bytes + col / 2;
+    *p = (col & 1) ? (uchar)((*p & 15) | (e << 4)) : (uchar)((*p & 240) | e);
+}
+
 static inline void xe_st_u4(global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col, uchar e)
 {
-    if (xe_inside(width_bytes, height, row, col, 4)) {
-        global uchar* p = base + (long)row * pitch_bytes + col / 2;
-        *p = (col & 1) ? (uchar)((*p & 15) | (e << 4)) : (uchar)((*p & 240) | e);
-    }
+    if (xe_inside(width_bytes, height, row, col, 4))
+        xe_stu_u4(base, pitch_bytes, row, col, e);
 }
+
+/* XE_2D_U16x32x32_LD_N over an edge, element by element: register component, bit shift, lanes holding it, then
+   its row and column as base + hi * (lane / 16) + lo * (lane % 16) from (y, x) */
+constant short xe_copy_u16x32x32_ld_n_edge[64][9] = {
+    { 0, 0, 16, 0, 0, 0, 0, 0, 1 },
+    { 1, 0, 16, 1, 0, 0, 0, 0, 1 },
+    { 2, 0, 16, 2, 0, 0, 0, 0, 1 },
+    { 3, 0, 16, 3, 0, 0, 0, 0, 1 },
+    { 4, 0, 16, 4, 0, 0, 0, 0, 1 },
+    { 5, 0, 16, 5, 0, 0, 0, 0, 1 },
+    { 6, 0, 16, 6, 0, 0, 0, 0, 1 },
+    { 7, 0, 16, 7, 0, 0, 0, 0, 1 },
+    { 8, 0, 16, 8, 0, 0, 0, 0, 1 },
+    { 9, 0, 16, 9, 0, 0, 0, 0, 1 },
+    { 10, 0, 16, 10, 0, 0, 0, 0, 1 },
+    { 11, 0, 16, 11, 0, 0, 0, 0, 1 },
+    { 12, 0, 16, 12, 0, 0, 0, 0, 1 },
+    { 13, 0, 16, 13, 0, 0, 0, 0, 1 },
+    { 14, 0, 16, 14, 0, 0, 0, 0, 1 },
+    { 15, 0, 16, 15, 0, 0, 0, 0, 1 },
+    { 16, 0, 16, 16, 0, 0, 0, 0, 1 },
+    { 17, 0, 16, 17, 0, 0, 0, 0, 1 },
+    { 18, 0, 16, 18, 0, 0, 0, 0, 1 },
+    { 19, 0, 16, 19, 0, 0, 0, 0, 1 },
+    { 20, 0, 16, 20, 0, 0, 0, 0, 1 },
+    { 21, 0, 16, 21, 0, 0, 0, 0, 1 },
+    { 22, 0, 16, 22, 0, 0, 0, 0, 1 },
+    { 23, 0, 16, 23, 0, 0, 0, 0, 1 },
+    { 24, 0, 16, 24, 0, 0, 0, 0, 1 },
+    { 25, 0, 16, 25, 0, 0, 0, 0, 1 },
+    { 26, 0, 16, 26, 0, 0, 0, 0, 1 },
+    { 27, 0, 16, 27, 0, 0, 0, 0, 1 },
+    { 28, 0, 16, 28, 0, 0, 0, 0, 1 },
+    { 29, 0, 16, 29, 0, 0, 0, 0, 1 },
+    { 30, 0, 16, 30, 0, 0, 0, 0, 1 },
+    { 31, 0, 16, 31, 0, 0, 0, 0, 1 },
+    { 32, 0, 16, 0, 0, 0, 16, 0, 1 },
+    { 33, 0, 16, 1, 0, 0, 16, 0, 1 },
+    { 34, 0, 16, 2, 0, 0, 16, 0, 1 },
+    { 35, 0, 16, 3, 0, 0, 16, 0, 1 },
+    { 36, 0, 16, 4, 0, 0, 16, 0, 1 },
+    { 37, 0, 16, 5, 0, 0, 16, 0, 1 },
+    { 38, 0, 16, 6, 0, 0, 16, 0, 1 },
+    { 39, 0, 16, 7, 0, 0, 16, 0, 1 },
+    { 40, 0, 16, 8, 0, 0, 16, 0, 1 },
+    { 41, 0, 16, 9, 0, 0, 16, 0, 1 },
+    { 42, 0, 16, 10, 0, 0, 16, 0, 1 },
+    { 43, 0, 16, 11, 0, 0, 16, 0, 1 },
+    { 44, 0, 16, 12, 0, 0, 16, 0, 1 },
+    { 45, 0, 16, 13, 0, 0, 16, 0, 1 },
+    { 46, 0, 16, 14, 0, 0, 16, 0, 1 },
+    { 47, 0, 16, 15, 0, 0, 16, 0, 1 },
+    { 48, 0, 16, 16, 0, 0, 16, 0, 1 },
+    { 49, 0, 16, 17, 0, 0, 16, 0, 1 },
+    { 50, 0, 16, 18, 0, 0, 16, 0, 1 },
+    { 51, 0, 16, 19, 0, 0, 16, 0, 1 },
+    { 52, 0, 16, 20, 0, 0, 16, 0, 1 },
+    { 53, 0, 16, 21, 0, 0, 16, 0, 1 },
+    { 54, 0, 16, 22, 0, 0, 16, 0, 1 },
+    { 55, 0, 16, 23, 0, 0, 16, 0, 1 },
+    { 56, 0, 16, 24, 0, 0, 16, 0, 1 },
+    { 57, 0, 16, 25, 0, 0, 16, 0, 1 },
+    { 58, 0, 16, 26, 0, 0, 16, 0, 1 },
+    { 59, 0, 16, 27, 0, 0, 16, 0, 1 },
+    { 60, 0, 16, 28, 0, 0, 16, 0, 1 },
+    { 61, 0, 16, 29, 0, 0, 16, 0, 1 },
+    { 62, 0, 16, 30, 0, 0, 16, 0, 1 },
+    { 63, 0, 16, 31, 0, 0, 16, 0, 1 },
+};
 
 /* XE_2D_U16x32x32_LD_N: 32x32 U16 block -> ushort64 per work-item
    (load message, 16-bit, 16 wide x 32 rows x 2 blocks) */
@@ -85,73 +210,155 @@ static inline ushort64 xe_copy_u16x32x32_ld_n(
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
-    ushort64 v;
-    v[0] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y, x + lane);
-    v[1] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 1, x + lane);
-    v[2] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 2, x + lane);
-    v[3] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 3, x + lane);
-    v[4] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 4, x + lane);
-    v[5] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 5, x + lane);
-    v[6] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 6, x + lane);
-    v[7] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 7, x + lane);
-    v[8] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 8, x + lane);
-    v[9] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 9, x + lane);
-    v[10] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 10, x + lane);
-    v[11] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 11, x + lane);
-    v[12] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 12, x + lane);
-    v[13] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 13, x + lane);
-    v[14] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 14, x + lane);
-    v[15] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 15, x + lane);
-    v[16] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 16, x + lane);
-    v[17] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 17, x + lane);
-    v[18] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 18, x + lane);
-    v[19] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 19, x + lane);
-    v[20] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 20, x + lane);
-    v[21] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 21, x + lane);
-    v[22] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 22, x + lane);
-    v[23] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 23, x + lane);
-    v[24] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 24, x + lane);
-    v[25] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 25, x + lane);
-    v[26] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 26, x + lane);
-    v[27] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 27, x + lane);
-    v[28] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 28, x + lane);
-    v[29] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 29, x + lane);
-    v[30] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 30, x + lane);
-    v[31] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 31, x + lane);
-    v[32] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y, x + 16 + lane);
-    v[33] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 1, x + 16 + lane);
-    v[34] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 2, x + 16 + lane);
-    v[35] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 3, x + 16 + lane);
-    v[36] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 4, x + 16 + lane);
-    v[37] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 5, x + 16 + lane);
-    v[38] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 6, x + 16 + lane);
-    v[39] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 7, x + 16 + lane);
-    v[40] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 8, x + 16 + lane);
-    v[41] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 9, x + 16 + lane);
-    v[42] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 10, x + 16 + lane);
-    v[43] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 11, x + 16 + lane);
-    v[44] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 12, x + 16 + lane);
-    v[45] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 13, x + 16 + lane);
-    v[46] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 14, x + 16 + lane);
-    v[47] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 15, x + 16 + lane);
-    v[48] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 16, x + 16 + lane);
-    v[49] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 17, x + 16 + lane);
-    v[50] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 18, x + 16 + lane);
-    v[51] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 19, x + 16 + lane);
-    v[52] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 20, x + 16 + lane);
-    v[53] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 21, x + 16 + lane);
-    v[54] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 22, x + 16 + lane);
-    v[55] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 23, x + 16 + lane);
-    v[56] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 24, x + 16 + lane);
-    v[57] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 25, x + 16 + lane);
-    v[58] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 26, x + 16 + lane);
-    v[59] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 27, x + 16 + lane);
-    v[60] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 28, x + 16 + lane);
-    v[61] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 29, x + 16 + lane);
-    v[62] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 30, x + 16 + lane);
-    v[63] = xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 31, x + 16 + lane);
-    return v;
+    if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
+        ushort64 v;
+        v[0] = xe_ldu_u16(base, pitch_bytes, y, x + lane);
+        v[1] = xe_ldu_u16(base, pitch_bytes, y + 1, x + lane);
+        v[2] = xe_ldu_u16(base, pitch_bytes, y + 2, x + lane);
+        v[3] = xe_ldu_u16(base, pitch_bytes, y + 3, x + lane);
+        v[4] = xe_ldu_u16(base, pitch_bytes, y + 4, x + lane);
+        v[5] = xe_ldu_u16(base, pitch_bytes, y + 5, x + lane);
+        v[6] = xe_ldu_u16(base, pitch_bytes, y + 6, x + lane);
+        v[7] = xe_ldu_u16(base, pitch_bytes, y + 7, x + lane);
+        v[8] = xe_ldu_u16(base, pitch_bytes, y + 8, x + lane);
+        v[9] = xe_ldu_u16(base, pitch_bytes, y + 9, x + lane);
+        v[10] = xe_ldu_u16(base, pitch_bytes, y + 10, x + lane);
+        v[11] = xe_ldu_u16(base, pitch_bytes, y + 11, x + lane);
+        v[12] = xe_ldu_u16(base, pitch_bytes, y + 12, x + lane);
+        v[13] = xe_ldu_u16(base, pitch_bytes, y + 13, x + lane);
+        v[14] = xe_ldu_u16(base, pitch_bytes, y + 14, x + lane);
+        v[15] = xe_ldu_u16(base, pitch_bytes, y + 15, x + lane);
+        v[16] = xe_ldu_u16(base, pitch_bytes, y + 16, x + lane);
+        v[17] = xe_ldu_u16(base, pitch_bytes, y + 17, x + lane);
+        v[18] = xe_ldu_u16(base, pitch_bytes, y + 18, x + lane);
+        v[19] = xe_ldu_u16(base, pitch_bytes, y + 19, x + lane);
+        v[20] = xe_ldu_u16(base, pitch_bytes, y + 20, x + lane);
+        v[21] = xe_ldu_u16(base, pitch_bytes, y + 21, x + lane);
+        v[22] = xe_ldu_u16(base, pitch_bytes, y + 22, x + lane);
+        v[23] = xe_ldu_u16(base, pitch_bytes, y + 23, x + lane);
+        v[24] = xe_ldu_u16(base, pitch_bytes, y + 24, x + lane);
+        v[25] = xe_ldu_u16(base, pitch_bytes, y + 25, x + lane);
+        v[26] = xe_ldu_u16(base, pitch_bytes, y + 26, x + lane);
+        v[27] = xe_ldu_u16(base, pitch_bytes, y + 27, x + lane);
+        v[28] = xe_ldu_u16(base, pitch_bytes, y + 28, x + lane);
+        v[29] = xe_ldu_u16(base, pitch_bytes, y + 29, x + lane);
+        v[30] = xe_ldu_u16(base, pitch_bytes, y + 30, x + lane);
+        v[31] = xe_ldu_u16(base, pitch_bytes, y + 31, x + lane);
+        v[32] = xe_ldu_u16(base, pitch_bytes, y, x + 16 + lane);
+        v[33] = xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane);
+        v[34] = xe_ldu_u16(base, pitch_bytes, y + 2, x + 16 + lane);
+        v[35] = xe_ldu_u16(base, pitch_bytes, y + 3, x + 16 + lane);
+        v[36] = xe_ldu_u16(base, pitch_bytes, y + 4, x + 16 + lane);
+        v[37] = xe_ldu_u16(base, pitch_bytes, y + 5, x + 16 + lane);
+        v[38] = xe_ldu_u16(base, pitch_bytes, y + 6, x + 16 + lane);
+        v[39] = xe_ldu_u16(base, pitch_bytes, y + 7, x + 16 + lane);
+        v[40] = xe_ldu_u16(base, pitch_bytes, y + 8, x + 16 + lane);
+        v[41] = xe_ldu_u16(base, pitch_bytes, y + 9, x + 16 + lane);
+        v[42] = xe_ldu_u16(base, pitch_bytes, y + 10, x + 16 + lane);
+        v[43] = xe_ldu_u16(base, pitch_bytes, y + 11, x + 16 + lane);
+        v[44] = xe_ldu_u16(base, pitch_bytes, y + 12, x + 16 + lane);
+        v[45] = xe_ldu_u16(base, pitch_bytes, y + 13, x + 16 + lane);
+        v[46] = xe_ldu_u16(base, pitch_bytes, y + 14, x + 16 + lane);
+        v[47] = xe_ldu_u16(base, pitch_bytes, y + 15, x + 16 + lane);
+        v[48] = xe_ldu_u16(base, pitch_bytes, y + 16, x + 16 + lane);
+        v[49] = xe_ldu_u16(base, pitch_bytes, y + 17, x + 16 + lane);
+        v[50] = xe_ldu_u16(base, pitch_bytes, y + 18, x + 16 + lane);
+        v[51] = xe_ldu_u16(base, pitch_bytes, y + 19, x + 16 + lane);
+        v[52] = xe_ldu_u16(base, pitch_bytes, y + 20, x + 16 + lane);
+        v[53] = xe_ldu_u16(base, pitch_bytes, y + 21, x + 16 + lane);
+        v[54] = xe_ldu_u16(base, pitch_bytes, y + 22, x + 16 + lane);
+        v[55] = xe_ldu_u16(base, pitch_bytes, y + 23, x + 16 + lane);
+        v[56] = xe_ldu_u16(base, pitch_bytes, y + 24, x + 16 + lane);
+        v[57] = xe_ldu_u16(base, pitch_bytes, y + 25, x + 16 + lane);
+        v[58] = xe_ldu_u16(base, pitch_bytes, y + 26, x + 16 + lane);
+        v[59] = xe_ldu_u16(base, pitch_bytes, y + 27, x + 16 + lane);
+        v[60] = xe_ldu_u16(base, pitch_bytes, y + 28, x + 16 + lane);
+        v[61] = xe_ldu_u16(base, pitch_bytes, y + 29, x + 16 + lane);
+        v[62] = xe_ldu_u16(base, pitch_bytes, y + 30, x + 16 + lane);
+        v[63] = xe_ldu_u16(base, pitch_bytes, y + 31, x + 16 + lane);
+        return v;
+    } else {
+        union { ushort64 v; ushort c[64]; } u;
+        u.v = 0;
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u16x32x32_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                u.c[t[0]] |= (ushort)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+        }
+        return u.v;
+    }
 }
+
+/* XE_2D_U16x32x32_LD_V over an edge, element by element: register component, bit shift, lanes holding it, then
+   its row and column as base + hi * (lane / 16) + lo * (lane % 16) from (y, x) */
+constant short xe_copy_u16x32x32_ld_v_edge[64][9] = {
+    { 0, 0, 16, 0, 0, 0, 0, 0, 1 },
+    { 0, 16, 16, 1, 0, 0, 0, 0, 1 },
+    { 1, 0, 16, 2, 0, 0, 0, 0, 1 },
+    { 1, 16, 16, 3, 0, 0, 0, 0, 1 },
+    { 2, 0, 16, 4, 0, 0, 0, 0, 1 },
+    { 2, 16, 16, 5, 0, 0, 0, 0, 1 },
+    { 3, 0, 16, 6, 0, 0, 0, 0, 1 },
+    { 3, 16, 16, 7, 0, 0, 0, 0, 1 },
+    { 4, 0, 16, 8, 0, 0, 0, 0, 1 },
+    { 4, 16, 16, 9, 0, 0, 0, 0, 1 },
+    { 5, 0, 16, 10, 0, 0, 0, 0, 1 },
+    { 5, 16, 16, 11, 0, 0, 0, 0, 1 },
+    { 6, 0, 16, 12, 0, 0, 0, 0, 1 },
+    { 6, 16, 16, 13, 0, 0, 0, 0, 1 },
+    { 7, 0, 16, 14, 0, 0, 0, 0, 1 },
+    { 7, 16, 16, 15, 0, 0, 0, 0, 1 },
+    { 8, 0, 16, 16, 0, 0, 0, 0, 1 },
+    { 8, 16, 16, 17, 0, 0, 0, 0, 1 },
+    { 9, 0, 16, 18, 0, 0, 0, 0, 1 },
+    { 9, 16, 16, 19, 0, 0, 0, 0, 1 },
+    { 10, 0, 16, 20, 0, 0, 0, 0, 1 },
+    { 10, 16, 16, 21, 0, 0, 0, 0, 1 },
+    { 11, 0, 16, 22, 0, 0, 0, 0, 1 },
+    { 11, 16, 16, 23, 0, 0, 0, 0, 1 },
+    { 12, 0, 16, 24, 0, 0, 0, 0, 1 },
+    { 12, 16, 16, 25, 0, 0, 0, 0, 1 },
+    { 13, 0, 16, 26, 0, 0, 0, 0, 1 },
+    { 13, 16, 16, 27, 0, 0, 0, 0, 1 },
+    { 14, 0, 16, 28, 0, 0, 0, 0, 1 },
+    { 14, 16, 16, 29, 0, 0, 0, 0, 1 },
+    { 15, 0, 16, 30, 0, 0, 0, 0, 1 },
+    { 15, 16, 16, 31, 0, 0, 0, 0, 1 },
+    { 16, 0, 16, 0, 0, 0, 16, 0, 1 },
+    { 16, 16, 16, 1, 0, 0, 16, 0, 1 },
+    { 17, 0, 16, 2, 0, 0, 16, 0, 1 },
+    { 17, 16, 16, 3, 0, 0, 16, 0, 1 },
+    { 18, 0, 16, 4, 0, 0, 16, 0, 1 },
+    { 18, 16, 16, 5, 0, 0, 16, 0, 1 },
+    { 19, 0, 16, 6, 0, 0, 16, 0, 1 },
+    { 19, 16, 16, 7, 0, 0, 16, 0, 1 },
+    { 20, 0, 16, 8, 0, 0, 16, 0, 1 },
+    { 20, 16, 16, 9, 0, 0, 16, 0, 1 },
+    { 21, 0, 16, 10, 0, 0, 16, 0, 1 },
+    { 21, 16, 16, 11, 0, 0, 16, 0, 1 },
+    { 22, 0, 16, 12, 0, 0, 16, 0, 1 },
+    { 22, 16, 16, 13, 0, 0, 16, 0, 1 },
+    { 23, 0, 16, 14, 0, 0, 16, 0, 1 },
+    { 23, 16, 16, 15, 0, 0, 16, 0, 1 },
+    { 24, 0, 16, 16, 0, 0, 16, 0, 1 },
+    { 24, 16, 16, 17, 0, 0, 16, 0, 1 },
+    { 25, 0, 16, 18, 0, 0, 16, 0, 1 },
+    { 25, 16, 16, 19, 0, 0, 16, 0, 1 },
+    { 26, 0, 16, 20, 0, 0, 16, 0, 1 },
+    { 26, 16, 16, 21, 0, 0, 16, 0, 1 },
+    { 27, 0, 16, 22, 0, 0, 16, 0, 1 },
+    { 27, 16, 16, 23, 0, 0, 16, 0, 1 },
+    { 28, 0, 16, 24, 0, 0, 16, 0, 1 },
+    { 28, 16, 16, 25, 0, 0, 16, 0, 1 },
+    { 29, 0, 16, 26, 0, 0, 16, 0, 1 },
+    { 29, 16, 16, 27, 0, 0, 16, 0, 1 },
+    { 30, 0, 16, 28, 0, 0, 16, 0, 1 },
+    { 30, 16, 16, 29, 0, 0, 16, 0, 1 },
+    { 31, 0, 16, 30, 0, 0, 16, 0, 1 },
+    { 31, 16, 16, 31, 0, 0, 16, 0, 1 },
+};
 
 /* XE_2D_U16x32x32_LD_V: 32x32 U16 block -> uint32 per work-item
    (transform message, 16-bit, 16 wide x 32 rows x 2 blocks) */
@@ -161,41 +368,67 @@ static inline uint32 xe_copy_u16x32x32_ld_v(
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
-    uint32 v;
-    v[0] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 1, x + lane) << 16;
-    v[1] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 2, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 3, x + lane) << 16;
-    v[2] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 4, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 5, x + lane) << 16;
-    v[3] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 6, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 7, x + lane) << 16;
-    v[4] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 8, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 9, x + lane) << 16;
-    v[5] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 10, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 11, x + lane) << 16;
-    v[6] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 12, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 13, x + lane) << 16;
-    v[7] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 14, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 15, x + lane) << 16;
-    v[8] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 16, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 17, x + lane) << 16;
-    v[9] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 18, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 19, x + lane) << 16;
-    v[10] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 20, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 21, x + lane) << 16;
-    v[11] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 22, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 23, x + lane) << 16;
-    v[12] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 24, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 25, x + lane) << 16;
-    v[13] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 26, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 27, x + lane) << 16;
-    v[14] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 28, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 29, x + lane) << 16;
-    v[15] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 30, x + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 31, x + lane) << 16;
-    v[16] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 1, x + 16 + lane) << 16;
-    v[17] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 2, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 3, x + 16 + lane) << 16;
-    v[18] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 4, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 5, x + 16 + lane) << 16;
-    v[19] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 6, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 7, x + 16 + lane) << 16;
-    v[20] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 8, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 9, x + 16 + lane) << 16;
-    v[21] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 10, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 11, x + 16 + lane) << 16;
-    v[22] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 12, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 13, x + 16 + lane) << 16;
-    v[23] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 14, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 15, x + 16 + lane) << 16;
-    v[24] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 16, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 17, x + 16 + lane) << 16;
-    v[25] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 18, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 19, x + 16 + lane) << 16;
-    v[26] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 20, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 21, x + 16 + lane) << 16;
-    v[27] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 22, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 23, x + 16 + lane) << 16;
-    v[28] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 24, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 25, x + 16 + lane) << 16;
-    v[29] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 26, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 27, x + 16 + lane) << 16;
-    v[30] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 28, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 29, x + 16 + lane) << 16;
-    v[31] = (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 30, x + 16 + lane) | (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, y + 31, x + 16 + lane) << 16;
-    return v;
+    if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
+        uint32 v;
+        v[0] = (uint)xe_ldu_u16(base, pitch_bytes, y, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + lane) << 16;
+        v[1] = (uint)xe_ldu_u16(base, pitch_bytes, y + 2, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 3, x + lane) << 16;
+        v[2] = (uint)xe_ldu_u16(base, pitch_bytes, y + 4, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 5, x + lane) << 16;
+        v[3] = (uint)xe_ldu_u16(base, pitch_bytes, y + 6, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 7, x + lane) << 16;
+        v[4] = (uint)xe_ldu_u16(base, pitch_bytes, y + 8, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 9, x + lane) << 16;
+        v[5] = (uint)xe_ldu_u16(base, pitch_bytes, y + 10, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 11, x + lane) << 16;
+        v[6] = (uint)xe_ldu_u16(base, pitch_bytes, y + 12, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 13, x + lane) << 16;
+        v[7] = (uint)xe_ldu_u16(base, pitch_bytes, y + 14, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 15, x + lane) << 16;
+        v[8] = (uint)xe_ldu_u16(base, pitch_bytes, y + 16, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 17, x + lane) << 16;
+        v[9] = (uint)xe_ldu_u16(base, pitch_bytes, y + 18, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 19, x + lane) << 16;
+        v[10] = (uint)xe_ldu_u16(base, pitch_bytes, y + 20, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 21, x + lane) << 16;
+        v[11] = (uint)xe_ldu_u16(base, pitch_bytes, y + 22, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 23, x + lane) << 16;
+        v[12] = (uint)xe_ldu_u16(base, pitch_bytes, y + 24, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 25, x + lane) << 16;
+        v[13] = (uint)xe_ldu_u16(base, pitch_bytes, y + 26, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 27, x + lane) << 16;
+        v[14] = (uint)xe_ldu_u16(base, pitch_bytes, y + 28, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 29, x + lane) << 16;
+        v[15] = (uint)xe_ldu_u16(base, pitch_bytes, y + 30, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 31, x + lane) << 16;
+        v[16] = (uint)xe_ldu_u16(base, pitch_bytes, y, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane) << 16;
+        v[17] = (uint)xe_ldu_u16(base, pitch_bytes, y + 2, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 3, x + 16 + lane) << 16;
+        v[18] = (uint)xe_ldu_u16(base, pitch_bytes, y + 4, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 5, x + 16 + lane) << 16;
+        v[19] = (uint)xe_ldu_u16(base, pitch_bytes, y + 6, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 7, x + 16 + lane) << 16;
+        v[20] = (uint)xe_ldu_u16(base, pitch_bytes, y + 8, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 9, x + 16 + lane) << 16;
+        v[21] = (uint)xe_ldu_u16(base, pitch_bytes, y + 10, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 11, x + 16 + lane) << 16;
+        v[22] = (uint)xe_ldu_u16(base, pitch_bytes, y + 12, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 13, x + 16 + lane) << 16;
+        v[23] = (uint)xe_ldu_u16(base, pitch_bytes, y + 14, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 15, x + 16 + lane) << 16;
+        v[24] = (uint)xe_ldu_u16(base, pitch_bytes, y + 16, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 17, x + 16 + lane) << 16;
+        v[25] = (uint)xe_ldu_u16(base, pitch_bytes, y + 18, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 19, x + 16 + lane) << 16;
+        v[26] = (uint)xe_ldu_u16(base, pitch_bytes, y + 20, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 21, x + 16 + lane) << 16;
+        v[27] = (uint)xe_ldu_u16(base, pitch_bytes, y + 22, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 23, x + 16 + lane) << 16;
+        v[28] = (uint)xe_ldu_u16(base, pitch_bytes, y + 24, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 25, x + 16 + lane) << 16;
+        v[29] = (uint)xe_ldu_u16(base, pitch_bytes, y + 26, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 27, x + 16 + lane) << 16;
+        v[30] = (uint)xe_ldu_u16(base, pitch_bytes, y + 28, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 29, x + 16 + lane) << 16;
+        v[31] = (uint)xe_ldu_u16(base, pitch_bytes, y + 30, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 31, x + 16 + lane) << 16;
+        return v;
+    } else {
+        union { uint32 v; uint c[32]; } u;
+        u.v = 0;
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u16x32x32_ld_v_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                u.c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+        }
+        return u.v;
+    }
 }
+
+/* XE_2D_U32x8x16_ST_N over an edge, element by element: register component, bit shift, lanes holding it, then
+   its row and column as base + hi * (lane / 16) + lo * (lane % 16) from (y, x) */
+constant short xe_copy_u32x8x16_st_n_edge[8][9] = {
+    { 0, 0, 16, 0, 0, 0, 0, 0, 1 },
+    { 1, 0, 16, 1, 0, 0, 0, 0, 1 },
+    { 2, 0, 16, 2, 0, 0, 0, 0, 1 },
+    { 3, 0, 16, 3, 0, 0, 0, 0, 1 },
+    { 4, 0, 16, 4, 0, 0, 0, 0, 1 },
+    { 5, 0, 16, 5, 0, 0, 0, 0, 1 },
+    { 6, 0, 16, 6, 0, 0, 0, 0, 1 },
+    { 7, 0, 16, 7, 0, 0, 0, 0, 1 },
+};
 
 /* XE_2D_U32x8x16_ST_N: uint8 per work-item -> 8x16 U32 block */
 static inline void xe_copy_u32x8x16_st_n(
@@ -204,24 +437,32 @@ static inline void xe_copy_u32x8x16_st_n(
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
-    xe_st_u32(base, width_bytes, height, pitch_bytes, y, x + lane, v[0]);
-    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 1, x + lane, v[1]);
-    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 2, x + lane, v[2]);
-    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 3, x + lane, v[3]);
-    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 4, x + lane, v[4]);
-    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 5, x + lane, v[5]);
-    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 6, x + lane, v[6]);
-    xe_st_u32(base, width_bytes, height, pitch_bytes, y + 7, x + lane, v[7]);
+    if (xe_block_inside(width_bytes, height, x, y, 8, 16, 32)) {
+        xe_stu_u32(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u32(base, pitch_bytes, y + 1, x + lane, v[1]);
+        xe_stu_u32(base, pitch_bytes, y + 2, x + lane, v[2]);
+        xe_stu_u32(base, pitch_bytes, y + 3, x + lane, v[3]);
+        xe_stu_u32(base, pitch_bytes, y + 4, x + lane, v[4]);
+        xe_stu_u32(base, pitch_bytes, y + 5, x + lane, v[5]);
+        xe_stu_u32(base, pitch_bytes, y + 6, x + lane, v[6]);
+        xe_stu_u32(base, pitch_bytes, y + 7, x + lane, v[7]);
+    } else {
+        union { uint8 v; uint c[8]; } u;
+        u.v = v;
+        for (int e = 0; e < 8; ++e) {
+            constant const short* t = xe_copy_u32x8x16_st_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                xe_st_u32(base, width_bytes, height, pitch_bytes, row, col, (uint)((u.c[t[0]] >> t[1])));
+        }
+    }
 }
 
-/* XE_2D_U16x32x32_PF_N: prefetch of a 32x32 U16 block (each lane hints one row) */
+/* XE_2D_U16x32x32_PF_N: prefetch of a 32x32 U16 block: a hint the portable lowering leaves to the CPU */
 static inline void xe_copy_u16x32x32_pf_n(
     const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
 {
-    const int row = y + get_sub_group_local_id() % 32;
-    const long byte = ((long)x * 16) / 8;
-    if (row < height && byte < width_bytes)
-        prefetch(base + (long)row * pitch_bytes + byte, min((long)64, width_bytes - byte));
 }
 
 
@@ -303,11 +544,21 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x64x32_sg1x2_dpas8x16x16_au16x32x32
     const int a_width = K * 2, a_height = M;
     const int b_width = N * 2, b_height = K;
 
-    /* accumulators: 4 x 2 fragments of XE_8x16x16_F32BF16BF16F32_TT */
-    float8 acc_0_0 = 0, acc_0_1 = 0;
-    float8 acc_1_0 = 0, acc_1_1 = 0;
-    float8 acc_2_0 = 0, acc_2_1 = 0;
-    float8 acc_3_0 = 0, acc_3_1 = 0;
+    /* accumulators: 4 x 2 fragments x 8 rows, one float per lane each */
+    float acc_0_0_0 = 0, acc_0_0_1 = 0, acc_0_0_2 = 0, acc_0_0_3 = 0, acc_0_0_4 = 0, acc_0_0_5 = 0, acc_0_0_6 = 0, acc_0_0_7 = 0;
+    float acc_0_1_0 = 0, acc_0_1_1 = 0, acc_0_1_2 = 0, acc_0_1_3 = 0, acc_0_1_4 = 0, acc_0_1_5 = 0, acc_0_1_6 = 0, acc_0_1_7 = 0;
+    float acc_1_0_0 = 0, acc_1_0_1 = 0, acc_1_0_2 = 0, acc_1_0_3 = 0, acc_1_0_4 = 0, acc_1_0_5 = 0, acc_1_0_6 = 0, acc_1_0_7 = 0;
+    float acc_1_1_0 = 0, acc_1_1_1 = 0, acc_1_1_2 = 0, acc_1_1_3 = 0, acc_1_1_4 = 0, acc_1_1_5 = 0, acc_1_1_6 = 0, acc_1_1_7 = 0;
+    float acc_2_0_0 = 0, acc_2_0_1 = 0, acc_2_0_2 = 0, acc_2_0_3 = 0, acc_2_0_4 = 0, acc_2_0_5 = 0, acc_2_0_6 = 0, acc_2_0_7 = 0;
+    float acc_2_1_0 = 0, acc_2_1_1 = 0, acc_2_1_2 = 0, acc_2_1_3 = 0, acc_2_1_4 = 0, acc_2_1_5 = 0, acc_2_1_6 = 0, acc_2_1_7 = 0;
+    float acc_3_0_0 = 0, acc_3_0_1 = 0, acc_3_0_2 = 0, acc_3_0_3 = 0, acc_3_0_4 = 0, acc_3_0_5 = 0, acc_3_0_6 = 0, acc_3_0_7 = 0;
+    float acc_3_1_0 = 0, acc_3_1_1 = 0, acc_3_1_2 = 0, acc_3_1_3 = 0, acc_3_1_4 = 0, acc_3_1_5 = 0, acc_3_1_6 = 0, acc_3_1_7 = 0;
+    /* this sub-group's operand stage: A[row][k] and B[k][column] of one DPAS k-chunk, decoded */
+    local float xe_stage_a[2][512], xe_stage_b[2][512];
+    local float* const sa = xe_stage_a[sub_group_broadcast(get_sub_group_id(), 0)];
+    local float* const sb = xe_stage_b[sub_group_broadcast(get_sub_group_id(), 0)];
+    const int lane = get_sub_group_local_id();
+
 
     /* prologue: prefetch the first 2 k-tiles */
     for (int kp = 0; kp < 2 * 32 && kp < K; kp += 32) {
@@ -324,64 +575,254 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x64x32_sg1x2_dpas8x16x16_au16x32x32
         /* load this k-step's A and B tiles */
         const ushort64 a0 = xe_copy_u16x32x32_ld_n(A, a_width, a_height, lda, k0 + 0, m0 + 0);
         const uint32 b0 = xe_copy_u16x32x32_ld_v(B, b_width, b_height, ldb, n0 + 0, k0 + 0);
-        /* 16 x XE_8x16x16_F32BF16BF16F32_TT */
-        acc_0_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 0), xe_take_int8_from_uint32(b0, 0), acc_0_0);
-        acc_0_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 0), xe_take_int8_from_uint32(b0, 16), acc_0_1);
-        acc_1_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 8), xe_take_int8_from_uint32(b0, 0), acc_1_0);
-        acc_1_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 8), xe_take_int8_from_uint32(b0, 16), acc_1_1);
-        acc_2_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 16), xe_take_int8_from_uint32(b0, 0), acc_2_0);
-        acc_2_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 16), xe_take_int8_from_uint32(b0, 16), acc_2_1);
-        acc_3_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 24), xe_take_int8_from_uint32(b0, 0), acc_3_0);
-        acc_3_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 24), xe_take_int8_from_uint32(b0, 16), acc_3_1);
-        acc_0_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 32), xe_take_int8_from_uint32(b0, 8), acc_0_0);
-        acc_0_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 32), xe_take_int8_from_uint32(b0, 24), acc_0_1);
-        acc_1_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 40), xe_take_int8_from_uint32(b0, 8), acc_1_0);
-        acc_1_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 40), xe_take_int8_from_uint32(b0, 24), acc_1_1);
-        acc_2_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 48), xe_take_int8_from_uint32(b0, 8), acc_2_0);
-        acc_2_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 48), xe_take_int8_from_uint32(b0, 24), acc_2_1);
-        acc_3_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 56), xe_take_int8_from_uint32(b0, 8), acc_3_0);
-        acc_3_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort64(a0, 56), xe_take_int8_from_uint32(b0, 24), acc_3_1);
+        /* k-chunk 0: 8 x XE_8x16x16_F32BF16BF16F32_TT */
+        sub_group_barrier(CLK_LOCAL_MEM_FENCE);
+        sa[lane] = as_float((uint)a0[0] << 16);
+        sa[16 + lane] = as_float((uint)a0[1] << 16);
+        sa[32 + lane] = as_float((uint)a0[2] << 16);
+        sa[48 + lane] = as_float((uint)a0[3] << 16);
+        sa[64 + lane] = as_float((uint)a0[4] << 16);
+        sa[80 + lane] = as_float((uint)a0[5] << 16);
+        sa[96 + lane] = as_float((uint)a0[6] << 16);
+        sa[112 + lane] = as_float((uint)a0[7] << 16);
+        sa[128 + lane] = as_float((uint)a0[8] << 16);
+        sa[144 + lane] = as_float((uint)a0[9] << 16);
+        sa[160 + lane] = as_float((uint)a0[10] << 16);
+        sa[176 + lane] = as_float((uint)a0[11] << 16);
+        sa[192 + lane] = as_float((uint)a0[12] << 16);
+        sa[208 + lane] = as_float((uint)a0[13] << 16);
+        sa[224 + lane] = as_float((uint)a0[14] << 16);
+        sa[240 + lane] = as_float((uint)a0[15] << 16);
+        sa[256 + lane] = as_float((uint)a0[16] << 16);
+        sa[272 + lane] = as_float((uint)a0[17] << 16);
+        sa[288 + lane] = as_float((uint)a0[18] << 16);
+        sa[304 + lane] = as_float((uint)a0[19] << 16);
+        sa[320 + lane] = as_float((uint)a0[20] << 16);
+        sa[336 + lane] = as_float((uint)a0[21] << 16);
+        sa[352 + lane] = as_float((uint)a0[22] << 16);
+        sa[368 + lane] = as_float((uint)a0[23] << 16);
+        sa[384 + lane] = as_float((uint)a0[24] << 16);
+        sa[400 + lane] = as_float((uint)a0[25] << 16);
+        sa[416 + lane] = as_float((uint)a0[26] << 16);
+        sa[432 + lane] = as_float((uint)a0[27] << 16);
+        sa[448 + lane] = as_float((uint)a0[28] << 16);
+        sa[464 + lane] = as_float((uint)a0[29] << 16);
+        sa[480 + lane] = as_float((uint)a0[30] << 16);
+        sa[496 + lane] = as_float((uint)a0[31] << 16);
+        sb[lane] = as_float((uint)b0[0] << 16);
+        sb[32 + lane] = as_float((uint)b0[0] & 0xffff0000u);
+        sb[64 + lane] = as_float((uint)b0[1] << 16);
+        sb[96 + lane] = as_float((uint)b0[1] & 0xffff0000u);
+        sb[128 + lane] = as_float((uint)b0[2] << 16);
+        sb[160 + lane] = as_float((uint)b0[2] & 0xffff0000u);
+        sb[192 + lane] = as_float((uint)b0[3] << 16);
+        sb[224 + lane] = as_float((uint)b0[3] & 0xffff0000u);
+        sb[256 + lane] = as_float((uint)b0[4] << 16);
+        sb[288 + lane] = as_float((uint)b0[4] & 0xffff0000u);
+        sb[320 + lane] = as_float((uint)b0[5] << 16);
+        sb[352 + lane] = as_float((uint)b0[5] & 0xffff0000u);
+        sb[384 + lane] = as_float((uint)b0[6] << 16);
+        sb[416 + lane] = as_float((uint)b0[6] & 0xffff0000u);
+        sb[448 + lane] = as_float((uint)b0[7] << 16);
+        sb[480 + lane] = as_float((uint)b0[7] & 0xffff0000u);
+        sb[16 + lane] = as_float((uint)b0[16] << 16);
+        sb[48 + lane] = as_float((uint)b0[16] & 0xffff0000u);
+        sb[80 + lane] = as_float((uint)b0[17] << 16);
+        sb[112 + lane] = as_float((uint)b0[17] & 0xffff0000u);
+        sb[144 + lane] = as_float((uint)b0[18] << 16);
+        sb[176 + lane] = as_float((uint)b0[18] & 0xffff0000u);
+        sb[208 + lane] = as_float((uint)b0[19] << 16);
+        sb[240 + lane] = as_float((uint)b0[19] & 0xffff0000u);
+        sb[272 + lane] = as_float((uint)b0[20] << 16);
+        sb[304 + lane] = as_float((uint)b0[20] & 0xffff0000u);
+        sb[336 + lane] = as_float((uint)b0[21] << 16);
+        sb[368 + lane] = as_float((uint)b0[21] & 0xffff0000u);
+        sb[400 + lane] = as_float((uint)b0[22] << 16);
+        sb[432 + lane] = as_float((uint)b0[22] & 0xffff0000u);
+        sb[464 + lane] = as_float((uint)b0[23] << 16);
+        sb[496 + lane] = as_float((uint)b0[23] & 0xffff0000u);
+        sub_group_barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k = 0; k < 16; ++k) {
+            const float bk0 = sb[(k * 2 + 0) * 16 + lane];
+            const float bk1 = sb[(k * 2 + 1) * 16 + lane];
+            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
+            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
+            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
+            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
+            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
+            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
+            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
+            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
+            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
+            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
+            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
+            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
+            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
+            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
+            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
+            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
+            { const float a = sa[256 + k]; acc_2_0_0 += a * bk0; acc_2_1_0 += a * bk1; }
+            { const float a = sa[272 + k]; acc_2_0_1 += a * bk0; acc_2_1_1 += a * bk1; }
+            { const float a = sa[288 + k]; acc_2_0_2 += a * bk0; acc_2_1_2 += a * bk1; }
+            { const float a = sa[304 + k]; acc_2_0_3 += a * bk0; acc_2_1_3 += a * bk1; }
+            { const float a = sa[320 + k]; acc_2_0_4 += a * bk0; acc_2_1_4 += a * bk1; }
+            { const float a = sa[336 + k]; acc_2_0_5 += a * bk0; acc_2_1_5 += a * bk1; }
+            { const float a = sa[352 + k]; acc_2_0_6 += a * bk0; acc_2_1_6 += a * bk1; }
+            { const float a = sa[368 + k]; acc_2_0_7 += a * bk0; acc_2_1_7 += a * bk1; }
+            { const float a = sa[384 + k]; acc_3_0_0 += a * bk0; acc_3_1_0 += a * bk1; }
+            { const float a = sa[400 + k]; acc_3_0_1 += a * bk0; acc_3_1_1 += a * bk1; }
+            { const float a = sa[416 + k]; acc_3_0_2 += a * bk0; acc_3_1_2 += a * bk1; }
+            { const float a = sa[432 + k]; acc_3_0_3 += a * bk0; acc_3_1_3 += a * bk1; }
+            { const float a = sa[448 + k]; acc_3_0_4 += a * bk0; acc_3_1_4 += a * bk1; }
+            { const float a = sa[464 + k]; acc_3_0_5 += a * bk0; acc_3_1_5 += a * bk1; }
+            { const float a = sa[480 + k]; acc_3_0_6 += a * bk0; acc_3_1_6 += a * bk1; }
+            { const float a = sa[496 + k]; acc_3_0_7 += a * bk0; acc_3_1_7 += a * bk1; }
+        }
+        /* k-chunk 1: 8 x XE_8x16x16_F32BF16BF16F32_TT */
+        sub_group_barrier(CLK_LOCAL_MEM_FENCE);
+        sa[lane] = as_float((uint)a0[32] << 16);
+        sa[16 + lane] = as_float((uint)a0[33] << 16);
+        sa[32 + lane] = as_float((uint)a0[34] << 16);
+        sa[48 + lane] = as_float((uint)a0[35] << 16);
+        sa[64 + lane] = as_float((uint)a0[36] << 16);
+        sa[80 + lane] = as_float((uint)a0[37] << 16);
+        sa[96 + lane] = as_float((uint)a0[38] << 16);
+        sa[112 + lane] = as_float((uint)a0[39] << 16);
+        sa[128 + lane] = as_float((uint)a0[40] << 16);
+        sa[144 + lane] = as_float((uint)a0[41] << 16);
+        sa[160 + lane] = as_float((uint)a0[42] << 16);
+        sa[176 + lane] = as_float((uint)a0[43] << 16);
+        sa[192 + lane] = as_float((uint)a0[44] << 16);
+        sa[208 + lane] = as_float((uint)a0[45] << 16);
+        sa[224 + lane] = as_float((uint)a0[46] << 16);
+        sa[240 + lane] = as_float((uint)a0[47] << 16);
+        sa[256 + lane] = as_float((uint)a0[48] << 16);
+        sa[272 + lane] = as_float((uint)a0[49] << 16);
+        sa[288 + lane] = as_float((uint)a0[50] << 16);
+        sa[304 + lane] = as_float((uint)a0[51] << 16);
+        sa[320 + lane] = as_float((uint)a0[52] << 16);
+        sa[336 + lane] = as_float((uint)a0[53] << 16);
+        sa[352 + lane] = as_float((uint)a0[54] << 16);
+        sa[368 + lane] = as_float((uint)a0[55] << 16);
+        sa[384 + lane] = as_float((uint)a0[56] << 16);
+        sa[400 + lane] = as_float((uint)a0[57] << 16);
+        sa[416 + lane] = as_float((uint)a0[58] << 16);
+        sa[432 + lane] = as_float((uint)a0[59] << 16);
+        sa[448 + lane] = as_float((uint)a0[60] << 16);
+        sa[464 + lane] = as_float((uint)a0[61] << 16);
+        sa[480 + lane] = as_float((uint)a0[62] << 16);
+        sa[496 + lane] = as_float((uint)a0[63] << 16);
+        sb[lane] = as_float((uint)b0[8] << 16);
+        sb[32 + lane] = as_float((uint)b0[8] & 0xffff0000u);
+        sb[64 + lane] = as_float((uint)b0[9] << 16);
+        sb[96 + lane] = as_float((uint)b0[9] & 0xffff0000u);
+        sb[128 + lane] = as_float((uint)b0[10] << 16);
+        sb[160 + lane] = as_float((uint)b0[10] & 0xffff0000u);
+        sb[192 + lane] = as_float((uint)b0[11] << 16);
+        sb[224 + lane] = as_float((uint)b0[11] & 0xffff0000u);
+        sb[256 + lane] = as_float((uint)b0[12] << 16);
+        sb[288 + lane] = as_float((uint)b0[12] & 0xffff0000u);
+        sb[320 + lane] = as_float((uint)b0[13] << 16);
+        sb[352 + lane] = as_float((uint)b0[13] & 0xffff0000u);
+        sb[384 + lane] = as_float((uint)b0[14] << 16);
+        sb[416 + lane] = as_float((uint)b0[14] & 0xffff0000u);
+        sb[448 + lane] = as_float((uint)b0[15] << 16);
+        sb[480 + lane] = as_float((uint)b0[15] & 0xffff0000u);
+        sb[16 + lane] = as_float((uint)b0[24] << 16);
+        sb[48 + lane] = as_float((uint)b0[24] & 0xffff0000u);
+        sb[80 + lane] = as_float((uint)b0[25] << 16);
+        sb[112 + lane] = as_float((uint)b0[25] & 0xffff0000u);
+        sb[144 + lane] = as_float((uint)b0[26] << 16);
+        sb[176 + lane] = as_float((uint)b0[26] & 0xffff0000u);
+        sb[208 + lane] = as_float((uint)b0[27] << 16);
+        sb[240 + lane] = as_float((uint)b0[27] & 0xffff0000u);
+        sb[272 + lane] = as_float((uint)b0[28] << 16);
+        sb[304 + lane] = as_float((uint)b0[28] & 0xffff0000u);
+        sb[336 + lane] = as_float((uint)b0[29] << 16);
+        sb[368 + lane] = as_float((uint)b0[29] & 0xffff0000u);
+        sb[400 + lane] = as_float((uint)b0[30] << 16);
+        sb[432 + lane] = as_float((uint)b0[30] & 0xffff0000u);
+        sb[464 + lane] = as_float((uint)b0[31] << 16);
+        sb[496 + lane] = as_float((uint)b0[31] & 0xffff0000u);
+        sub_group_barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k = 0; k < 16; ++k) {
+            const float bk0 = sb[(k * 2 + 0) * 16 + lane];
+            const float bk1 = sb[(k * 2 + 1) * 16 + lane];
+            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
+            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
+            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
+            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
+            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
+            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
+            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
+            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
+            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
+            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
+            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
+            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
+            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
+            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
+            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
+            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
+            { const float a = sa[256 + k]; acc_2_0_0 += a * bk0; acc_2_1_0 += a * bk1; }
+            { const float a = sa[272 + k]; acc_2_0_1 += a * bk0; acc_2_1_1 += a * bk1; }
+            { const float a = sa[288 + k]; acc_2_0_2 += a * bk0; acc_2_1_2 += a * bk1; }
+            { const float a = sa[304 + k]; acc_2_0_3 += a * bk0; acc_2_1_3 += a * bk1; }
+            { const float a = sa[320 + k]; acc_2_0_4 += a * bk0; acc_2_1_4 += a * bk1; }
+            { const float a = sa[336 + k]; acc_2_0_5 += a * bk0; acc_2_1_5 += a * bk1; }
+            { const float a = sa[352 + k]; acc_2_0_6 += a * bk0; acc_2_1_6 += a * bk1; }
+            { const float a = sa[368 + k]; acc_2_0_7 += a * bk0; acc_2_1_7 += a * bk1; }
+            { const float a = sa[384 + k]; acc_3_0_0 += a * bk0; acc_3_1_0 += a * bk1; }
+            { const float a = sa[400 + k]; acc_3_0_1 += a * bk0; acc_3_1_1 += a * bk1; }
+            { const float a = sa[416 + k]; acc_3_0_2 += a * bk0; acc_3_1_2 += a * bk1; }
+            { const float a = sa[432 + k]; acc_3_0_3 += a * bk0; acc_3_1_3 += a * bk1; }
+            { const float a = sa[448 + k]; acc_3_0_4 += a * bk0; acc_3_1_4 += a * bk1; }
+            { const float a = sa[464 + k]; acc_3_0_5 += a * bk0; acc_3_1_5 += a * bk1; }
+            { const float a = sa[480 + k]; acc_3_0_6 += a * bk0; acc_3_1_6 += a * bk1; }
+            { const float a = sa[496 + k]; acc_3_0_7 += a * bk0; acc_3_1_7 += a * bk1; }
+        }
+
     }
 
     /* epilogue: 8 x XE_2D_U32x8x16_ST_N */
     {
         uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, acc_0_0);
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7));
         xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 0, c);
     }
     {
         uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, acc_0_1);
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_1_0, acc_0_1_1, acc_0_1_2, acc_0_1_3, acc_0_1_4, acc_0_1_5, acc_0_1_6, acc_0_1_7));
         xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 0, c);
     }
     {
         uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, acc_1_0);
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7));
         xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 8, c);
     }
     {
         uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, acc_1_1);
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_1_0, acc_1_1_1, acc_1_1_2, acc_1_1_3, acc_1_1_4, acc_1_1_5, acc_1_1_6, acc_1_1_7));
         xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 8, c);
     }
     {
         uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, acc_2_0);
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_2_0_0, acc_2_0_1, acc_2_0_2, acc_2_0_3, acc_2_0_4, acc_2_0_5, acc_2_0_6, acc_2_0_7));
         xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 16, c);
     }
     {
         uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, acc_2_1);
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_2_1_0, acc_2_1_1, acc_2_1_2, acc_2_1_3, acc_2_1_4, acc_2_1_5, acc_2_1_6, acc_2_1_7));
         xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 16, c);
     }
     {
         uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, acc_3_0);
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_3_0_0, acc_3_0_1, acc_3_0_2, acc_3_0_3, acc_3_0_4, acc_3_0_5, acc_3_0_6, acc_3_0_7));
         xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 24, c);
     }
     {
         uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, acc_3_1);
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_3_1_0, acc_3_1_1, acc_3_1_2, acc_3_1_3, acc_3_1_4, acc_3_1_5, acc_3_1_6, acc_3_1_7));
         xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 24, c);
     }
 }

@@ -60,9 +60,9 @@ def test_gemm_verifies_against_numpy(name, session):
 def test_wrong_result_is_failed_verify_and_not_timed(session, monkeypatch):
     pv = _one(GEMMS["bf16_edges"])
     original = evaluate.render_variant
-    # a kernel that forgets one k-step's MMA on one fragment: only verification can notice
+    # a kernel whose accumulator starts from 1 instead of 0 on one fragment row: only verification can notice
     monkeypatch.setattr(evaluate, "render_variant",
-                        lambda p, lowering: original(p, lowering).replace("acc_0_0 = 0", "acc_0_0 = 1", 1))
+                        lambda p, lowering: original(p, lowering).replace("acc_0_0_0 = 0", "acc_0_0_0 = 1", 1))
     res = run_variant(pv, session)
     assert res.status == "failed_verify"
     assert res.time_ms is None and res.gflops is None

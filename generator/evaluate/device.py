@@ -57,14 +57,16 @@ class DeviceKernel:
 
 
 class DeviceBuilder(Builder):
-    """Builds a variant's OpenCL C on the session's device (native lowering: with its build options)."""
+    """Builds a variant's OpenCL C on the session's device (native lowering: with its build options;
+    ``options`` replaces the default ones, e.g. to build a reference kernel without optimisation)."""
 
-    def __init__(self, session: DeviceSession, lowering: Lowering):
+    def __init__(self, session: DeviceSession, lowering: Lowering, options: str | None = None):
         self.session = session
         self.lowering = lowering
+        self.options = options
 
     def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> DeviceKernel | None:
-        options = BUILD_OPTIONS
+        options = self.options or BUILD_OPTIONS
         if self.lowering.name == "native":
             options = f"{BUILD_OPTIONS} {build_options(pv.config.target.grf)}"
         t0 = time.perf_counter()

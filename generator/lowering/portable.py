@@ -29,15 +29,42 @@ def _component(var: str, width: int, i: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def copy_plan(atom: CopyAtom) -> dict:
-    """What templates/copy/portable.cl.j2 prints for a 2D block copy atom: per register component, the
-    C that reads (loads) or writes (stores) its elements with the prelude's xe_ld_* / xe_st_* helpers,
-    at coordinates written as expressions in x, y and lane (checked against ``element_coord``)."""
-    reg_bits = atom.register_elem_bits
-    reg, per_reg, suffix = atom.register_elem_ctype, reg_bits // atom.elem_bits, f"u{atom.elem_bits}"
+    """What templates/copy/portable.cl.j2 prints for a 2D block copy atom (nothing for a prefetch), from the
+    same rule as ``CopyAtom.element_coord`` (the coordinates are checked against it):
+
+    - ``extent``: the block's rows and columns in elements, to test whether it lies wholly inside the surface;
+    - ``fast``: for such a block, per register component, the C that reads (``v[i] = ...;``) or writes its
+      elements with the unchecked xe_ldu_* / xe_stu_* at (row, col) written in x, y and lane: a register
+      row is one plain vector access at ``x + lane``;
+    - ``edge``: for a block over an edge, per register element that is real on some lane, the numbers
+      (component, shift, lanes, row0, row_hi, row_lo, col0, col_hi, col_lo): the element sits at
+      (y + row0 + row_hi * (lane / L) + row_lo * (lane % L), x + col0 + ...) on lanes 0 .. lanes-1, L =
+      ``length``.  The exact path walks this table with the bounds-checked xe_ld_* / xe_st_* (out of the
+      surface: reads 0, writes nothing): one loop instead of thousands of unrolled masked accesses, which
+      made a GEMM build three times slower.
+    """
     if atom.is_prefetch:
         return {}
-    args = "base, width_bytes, height, pitch_bytes"
+    per_reg = atom.register_elem_bits // atom.elem_bits
+    length = min(atom.dealt_shape[1], SUB_GROUP)
+    edge = []
+    for e in range(atom.register_length * per_reg):
+        at = _copy_coord(atom, e)
+        if at is not None:
+            (row, col), lanes = at
+            edge.append((e // per_reg, e % per_reg * atom.elem_bits, lanes, *row, *col))
+    narrow = atom.elem_bits < atom.register_elem_bits
+    return {"extent": (atom.rows, atom.cols), "fast": _fast_lines(atom), "edge": tuple(edge), "length": length,
+            "elem_ctype": UNSIGNED_CTYPE[max(8, atom.elem_bits)],      # a 4-bit element travels in a uchar
+            "mask": f" & {hex((1 << atom.elem_bits) - 1)}u" if narrow else ""}
+
+
+def _fast_lines(atom: CopyAtom) -> tuple[str, ...]:
+    """The C lines of a load (``v[i] = ...;``) or a store of a block wholly inside the surface."""
+    reg_bits = atom.register_elem_bits
+    reg, per_reg, suffix = atom.register_elem_ctype, reg_bits // atom.elem_bits, f"u{atom.elem_bits}"
     elem = UNSIGNED_CTYPE[max(8, atom.elem_bits)]            # a 4-bit element travels in a uchar
+    length = min(atom.dealt_shape[1], SUB_GROUP)
     loads, stores = [], []
     for i in range(atom.register_length):
         lhs = "v" if atom.register_length == 1 else f"v[{i}]"
@@ -46,27 +73,30 @@ def copy_plan(atom: CopyAtom) -> dict:
             at = _copy_coord(atom, i * per_reg + j)
             if at is None:
                 continue                      # padding on every lane: reads as 0, never written
-            (row, col), lanes = at
-            read, value = f"xe_ld_{suffix}({args}, {row}, {col})", lhs
+            coefs, lanes = at
+            row, col = (f"{origin} + {_lane_expr(c, length)}" if any(c) else origin
+                        for origin, c in zip(("y", "x"), coefs))
+            read, value = f"xe_ldu_{suffix}(base, pitch_bytes, {row}, {col})", lhs
             if per_reg > 1:                   # several elements per component, the first in the low bits
                 shift = j * atom.elem_bits
                 read = f"({reg}){read}" + (f" << {shift}" if shift else "")
                 value = f"({elem})" + (f"({lhs} >> {shift})" if shift else lhs) + \
                     (" & 15" if atom.elem_bits == 4 else "")
+            store = f"xe_stu_{suffix}(base, pitch_bytes, {row}, {col}, {value});"
             if lanes < SUB_GROUP:             # padding on lanes >= `lanes`
                 parts.append(f"(lane < {lanes} ? {read} : 0)")
-                stores.append(f"if (lane < {lanes}) xe_st_{suffix}({args}, {row}, {col}, {value});")
+                stores.append(f"if (lane < {lanes}) {store}")
             else:
                 parts.append(read)
-                stores.append(f"xe_st_{suffix}({args}, {row}, {col}, {value});")
+                stores.append(store)
         loads.append(f"{lhs} = {' | '.join(parts) if parts else '0'};")
-    return {"loads": tuple(loads)} if atom.is_load else {"stores": tuple(stores)}
+    return tuple(loads) if atom.is_load else tuple(stores)
 
 
 def _copy_coord(atom: CopyAtom, k: int):
-    """((row, col) of register element k as C expressions in y, x and lane, number of lanes holding a real
-    element (they are lanes 0 .. n-1)), or None if k is padding on every lane.  The lane map deals lanes
-    row by row: coordinates are affine in lane / L and lane % L, L = the dealt row length (at most 16)."""
+    """((row, col) of register element k, each as (base, hi, lo): base + hi * (lane / L) + lo * (lane % L)
+    relative to (y, x), number of lanes holding a real element (they are lanes 0 .. n-1)), or None if k is
+    padding on every lane.  The lane map deals lanes row by row, L = the dealt row length (at most 16)."""
     coords = [atom.element_coord(lane, k) for lane in range(SUB_GROUP)]
     lanes = sum(c is not None for c in coords)
     if lanes == 0:
@@ -74,21 +104,36 @@ def _copy_coord(atom: CopyAtom, k: int):
     if any(c is None for c in coords[:lanes]) or any(c is not None for c in coords[lanes:]):
         raise AtomError(f"{atom.name}: element {k} is padding on lanes that are not the last ones")
     length = min(atom.dealt_shape[1], SUB_GROUP)
-    exprs = []
-    for axis, origin in ((0, "y"), (1, "x")):
-        base = coords[0][axis]
-        lo = coords[1][axis] - base if lanes > 1 and length > 1 else 0
-        hi = coords[length][axis] - base if lanes > length else 0
-        for lane in range(lanes):
-            if coords[lane][axis] != base + hi * (lane // length) + lo * (lane % length):
-                raise AtomError(f"{atom.name}: element {k} is not affine in lane / {length}, lane % {length}")
-        terms = [str(base)] if base else []
-        lane_in_row = "lane" if length == SUB_GROUP else f"lane % {length}"
-        for coef, var in ((hi, f"lane / {length}"), (lo, lane_in_row)):
-            if coef:
-                terms.append(var if coef == 1 else f"{var} * {coef}")
-        exprs.append(" + ".join([origin] + terms))
-    return tuple(exprs), lanes
+    coefs = []
+    for axis in (0, 1):
+        fit = _lane_affine([c[axis] for c in coords[:lanes]], length)
+        if fit is None:
+            raise AtomError(f"{atom.name}: element {k} is not affine in lane / {length}, lane % {length}")
+        coefs.append(fit)
+    return tuple(coefs), lanes
+
+
+def _lane_affine(values: list[int], length: int) -> tuple[int, int, int] | None:
+    """(base, hi, lo) with values[lane] = base + hi * (lane / length) + lo * (lane % length) for every lane
+    given, or None when the values are not of that form."""
+    lanes, base = len(values), values[0]
+    lo = values[1] - base if lanes > 1 and length > 1 else 0
+    hi = values[length] - base if lanes > length else 0
+    if any(v != base + hi * (lane // length) + lo * (lane % length) for lane, v in enumerate(values)):
+        return None
+    return base, hi, lo
+
+
+def _lane_expr(coefs: tuple[int, int, int], length: int, sub_group: int = SUB_GROUP) -> str:
+    """(base, hi, lo) of :func:`_lane_affine` as a C expression in ``lane`` (``lane % length`` written
+    ``lane`` when length is the sub-group size)."""
+    base, hi, lo = coefs
+    terms = [str(base)] if base else []
+    lane_in_row = "lane" if length == sub_group else f"lane % {length}"
+    for coef, var in ((hi, f"lane / {length}"), (lo, lane_in_row)):
+        if coef:
+            terms.append(var if coef == 1 else f"{var} * {coef}")
+    return " + ".join(terms) if terms else "0"
 
 
 # ---- DPAS atoms ------------------------------------------------------------------------------------------
@@ -266,3 +311,130 @@ def mma_plan(atom: MmaAtom) -> PortablePlan:
     return PortablePlan(acc=vec(acc), value=value, b_unpack=b_unpack, a_raw=a_raw, a_decode=a_decode,
                         a_loops=_a_loops(atom, lambda width: vec(value, width)), c_in=c_in, d_out=d_out,
                         needs_fp16="F16" in (atom.a, atom.c), needs_bf16_rounding=atom.c == "BF16")
+
+
+# ---- the GEMM k-step: DPAS atoms composed for the CPU ----------------------------------------------------
+
+@dataclass(frozen=True)
+class StagedKstep:
+    """One k-step of a GEMM's DPAS atoms in the portable lowering, as templates/mma/portable.cl.j2's
+    ``kstep`` macro prints it.
+
+    Per DPAS k-chunk (the atom's K), each lane writes the A and B elements it holds, decoded, into its
+    sub-group's local-memory stage, at the (row, k) and (k, column) the atoms' lane maps give them; then for
+    each k in increasing order every accumulator row takes acc += A[row][k] * B[k][lane], with A[row][k] a
+    uniform load (a broadcast) and B[k][lane] a plain per-lane load.  The accumulators are one scalar per
+    (fragment, row, lane), so the CPU runtime keeps them in vector registers.
+
+    These are the DPAS atom's operations in the DPAS atom's order (the same as the portable DPAS function,
+    :func:`mma_plan`): the results are bit for bit those of the atom-by-atom kernel.  A bf16 or f16
+    accumulator is rounded to its type after each chunk, as each DPAS does.
+    """
+
+    value: str                                    # the stage's and the accumulators' type: float or uint
+    rows: int                                     # accumulator rows computed per fragment (the atom's M)
+    register_rows: int                            # rows of the accumulator register (padding included)
+    k: int                                        # the atom's K: one chunk
+    a_size: int                                   # stage elements of A per chunk: mt * rows * k
+    b_size: int                                   # stage elements of B per chunk: k * nt * sub-group
+    a_stage: tuple[tuple[str, ...], ...]          # per chunk ki: the lines staging A fragments (i, ki)
+    b_stage: tuple[tuple[str, ...], ...]          # per chunk ki: the lines staging B fragments (ki, j)
+    acc_ctype: str                                # the DPAS accumulator register's type
+    round_row: str | None                         # C expression rounding row {x} to the accumulator type
+    pack_row: str                                 # C expression of row {x} as the accumulator's component
+
+    def rounded(self, name: str) -> str | None:
+        """``name`` = ``name`` rounded to the accumulator type (bf16/f16), or None when nothing to do."""
+        return None if self.round_row is None else f"{name} = {self.round_row.format(x=name)};"
+
+    def packed(self, i: int, j: int) -> str:
+        """Accumulator fragment (i, j) as the DPAS accumulator register, from its scalars acc_i_j_<row>."""
+        rows = [self.pack_row.format(x=f"acc_{i}_{j}_{r}") for r in range(self.register_rows)]
+        return rows[0] if len(rows) == 1 else f"({self.acc_ctype})({', '.join(rows)})"
+
+
+def _unit(var: str, reg_ctype: str, unit_bits: int, index: int) -> str:
+    """Unit ``index`` (``unit_bits`` wide, little-endian) of the copy register ``var`` of type ``reg_ctype``,
+    as a uint expression: the bits the fragment helpers of templates/fragments.cl.j2 would move."""
+    bits, n = ctype_shape(reg_ctype)
+
+    def comp(i: int) -> str:
+        return f"(uint){var}" if n == 1 else f"(uint){var}[{i}]"
+
+    if bits == unit_bits:
+        return comp(index)
+    if bits > unit_bits:
+        per = bits // unit_bits
+        shift = index % per * unit_bits
+        value = comp(index // per) if not shift else f"({comp(index // per)} >> {shift})"
+        return f"({value} & {hex((1 << unit_bits) - 1)}u)"
+    per = unit_bits // bits
+    parts = [comp(index * per + t) + (f" << {t * bits}" if t else "") for t in range(per)]
+    return "(" + " | ".join(parts) + ")"
+
+
+def _stage_lines(stage: str, slots: list[list], values: list[list], sub_group: int) -> list[str]:
+    """``stage[slot] = value;`` for every register element, each written once for all lanes: ``slots[lane][e]``
+    (None where lane holds padding) as an affine expression in the lane, ``values[e]`` a C expression."""
+    lines = []
+    for e, value in enumerate(values):
+        column = [slots[lane][e] for lane in range(sub_group)]
+        lanes = sum(s is not None for s in column)
+        if lanes == 0:
+            continue
+        assert all(s is not None for s in column[:lanes]), "padding lanes come last"
+        fit = next(((length, c) for length in (sub_group, 8, 4, 2)
+                    if (c := _lane_affine(column[:lanes], length)) is not None), None)
+        if fit is None:
+            raise AtomError(f"register element {e} is not affine in the lane")
+        line = f"{stage}[{_lane_expr(fit[1], fit[0], sub_group)}] = {value};"
+        lines.append(line if lanes == sub_group else f"if (lane < {lanes}) {line}")
+    return lines
+
+
+def staged_kstep(plan) -> StagedKstep:
+    """The portable k-step of a :class:`xegemm.plan.Plan`, from its fragments and the DPAS atom's lane maps."""
+    atom: MmaAtom = plan.mma
+    mt, nt, kt = plan.mma_grid
+    sub_group, rm, k = atom.n, atom.register_m, atom.k
+    value = "uint" if atom.is_integer else "float"
+    full = atom if atom.m == rm else MmaAtom(rm, atom.n, atom.k, atom.d, atom.a, atom.b, atom.c)
+
+    a_bits, a_n = ctype_shape(atom.a_ctype)
+    a_per = a_bits // atom.a_type.bits
+    a_cells = full.lane_map("a").map
+    b_bits, b_n = ctype_shape(atom.b_ctype)
+    b_per = b_bits // atom.b_type.bits
+    a_stage, b_stage = [], []
+    for ki in range(kt):
+        lines = []
+        for i in range(mt):
+            frag = plan.a.fragments[(i, ki)]
+            reg = f"a{frag.tile}"
+            values, slots = [], [[] for _ in range(sub_group)]
+            for e in range(a_n * a_per):
+                unit = _unit(reg, plan.a.atom.register_type, a_bits, frag.offset + e // a_per)
+                values.append(_decode(atom.a_type, unit, e % a_per, source_bits=a_bits))
+                for lane in range(sub_group):
+                    cell = a_cells[lane][e]
+                    real = cell is not None and cell[0] < atom.m
+                    slots[lane].append((i * rm + cell[0]) * k + cell[1] if real else None)
+            lines += _stage_lines("sa", slots, values, sub_group)
+        a_stage.append(tuple(lines))
+        lines = []
+        for j in range(nt):
+            frag = plan.b.fragments[(ki, j)]
+            reg = f"b{frag.tile}"
+            values = [_decode(atom.b_type, _unit(reg, plan.b.atom.register_type, b_bits, frag.offset + kk // b_per),
+                              kk % b_per, source_bits=b_bits) for kk in range(k)]
+            slots = [[(kk * nt + j) * sub_group + lane for kk in range(k)] for lane in range(sub_group)]
+            lines += _stage_lines("sb", slots, values, sub_group)
+        b_stage.append(tuple(lines))
+
+    round_row = {"F16": "(float)convert_half_rte({x})",
+                "BF16": "as_float((uint)xe_mma_float_to_bf16_rne({x}) << 16)"}.get(atom.c)
+    row = {"F32": "{x}", "S32": "as_int({x})", "F16": "(half){x}",   # exact: already rounded to the type
+           "BF16": "as_short((ushort)(as_uint({x}) >> 16))"}[atom.c]
+    return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=mt * rm * k,
+                       b_size=k * nt * sub_group, a_stage=tuple(a_stage), b_stage=tuple(b_stage),
+                       acc_ctype=atom.c_ctype, round_row=round_row, pack_row=row)
