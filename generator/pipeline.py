@@ -32,7 +32,7 @@ from xegemm.evaluate.device import DeviceSession, device_evaluator
 from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.profile import time_numpy_reference
-from xegemm.report import ResultStore, write_json_atomic, write_reports
+from xegemm.report import ResultStore, own_reference, problem_shape, write_json_atomic, write_reports
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.verify import check_fits
 
@@ -132,10 +132,14 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
             store.add(key, evaluator.evaluate(pv, source).as_dict())
             keys.append(key)
         evaluator.builder.close()
+        # every timed variant carries the reference measured interleaved with it; a problem none of whose
+        # variants was timed still gets one, measured on its own
         problems = {(pv.config.problem.m, pv.config.problem.n, pv.config.problem.k, pv.config.problem.batch)
                     for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n,
                                                                    config.problem.k, config.problem.batch)}
-        references = {shape: time_numpy_reference(*shape, repeats=reference_repeats) for shape in sorted(problems)}
+        timed = {problem_shape(store.records[k].get("params", {})) for k in keys if own_reference(store.records[k])}
+        references = {shape: time_numpy_reference(*shape, repeats=reference_repeats)
+                      for shape in sorted(problems - timed)}
     except KeyboardInterrupt:
         evaluator.builder.close()
         write_reports(store, keys, {}, lowering=low.name, capabilities=low.capabilities_name)

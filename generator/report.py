@@ -24,7 +24,7 @@ from xegemm.errors import XegemmError
 from xegemm.runtime.devices import dpctl_module
 
 CSV_COLUMNS = ("name", "status", "reason", "median_ms", "min_ms", "max_ms", "cv", "runs", "gflops", "gbps",
-               "vs_numpy", "max_abs_err", "max_rel_err", "bad_elements", "build_s")
+               "vs_numpy", "numpy_gflops", "high_cv", "max_abs_err", "max_rel_err", "bad_elements", "build_s")
 
 
 def write_text_atomic(path: Path | str, text: str) -> None:
@@ -167,24 +167,36 @@ def _sort_key(v: dict):
     return (v["status"] != "ok", -(v.get("gflops") or 0.0), v["name"])
 
 
-def _shape(params: dict) -> tuple:
+def problem_shape(params: dict) -> tuple:
+    """(m, n, k, batch) of a variant's parameters: what groups variants into problems."""
     return tuple(params.get(k) for k in ("m", "n", "k", "batch"))
+
+
+def own_reference(variant: dict) -> dict | None:
+    """The numpy reference measured interleaved with this variant's timing (None if it was not timed)."""
+    return (variant.get("extra") or {}).get("reference")
 
 
 def write_reports(store: ResultStore, keys: list[str], references: dict, lowering: str,
                   capabilities: str | None = None) -> dict:
-    """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal);
-    ``references`` maps each problem (m, n, k, batch) to its numpy reference measured in this run."""
+    """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal).
+
+    Each timed variant's ratio is to the numpy reference measured interleaved with it; a problem's reference
+    in the header is its best variant's.  ``references`` maps a problem (m, n, k, batch) none of whose
+    variants was timed to a reference measured on its own (or is empty)."""
     cfg = store.config
     variants = sorted((dict(store.records[k]) for k in dict.fromkeys(keys) if k in store.records), key=_sort_key)
     for v in variants:
-        ref = references.get(_shape(v.get("params", {})))
+        ref = own_reference(v)
         v["vs_numpy"] = (v["gflops"] / ref["gflops"]) if v.get("gflops") and ref and ref.get("gflops") else None
     best = next((v for v in variants if v["status"] == "ok"), None)
     best_per_problem = {}
+    references = dict(references)
     for v in variants:          # sorted fastest first: the first ok variant of each problem is its best
         if v["status"] == "ok":
-            best_per_problem.setdefault(_shape(v["params"]), v["name"])
+            best_per_problem.setdefault(problem_shape(v["params"]), v["name"])
+            if own_reference(v) and problem_shape(v["params"]) not in references:
+                references[problem_shape(v["params"])] = own_reference(v)
     base = (cfg.problem.m, cfg.problem.n, cfg.problem.k, cfg.problem.batch)
     reference = references.get(base) or next(iter(references.values()), None)
     data = {
@@ -215,6 +227,7 @@ def _row(v: dict) -> dict:
     return {"name": v["name"], "status": v["status"], "reason": v.get("reason") or "",
             "median_ms": t.get("median"), "min_ms": t.get("min"), "max_ms": t.get("max"), "cv": t.get("cv"),
             "runs": t.get("runs"), "gflops": v.get("gflops"), "gbps": v.get("gbps"), "vs_numpy": v.get("vs_numpy"),
+            "numpy_gflops": (own_reference(v) or {}).get("gflops"), "high_cv": (own_reference(v) or {}).get("high_cv"),
             "max_abs_err": v.get("max_abs_err"), "max_rel_err": v.get("max_rel_err"),
             "bad_elements": v.get("bad_elements"), "build_s": v.get("build_s")}
 
@@ -235,6 +248,16 @@ def _fmt(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _reference_line(ref: dict, problems: int) -> str:
+    how = ("measured interleaved with each variant (alternating runs, so both sides saw the same load); the "
+           "best variant's" if ref.get("interleaved") else "measured on its own after the variants")
+    cond = ref.get("conditions") or {}
+    return (f"- reference: numpy {ref['numpy']} float32 matmul, {how}: median {ref['time_ms']['median']:.3f} ms = "
+            f"{ref['gflops']:.1f} GFLOP/s (OPENBLAS_CORETYPE={ref['openblas_coretype']}, load average "
+            f"{_fmt(cond.get('loadavg_1m'), '.2f')}, {cond.get('cpus')} CPUs, CV {ref['time_ms']['cv']:.1%})"
+            + (f"; {problems} problems, each with its own reference (results.json)" if problems > 1 else ""))
+
+
 def _markdown(data: dict) -> str:
     d, p, ref = data["device"], data["problem"], data["reference"]
     lines = [f"# xegemm report: {data['config']['name']}", "",
@@ -245,18 +268,19 @@ def _markdown(data: dict) -> str:
              f"A={data['types']['a']} B={data['types']['b']} acc={data['types']['acc']} C={data['types']['c']}; "
              f"layouts {data['layout']['a']}/{data['layout']['b']}/{data['layout']['c']}",
              "- versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
-             (f"- reference measured in this run: numpy {ref['numpy']} float32 matmul, median "
-              f"{ref['time_ms']['median']:.3f} ms = {ref['gflops']:.1f} GFLOP/s "
-              f"(OPENBLAS_CORETYPE={ref['openblas_coretype']})"
-              + (f"; {len(data['references'])} problems, each with its own reference (results.json)"
-                 if len(data["references"]) > 1 else "")) if ref else
-             "- reference: not measured (the run was interrupted before it)", ""]
+             _reference_line(ref, len(data["references"])) if ref else
+             "- reference: not measured (the run was interrupted before it)"]
+    noisy = [v for v in data["variants"] if (own_reference(v) or {}).get("high_cv")]
+    if noisy:
+        lines.append(f"- warning: {len(noisy)} variant(s) kept a CV above 10% after measuring twice (marked "
+                     "'high CV' below): the machine was busy, so their times and ratios are uncertain")
+    lines.append("")
     counts = {}
     for v in data["variants"]:
         counts[v["status"]] = counts.get(v["status"], 0) + 1
     lines.append("Variants: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".")
     lines.append("")
-    several = len({_shape(v.get("params", {})) for v in data["variants"]}) > 1
+    several = len({problem_shape(v.get("params", {})) for v in data["variants"]}) > 1
     by_name = {v["name"]: v for v in data["variants"]}
     lines += ["## Best variant" + (" per problem" if several else ""), ""]
     for entry in data["best_per_problem"]:
@@ -277,7 +301,8 @@ def _markdown(data: dict) -> str:
         reason = (v.get("reason") or "").replace("|", "\\|").replace("\n", " ")
         prm = v.get("params", {})
         problem = f"{prm.get('m')}x{prm.get('n')}x{prm.get('k')} | " if several else ""
-        lines.append(f"| `{v['name']}` | {problem}{v['status']} | {_fmt(t.get('median'), '.3f')} | "
+        status = v["status"] + (" (high CV)" if (own_reference(v) or {}).get("high_cv") else "")
+        lines.append(f"| `{v['name']}` | {problem}{status} | {_fmt(t.get('median'), '.3f')} | "
                      f"{_fmt(v.get('gflops'), '.1f')} | {_fmt(v.get('vs_numpy'), '.2f')} | "
                      f"{_fmt(t.get('cv'), '.1%')} | {_fmt(v.get('max_abs_err'), '.3g')} | {reason[:300]} |")
     lines.append("")

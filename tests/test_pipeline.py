@@ -134,12 +134,18 @@ def test_run_writes_results_that_match_the_contract_and_resumes(tmp_path, sycl_d
             assert set(v["time_ms"]) >= {"min", "median", "max"} and v["reason"] is None
             assert v["time_ms"]["min"] <= v["time_ms"]["median"] <= v["time_ms"]["max"]
             assert isinstance(v["gflops"], float) and isinstance(v["max_abs_err"], float)
+            ref = v["extra"]["reference"]        # numpy, measured interleaved with this variant's launches
+            assert ref["interleaved"] and ref["time_ms"]["runs"] == v["time_ms"]["runs"]
+            assert v["vs_numpy"] == pytest.approx(v["gflops"] / ref["gflops"])
+            assert ref["conditions"]["cpus"] >= 1 and "loadavg_1m" in ref["conditions"]
         else:
             assert v["time_ms"] is None and v["gflops"] is None and "sub-groups" in v["reason"]
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert len(rows) == 6 and {"name", "status", "median_ms", "gflops", "wg_m", "prefetch"} <= set(rows[0])
     report = (out / "report.md").read_text()
-    assert "## Best variant" in report and on_disk["best"] in report and "numpy" in report
+    assert "## Best variant" in report and on_disk["best"] in report and "measured interleaved" in report
+    best = next(v for v in on_disk["variants"] if v["name"] == on_disk["best"])
+    assert on_disk["reference"] == best["extra"]["reference"]
 
     # an interrupted sweep: drop the last journal line, tear another, rerun into the same directory
     journal = out / "results.jsonl"

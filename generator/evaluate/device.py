@@ -17,7 +17,7 @@ from xegemm.config import Config
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.lowering import Lowering
 from xegemm.lowering.native import build_options
-from xegemm.profile import gemm_flops, time_kernel
+from xegemm.profile import NumpyReference, gemm_flops, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
 from xegemm.verify import check, make_operands, poison_c, reference
 
@@ -32,6 +32,7 @@ class DeviceSession:
         self.queue = make_queue(sycl_device, profiling=True)
         self._problem_key = None
         self._buffers = None
+        self._reference = None
 
     def buffers(self, config: Config):
         """Device buffers and reference for the config's problem and types (rebuilt when they change)."""
@@ -44,6 +45,13 @@ class DeviceSession:
                              "poison": poison}
             self._problem_key = key
         return self._buffers
+
+    def numpy_reference(self, config: Config) -> NumpyReference:
+        """numpy's float32 matmul of the config's problem (kept while the problem stays the same)."""
+        p = config.problem
+        if self._reference is None or self._reference[0] != p:
+            self._reference = (p, NumpyReference(p.m, p.n, p.k, p.batch))
+        return self._reference[1]
 
 
 @dataclass
@@ -111,17 +119,25 @@ class VerifyObserver(Observer):
 class TimingObserver(Observer):
     """Times a verified kernel with device profiling events: GFLOP/s and GB/s from the median.
 
-    ``timer(submit, warmup, repeats, min_time_ms)`` returns a :class:`xegemm.profile.Timing`; the default is
-    :func:`xegemm.profile.time_kernel` (a benchmark harness passes its own).
+    By default each launch alternates with a run of numpy's float32 matmul of the same problem
+    (:func:`xegemm.profile.measure_against_reference`): the reference lands in ``extra["reference"]``,
+    measured under the same conditions as the kernel.  ``timer(submit, warmup, repeats, min_time_ms)``
+    returning a :class:`xegemm.profile.Timing` replaces that (a benchmark harness passes its own and measures
+    its references itself).
     """
 
     def __init__(self, timer=None):
-        self.timer = timer or time_kernel
+        self.timer = timer
 
     def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel: DeviceKernel) -> None:
         config, prof = kernel.config, kernel.config.profile
         try:
-            timing = self.timer(kernel.submit, prof.warmup, prof.repeats, prof.min_time_ms)
+            if self.timer is not None:
+                timing = self.timer(kernel.submit, prof.warmup, prof.repeats, prof.min_time_ms)
+            else:
+                timing, evaluation.extra["reference"] = measure_against_reference(
+                    lambda: _launch_ms(kernel), kernel.session.numpy_reference(config), prof.warmup, prof.repeats,
+                    prof.min_time_ms)
         except Exception as exc:  # noqa: BLE001 - verified, but timing failed: recorded, the sweep goes on
             evaluation.fail("error", f"timing failed after verification: {exc!r}")
             return
@@ -131,6 +147,13 @@ class TimingObserver(Observer):
         evaluation.gflops = gemm_flops(p.m, p.n, p.k, p.batch) / seconds * 1e-9
         moved = ops.a_bytes.nbytes + ops.b_bytes.nbytes + p.batch * p.m * ops.ldc
         evaluation.gbps = moved / seconds * 1e-9
+
+
+def _launch_ms(kernel: DeviceKernel) -> float:
+    """Launch once and wait; the launch's device time in ms (profiling events)."""
+    event = kernel.submit()
+    event.wait()
+    return (event.profiling_info_end - event.profiling_info_start) * 1e-6
 
 
 def device_evaluator(session: DeviceSession, lowering: Lowering, log_dir=None, timer=None,
