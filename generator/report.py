@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import tempfile
+import time
 from pathlib import Path
 
 import numpy
@@ -105,6 +106,7 @@ class ResultStore:
         self.device = device
         self.journal = self.out / "results.jsonl"
         self.records: dict[str, dict] = {}
+        self.when: dict[str, dict] = {}  # key -> {"finished_at", "load1"}: when each result was recorded
         self.damaged: list[str] = []     # "results.jsonl:LINE: what is wrong", for lines that were skipped
         if self.journal.exists():
             text = self.journal.read_text(encoding="utf-8", errors="replace")
@@ -129,6 +131,7 @@ class ResultStore:
                                         "variant runs again")
                     continue
                 self.records[key] = result
+                self.when[key] = {k: entry[k] for k in ("finished_at", "load1") if k in entry}
 
     def key(self, name: str, config, lowering: str, compiler_capabilities: str | None, source_sha256: str | None) -> str:
         """What makes a recorded result reusable: the kernel (name and source), lowering and compiler capabilities,
@@ -152,8 +155,9 @@ class ResultStore:
     def add(self, key: str, result: dict) -> None:
         """Record a finished variant durably (one journal line, fsync'ed)."""
         self.records[key] = result
+        self.when[key] = {"finished_at": round(time.time(), 3), "load1": os.getloadavg()[0]}
         with open(self.journal, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"key": key, "result": result}, default=str) + "\n")
+            f.write(json.dumps({"key": key, "result": result, **self.when[key]}, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
@@ -161,6 +165,22 @@ class ResultStore:
 def _versions() -> dict:
     return {"xegemm": __version__, "dpctl": dpctl_module().__version__, "numpy": numpy.__version__,
             "python": platform.python_version()}
+
+
+# environment variables that decide how many threads the device runtime and the reference BLAS use
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE",
+                    "DPCPP_CPU_NUM_CUS", "CL_CONFIG_CPU_TBB_NUM_WORKERS", "ONEAPI_DEVICE_SELECTOR")
+
+
+def measurement_conditions() -> dict:
+    """What else ran and how many threads could run: load average, CPUs, thread settings (now)."""
+    return {"loadavg": list(os.getloadavg()), "cpu_count": os.cpu_count(),
+            "affinity_cpus": len(os.sched_getaffinity(0)),
+            "threads_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ}}
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _sort_key(v: dict):
@@ -172,11 +192,18 @@ def _shape(params: dict) -> tuple:
 
 
 def write_reports(store: ResultStore, keys: list[str], references: dict, lowering: str,
-                  capabilities: str | None = None) -> dict:
+                  capabilities: str | None = None, command: str | None = None,
+                  started_at: float | None = None) -> dict:
     """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal);
-    ``references`` maps each problem (m, n, k, batch) to its numpy reference measured in this run."""
+    ``references`` maps each problem (m, n, k, batch) to its numpy reference measured in this run.
+
+    Each variant also gets ``trial`` (its place in this run's order: a sweep is a trial order too) and, from
+    the journal, ``finished_at`` (Unix time) and ``load1`` (the 1-minute load average when it finished)."""
     cfg = store.config
-    variants = sorted((dict(store.records[k]) for k in dict.fromkeys(keys) if k in store.records), key=_sort_key)
+    variants = []
+    for trial, k in enumerate((k for k in dict.fromkeys(keys) if k in store.records), 1):
+        variants.append({**store.records[k], "trial": trial, **store.when.get(k, {})})
+    variants.sort(key=_sort_key)
     for v in variants:
         ref = references.get(_shape(v.get("params", {})))
         v["vs_numpy"] = (v["gflops"] / ref["gflops"]) if v.get("gflops") and ref and ref.get("gflops") else None
@@ -192,7 +219,11 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
         "problem": cfg.to_dict()["problem"],
         "types": cfg.to_dict()["types"],
         "layout": cfg.to_dict()["layout"],
-        "config": {"name": cfg.name, "source": str(cfg.source)},
+        "config": {"name": cfg.name, "source": str(cfg.source), "description": cfg.description},
+        "command": command,
+        "started_at": _utc(started_at) if started_at else None,
+        "written_at": _utc(time.time()),
+        "conditions": measurement_conditions(),
         "lowering": lowering,
         "compiler_capabilities": capabilities,
         "versions": _versions(),
