@@ -288,10 +288,12 @@ def _markdown(data: dict) -> str:
     lines.append("Variants: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".")
     lines.append("")
     several = len({_shape(v.get("params", {})) for v in data["variants"]}) > 1
-    by_name = {v["name"]: v for v in data["variants"]}
+    # a kernel serves every problem of a sweep: a variant is its name on its problem
+    by_name = {(v["name"], _shape(v.get("params", {}))): v for v in data["variants"]}
     lines += ["## Best variant" + (" per problem" if several else ""), ""]
     for entry in data["best_per_problem"]:
-        best, q = by_name[entry["name"]], entry["problem"]
+        q = entry["problem"]
+        best = by_name[(entry["name"], _shape(q))]
         t = best["time_ms"]
         lines += ([f"### M={q['m']} N={q['n']} K={q['k']} batch={q['batch']}", ""] if several else []) + \
             [f"`{best['name']}`", "",
