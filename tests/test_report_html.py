@@ -1,0 +1,197 @@
+"""`xegemm report` and the report.html every run writes, from real runs on the default device: grouping per
+problem, escaping of hostile config text, profiler CSV against JSON, comparisons, broken and empty inputs.
+The pages are opened in a real headless browser by tests/test_report_browser.py."""
+
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from xegemm import evaluate
+from xegemm.cli import main
+from xegemm.evaluate import STATUSES
+from xegemm.pipeline import run
+from xegemm.reporting import load_source, render
+from xegemm.reporting.model import PROFILER_COLUMNS, PROFILER_OUTCOME, groups
+
+pytestmark = pytest.mark.device
+
+HOSTILE = "<script>alert(2)</script> & <b>bold</b>"
+# two problems x three sub-group grids: 4 variants verify, 2 are rejected by a constraint whose text is hostile;
+# the first kernel gets a line of "C" the compiler rejects (a real failed_build whose log echoes <script>)
+CONFIG = f"""\
+name: xss-demo
+description: "{HOSTILE}"
+problem: {{m: 64, n: 64, k: 64}}
+tile: {{workgroup: [32, 32, 16], subgroups: [1, 2]}}
+profile: {{warmup: 1, repeats: 3}}
+constraints: ["tile.subgroups[0] != 4 or '<script>alert(5)</script>' == 'x'"]
+sweep:
+  problem: [{{m: 64, n: 64, k: 64}}, {{m: 48, n: 40, k: 32}}]
+  tile.subgroups: [[1, 2], [2, 2], [4, 1]]
+"""
+ALL_REJECTED = """\
+name: nothing-verifies
+problem: {m: 32, n: 32, k: 32}
+sweep:
+  tile.subgroups: [[64, 1], [1, 64]]
+"""
+BODY_START = "    A += get_group_id(2) * batch_stride_a;"
+OUT_NAME = "run<img src=x onerror=alert(4)>"
+
+
+def _break_first_kernel(monkeypatch):
+    original, seen = evaluate.render_variant, []
+
+    def render_variant(pv, lowering):
+        source = original(pv, lowering)
+        seen.append(pv.name)
+        return source.replace(BODY_START, "    <script>alert(6)</script>\n" + BODY_START, 1) if len(seen) == 1 \
+            else source
+    monkeypatch.setattr(evaluate, "render_variant", render_variant)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, sycl_device):
+    """Run A (a real failed build among its variants) and run B (the same config again, every kernel intact)."""
+    root = tmp_path_factory.mktemp("report")
+    cfg = root / "xss.yaml"
+    cfg.write_text(CONFIG)
+    a, b = root / "a" / OUT_NAME, root / "b" / OUT_NAME
+    with pytest.MonkeyPatch.context() as mp:
+        _break_first_kernel(mp)
+        run(cfg, device=sycl_device.filter_string, out_dir=a, progress=None, reference_repeats=1,
+            command="xegemm run xss.yaml")
+    run(cfg, device=sycl_device.filter_string, out_dir=b, progress=None, reference_repeats=1)
+    return a, b
+
+
+def _results(out: Path) -> dict:
+    return json.loads((out / "results.json").read_text())
+
+
+def test_run_writes_report_html_with_one_section_per_problem(runs):
+    a, _ = runs
+    page = (a / "report.html").read_text()
+    data = _results(a)
+    statuses = sorted(v["status"] for v in data["variants"])
+    assert statuses == ["failed_build", "ok", "ok", "ok", "rejected", "rejected"], statuses
+    assert "M=64 N=64 K=64 batch=1" in page and "M=48 N=40 K=32 batch=1" in page
+    for best in data["best_per_problem"]:
+        assert best["name"] in page
+    assert "xegemm run xss.yaml" in page and data["device"]["driver_version"] in page
+    assert "numpy" in page and "float32 matmul" in page
+
+
+def test_hostile_text_from_configs_names_and_logs_is_escaped(runs):
+    a, _ = runs
+    page = (a / "report.html").read_text()
+    assert "<script" not in page.lower() and "<img" not in page.lower() and "<b>" not in page
+    assert "&lt;script&gt;alert(2)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in page      # description
+    assert "&#39;&lt;script&gt;alert(5)&lt;/script&gt;&#39;" in page                     # constraint in a reason
+    assert "run&lt;img src=x onerror=alert(4)&gt;" in page                               # directory name
+    failed = next(v for v in _results(a)["variants"] if v["status"] == "failed_build")
+    log = Path(failed["log"])
+    assert "<script>alert(6)</script>" in log.read_text()                                # the compiler echoed it
+    assert f'href="logs/{log.name}"' in page                                             # linked relative to the page
+
+
+def test_profiler_csv_parses_and_matches_the_json(runs, tmp_path):
+    a, _ = runs
+    assert main(["report", str(a), "--out", str(tmp_path / "r.csv")]) == 0
+    assert main(["report", str(a), "--format", "json", "--out", str(tmp_path / "r.json")]) == 0
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "r.csv").read_text())))
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert tuple(rows[0]) == PROFILER_COLUMNS == tuple(data["columns"])
+    assert list(PROFILER_COLUMNS[:6]) == ["Problem", "Provider", "OperationKind", "Operation", "Disposition", "Status"]
+    assert len(rows) == len(data["rows"]) == 6 + 2            # six variants and a numpy reference per problem
+    for row, want in zip(rows, data["rows"]):
+        assert row == {k: "" if want[k] is None else str(want[k]) for k in PROFILER_COLUMNS}
+    ok = [r for r in rows if r["Provider"] == "xegemm" and r["xegemm_status"] == "ok"]
+    assert len(ok) == 3 and all(r["Disposition"] == "passed" and r["Status"] == "success" for r in ok)
+    for r in ok:
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        assert int(r["Flops"]) == 2 * m * n * k and int(r["Bytes"]) == 2 * m * k + 2 * k * n + 4 * m * n
+        assert r["A"] == "bf16:row" and r["cta_m"] == "32" and r["inst_m"] == "8" and float(r["GFLOPs"]) > 0
+        assert abs(float(r["GFLOPs"]) - int(r["Flops"]) / (float(r["Runtime"]) * 1e6)) < 1e-6 * float(r["GFLOPs"])
+    assert {r["Problem"] for r in rows} == {"1", "2"} and sum(r["Provider"] == "numpy" for r in rows) == 2
+
+
+def test_every_status_has_a_profiler_disposition():
+    assert set(PROFILER_OUTCOME) == set(STATUSES)
+
+
+def test_compare_shows_run_b_against_run_a(runs, tmp_path):
+    a, b = runs
+    out = tmp_path / "cmp.html"
+    assert main(["report", str(b), "--compare", str(a), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "Comparison: B" in page and 'id="compare-speedups"' in page
+    data = json.loads(render([b], "json", baseline=[a]))
+    changes = {r["name"]: r["change"] for r in data["compare"]}
+    failed = next(v["name"] for v in _results(a)["variants"] if v["status"] == "failed_build")
+    assert changes[failed] == "fixed"                           # broken in A, verified in B
+    assert sorted(changes.values()).count("still failing") == 2    # the rejected pair
+    assert all(c in ("faster", "slower", "same") for n, c in changes.items() if n != failed and "rejected" not in n)
+    # the other way round the fixed kernel is a new failure; a variant only in A has vanished
+    trimmed = tmp_path / "trimmed"
+    shutil.copytree(b, trimmed)
+    results = _results(trimmed)
+    gone = results["variants"].pop(0)["name"]
+    (trimmed / "results.json").write_text(json.dumps(results))
+    back = {r["name"]: r["change"] for r in json.loads(render([a], "json", baseline=[trimmed]))["compare"]}
+    assert back[failed] == "new failure"
+    assert json.loads(render([trimmed], "json", baseline=[b]))["compare"] and \
+        {r["name"]: r["change"] for r in json.loads(render([trimmed], "json", baseline=[b]))["compare"]}[gone] == "vanished"
+
+
+def test_a_broken_results_file_still_renders_from_the_journal(runs, tmp_path):
+    a, _ = runs
+    broken = tmp_path / "broken"
+    shutil.copytree(a, broken)
+    text = (broken / "results.json").read_text()
+    (broken / "results.json").write_text(text[: len(text) // 2])          # torn
+    journal = (broken / "results.jsonl").read_text().splitlines()
+    (broken / "results.jsonl").write_text("\n".join(journal[:3] + ["{not json"] + journal[3:]) + "\n")
+    src = load_source(broken)
+    assert len(src.variants) == 6 and [v["trial"] for v in src.variants] == [1, 2, 3, 4, 5, 6]
+    assert any("results.json is damaged" in m for m in src.missing)
+    assert any("results.jsonl:4: not a result record" in m for m in src.missing)
+    page = render([broken], "html", page_dir=broken)
+    assert "results.json is damaged" in page and "device, problem and references are unknown" in page
+    assert page.count('class="status status-ok"') >= 3
+
+
+def test_a_run_with_no_verified_variant_and_an_empty_directory(tmp_path, sycl_device):
+    cfg = tmp_path / "none.yaml"
+    cfg.write_text(ALL_REJECTED)
+    run(cfg, device=sycl_device.filter_string, out_dir=tmp_path / "none", progress=None, reference_repeats=1)
+    page = (tmp_path / "none" / "report.html").read_text()
+    assert 'id="no-verified"' in page and page.count('class="status status-rejected"') >= 2
+    assert page.count('id="g1-variants-untimed-') == 2 and 'id="g1-variants-bar-' not in page
+    assert 'id="roofline"' not in page and 'id="g1-effects"' not in page
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "results.json").write_text("{}")
+    empty = render([tmp_path / "empty"], "html")
+    assert "No variant could be read" in empty and "results.json: no list of variants" in empty
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+
+
+def test_groups_keep_problems_and_types_apart(runs):
+    a, _ = runs
+    group_list = groups([load_source(a)])
+    assert [g.problem for g in group_list] == [{"m": 48, "n": 40, "k": 32, "batch": 1},
+                                               {"m": 64, "n": 64, "k": 64, "batch": 1}]
+    for g in group_list:
+        assert len(g.variants) == 3 and len(g.references) == 1
+        assert {(v["params"]["m"], v["params"]["n"]) for v in g.variants} == {(g.problem["m"], g.problem["n"])}
+        assert [title for title, _ in g.swept_axes()] == ["sub-group grid"] or len(g.timed) < 2
+
+
+def test_markdown_groups_per_problem(runs):
+    a, _ = runs
+    text = render([a], "md")
+    assert text.count("\n## M=") == 2 and "| tile | status | GFLOP/s |" in text
