@@ -178,8 +178,9 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     entries = []
     for pv in planned:
         ev = evaluator.evaluate(pv)
-        entries.append({"name": ev.name, "status": ev.status, "reason": ev.reason, "params": ev.params, "target": target,
-                        "grf": ev.extra.get("grf", grf or pv.config.target.grf), "capabilities": low.capabilities_name,
+        entries.append({"name": ev.name, "status": ev.status, "reason": ev.reason, "params": ev.params, "plan": ev.plan,
+                        "target": target, "grf": ev.extra.get("grf", grf or pv.config.target.grf),
+                        "capabilities": low.capabilities_name,
                         "isa": ev.extra.get("isa"), "predicted": ev.extra.get("predicted"),
                         "measured_messages": ev.extra.get("measured_messages"), "source_sha256": ev.source_sha256,
                         "artefacts": ev.extra.get("artefacts"), "log": ev.log})

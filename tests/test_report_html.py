@@ -1,6 +1,6 @@
 """`xegemm report` and the report.html every run writes, from real runs on the default device: grouping per
-problem, escaping of hostile config text, profiler CSV against JSON, comparisons, broken and empty inputs.
-The pages are opened in a real headless browser by tests/test_report_browser.py."""
+problem, escaping of hostile config text, profiler CSV against JSON, comparisons, broken and empty inputs;
+and the pages opened in Debian's headless chromium with the network off (the ``browser`` tests)."""
 
 import csv
 import io
@@ -8,12 +8,14 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+from matplotlib import image
 
 from xegemm import evaluate
 from xegemm.cli import main
 from xegemm.evaluate import STATUSES
-from xegemm.pipeline import run
+from xegemm.pipeline import build_config, run
 from xegemm.reporting import load_source, render
 from xegemm.reporting.model import PROFILER_COLUMNS, PROFILER_OUTCOME, groups
 
@@ -195,3 +197,131 @@ def test_markdown_groups_per_problem(runs):
     a, _ = runs
     text = render([a], "md")
     assert text.count("\n## M=") == 2 and "| tile | status | GFLOP/s |" in text
+
+
+AOT = """\
+name: aot-tiny
+problem: {m: 256, n: 256, k: 256}
+tile: {workgroup: [64, 64, 32], subgroups: [2, 2]}
+sweep:
+  pipeline.prefetch: [0, 2]
+  tile.subgroups: [[2, 2], [64, 1]]
+"""
+
+
+@pytest.mark.ocloc
+def test_an_aot_build_shows_its_isa_statistics_against_the_plan(tmp_path):
+    cfg = tmp_path / "aot.yaml"
+    cfg.write_text(AOT)
+    built = build_config(cfg, target="pvc", out_dir=tmp_path / "aot")
+    ok = [v for v in built["variants"] if v["status"] == "ok"]
+    assert len(ok) == 2
+    page = render([tmp_path / "aot"], "html")
+    isa = page.split('id="isa-table"')[1].split("</table>")[0]
+    assert isa.count("<tr>") == 1 + len(ok)           # header, then every built variant (rejected ones never built)
+    for v in ok:
+        assert v["name"] in isa
+        assert f'{v["isa"]["dpas"]} ({v["predicted"]["dpas"]})' in isa
+        assert f'>{v["isa"]["sends"]}<' in isa
+    assert "Built ahead of time: nothing was run or timed" in page and 'id="no-verified"' not in page
+    assert 'id="g1-variants"' not in page             # nothing timed, so no GFLOP/s chart
+
+
+# ---- in a real browser ------------------------------------------------------------------------------------
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1280,2400")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Debian's chromium through chromium-driver, offline (network emulation), logging console and requests."""
+    from selenium import webdriver          # the test extra; conftest skips browser tests without it
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
+                                                                "downloadThroughput": 0, "uploadThroughput": 0})
+    yield driver
+    driver.quit()
+
+
+def _open(driver, page: Path) -> dict:
+    """Load a page offline; return what it logged and every URL it asked for."""
+    driver.get_log("performance")
+    driver.get_log("browser")
+    driver.get(page.resolve().as_uri())
+    assert driver.execute_script("return document.readyState") == "complete"
+    requests = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
+    urls = [m["params"]["request"]["url"] for m in requests if m["method"] == "Network.requestWillBeSent"]
+    return {"console": driver.get_log("browser"), "urls": urls}
+
+
+def _count(driver, selector: str) -> int:
+    return driver.execute_script("return document.querySelectorAll(arguments[0]).length", selector)
+
+
+@pytest.mark.browser
+def test_report_opens_offline_with_every_plot_and_point(runs, browser, tmp_path):
+    a, _ = runs
+    page = a / "report.html"
+    seen = _open(browser, page)
+    assert [e for e in seen["console"] if e["level"] in ("SEVERE", "WARNING")] == []
+    assert seen["urls"] == [page.resolve().as_uri()], seen["urls"]     # nothing but the page itself was asked for
+    assert _count(browser, "script") == 0
+    # the hostile description is visible as text
+    assert HOSTILE in browser.find_element("css selector", "table.facts").text
+    group_list = groups([load_source(a)])
+    plots = 0
+    for n, g in enumerate(group_list, 1):
+        timed = g.timed
+        untimed = [v for v in g.variants if not v.get("gflops")]
+        assert _count(browser, f"#g{n}-variants [id^='g{n}-variants-bar-']") == len(timed)
+        assert _count(browser, f"#g{n}-variants [id^='g{n}-variants-untimed-'] use") == len(untimed)
+        assert _count(browser, f"#g{n}-references [id^='g{n}-references-bar-']") == 1 + len(g.references)
+        for j, _ in enumerate(g.swept_axes()):
+            assert _count(browser, f"#g{n}-effects-points-{j} use") == len(timed)
+        plots += 2 + bool(g.swept_axes())
+        trials = [v for v in g.variants if v.get("trial")]
+        if len(trials) > 1:
+            assert _count(browser, f"#g{n}-convergence-points-0 use") == len(trials)
+            assert _count(browser, f"#g{n}-convergence-wall-points-0 use") == len(trials)
+            plots += 1
+    timed_all = sum(len(g.timed) for g in group_list)
+    assert _count(browser, "#roofline [id^='roofline-points-'] use") == timed_all
+    assert _count(browser, "svg.plot") == plots + 1
+    sizes = browser.execute_script("return [...document.querySelectorAll('svg.plot')].map("
+                                   "s => [s.getBoundingClientRect().width, s.getBoundingClientRect().height])")
+    assert all(w > 200 and h > 100 for w, h in sizes), sizes
+    assert _count(browser, "#failures-table tr") == 1 + 3          # header, a failed build, two rejected
+    log_link = browser.find_element("css selector", "#failures-table a")
+    assert log_link.get_attribute("href").startswith(a.resolve().as_uri() + "/logs/")
+    shot = tmp_path / "report.png"
+    browser.save_screenshot(str(shot))
+    pixels = image.imread(shot)[..., :3]
+    assert pixels.shape[0] > 1000 and pixels.shape[1] > 1000
+    ink = (pixels.min(axis=2) < 0.9).mean()           # share of pixels that are not (near) white
+    assert 0.03 < ink < 0.6, ink
+    assert len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
+
+
+@pytest.mark.browser
+def test_comparison_page_opens_offline_with_a_bar_per_common_variant(runs, browser, tmp_path):
+    a, b = runs
+    out = tmp_path / "cmp.html"
+    assert main(["report", str(b), "--compare", str(a), "--out", str(out)]) == 0
+    seen = _open(browser, out)
+    assert [e for e in seen["console"] if e["level"] in ("SEVERE", "WARNING")] == []
+    assert seen["urls"] == [out.resolve().as_uri()]
+    both = sum(1 for r in json.loads(render([b], "json", baseline=[a]))["compare"] if r["speedup"])
+    assert both == 3 and _count(browser, "#compare-speedups [id^='compare-speedups-bar-']") == both
+    text = browser.find_element("css selector", "#compare-table").text
+    assert "fixed" in text and "still failing" in text

@@ -111,6 +111,11 @@ class Group:
                 f"C={t['c']}, layouts {t['layout']}")
 
     @property
+    def measured(self) -> bool:
+        """Whether any variant was run on a device (an AOT build times nothing)."""
+        return any(v.get("source_kind") == "run" for v in self.variants)
+
+    @property
     def timed(self) -> list[dict]:
         """The variants with a GFLOP/s, fastest first."""
         return sorted((v for v in self.variants if v.get("gflops")), key=lambda v: -v["gflops"])

@@ -49,11 +49,12 @@ def _facts(src: Source, group_list: list[Group]) -> list[tuple[str, str]]:
               (f"ahead of time for {m['target']}" if m.get("target") else "unknown")),
              ("driver", str(d.get("driver_version", "unknown")) if d else "-"),
              ("runtime", ", ".join(f"{k} {v}" for k, v in versions.items()) or "unknown"),
-             ("lowering / compiler", f"{m.get('lowering') or 'native'}; compiler capabilities "
-                                     f"{m.get('compiler_capabilities') or m.get('capabilities') or 'as the driver has'}"),
+             ("lowering / compiler", f"{m.get('lowering') or 'native'}"
+              + (f"; compiler capabilities {caps}" if (caps := m.get("compiler_capabilities") or m.get("capabilities"))
+                 else "")),
              ("problems", "; ".join(problems) or "unknown"),
              ("date (UTC)", _when(m)),
-             ("command", m.get("command") or ("not recorded" if src.kind == "run" else f"xegemm {src.kind}"))]
+             ("command", m.get("command") or "not recorded")]
     return facts
 
 
@@ -63,7 +64,8 @@ def _conditions(src: Source) -> list[tuple[str, str]]:
     cvs = [v["time_ms"]["cv"] for v in src.variants if (v.get("time_ms") or {}).get("cv") is not None]
     return [("load average (1, 5, 15 min) when written",
              ", ".join(f"{x:.2f}" for x in c["loadavg"]) if c.get("loadavg") else "not recorded"),
-            ("1-min load while variants finished", f"{min(loads):.2f} to {max(loads):.2f}" if loads else "not recorded"),
+            ("1-min load while variants finished",
+             f"{min(loads):.2f} to {max(loads):.2f}" if loads else "not recorded"),
             ("CPUs (online / this process may use)", f"{c.get('cpu_count', '?')} / {c.get('affinity_cpus', '?')}"
              if c else "not recorded"),
             ("thread settings", ", ".join(f"{k}={v}" for k, v in (c.get("threads_env") or {}).items())
@@ -73,12 +75,14 @@ def _conditions(src: Source) -> list[tuple[str, str]]:
 
 def _row(v: dict) -> dict:
     p, t, plan = v["params"], v.get("time_ms") or {}, v.get("plan") or {}
-    return {"trial": v.get("trial"), "status": v["status"], "tile": "x".join(str(p.get(k, "?")) for k in ("wg_m", "wg_n", "wg_k")),
+    return {"trial": v.get("trial"), "status": v["status"],
+            "tile": "x".join(str(p.get(k, "?")) for k in ("wg_m", "wg_n", "wg_k")),
             "sg": f"{p.get('sg_m', '?')}x{p.get('sg_n', '?')}", "sgsize": p.get("subgroup_size"),
             "prefetch": p.get("prefetch"), "grf": p.get("grf"), "mma": plan.get("mma") or p.get("atom_mma") or "-",
             "copies": [f"{x.upper()}: {plan.get('copy_' + x) or p.get('atom_' + x) or '-'}" for x in "abc"],
             "gflops": v.get("gflops"), "median": t.get("median"), "min": t.get("min"), "max": t.get("max"),
-            "cv": t.get("cv"), "noisy": noisy(v), "load1": v.get("load1"), "err": v.get("max_abs_err"), "name": v["name"]}
+            "cv": t.get("cv"), "noisy": noisy(v), "load1": v.get("load1"), "err": v.get("max_abs_err"),
+            "name": v["name"]}
 
 
 def _log_link(v: dict, src: Source, page_dir: Path) -> str | None:
@@ -95,7 +99,7 @@ def _isa_rows(sources: list[Source]) -> list[dict]:
     for src in sources:
         for v in src.variants:
             isa, pred = v.get("isa") or {}, v.get("predicted") or {}
-            if src.kind != "build" and not isa:
+            if not isa:          # never built (rejected: listed with the failures)
                 continue
             cells = []
             for key in ("dpas", "load_block2d", "store_block2d", "store_block1d"):
@@ -105,7 +109,7 @@ def _isa_rows(sources: list[Source]) -> list[dict]:
                               "off": have is not None and want is not None and have != want})
             rows.append({"status": v["status"], "target": v.get("target") or isa.get("target"),
                          "grf": v.get("grf") or isa.get("grf"), "cells": cells, "sends": isa.get("sends", "-"),
-                         "instructions": isa.get("instructions", "-"), "spills": isa.get("spill_bytes", "-"),
+                         "instructions": isa.get("instructions", "-"), "spills": isa.get("spill_bytes"),
                          "name": v["name"], "reason": v.get("reason")})
     return rows
 
@@ -118,56 +122,74 @@ def _convergence_series(group: Group) -> dict[str, list[dict]]:
     return series
 
 
+def _group_view(n: int, g: Group) -> dict:
+    """One problem group's section: best line, references, the plots, and the variant table."""
+    series = _convergence_series(g)
+    converges = any(len(trials) > 1 for trials in series.values()) and bool(g.timed)
+    return {"title": g.title, "short": f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} {g.types['a']}",
+            "best": g.best, "best_label": tile_label(g.best["params"]) if g.best else None, "measured": g.measured,
+            "references": g.best_against_references() if g.best else [],
+            "rows": [_row(v) for v in sorted(g.variants, key=lambda v: (v["status"] != "ok", -(v.get("gflops") or 0)))],
+            "reference_plot": Markup(plots.reference_bars(g, f"g{n}-references")) if g.best and g.references else "",
+            "bars_plot": Markup(plots.variant_bars(g, f"g{n}-variants")) if g.measured else "",
+            "effects_plot": Markup(plots.parameter_effects(g, f"g{n}-effects")) if g.swept_axes() else "",
+            "convergence_plot": Markup(plots.convergence(series, f"g{n}-convergence")) if converges else "",
+            "has_walls": any(t.get("finished_at") for trials in series.values() for t in trials)}
+
+
+# the order of the comparison table: what needs a look first
+CHANGE_ORDER = ("new failure", "vanished", "slower", "fixed", "new", "faster", "still failing", "same")
+
+
+def _comparison_view(baseline: list[Source], sources: list[Source]) -> dict:
+    rows = sorted(compare(baseline, sources), key=lambda r: (CHANGE_ORDER.index(r["change"]), -(r["speedup"] or 0)))
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["change"]] = counts.get(r["change"], 0) + 1
+    return {"a": ", ".join(s.label for s in baseline), "b": ", ".join(s.label for s in sources), "rows": rows,
+            "counts": sorted(counts.items(), key=lambda kv: CHANGE_ORDER.index(kv[0])),
+            "plot": Markup(plots.speedups(rows, "compare-speedups")) if any(r["speedup"] for r in rows) else ""}
+
+
+def _failures(sources: list[Source], group_list: list[Group], page_dir: Path) -> list[dict]:
+    by_label = {s.label: s for s in sources}
+    return [{"status": v["status"], "problem": "x".join(map(str, shape_of(v["params"]))),
+             "tile": tile_label(v["params"]),
+             "reason": v.get("reason") or "(no reason recorded)", "name": v["name"],
+             "log": _log_link(v, by_label[v["source"]], page_dir)}
+            for g in group_list for v in g.variants if v["status"] not in PASSED]
+
+
+def _title(sources: list[Source]) -> str:
+    names = set()
+    for s in sources:
+        cfg = s.meta.get("config")
+        names.add(str((cfg.get("name") if isinstance(cfg, dict) else cfg) or s.label))
+    return ", ".join(sorted(names)) or "no results"
+
+
+ROOFLINE_NOTE = ("Each point is a timed variant at its arithmetic intensity (A, B and C moved once); the dashed lines "
+                 "are the references measured in the same run (the device's own peak is not measured yet).")
+
+
 def render_page(sources: list[Source], group_list: list[Group], page_dir: Path,
                 baseline: list[Source] | None = None, command: str | None = None) -> str:
     """The report of ``sources`` (with ``baseline`` as run A of a comparison) as one HTML document."""
-    by_label = {s.label: s for s in sources}
-    group_views = []
-    for n, g in enumerate(group_list, 1):
-        view = {"title": g.title, "short": f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} {g.types['a']}",
-                "best": g.best, "best_label": tile_label(g.best["params"]) if g.best else None,
-                "references": g.best_against_references() if g.best else [],
-                "rows": [_row(v) for v in sorted(g.variants, key=lambda v: (v["status"] != "ok", -(v.get("gflops") or 0)))],
-                "reference_plot": Markup(plots.reference_bars(g, f"g{n}-references")) if g.best and g.references else "",
-                "bars_plot": Markup(plots.variant_bars(g, f"g{n}-variants")) if g.variants else "",
-                "effects_plot": Markup(plots.parameter_effects(g, f"g{n}-effects")) if g.swept_axes() else "",
-                "convergence_plot": "", "has_walls": False}
-        series = _convergence_series(g)
-        if any(len(trials) > 1 for trials in series.values()) and g.timed:
-            view["convergence_plot"] = Markup(plots.convergence(series, f"g{n}-convergence"))
-            view["has_walls"] = any(t.get("finished_at") for trials in series.values() for t in trials)
-        group_views.append(view)
-    failures = [{"status": v["status"], "problem": "x".join(map(str, shape_of(v["params"]))), "tile": tile_label(v["params"]),
-                 "reason": v.get("reason") or "(no reason recorded)", "name": v["name"],
-                 "log": _log_link(v, by_label[v["source"]], page_dir)}
-                for g in group_list for v in g.variants if v["status"] not in PASSED]
-    comparison = None
-    if baseline is not None:
-        rows = compare(baseline, sources)
-        order = {c: i for i, c in enumerate(("new failure", "vanished", "slower", "fixed", "new", "faster",
-                                             "still failing", "same"))}
-        rows.sort(key=lambda r: (order[r["change"]], -(r["speedup"] or 0)))
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[r["change"]] = counts.get(r["change"], 0) + 1
-        comparison = {"a": ", ".join(s.label for s in baseline), "b": ", ".join(s.label for s in sources),
-                      "rows": rows, "counts": sorted(counts.items(), key=lambda kv: order[kv[0]]),
-                      "plot": Markup(plots.speedups(rows, "compare-speedups")) if any(r["speedup"] for r in rows) else ""}
-    counts = {}
+    counts: dict[str, int] = {}
     for g in group_list:
         for v in g.variants:
             counts[v["status"]] = counts.get(v["status"], 0) + 1
-    timed_groups = [g for g in group_list if g.timed]
-    names = sorted({str((s.meta.get("config") or {}).get("name") if isinstance(s.meta.get("config"), dict)
-                        else s.meta.get("config") or s.label) for s in sources})
+    timed = [v for g in group_list for v in g.timed]
     return _environment().get_template("page.html.j2").render(
-        version=__version__, title=", ".join(names) or "no results", written=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        version=__version__, title=_title(sources), written=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         command=command, sources=[{"kind": s.kind, "label": s.label, "facts": _facts(s, group_list),
                                    "missing": s.missing, "conditions": _conditions(s)} for s in sources],
-        counts=[(s, counts[s]) for s in STATUSES if s in counts], any_verified=bool(timed_groups),
-        groups=group_views, comparison=comparison, failures=failures,
-        roofline=Markup(plots.roofline(group_list, "roofline")) if any(v.get("gbps") for g in timed_groups for v in g.timed) else "",
-        roofline_note="Each point is a timed variant at its arithmetic intensity (A, B and C moved once); the dashed "
-                      "lines are the references measured in the same run (the device's own peak is not measured yet).",
-        isa_rows=_isa_rows(sources), noisy=[v for g in group_list for v in g.variants if noisy(v)],
-        cv_limit=f"{CV_LIMIT:.0%}", status_colours=plots.STATUS_COLOURS, change_colours=plots.CHANGE_COLOURS)
+        counts=[(s, counts[s]) for s in STATUSES if s in counts],
+        nothing_timed=not timed and any(g.measured for g in group_list),
+        groups=[_group_view(n, g) for n, g in enumerate(group_list, 1)],
+        comparison=_comparison_view(baseline, sources) if baseline is not None else None,
+        failures=_failures(sources, group_list, page_dir),
+        roofline=Markup(plots.roofline(group_list, "roofline")) if any(v.get("gbps") for v in timed) else "",
+        roofline_note=ROOFLINE_NOTE, isa_rows=_isa_rows(sources),
+        noisy=[v for g in group_list for v in g.variants if noisy(v)], cv_limit=f"{CV_LIMIT:.0%}",
+        status_colours=plots.STATUS_COLOURS, change_colours=plots.CHANGE_COLOURS)

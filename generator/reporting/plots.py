@@ -211,7 +211,8 @@ def speedups(rows: list[dict], plot_id: str) -> str:
             .set_gid(f"{plot_id}-bar-{i}")
         ax.annotate(f"{r['speedup']:.2f}x", (max(r["speedup"], 1), y), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)
-        titles[f"{plot_id}-bar-{i}"] = f"{r['name']}: {r['gflops_a']:.2f} -> {r['gflops_b']:.2f} GFLOP/s ({r['change']})"
+        titles[f"{plot_id}-bar-{i}"] = (f"{r['name']}: {r['gflops_a']:.2f} -> {r['gflops_b']:.2f} GFLOP/s "
+                                        f"({r['change']})")
     ax.axvline(1, color="#212121", linewidth=1)
     ax.set_yticks(range(len(timed)), [r["label"] for r in reversed(timed)], fontsize=8)
     ax.set_xlabel("speedup B / A (GFLOP/s)")

@@ -45,9 +45,10 @@ def _read_json(path: Path, missing: list[str]):
         return None
 
 
-def _checked_variants(rows, where: str, label: str, missing: list[str]) -> list[dict]:
-    """The well-formed variant rows of ``rows`` (a dict with name and a known status), each tagged with the
-    source; the others are named in ``missing``."""
+def _checked_variants(rows, where: str, src: Source) -> list[dict]:
+    """The well-formed variant rows of ``rows`` (a dict with name and a known status), each tagged with its
+    source's label and kind; the others are named in the source's ``missing``."""
+    missing = src.missing
     good = []
     for number, row in enumerate(rows if isinstance(rows, list) else [], 1):
         if not isinstance(row, dict) or not isinstance(row.get("name"), str) or row.get("status") not in STATUSES:
@@ -55,14 +56,15 @@ def _checked_variants(rows, where: str, label: str, missing: list[str]) -> list[
             continue
         if not isinstance(row.get("params"), dict):
             row = {**row, "params": {}}
-        good.append({**row, "source": label})
+        good.append({**row, "source": src.label, "source_kind": src.kind})
     if not isinstance(rows, list):
         missing.append(f"{where}: no list of variants")
     return good
 
 
-def _journal_rows(journal: Path, label: str, missing: list[str]) -> list[dict]:
+def _journal_rows(journal: Path, src: Source) -> list[dict]:
     """Variant rows from a run's results.jsonl in journal order (the last record of a name and problem wins)."""
+    missing = src.missing
     if not journal.exists():
         missing.append(f"{journal.name} is missing too: no variant can be shown")
         return []
@@ -74,7 +76,7 @@ def _journal_rows(journal: Path, label: str, missing: list[str]) -> list[dict]:
         except (ValueError, KeyError, TypeError) as exc:
             missing.append(f"{journal.name}:{number}: not a result record ({exc}); skipped")
             continue
-        for row in _checked_variants([result], f"{journal.name}:{number}", label, missing):
+        for row in _checked_variants([result], f"{journal.name}:{number}", src):
             rows.pop((row["name"], json.dumps(row["params"], sort_keys=True)), None)
             rows[(row["name"], json.dumps(row["params"], sort_keys=True))] = row
     ordered = list(rows.values())
@@ -93,7 +95,7 @@ def load_run(path: Path) -> Source:
     data = _read_json(path / "results.json", src.missing)
     if isinstance(data, dict):
         src.meta = {k: v for k, v in data.items() if k not in ("variants", "references", "reference")}
-        src.variants = _checked_variants(data.get("variants"), "results.json", src.label, src.missing)
+        src.variants = _checked_variants(data.get("variants"), "results.json", src)
         refs = data.get("references")
         src.references = [r for r in refs if isinstance(r, dict) and isinstance(r.get("problem"), dict)] \
             if isinstance(refs, list) else []
@@ -102,7 +104,7 @@ def load_run(path: Path) -> Source:
     else:
         if data is not None:
             src.missing.append("results.json is not a results object")
-        src.variants = _journal_rows(path / "results.jsonl", src.label, src.missing)
+        src.variants = _journal_rows(path / "results.jsonl", src)
         src.missing.append("device, problem and references are unknown: results.json could not be read, the rows "
                            "come from the journal results.jsonl")
     return src
@@ -118,7 +120,7 @@ def load_build(path: Path) -> Source:
     data = _read_json(path / "build.json", src.missing)
     if isinstance(data, dict):
         src.meta = {k: v for k, v in data.items() if k != "variants"}
-        src.variants = _checked_variants(data.get("variants"), "build.json", src.label, src.missing)
+        src.variants = _checked_variants(data.get("variants"), "build.json", src)
     elif data is not None:
         src.missing.append("build.json is not a build object")
     return src
