@@ -5,22 +5,8 @@
 # a second run only checks.
 set -euo pipefail
 
-if [ "$(id -u)" -ne 0 ]; then
-    echo "install-chromium.sh: run as root (it calls apt-get)" >&2
-    exit 1
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-
-quietly() {  # run a command, print its output only if it fails
-    if ! "$@" >"$log" 2>&1; then
-        cat "$log" >&2
-        echo "install-chromium.sh: failed: $*" >&2
-        exit 1
-    fi
-}
+. "$(dirname "$0")/apt-lib.sh"
+require_root install-chromium.sh
 
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
     # A fresh container has empty package lists: update, then install.
