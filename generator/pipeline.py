@@ -134,6 +134,8 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
                 continue
             store.add(key, evaluator.evaluate(pv, source).as_dict())
             keys.append(key)
+        timed = any(store.get(k)["status"] == "ok" for k in keys)
+        peak = evaluator.builder.measure_peak() if timed else None    # the roofline's ceilings
         evaluator.builder.close()
         problems = {(pv.config.problem.m, pv.config.problem.n, pv.config.problem.k, pv.config.problem.batch)
                     for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n,
@@ -153,7 +155,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         evaluator.builder.close()
     try:
         results = write_reports(store, keys, references, lowering=low.name, capabilities=low.capabilities_name,
-                                command=command, started_at=started_at)
+                                command=command, started_at=started_at, device_peak=peak)
         write_run_page(out)
     finally:
         store.close()

@@ -193,9 +193,10 @@ def _shape(params: dict) -> tuple:
 
 def write_reports(store: ResultStore, keys: list[str], references: dict, lowering: str,
                   capabilities: str | None = None, command: str | None = None,
-                  started_at: float | None = None) -> dict:
+                  started_at: float | None = None, device_peak: dict | None = None) -> dict:
     """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal);
-    ``references`` maps each problem (m, n, k, batch) to its numpy reference measured in this run.
+    ``references`` maps each problem (m, n, k, batch) to its numpy reference measured in this run;
+    ``device_peak`` is the device's measured peak (:mod:`xegemm.evaluate.peak`), if it was measured.
 
     Each variant also gets ``trial`` (its place in this run's order: a sweep is a trial order too) and, from
     the journal, ``finished_at`` (Unix time) and ``load1`` (the 1-minute load average when it finished)."""
@@ -224,6 +225,7 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
         "started_at": _utc(started_at) if started_at else None,
         "written_at": _utc(time.time()),
         "conditions": measurement_conditions(),
+        "device_peak": device_peak,
         "lowering": lowering,
         "compiler_capabilities": capabilities,
         "versions": _versions(),

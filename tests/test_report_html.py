@@ -86,6 +86,9 @@ def test_run_writes_report_html_with_one_section_per_problem(runs):
         assert best["name"] in page
     assert "xegemm run xss.yaml" in page and data["device"]["driver_version"] in page
     assert "numpy" in page and "float32 matmul" in page
+    peak = data["device_peak"]                        # measured by the device worker after the sweep
+    assert peak["gflops"] > 0 and peak["gbps"] > 0 and peak["fma_ms"]["runs"] == 5
+    assert "the device&#39;s roofline as measured by" in page
 
 
 def test_hostile_text_from_configs_names_and_logs_is_escaped(runs):
@@ -126,28 +129,32 @@ def test_every_status_has_a_profiler_disposition():
     assert set(PROFILER_OUTCOME) == set(STATUSES)
 
 
+def _changes(new, base) -> dict:
+    """(name, m) -> change, for run ``new`` against ``base`` (a kernel name recurs on every problem of a sweep)."""
+    return {(r["name"], r["problem"]["m"]): r["change"] for r in json.loads(render([new], "json", baseline=[base]))["compare"]}
+
+
 def test_compare_shows_run_b_against_run_a(runs, tmp_path):
     a, b = runs
     out = tmp_path / "cmp.html"
     assert main(["report", str(b), "--compare", str(a), "--out", str(out)]) == 0
     page = out.read_text()
     assert "Comparison: B" in page and 'id="compare-speedups"' in page
-    data = json.loads(render([b], "json", baseline=[a]))
-    changes = {r["name"]: r["change"] for r in data["compare"]}
-    failed = next(v["name"] for v in _results(a)["variants"] if v["status"] == "failed_build")
-    assert changes[failed] == "fixed"                           # broken in A, verified in B
-    assert sorted(changes.values()).count("still failing") == 2    # the rejected pair
-    assert all(c in ("faster", "slower", "same") for n, c in changes.items() if n != failed and "rejected" not in n)
+    changes = _changes(b, a)
+    failed = next((v["name"], v["params"]["m"]) for v in _results(a)["variants"] if v["status"] == "failed_build")
+    assert len(changes) == 6 and changes[failed] == "fixed"      # broken in A, verified in B
+    assert sorted(changes.values()).count("still failing") == 2   # the rejected pair
+    assert all(c in ("faster", "slower", "same") for key, c in changes.items()
+               if key != failed and "rejected" not in key[0])
     # the other way round the fixed kernel is a new failure; a variant only in A has vanished
+    assert _changes(a, b)[failed] == "new failure"
     trimmed = tmp_path / "trimmed"
     shutil.copytree(b, trimmed)
     results = _results(trimmed)
-    gone = results["variants"].pop(0)["name"]
+    gone = results["variants"].pop(0)
     (trimmed / "results.json").write_text(json.dumps(results))
-    back = {r["name"]: r["change"] for r in json.loads(render([a], "json", baseline=[trimmed]))["compare"]}
-    assert back[failed] == "new failure"
-    assert json.loads(render([trimmed], "json", baseline=[b]))["compare"] and \
-        {r["name"]: r["change"] for r in json.loads(render([trimmed], "json", baseline=[b]))["compare"]}[gone] == "vanished"
+    assert _changes(trimmed, b)[(gone["name"], gone["params"]["m"])] == "vanished"
+    assert list(_changes(trimmed, b).values()).count("vanished") == 1
 
 
 def test_a_broken_results_file_still_renders_from_the_journal(runs, tmp_path):
@@ -175,6 +182,7 @@ def test_a_run_with_no_verified_variant_and_an_empty_directory(tmp_path, sycl_de
     assert 'id="no-verified"' in page and page.count('class="status status-rejected"') >= 2
     assert page.count('id="g1-variants-untimed-') == 2 and 'id="g1-variants-bar-' not in page
     assert 'id="roofline"' not in page and 'id="g1-effects"' not in page
+    assert _results(tmp_path / "none")["device_peak"] is None     # nothing timed: no worker was started for it
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "results.json").write_text("{}")
     empty = render([tmp_path / "empty"], "html")
@@ -297,6 +305,7 @@ def test_report_opens_offline_with_every_plot_and_point(runs, browser, tmp_path)
             plots += 1
     timed_all = sum(len(g.timed) for g in group_list)
     assert _count(browser, "#roofline [id^='roofline-points-'] use") == timed_all
+    assert _count(browser, "#roofline [id='roofline-peak-0'] path") == 1      # the measured roofline
     assert _count(browser, "svg.plot") == plots + 1
     sizes = browser.execute_script("return [...document.querySelectorAll('svg.plot')].map("
                                    "s => [s.getBoundingClientRect().width, s.getBoundingClientRect().height])")
@@ -321,7 +330,7 @@ def test_comparison_page_opens_offline_with_a_bar_per_common_variant(runs, brows
     seen = _open(browser, out)
     assert [e for e in seen["console"] if e["level"] in ("SEVERE", "WARNING")] == []
     assert seen["urls"] == [out.resolve().as_uri()]
-    both = sum(1 for r in json.loads(render([b], "json", baseline=[a]))["compare"] if r["speedup"])
+    both = sum(1 for r in json.loads(render([b], "json", baseline=[a]))["compare"] if r["speedup"])   # timed in both
     assert both == 3 and _count(browser, "#compare-speedups [id^='compare-speedups-bar-']") == both
     text = browser.find_element("css selector", "#compare-table").text
     assert "fixed" in text and "still failing" in text

@@ -168,8 +168,26 @@ def _title(sources: list[Source]) -> str:
     return ", ".join(sorted(names)) or "no results"
 
 
-ROOFLINE_NOTE = ("Each point is a timed variant at its arithmetic intensity (A, B and C moved once); the dashed lines "
-                 "are the references measured in the same run (the device's own peak is not measured yet).")
+def _peaks(sources: list[Source]) -> dict[str, dict]:
+    """Each source's measured device peak, by label (runs that measured one)."""
+    return {s.label: s.meta["device_peak"] for s in sources if isinstance(s.meta.get("device_peak"), dict)
+            and s.meta["device_peak"].get("gflops") and s.meta["device_peak"].get("gbps")}
+
+
+def _roofline_note(sources: list[Source]) -> str:
+    notes = ["Each point is a timed variant at its arithmetic intensity (A, B and C moved once); dashed lines are the "
+             "references measured in the same run."]
+    for s in sources:
+        peak = s.meta.get("device_peak")
+        if isinstance(peak, dict) and peak.get("gflops"):
+            notes.append(f"The solid line is the device's roofline as measured by {s.label} ({peak.get('what')}): "
+                         "a measured ceiling of simple kernels, not a data sheet's peak.")
+        elif isinstance(peak, dict):
+            notes.append(f"{s.label}: the device's peak could not be measured: {peak.get('error')}.")
+        elif s.kind == "run":
+            notes.append(f"{s.label}: the device's peak was not measured (nothing was timed, or the results predate "
+                         "the measurement).")
+    return " ".join(notes)
 
 
 def render_page(sources: list[Source], group_list: list[Group], page_dir: Path,
@@ -189,7 +207,7 @@ def render_page(sources: list[Source], group_list: list[Group], page_dir: Path,
         groups=[_group_view(n, g) for n, g in enumerate(group_list, 1)],
         comparison=_comparison_view(baseline, sources) if baseline is not None else None,
         failures=_failures(sources, group_list, page_dir),
-        roofline=Markup(plots.roofline(group_list, "roofline")) if any(v.get("gbps") for v in timed) else "",
-        roofline_note=ROOFLINE_NOTE, isa_rows=_isa_rows(sources),
+        roofline=Markup(plots.roofline(group_list, "roofline", _peaks(sources))) if any(v.get("gbps") for v in timed)
+        else "", roofline_note=_roofline_note(sources), isa_rows=_isa_rows(sources),
         noisy=[v for g in group_list for v in g.variants if noisy(v)], cv_limit=f"{CV_LIMIT:.0%}",
         status_colours=plots.STATUS_COLOURS, change_colours=plots.CHANGE_COLOURS)

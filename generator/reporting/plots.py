@@ -13,14 +13,17 @@ import html
 import io
 import re
 
+import numpy as np
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
+from xegemm.evaluate import STATUSES
 from xegemm.reporting.model import CV_LIMIT, Group, gflops_range, noisy, tile_label
 
 MAX_BARS = 40            # bars drawn per chart; the tables list every variant
 STATUS_COLOURS = {"ok": "#2e7d32", "generated": "#607d8b", "rejected": "#9e9e9e", "failed_build": "#c62828",
                   "failed_verify": "#ad1457", "error": "#6a1b9a", "timeout": "#8d6e63"}
+assert set(STATUS_COLOURS) == set(STATUSES)
 NOISY_COLOUR = "#f9a825"
 CHANGE_COLOURS = {"faster": "#2e7d32", "slower": "#c62828", "same": "#9e9e9e", "new failure": "#ad1457",
                   "fixed": "#1565c0", "vanished": "#6a1b9a", "new": "#607d8b", "still failing": "#bdbdbd"}
@@ -169,23 +172,31 @@ def convergence(series: dict[str, list[dict]], plot_id: str) -> str:
     return _svg(fig, plot_id)
 
 
-def roofline(group_list: list[Group], plot_id: str) -> str:
-    """Every timed variant at its arithmetic intensity (ideal traffic: A, B and C once) against the ceilings
-    measured in the same run: each reference's GFLOP/s as a horizontal line."""
-    fig = _figure(8, 4)
+def roofline(group_list: list[Group], plot_id: str, peaks: dict[str, dict]) -> str:
+    """Every timed variant at its arithmetic intensity (ideal traffic: A, B and C once) under the device's
+    measured roofline (``peaks``: a source's label -> its measured f32 FMA GFLOP/s and copy GB/s), with each
+    reference measured in the same run as a dashed line."""
+    fig = _figure(8, 4.2)
     ax = fig.add_subplot()
-    ceilings = {}
+    ceilings: dict[str, float] = {}
+    xs = []
     for j, g in enumerate(gr for gr in group_list if gr.timed):
         colour = SERIES_COLOURS[j % len(SERIES_COLOURS)]
-        timed = g.timed
-        intensity = [v["gflops"] / v["gbps"] if v.get("gbps") else None for v in timed]
-        points = [(x, v["gflops"]) for x, v in zip(intensity, timed) if x]
+        points = [(v["gflops"] / v["gbps"], v["gflops"]) for v in g.timed if v.get("gbps")]
+        xs += [x for x, _ in points]
         ax.plot([x for x, _ in points], [y for _, y in points], "o", color=colour, markersize=4, alpha=0.8,
                 gid=f"{plot_id}-points-{j}", label=f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} "
                                                    f"{g.types['a']}")
         for r in g.references:
             if r.get("gflops"):
                 ceilings[str(r.get("provider"))] = max(ceilings.get(str(r.get("provider")), 0), r["gflops"])
+    lo, hi = min(xs, default=1) / 8, max(xs, default=1) * 8
+    for i, (label, peak) in enumerate(peaks.items()):
+        ridge = peak["gflops"] / peak["gbps"]
+        line_x = np.geomspace(min(lo, ridge / 4), max(hi, ridge * 4), 64)
+        ax.plot(line_x, np.minimum(peak["gflops"], peak["gbps"] * line_x), color="#212121", linewidth=1.5,
+                gid=f"{plot_id}-peak-{i}", label=f"device peak measured ({label}): {peak['gflops']:.0f} GFLOP/s "
+                                                 f"f32 FMA, {peak['gbps']:.1f} GB/s copy")
     for i, (provider, value) in enumerate(sorted(ceilings.items())):
         ax.axhline(value, color="#616161", linestyle="--", linewidth=1, gid=f"{plot_id}-ceiling-{i}")
         ax.annotate(f"{provider} measured in this run: {value:.1f} GFLOP/s", (0.01, value),
@@ -194,7 +205,7 @@ def roofline(group_list: list[Group], plot_id: str) -> str:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of A, B and C)")
     ax.set_ylabel("GFLOP/s")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.14))      # below the axes: never over a point
     ax.grid(alpha=0.3, which="both")
     return _svg(fig, plot_id)
 
