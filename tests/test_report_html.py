@@ -17,7 +17,8 @@ from xegemm.cli import main
 from xegemm.evaluate import STATUSES
 from xegemm.pipeline import build_config, run
 from xegemm.reporting import load_source, render
-from xegemm.reporting.model import PROFILER_COLUMNS, PROFILER_OUTCOME, groups
+from xegemm.reporting.model import PROFILER_COLUMNS, PROFILER_OUTCOME, Group, groups
+from xegemm.reporting.plots import variant_bars
 
 pytestmark = pytest.mark.device
 
@@ -334,3 +335,14 @@ def test_comparison_page_opens_offline_with_a_bar_per_common_variant(runs, brows
     assert both == 3 and _count(browser, "#compare-speedups [id^='compare-speedups-bar-']") == both
     text = browser.find_element("css selector", "#compare-table").text
     assert "fixed" in text and "still failing" in text
+
+
+def test_a_single_timed_run_draws_a_bar_without_whiskers_error():
+    """One timed launch: min = median = max, so the whiskers have zero (never negative) length."""
+    flops = 2 * 32 * 32 * 32
+    median = 2.2336657364455212    # a value where gflops * median / median rounds just above gflops
+    v = {"name": "k", "status": "ok", "params": {"m": 32, "n": 32, "k": 32, "batch": 1}, "source": "s",
+         "gflops": flops / (median * 1e6), "time_ms": {"min": median, "median": median, "max": median, "cv": 0.0,
+                                                       "runs": 1}}
+    svg = variant_bars(Group((32, 32, 32, 1, "bf16", "bf16", "f32", "f32", "row/row/row"), [v]), "one")
+    assert svg.count('id="one-bar-0"') == 1

@@ -67,7 +67,9 @@ def variant_bars(group: Group, plot_id: str) -> str:
         bar.set_gid(f"{plot_id}-bar-{i}")
         span = gflops_range(v)
         if span:
-            ax.errorbar(v["gflops"], y, xerr=[[v["gflops"] - span[0]], [span[1] - v["gflops"]]], fmt="none",
+            # clamped: when the median is the slowest run, rounding can leave a tiny negative length
+            ax.errorbar(v["gflops"], y, xerr=[[max(0.0, v["gflops"] - span[0])], [max(0.0, span[1] - v["gflops"])]],
+                        fmt="none",
                         ecolor="#212121", capsize=3, linewidth=1)
         cv = (v.get("time_ms") or {}).get("cv")
         ax.annotate(f"{v['gflops']:.1f}" + (f"  CV {cv:.1%}" if cv is not None else ""),
