@@ -3,10 +3,13 @@ problem, escaping of hostile config text, profiler CSV against JSON, comparisons
 and the pages opened in Debian's headless chromium with the network off (the ``browser`` tests)."""
 
 import csv
+import html
 import io
 import json
+import re
 import shutil
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -346,3 +349,15 @@ def test_a_single_timed_run_draws_a_bar_without_whiskers_error():
                                                        "runs": 1}}
     svg = variant_bars(Group((32, 32, 32, 1, "bf16", "bf16", "f32", "f32", "row/row/row"), [v]), "one")
     assert svg.count('id="one-bar-0"') == 1
+
+
+def test_two_runs_in_one_page_are_told_apart(runs, tmp_path):
+    a, b = runs                                       # two directories of the same name
+    page = render([a, b], "html", page_dir=tmp_path)
+    for run_dir in (a, b):                            # labelled by their paths, not twice by the same name
+        assert f"<h3>run <code>{html.escape(str(run_dir.resolve()))}</code>" in page
+    group_list = groups([load_source(a), load_source(b)])
+    assert [len(g.variants) for g in group_list] == [6, 6]
+    failed = next(v for v in _results(a)["variants"] if v["status"] == "failed_build")
+    links = [(tmp_path / unquote(href)).resolve() for href in re.findall(r'href="([^"]+\.log)"', page)]
+    assert links == [Path(failed["log"]).resolve()]  # the one failed build, linked relative to the page's folder

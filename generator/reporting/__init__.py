@@ -18,15 +18,15 @@ from xegemm.report import write_text_atomic
 from xegemm.reporting.formats import FORMATS, render_csv, render_json, render_markdown
 from xegemm.reporting.model import groups
 from xegemm.reporting.page import render_page
-from xegemm.reporting.sources import LOADERS, Source, load_source
+from xegemm.reporting.sources import LOADERS, Source, load_source, load_sources
 
 __all__ = ["FORMATS", "LOADERS", "Source", "load_source", "render", "write_report", "write_run_page"]
 
 
 def render(paths, fmt: str = "html", baseline=None, page_dir: Path | str = ".", command: str | None = None) -> str:
     """The report of the output directories ``paths`` (``baseline``: the directories of run A) in ``fmt``."""
-    sources = [load_source(p) for p in paths]
-    base = [load_source(p) for p in baseline] if baseline else None
+    sources = load_sources(paths)
+    base = load_sources(baseline) if baseline else None
     group_list = groups(sources)
     if fmt == "html":
         return render_page(sources, group_list, Path(page_dir), base, command)

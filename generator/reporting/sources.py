@@ -142,3 +142,15 @@ def load_source(path: Path | str) -> Source:
             return loader(path)
     raise XegemmError(f"{path}: holds no results xegemm can read (looked for "
                       "results.json or results.jsonl of `xegemm run`, build.json of `xegemm build`)")
+
+
+def load_sources(paths) -> list[Source]:
+    """:func:`load_source` for each path; sources whose directories share a name are labelled by their path."""
+    sources = [load_source(p) for p in paths]
+    names = [s.label for s in sources]
+    for src in sources:
+        if names.count(src.label) > 1:
+            src.label = str(src.path)
+            for v in src.variants:
+                v["source"] = src.label
+    return sources
