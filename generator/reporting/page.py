@@ -70,7 +70,7 @@ def _conditions(src: Source) -> list[tuple[str, str]]:
              if c else "not recorded"),
             ("thread settings", ", ".join(f"{k}={v}" for k, v in (c.get("threads_env") or {}).items())
              or ("none set" if c else "not recorded")),
-            ("CV of the timings", f"{min(cvs):.1%} to {max(cvs):.1%} (median of each variant's runs)" if cvs else "-")]
+            ("CV of the timings", f"{min(cvs):.1%} to {max(cvs):.1%} (each over one variant's timed launches)" if cvs else "-")]
 
 
 def _row(v: dict) -> dict:

@@ -16,6 +16,7 @@ import re
 import numpy as np
 from matplotlib import rc_context
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from xegemm.evaluate import STATUSES
 from xegemm.reporting.model import CV_LIMIT, Group, gflops_range, noisy, tile_label
@@ -154,7 +155,7 @@ def convergence(series: dict[str, list[dict]], plot_id: str) -> str:
         start = min((t["finished_at"] for t in trials if t.get("finished_at")), default=None)
         for n, t in enumerate(trials, 1):
             best = max(best, t.get("gflops") or 0.0)
-            xs.append(n)
+            xs.append(t.get("trial") or n)          # the run's own trial numbers (the table's #)
             ys.append(best)
             walls.append(t["finished_at"] - start if start is not None and t.get("finished_at") else None)
         panels[0].step(xs, ys, where="post", color=colour, label=name)
@@ -165,6 +166,7 @@ def convergence(series: dict[str, list[dict]], plot_id: str) -> str:
             panels[1].plot([w for w, _ in pairs], [y for _, y in pairs], "o", color=colour, markersize=3,
                            gid=f"{plot_id}-wall-points-{j}")
     panels[0].set_xlabel("trial")
+    panels[0].xaxis.set_major_locator(MaxNLocator(integer=True))
     panels[0].set_ylabel("best GFLOP/s so far")
     panels[0].legend(fontsize=8, loc="lower right")
     if timed_walls:
