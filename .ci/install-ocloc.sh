@@ -6,22 +6,8 @@
 # so the link libiga64.so -> libiga64.so.1 is added next to it.
 set -euo pipefail
 
-if [ "$(id -u)" -ne 0 ]; then
-    echo "install-ocloc.sh: run as root (it calls apt-get)" >&2
-    exit 1
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-
-quietly() {  # run a command, print its output only if it fails
-    if ! "$@" >"$log" 2>&1; then
-        cat "$log" >&2
-        echo "install-ocloc.sh: failed: $*" >&2
-        exit 1
-    fi
-}
+. "$(dirname "$0")/apt-lib.sh"
+require_root install-ocloc.sh
 
 if ! command -v ocloc >/dev/null 2>&1; then
     # A fresh container has empty package lists: update, then install.

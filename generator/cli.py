@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from xegemm.lowering import LOWERINGS
 from xegemm.evaluate import STATUSES
 from xegemm.evaluate.isolated import TimeLimits
 from xegemm.pipeline import RunInterrupted, build_config, generate, run
+from xegemm.reporting import FORMATS, write_report
 from xegemm.runtime import list_devices, select_sycl_device
 from xegemm.targets import AOT_TARGETS, GRF_MODES
 
@@ -169,7 +171,8 @@ def cmd_run(args) -> int:
 
     limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
     signal.signal(signal.SIGTERM, _interrupt)     # stop like Ctrl-C: partial reports, the resume command
-    results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering, limits=limits)
+    results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering, limits=limits,
+                  command=args.command_line)
     failed = [v for v in results["variants"] if v["status"] in FAILURES]
     verified = [v for v in results["variants"] if v["status"] == "ok"]
     if args.strict and (failed or not verified):
@@ -192,6 +195,18 @@ def cmd_build(args) -> int:
           f"{result['capabilities']}; see build.json in {args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")
     failed = [v for v in result["variants"] if v["status"] in FAILURES]
     return 1 if args.strict and (failed or not ok) else 0
+
+
+def cmd_report(args) -> int:
+
+    fmt = args.format or (Path(args.out).suffix.lstrip(".") if args.out else "html")
+    if fmt not in FORMATS:
+        raise XegemmError(f"--out {args.out}: cannot tell the format from the suffix; give --format "
+                          f"{'|'.join(FORMATS)}")
+    out = Path(args.out or f"report.{fmt}")
+    write_report(args.results, out, fmt, baseline=args.compare, command=args.command_line)
+    print(f"wrote {out}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,11 +271,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-timeout", type=float, metavar="S",
                    help="seconds one variant's verification and timing may take (default: from the problem size)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="a report of one or more run (or build) directories: a self-contained HTML "
+                                      "page of plots, cutlass_profiler-style CSV, JSON or Markdown")
+    p.add_argument("results", nargs="+", metavar="RUN_DIR", help="output directories of `xegemm run` or `xegemm build`")
+    p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
+                   help="the baseline (run A): show the results against it per common variant")
+    p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")
+    p.add_argument("--format", choices=FORMATS, help="html (default), csv, json or md")
+    p.set_defaults(func=cmd_report)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["xegemm", *(sys.argv[1:] if argv is None else argv)])
     try:
         return args.func(args)
     except RunInterrupted as exc:

@@ -33,6 +33,7 @@ from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.profile import time_numpy_reference
 from xegemm.report import ResultStore, own_reference, problem_shape, write_json_atomic, write_reports
+from xegemm.reporting import write_run_page
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.verify import check_fits
 
@@ -88,8 +89,9 @@ class RunInterrupted(XegemmError):
 
 def run(config_path: str | Path, device: str | None = None, out_dir: str | Path | None = None,
         lowering: str | None = None, progress=sys.stderr, reference_repeats: int = 5,
-        limits: TimeLimits = TimeLimits(), on_stage=None) -> dict:
-    """Run a config end to end on a device and write results.json, results.csv and report.md into out_dir.
+        limits: TimeLimits = TimeLimits(), on_stage=None, command: str | None = None) -> dict:
+    """Run a config end to end on a device and write results.json, results.csv, report.md and report.html into
+    out_dir (``command``: the command line that started the run, recorded in the reports).
 
     Every build and launch runs in a worker process with a time limit (:mod:`xegemm.evaluate.isolated`).  If
     ``out_dir`` already holds results of the same kernels (same source, lowering and compiler capabilities) on
@@ -97,6 +99,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     show exactly this run's variants (``on_stage``: see IsolatedDeviceBuilder).  Ctrl-C stops promptly: the partial reports are written and
     :class:`RunInterrupted` says how to resume.
     """
+    started_at = time.time()
     config = load_config(config_path)
     sycl_device = select_sycl_device(device)
     info = describe(sycl_device)
@@ -131,18 +134,23 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
                 continue
             store.add(key, evaluator.evaluate(pv, source).as_dict())
             keys.append(key)
+        timed = any(store.get(k)["status"] == "ok" for k in keys)
+        peak = evaluator.builder.measure_peak() if timed else None    # the roofline's ceilings
         evaluator.builder.close()
         # every timed variant carries the reference measured interleaved with it; a problem none of whose
         # variants was timed still gets one, measured on its own
         problems = {(pv.config.problem.m, pv.config.problem.n, pv.config.problem.k, pv.config.problem.batch)
                     for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n,
                                                                    config.problem.k, config.problem.batch)}
-        timed = {problem_shape(store.records[k].get("params", {})) for k in keys if own_reference(store.records[k])}
+        interleaved = {problem_shape(store.records[k].get("params", {})) for k in keys
+                       if own_reference(store.records[k])}
         references = {shape: time_numpy_reference(*shape, repeats=reference_repeats)
-                      for shape in sorted(problems - timed)}
+                      for shape in sorted(problems - interleaved)}
     except KeyboardInterrupt:
         evaluator.builder.close()
-        write_reports(store, keys, {}, lowering=low.name, capabilities=low.capabilities_name)
+        write_reports(store, keys, {}, lowering=low.name, capabilities=low.capabilities_name, command=command,
+                      started_at=started_at)
+        write_run_page(out)
         store.close()
         raise RunInterrupted(f"interrupted: {len(keys)} of {len(planned)} variants are recorded in {out} (partial "
                              f"reports written); resume with: xegemm run {config_path} --out {out}"
@@ -151,10 +159,12 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     finally:
         evaluator.builder.close()
     try:
-        results = write_reports(store, keys, references, lowering=low.name, capabilities=low.capabilities_name)
+        results = write_reports(store, keys, references, lowering=low.name, capabilities=low.capabilities_name,
+                                command=command, started_at=started_at, device_peak=peak)
+        write_run_page(out)
     finally:
         store.close()
-    say(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}")
+    say(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}, {out / 'report.html'}")
     return results
 
 
@@ -175,8 +185,9 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     entries = []
     for pv in planned:
         ev = evaluator.evaluate(pv)
-        entries.append({"name": ev.name, "status": ev.status, "reason": ev.reason, "target": target,
-                        "grf": ev.extra.get("grf", grf or pv.config.target.grf), "capabilities": low.capabilities_name,
+        entries.append({"name": ev.name, "status": ev.status, "reason": ev.reason, "params": ev.params, "plan": ev.plan,
+                        "target": target, "grf": ev.extra.get("grf", grf or pv.config.target.grf),
+                        "capabilities": low.capabilities_name,
                         "isa": ev.extra.get("isa"), "predicted": ev.extra.get("predicted"),
                         "measured_messages": ev.extra.get("measured_messages"), "source_sha256": ev.source_sha256,
                         "artefacts": ev.extra.get("artefacts"), "log": ev.log})

@@ -64,6 +64,32 @@ def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> int:
 CV_LIMIT = 0.10          # a coefficient of variation above this re-measures once, then flags the result
 
 
+def launch_ms(submit) -> float:
+    """Launch once with ``submit()`` (a profiling-enabled dpctl event) and wait: the launch's device time in ms."""
+    event = submit()
+    event.wait()
+    return (event.profiling_info_end - event.profiling_info_start) * 1e-6
+
+
+def _rounds(samplers, warmup: int, repeats: int, min_time_ms: float, max_runs: int) -> list[Timing]:
+    """Run the samplers in turn, round after round: ``warmup`` untimed rounds, then at least ``repeats`` timed
+    ones, continuing until the first sampler has ``min_time_ms`` (bounded by ``max_runs``)."""
+    for _ in range(warmup):
+        for sample in samplers:
+            sample()
+    samples: list[list[float]] = [[] for _ in samplers]
+    while len(samples[0]) < max(1, repeats) or (sum(samples[0]) < min_time_ms and len(samples[0]) < max_runs):
+        for sample, out in zip(samplers, samples):
+            out.append(sample())
+    return [Timing(tuple(out)) for out in samples]
+
+
+def time_kernel(submit, warmup: int, repeats: int, min_time_ms: float = 0.0, max_runs: int = 100_000) -> Timing:
+    """Time ``submit()`` (which returns a profiling-enabled dpctl event) on the device, on its own: ``warmup``
+    untimed launches, then at least ``repeats`` timed ones, until ``min_time_ms`` of device time."""
+    return _rounds([lambda: launch_ms(submit)], warmup, repeats, min_time_ms, max_runs)[0]
+
+
 def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
                      min_time_ms: float = 0.0, max_runs: int = 100_000) -> tuple[Timing, Timing]:
     """Time a kernel and a reference in alternating runs: kernel, reference, kernel, reference, ...
@@ -72,25 +98,22 @@ def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
     of each, both get at least ``repeats`` runs, continuing until the kernel has ``min_time_ms`` (bounded by
     ``max_runs``).  Returns (kernel timing, reference timing).
     """
-    for _ in range(warmup):
-        sample_kernel()
-        sample_reference()
-    kernel: list[float] = []
-    reference: list[float] = []
-    while len(kernel) < max(1, repeats) or (sum(kernel) < min_time_ms and len(kernel) < max_runs):
-        kernel.append(sample_kernel())
-        reference.append(sample_reference())
-    return Timing(tuple(kernel)), Timing(tuple(reference))
+    kernel, reference = _rounds([sample_kernel, sample_reference], warmup, repeats, min_time_ms, max_runs)
+    return kernel, reference
+
+
+# environment variables that decide how many threads the device runtime and the reference BLAS use, and
+# which code path they take
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE",
+                    "OPENBLAS_L2_SIZE", "DPCPP_CPU_NUM_CUS", "CL_CONFIG_CPU_TBB_NUM_WORKERS",
+                    "CL_CONFIG_CPU_TARGET_ARCH", "ONEAPI_DEVICE_SELECTOR")
 
 
 def conditions() -> dict:
-    """What the machine was doing and how the references were set up, for the record."""
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (None, None, None)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"loadavg_1m": load[0], "cpus": cpus, "machine": platform.machine(),
-            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "cpu_target_arch": os.environ.get("CL_CONFIG_CPU_TARGET_ARCH")}
+    """What else ran and how many threads could run, now: load average, CPUs, thread and CPU-target settings."""
+    return {"loadavg": list(os.getloadavg()), "cpu_count": os.cpu_count(),
+            "affinity_cpus": len(os.sched_getaffinity(0)), "machine": platform.machine(),
+            "threads_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ}}
 
 
 class NumpyReference:
@@ -134,7 +157,7 @@ def measure_against_reference(sample_kernel, reference: NumpyReference, warmup: 
             break
     kernel, ref, worst = best
     record = {**reference.record(ref), "interleaved": True, "high_cv": worst > CV_LIMIT, "attempts": attempt,
-              "conditions": {**before, "loadavg_1m_after": conditions()["loadavg_1m"]}}
+              "conditions": {**before, "loadavg_after": conditions()["loadavg"]}}
     return kernel, record
 
 

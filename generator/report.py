@@ -15,12 +15,14 @@ import json
 import os
 import platform
 import tempfile
+import time
 from pathlib import Path
 
 import numpy
 
 from xegemm import __version__
 from xegemm.errors import XegemmError
+from xegemm.profile import conditions
 from xegemm.runtime.devices import dpctl_module
 
 CSV_COLUMNS = ("name", "status", "reason", "median_ms", "min_ms", "max_ms", "cv", "runs", "gflops", "gbps",
@@ -105,6 +107,7 @@ class ResultStore:
         self.device = device
         self.journal = self.out / "results.jsonl"
         self.records: dict[str, dict] = {}
+        self.when: dict[str, dict] = {}  # key -> {"finished_at", "load1"}: when each result was recorded
         self.damaged: list[str] = []     # "results.jsonl:LINE: what is wrong", for lines that were skipped
         if self.journal.exists():
             text = self.journal.read_text(encoding="utf-8", errors="replace")
@@ -129,6 +132,7 @@ class ResultStore:
                                         "variant runs again")
                     continue
                 self.records[key] = result
+                self.when[key] = {k: entry[k] for k in ("finished_at", "load1") if k in entry}
 
     def key(self, name: str, config, lowering: str, compiler_capabilities: str | None, source_sha256: str | None) -> str:
         """What makes a recorded result reusable: the kernel (name and source), lowering and compiler capabilities,
@@ -152,8 +156,9 @@ class ResultStore:
     def add(self, key: str, result: dict) -> None:
         """Record a finished variant durably (one journal line, fsync'ed)."""
         self.records[key] = result
+        self.when[key] = {"finished_at": round(time.time(), 3), "load1": os.getloadavg()[0]}
         with open(self.journal, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"key": key, "result": result}, default=str) + "\n")
+            f.write(json.dumps({"key": key, "result": result, **self.when[key]}, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
@@ -161,6 +166,11 @@ class ResultStore:
 def _versions() -> dict:
     return {"xegemm": __version__, "dpctl": dpctl_module().__version__, "numpy": numpy.__version__,
             "python": platform.python_version()}
+
+
+# environment variables that decide how many threads the device runtime and the reference BLAS use
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _sort_key(v: dict):
@@ -178,14 +188,22 @@ def own_reference(variant: dict) -> dict | None:
 
 
 def write_reports(store: ResultStore, keys: list[str], references: dict, lowering: str,
-                  capabilities: str | None = None) -> dict:
+                  capabilities: str | None = None, command: str | None = None,
+                  started_at: float | None = None, device_peak: dict | None = None) -> dict:
     """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal).
 
     Each timed variant's ratio is to the numpy reference measured interleaved with it; a problem's reference
     in the header is its best variant's.  ``references`` maps a problem (m, n, k, batch) none of whose
-    variants was timed to a reference measured on its own (or is empty)."""
+    variants was timed to a reference measured on its own (or is empty); ``device_peak`` is the device's
+    measured peak (:mod:`xegemm.evaluate.peak`), if it was measured.
+
+    Each variant also gets ``trial`` (its place in this run's order: a sweep is a trial order too) and, from
+    the journal, ``finished_at`` (Unix time) and ``load1`` (the 1-minute load average when it finished)."""
     cfg = store.config
-    variants = sorted((dict(store.records[k]) for k in dict.fromkeys(keys) if k in store.records), key=_sort_key)
+    variants = []
+    for trial, k in enumerate((k for k in dict.fromkeys(keys) if k in store.records), 1):
+        variants.append({**store.records[k], "trial": trial, **store.when.get(k, {})})
+    variants.sort(key=_sort_key)
     for v in variants:
         ref = own_reference(v)
         v["vs_numpy"] = (v["gflops"] / ref["gflops"]) if v.get("gflops") and ref and ref.get("gflops") else None
@@ -204,7 +222,12 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
         "problem": cfg.to_dict()["problem"],
         "types": cfg.to_dict()["types"],
         "layout": cfg.to_dict()["layout"],
-        "config": {"name": cfg.name, "source": str(cfg.source)},
+        "config": {"name": cfg.name, "source": str(cfg.source), "description": cfg.description},
+        "command": command,
+        "started_at": _utc(started_at) if started_at else None,
+        "written_at": _utc(time.time()),
+        "conditions": conditions(),
+        "device_peak": device_peak,
         "lowering": lowering,
         "compiler_capabilities": capabilities,
         "versions": _versions(),
@@ -254,7 +277,8 @@ def _reference_line(ref: dict, problems: int) -> str:
     cond = ref.get("conditions") or {}
     return (f"- reference: numpy {ref['numpy']} float32 matmul, {how}: median {ref['time_ms']['median']:.3f} ms = "
             f"{ref['gflops']:.1f} GFLOP/s (OPENBLAS_CORETYPE={ref['openblas_coretype']}, load average "
-            f"{_fmt(cond.get('loadavg_1m'), '.2f')}, {cond.get('cpus')} CPUs, CV {ref['time_ms']['cv']:.1%})"
+            f"{_fmt((cond.get('loadavg') or [None])[0], '.2f')}, {cond.get('affinity_cpus')} CPUs, "
+            f"CV {ref['time_ms']['cv']:.1%})"
             + (f"; {problems} problems, each with its own reference (results.json)" if problems > 1 else ""))
 
 
@@ -281,10 +305,12 @@ def _markdown(data: dict) -> str:
     lines.append("Variants: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".")
     lines.append("")
     several = len({problem_shape(v.get("params", {})) for v in data["variants"]}) > 1
-    by_name = {v["name"]: v for v in data["variants"]}
+    # a kernel serves every problem of a sweep: a variant is its name on its problem
+    by_name = {(v["name"], problem_shape(v.get("params", {}))): v for v in data["variants"]}
     lines += ["## Best variant" + (" per problem" if several else ""), ""]
     for entry in data["best_per_problem"]:
-        best, q = by_name[entry["name"]], entry["problem"]
+        q = entry["problem"]
+        best = by_name[(entry["name"], problem_shape(q))]
         t = best["time_ms"]
         lines += ([f"### M={q['m']} N={q['n']} K={q['k']} batch={q['batch']}", ""] if several else []) + \
             [f"`{best['name']}`", "",

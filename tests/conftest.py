@@ -1,8 +1,11 @@
 """Shared fixtures: the real default device (the Intel OpenCL CPU runtime in CI), never a mock.
 
-Tests that need Intel's offline compiler carry the ``ocloc`` marker; this is the one place that decides
-whether they run: where ``ocloc`` is missing they are skipped with what to install (``make test`` installs
-it itself when run as root)."""
+Tests that need Intel's offline compiler carry the ``ocloc`` marker, tests that open a page in Debian's headless
+chromium the ``browser`` marker; this is the one place that decides whether they run: where the tool is missing
+they are skipped with what to install (``make test`` installs both itself when run as root)."""
+
+import importlib.util
+import shutil
 
 import pytest
 
@@ -13,13 +16,23 @@ OCLOC_MISSING = ("ocloc is not installed: as root, `make test` installs it (Debi
                  ".ci/install-ocloc.sh); otherwise run `sudo bash .ci/install-ocloc.sh`")
 
 
+def browser_missing() -> str | None:
+    """Why the browser tests cannot run here (None when Debian's chromium, its driver and selenium are there)."""
+    absent = [tool for tool in ("chromium", "chromedriver") if shutil.which(tool) is None]
+    if absent:
+        return (f"{' and '.join(absent)} not installed: as root, `make test` installs Debian's chromium and "
+                "chromium-driver (.ci/install-chromium.sh); otherwise run `sudo bash .ci/install-chromium.sh`")
+    if importlib.util.find_spec("selenium") is None:
+        return "selenium is not installed: pip install -e '.[test]'"
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    if find_ocloc() is not None:
-        return
-    skip = pytest.mark.skip(reason=OCLOC_MISSING)
+    missing = {"ocloc": None if find_ocloc() is not None else OCLOC_MISSING, "browser": browser_missing()}
     for item in items:
-        if "ocloc" in item.keywords:
-            item.add_marker(skip)
+        for marker, reason in missing.items():
+            if reason and marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")

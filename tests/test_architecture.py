@@ -25,6 +25,8 @@ FORBIDDEN = {
     "xegemm.aot": ("xegemm.evaluate", "xegemm.pipeline", "xegemm.lowering", "xegemm.render", "xegemm.runtime"),
     "xegemm.lowering": ("xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime"),
     "xegemm.render": ("xegemm.evaluate", "xegemm.pipeline"),
+    "xegemm.report": ("xegemm.reporting", "xegemm.pipeline", "xegemm.cli"),
+    "xegemm.reporting": ("xegemm.pipeline", "xegemm.cli", "xegemm.runtime"),
 }
 
 

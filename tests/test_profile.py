@@ -62,7 +62,7 @@ def test_a_noisy_measurement_is_taken_again_and_flagged_if_it_stays_noisy():
     steady = FakeReference([1.0] * 10)
     timing, record = measure_against_reference(lambda: 1.0, steady, warmup=0, repeats=5)
     assert record["attempts"] == 1 and not record["high_cv"] and record["interleaved"]
-    assert record["conditions"]["cpus"] >= 1
+    assert record["conditions"]["affinity_cpus"] >= 1
 
     noisy = [1.0, 9.0, 1.0, 9.0, 1.0]
     calm_second_time = FakeReference(noisy + [2.0] * 5)

@@ -17,7 +17,7 @@ from xegemm.config import Config
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.lowering import Lowering
 from xegemm.lowering.native import build_options
-from xegemm.profile import NumpyReference, gemm_flops, measure_against_reference
+from xegemm.profile import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
 from xegemm.verify import check, make_operands, poison_c, reference
 
@@ -136,7 +136,7 @@ class TimingObserver(Observer):
                 timing = self.timer(kernel.submit, prof.warmup, prof.repeats, prof.min_time_ms)
             else:
                 timing, evaluation.extra["reference"] = measure_against_reference(
-                    lambda: _launch_ms(kernel), kernel.session.numpy_reference(config), prof.warmup, prof.repeats,
+                    lambda: launch_ms(kernel.submit), kernel.session.numpy_reference(config), prof.warmup, prof.repeats,
                     prof.min_time_ms)
         except Exception as exc:  # noqa: BLE001 - verified, but timing failed: recorded, the sweep goes on
             evaluation.fail("error", f"timing failed after verification: {exc!r}")
@@ -147,13 +147,6 @@ class TimingObserver(Observer):
         evaluation.gflops = gemm_flops(p.m, p.n, p.k, p.batch) / seconds * 1e-9
         moved = ops.a_bytes.nbytes + ops.b_bytes.nbytes + p.batch * p.m * ops.ldc
         evaluation.gbps = moved / seconds * 1e-9
-
-
-def _launch_ms(kernel: DeviceKernel) -> float:
-    """Launch once and wait; the launch's device time in ms (profiling events)."""
-    event = kernel.submit()
-    event.wait()
-    return (event.profiling_info_end - event.profiling_info_start) * 1e-6
 
 
 def device_evaluator(session: DeviceSession, lowering: Lowering, log_dir=None, timer=None,

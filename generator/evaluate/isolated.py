@@ -10,7 +10,8 @@ dies or overruns, the parent kills it, records the variant (``failed_build`` if 
 variant gets a fresh worker.
 
 Workers ignore SIGINT: Ctrl-C reaches the parent, which stops the worker and leaves the variant in flight
-unrecorded, so that a resumed run evaluates it again.
+unrecorded, so that a resumed run evaluates it again.  After the sweep the same worker measures the device's
+peak for the report (:meth:`IsolatedDeviceBuilder.measure_peak`), under a time limit too.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ from dataclasses import dataclass
 from xegemm.config import Config
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.evaluate.device import DeviceBuilder, DeviceSession, TimingObserver, VerifyObserver
+from xegemm.evaluate.peak import measure_peak
 from xegemm.lowering import Lowering
 from xegemm.profile import gemm_flops
 from xegemm.runtime.devices import select_sycl_device
 
 WORKER_START_S = 120.0     # importing dpctl and opening the device
+PEAK_S = 120.0             # measuring the device's peak (two small kernels)
+PEAK = "peak"              # the request for it
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,13 @@ def _worker_main(conn, filter_string: str | None) -> None:
     conn.send(("ready", None))
     while True:
         try:
-            pv, source, lowering, timer = conn.recv()
+            request = conn.recv()
         except EOFError:
             return
+        if request == PEAK:
+            conn.send(("peak", _peak(session)))
+            continue
+        pv, source, lowering, timer = request
         conn.send(("stage", "build"))
         try:
             evaluator = Evaluator(lowering, DeviceBuilder(session, lowering),
@@ -81,6 +89,14 @@ def _worker_main(conn, filter_string: str | None) -> None:
             evaluation = Evaluation(pv.name, "ok", None, {})
             evaluation.fail("error", f"{type(exc).__name__}: {exc}")
         conn.send(("done", evaluation.as_dict(), evaluation.build_log))
+
+
+def _peak(session: DeviceSession) -> dict:
+    device = session.device
+    try:
+        return measure_peak(session.queue, device.max_compute_units, device.global_mem_size)
+    except Exception as exc:  # noqa: BLE001 - a report without a measured peak, not a failed run
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _signal_text(exitcode: int | None) -> str:
@@ -151,6 +167,20 @@ class IsolatedDeviceBuilder(Builder):
         if self.worker is not None:
             self.worker.stop()
             self.worker = None
+
+    def measure_peak(self, limit_s: float = PEAK_S) -> dict:
+        """The device's measured peak (:func:`xegemm.evaluate.peak.measure_peak`) from the worker, or
+        ``{"error": why}`` when it could not be measured (a worker that dies or overruns is killed)."""
+        try:
+            worker = self._ensure_worker()
+            worker.conn.send(PEAK)
+            if worker.conn.poll(limit_s):
+                return worker.conn.recv()[1]
+            why = f"did not finish within {limit_s:.0f} s"
+        except (EOFError, OSError, RuntimeError) as exc:
+            why = str(exc) if isinstance(exc, RuntimeError) else _signal_text(worker.process.exitcode)
+        self.close()
+        return {"error": f"the peak measurement failed: the worker process {why}"}
 
     def _lost(self, evaluation: Evaluation, stage: str, why: str) -> None:
         self.close()

@@ -1,0 +1,60 @@
+"""The device's measured peak, for the report's roofline: what a streaming copy (GB/s) and independent chains of
+f32 multiply-adds (GFLOP/s) reach on the device, each timed with profiling events like the GEMM kernels.
+
+These are measured ceilings of two simple kernels, not the data sheet's numbers: a GEMM variant above the FMA
+ceiling (DPAS on a GPU does more per clock than f32 FMAs) is possible and says so.  ``run`` measures them in its
+device worker (:mod:`xegemm.evaluate.isolated`), with a time limit, after the sweep.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from xegemm.profile import time_kernel
+from xegemm.runtime.program import build_program, launch, to_device
+
+CHAINS = 8            # independent multiply-add chains per work-item (hides the FMA latency)
+FMA_ITERATIONS = 512
+WORK_ITEMS_PER_CU = 4096
+COPY_BYTES = 64 << 20  # per buffer (less on a device with little memory)
+LOCAL_SIZE = 64
+
+SOURCE = f"""
+__kernel void xegemm_peak_copy(__global const float4 *src, __global float4 *dst) {{
+    size_t i = get_global_id(0);
+    dst[i] = src[i];
+}}
+
+__kernel void xegemm_peak_fma(__global float *out, const float a, const float b, const int iterations) {{
+    float x[{CHAINS}];
+    for (int c = 0; c < {CHAINS}; ++c) x[c] = (float)get_global_id(0) * 1e-9f + (float)c;
+    for (int i = 0; i < iterations; ++i) {{
+        #pragma unroll
+        for (int c = 0; c < {CHAINS}; ++c) x[c] = mad(x[c], a, b);
+    }}
+    float s = 0.0f;
+    for (int c = 0; c < {CHAINS}; ++c) s += x[c];
+    out[get_global_id(0)] = s;
+}}
+"""
+
+
+def measure_peak(queue, compute_units: int, global_mem_bytes: int, repeats: int = 5) -> dict:
+    """``{"gflops", "gbps", "what"}`` measured on ``queue``'s device (median of ``repeats`` timed launches)."""
+    program = build_program(queue, SOURCE, "-cl-std=CL3.0 -cl-mad-enable")
+    nbytes = min(COPY_BYTES, global_mem_bytes // 8) // (16 * LOCAL_SIZE) * (16 * LOCAL_SIZE)
+    src = to_device(queue, np.ones(nbytes // 4, dtype=np.float32))
+    dst = to_device(queue, np.zeros(nbytes // 4, dtype=np.float32))
+    copy = program.get_sycl_kernel("xegemm_peak_copy")
+    copy_time = time_kernel(lambda: launch(queue, copy, [src, dst], (nbytes // 16,), (LOCAL_SIZE,)), 1, repeats)
+    items = max(1, compute_units) * WORK_ITEMS_PER_CU
+    out = to_device(queue, np.zeros(items, dtype=np.float32))
+    fma = program.get_sycl_kernel("xegemm_peak_fma")
+    args = [out, ctypes.c_float(0.999), ctypes.c_float(0.001), ctypes.c_int(FMA_ITERATIONS)]
+    fma_time = time_kernel(lambda: launch(queue, fma, args, (items,), (LOCAL_SIZE,)), 1, repeats)
+    flops = 2 * items * FMA_ITERATIONS * CHAINS
+    return {"gflops": flops / (fma_time.median * 1e6), "gbps": 2 * nbytes / (copy_time.median * 1e6),
+            "what": f"f32 multiply-add chains ({items} work-items) and a {nbytes >> 20} MiB float4 copy, median of "
+                    f"{repeats} launches each", "fma_ms": fma_time.as_dict(), "copy_ms": copy_time.as_dict()}

@@ -1,0 +1,49 @@
+"""``xegemm report``: what one or more runs (and AOT builds) measured, as a self-contained HTML page of SVG
+plots, cutlass_profiler-style CSV, JSON for tools, or Markdown for terminals.
+
+    sources.py  one loader per kind of output directory -> Source (what could not be read is in ``missing``)
+    model.py    groups per problem and types, best against references, profiler rows, run B against run A
+    plots.py    matplotlib figures as inline SVG
+    page.py     the HTML page (autoescaped jinja2 template)
+    formats.py  CSV, JSON and Markdown
+
+``xegemm run`` writes ``report.html`` beside its results with :func:`write_run_page`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xegemm.report import write_text_atomic
+from xegemm.reporting.formats import FORMATS, render_csv, render_json, render_markdown
+from xegemm.reporting.model import groups
+from xegemm.reporting.page import render_page
+from xegemm.reporting.sources import LOADERS, Source, load_source, load_sources
+
+__all__ = ["FORMATS", "LOADERS", "Source", "load_source", "render", "write_report", "write_run_page"]
+
+
+def render(paths, fmt: str = "html", baseline=None, page_dir: Path | str = ".", command: str | None = None) -> str:
+    """The report of the output directories ``paths`` (``baseline``: the directories of run A) in ``fmt``."""
+    sources = load_sources(paths)
+    base = load_sources(baseline) if baseline else None
+    group_list = groups(sources)
+    if fmt == "html":
+        return render_page(sources, group_list, Path(page_dir), base, command)
+    if fmt == "csv":
+        return render_csv(group_list)
+    if fmt == "json":
+        return render_json(sources, group_list, base)
+    return render_markdown(sources, group_list, base)
+
+
+def write_report(paths, out: Path | str, fmt: str = "html", baseline=None, command: str | None = None) -> Path:
+    """Write the report of ``paths`` to ``out`` atomically; return its path."""
+    out = Path(out)
+    write_text_atomic(out, render(paths, fmt, baseline, out.parent, command))
+    return out
+
+
+def write_run_page(out_dir: Path | str) -> Path:
+    """``report.html`` beside a run's results.json (what ``xegemm run`` writes at its end)."""
+    return write_report([out_dir], Path(out_dir) / "report.html")

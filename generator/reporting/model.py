@@ -1,0 +1,269 @@
+"""What a report says, as plain data: variants grouped per problem and type combination, their best against
+the references of the same run, the swept parameters, cutlass_profiler-style rows, and run B against run A.
+
+Every renderer (HTML, CSV, JSON) reads this model; none computes its own numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from xegemm.dtypes import UnknownDTypeError, dtype
+from xegemm.evaluate import STATUSES
+from xegemm.profile import gemm_flops
+from xegemm.reporting.sources import Source
+
+PROBLEM_KEYS = ("m", "n", "k", "batch")
+TYPE_KEYS = ("a", "b", "acc", "c", "layout")
+CV_LIMIT = 0.05          # a timing whose coefficient of variation is above this is flagged as noisy
+
+# cutlass_profiler's Disposition and Status for each xegemm status (xegemm's own word is a column too)
+PROFILER_OUTCOME = {
+    "ok": ("passed", "success"),
+    "generated": ("not_run", "success"),
+    "rejected": ("not_supported", "error_not_supported"),
+    "failed_build": ("not_run", "error_internal"),
+    "failed_verify": ("incorrect", "success"),
+    "error": ("failed", "error_internal"),
+    "timeout": ("not_run", "error_timeout"),
+}
+assert set(PROFILER_OUTCOME) == set(STATUSES)
+
+PROFILER_COLUMNS = (
+    "Problem", "Provider", "OperationKind", "Operation", "Disposition", "Status",
+    "m", "n", "k", "batch_count", "A", "B", "C", "accum",
+    "cta_m", "cta_n", "cta_k", "warps_m", "warps_n", "subgroup_size", "inst_m", "inst_n", "inst_k", "stages", "grf",
+    "atom_a", "atom_b", "atom_c",
+    "Bytes", "Flops", "Flops/Byte", "Runtime", "GB/s", "GFLOPs", "cv", "xegemm_status", "reason", "source")
+
+# the parameters a sweep or a tuner varies, as the axes of the parameter-effect plots: (title, value of params)
+EFFECT_AXES = (
+    ("work-group tile", lambda p: _joined(p, ("wg_m", "wg_n", "wg_k"))),
+    ("sub-group grid", lambda p: _joined(p, ("sg_m", "sg_n"))),
+    ("prefetch", lambda p: p.get("prefetch")),
+    ("GRF mode", lambda p: p.get("grf")),
+    ("sub-group size", lambda p: p.get("subgroup_size")),
+    ("atoms", lambda p: " ".join(str(p.get(k)) for k in ("atom_mma", "atom_a", "atom_b", "atom_c")
+                                 if p.get(k)) or "planner's choice"),
+)
+
+
+def _joined(p: dict, keys) -> str | None:
+    values = [p.get(k) for k in keys]
+    return None if any(v is None for v in values) else "x".join(map(str, values))
+
+
+def tile_label(params: dict) -> str:
+    """The tile parameters of a variant in a few characters: ``32x32x16 sg1x2 pf0 grf256``."""
+    parts = [_joined(params, ("wg_m", "wg_n", "wg_k")), f"sg{_joined(params, ('sg_m', 'sg_n'))}"
+             if params.get("sg_m") is not None else None,
+             f"pf{params['prefetch']}" if params.get("prefetch") is not None else None,
+             f"grf{params['grf']}" if params.get("grf") is not None else None]
+    atoms = [str(params[k]) for k in ("atom_a", "atom_b", "atom_c") if params.get(k)]
+    return " ".join(x for x in parts if x) + (" " + "/".join(atoms) if atoms else "") or "?"
+
+
+def shape_of(params: dict) -> tuple:
+    return tuple(params.get(k) for k in PROBLEM_KEYS)
+
+
+def cv_of(v: dict) -> float | None:
+    return (v.get("time_ms") or {}).get("cv")
+
+
+def noisy(v: dict) -> bool:
+    cv = cv_of(v)
+    return cv is not None and cv > CV_LIMIT
+
+
+def gflops_range(v: dict) -> tuple[float, float] | None:
+    """GFLOP/s at the slowest and the fastest timed run (min-max whiskers), from the median's GFLOP/s."""
+    t = v.get("time_ms") or {}
+    if not v.get("gflops") or not t.get("median") or not t.get("min") or not t.get("max"):
+        return None
+    work = v["gflops"] * t["median"]
+    return work / t["max"], work / t["min"]
+
+
+@dataclass
+class Group:
+    """The variants of one problem shape and type combination, with the references measured for it."""
+
+    key: tuple
+    variants: list[dict] = field(default_factory=list)
+    references: list[dict] = field(default_factory=list)
+
+    @property
+    def problem(self) -> dict:
+        return dict(zip(PROBLEM_KEYS, self.key[:4]))
+
+    @property
+    def types(self) -> dict:
+        return dict(zip(TYPE_KEYS, self.key[4:]))
+
+    @property
+    def title(self) -> str:
+        p, t = self.problem, self.types
+        if p["m"] is None:
+            return "problem unknown"
+        return (f"M={p['m']} N={p['n']} K={p['k']} batch={p['batch']}, A={t['a']} B={t['b']} acc={t['acc']} "
+                f"C={t['c']}, layouts {t['layout']}")
+
+    @property
+    def measured(self) -> bool:
+        """Whether any variant was run on a device (an AOT build times nothing)."""
+        return any(v.get("source_kind") == "run" for v in self.variants)
+
+    @property
+    def timed(self) -> list[dict]:
+        """The variants with a GFLOP/s, fastest first."""
+        return sorted((v for v in self.variants if v.get("gflops")), key=lambda v: -v["gflops"])
+
+    @property
+    def best(self) -> dict | None:
+        return next((v for v in self.timed if v["status"] == "ok"), None)
+
+    def swept_axes(self) -> list[tuple[str, list]]:
+        """(axis title, the value of every timed variant) for each parameter that takes more than one value."""
+        axes = []
+        for title, value in EFFECT_AXES:
+            values = [value(v["params"]) for v in self.timed]
+            if len({str(x) for x in values}) > 1:
+                axes.append((title, values))
+        return axes
+
+    def best_against_references(self) -> list[dict]:
+        """The best variant's GFLOP/s against each reference: ``{"provider", "gflops", "ratio"}``."""
+        best = self.best
+        return [{"provider": r.get("provider", "reference"), "detail": reference_detail(r), "gflops": r.get("gflops"),
+                 "ratio": best["gflops"] / r["gflops"] if best and r.get("gflops") else None}
+                for r in self.references]
+
+
+def reference_detail(r: dict) -> str:
+    """What a reference ran, in words: ``numpy 2.4.6 float32 matmul (OPENBLAS_CORETYPE=Haswell)``."""
+    bits = [str(r.get("provider", "reference"))]
+    if r.get("numpy"):
+        bits.append(f"{r['numpy']} float32 matmul")
+    if r.get("openblas_coretype"):
+        bits.append(f"(OPENBLAS_CORETYPE={r['openblas_coretype']})")
+    return " ".join(bits)
+
+
+def group_key(params: dict) -> tuple:
+    return (*shape_of(params), *(params.get(k) for k in TYPE_KEYS))
+
+
+def groups(sources: list[Source]) -> list[Group]:
+    """Every variant of ``sources`` in its problem and type group (ordered by problem), each group with the
+    references measured for its shape."""
+    by_key: dict[tuple, Group] = {}
+    for src in sources:
+        for v in src.variants:
+            key = group_key(v["params"])
+            by_key.setdefault(key, Group(key)).variants.append(v)
+    for src in sources:
+        for r in src.references:
+            shape = tuple(r["problem"].get(k) for k in PROBLEM_KEYS)
+            for g in by_key.values():
+                if g.key[:4] == shape:
+                    g.references.append({**r, "source": src.label})
+    return sorted(by_key.values(), key=lambda g: tuple((x is None, str(x) if x is None else x) for x in g.key[:4])
+                  + tuple(str(x) for x in g.key[4:]))
+
+
+# ---- cutlass_profiler-style rows --------------------------------------------------------------------------
+
+_MMA_SHAPE = re.compile(r"^XE_(\d+)x(\d+)x(\d+)_")
+
+
+def _bytes(p: dict) -> int | None:
+    try:
+        a, b, c = (dtype(p[k]).bits for k in ("a", "b", "c"))
+        return (p["m"] * p["k"] * a + p["k"] * p["n"] * b + p["m"] * p["n"] * c) * p["batch"] // 8
+    except (KeyError, TypeError, UnknownDTypeError):
+        return None
+
+
+def _operand(p: dict, which: str, index: int) -> str | None:
+    layouts = str(p.get("layout") or "").split("/")
+    if p.get(which) is None:
+        return None
+    return f"{p[which]}:{layouts[index]}" if len(layouts) == 3 else str(p[which])
+
+
+def _measures(p: dict, median_ms: float | None, gflops: float | None) -> dict:
+    flops = gemm_flops(p["m"], p["n"], p["k"], p.get("batch") or 1) if None not in shape_of(p)[:3] else None
+    nbytes = _bytes(p)
+    return {"Bytes": nbytes, "Flops": flops, "Flops/Byte": round(flops / nbytes, 3) if flops and nbytes else None,
+            "Runtime": median_ms, "GB/s": nbytes / (median_ms * 1e6) if nbytes and median_ms else None,
+            "GFLOPs": gflops}
+
+
+def profiler_rows(group_list: list[Group]) -> list[dict]:
+    """One row per variant and per reference, in cutlass_profiler's columns (``Problem`` numbers the groups)."""
+    rows = []
+    for number, g in enumerate(group_list, 1):
+        for v in g.variants:
+            p, plan = v["params"], v.get("plan") or {}
+            mma = _MMA_SHAPE.match(str(plan.get("mma") or p.get("atom_mma") or ""))
+            disposition, status = PROFILER_OUTCOME[v["status"]]
+            rows.append({
+                "Problem": number, "Provider": "xegemm", "OperationKind": "gemm", "Operation": v["name"],
+                "Disposition": disposition, "Status": status,
+                "m": p.get("m"), "n": p.get("n"), "k": p.get("k"), "batch_count": p.get("batch"),
+                "A": _operand(p, "a", 0), "B": _operand(p, "b", 1), "C": _operand(p, "c", 2), "accum": p.get("acc"),
+                "cta_m": p.get("wg_m"), "cta_n": p.get("wg_n"), "cta_k": p.get("wg_k"),
+                "warps_m": p.get("sg_m"), "warps_n": p.get("sg_n"), "subgroup_size": p.get("subgroup_size"),
+                "inst_m": int(mma[1]) if mma else None, "inst_n": int(mma[2]) if mma else None,
+                "inst_k": int(mma[3]) if mma else None, "stages": p.get("prefetch"), "grf": p.get("grf"),
+                "atom_a": plan.get("copy_a") or p.get("atom_a"), "atom_b": plan.get("copy_b") or p.get("atom_b"),
+                "atom_c": plan.get("copy_c") or p.get("atom_c"),
+                **_measures(p, (v.get("time_ms") or {}).get("median"), v.get("gflops")),
+                "cv": cv_of(v), "xegemm_status": v["status"], "reason": v.get("reason"), "source": v.get("source")})
+        for r in g.references:
+            q = {**r["problem"], "a": "f32", "b": "f32", "c": "f32", "acc": "f32", "layout": "row/row/row"}
+            rows.append({
+                **dict.fromkeys(PROFILER_COLUMNS), "Problem": number, "Provider": r.get("provider", "reference"),
+                "OperationKind": "gemm", "Operation": reference_detail(r), "Disposition": "not_verified",
+                "Status": "success", "m": q.get("m"), "n": q.get("n"), "k": q.get("k"), "batch_count": q.get("batch"),
+                "A": "f32:row", "B": "f32:row", "C": "f32:row", "accum": "f32",
+                **_measures(q, (r.get("time_ms") or {}).get("median"), r.get("gflops")),
+                "cv": (r.get("time_ms") or {}).get("cv"), "source": r.get("source")})
+    return rows
+
+
+# ---- run B against run A ----------------------------------------------------------------------------------
+
+def compare(base: list[Source], new: list[Source]) -> list[dict]:
+    """Each variant of either side, matched by name and problem: its GFLOP/s in A and B, B/A, and the change
+    (``faster``, ``slower``, ``same`` within the noise, ``new failure``, ``fixed``, ``vanished``, ``new``,
+    ``still failing``)."""
+    def index(sources):
+        return {(v["name"], shape_of(v["params"])): v for s in sources for v in s.variants}
+
+    a, b = index(base), index(new)
+    rows = []
+    for key in sorted(set(a) | set(b), key=lambda k: (k[0], str(k[1]))):
+        va, vb = a.get(key), b.get(key)
+        speedup = vb["gflops"] / va["gflops"] if va and vb and va.get("gflops") and vb.get("gflops") else None
+        if va is None:
+            change = "new"
+        elif vb is None:
+            change = "vanished"
+        elif va["status"] == "ok" and vb["status"] != "ok":
+            change = "new failure"
+        elif va["status"] != "ok" and vb["status"] == "ok":
+            change = "fixed"
+        elif speedup is None:
+            change = "still failing"
+        else:
+            noise = max(2 * (cv_of(va) or 0), 2 * (cv_of(vb) or 0), 0.05)
+            change = "faster" if speedup > 1 + noise else "slower" if speedup < 1 - noise else "same"
+        rows.append({"name": key[0], "problem": dict(zip(PROBLEM_KEYS, key[1])),
+                     "label": tile_label((vb or va)["params"]),
+                     "status_a": va["status"] if va else None, "status_b": vb["status"] if vb else None,
+                     "gflops_a": va.get("gflops") if va else None, "gflops_b": vb.get("gflops") if vb else None,
+                     "speedup": speedup, "change": change, "reason_b": vb.get("reason") if vb else None})
+    return rows

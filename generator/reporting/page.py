@@ -1,0 +1,213 @@
+"""The self-contained HTML page: the report model and its SVG plots through one autoescaped jinja2 template
+(``templates/report/page.html.j2``).  Every string from a config, a kernel name or a compiler log is escaped
+by the template; only the SVG that :mod:`xegemm.reporting.plots` draws is inserted as markup."""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from urllib.parse import quote
+
+import jinja2
+from markupsafe import Markup
+
+from xegemm import __version__
+from xegemm.evaluate import PASSED, STATUSES
+from xegemm.reporting import plots
+from xegemm.reporting.model import CV_LIMIT, Group, compare, noisy, shape_of, tile_label
+from xegemm.reporting.sources import Source
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    root = resources.files("xegemm.templates") / "report"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root)), undefined=jinja2.StrictUndefined,
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = lambda x, spec: "-" if x is None else format(x, spec)
+    return env
+
+
+def _when(meta: dict) -> str:
+    return " to ".join(x for x in (meta.get("started_at"), meta.get("written_at")) if x) or "unknown"
+
+
+def _facts(src: Source, group_list: list[Group]) -> list[tuple[str, str]]:
+    """The header of one source: what ran, where, with what, when, and how it was started."""
+    m = src.meta
+    d = m.get("device") if isinstance(m.get("device"), dict) else {}
+    cfg = m.get("config") if isinstance(m.get("config"), dict) else {"name": m.get("config")}
+    versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}
+    problems = sorted({g.title for g in group_list if any(v["source"] == src.label for v in g.variants)})
+    facts = [("directory", str(src.path)),
+             ("config", f"{cfg.get('name') or '?'}" + (f" ({cfg['source']})" if cfg.get("source") else "")
+              + (f": {cfg['description']}" if cfg.get("description") else "")),
+             ("device", f"{d.get('name', 'unknown')} ({d.get('filter_string', '?')}, {d.get('backend', '?')}, "
+                        f"{d.get('compute_units', '?')} compute units)" if d else
+              (f"ahead of time for {m['target']}" if m.get("target") else "unknown")),
+             ("driver", str(d.get("driver_version", "unknown")) if d else "-"),
+             ("runtime", ", ".join(f"{k} {v}" for k, v in versions.items()) or "unknown"),
+             ("lowering / compiler", f"{m.get('lowering') or 'native'}"
+              + (f"; compiler capabilities {caps}" if (caps := m.get("compiler_capabilities") or m.get("capabilities"))
+                 else "")),
+             ("problems", "; ".join(problems) or "unknown"),
+             ("date (UTC)", _when(m)),
+             ("command", m.get("command") or "not recorded")]
+    return facts
+
+
+def _conditions(src: Source) -> list[tuple[str, str]]:
+    c = src.meta.get("conditions") if isinstance(src.meta.get("conditions"), dict) else {}
+    loads = [v["load1"] for v in src.variants if isinstance(v.get("load1"), (int, float))]
+    cvs = [v["time_ms"]["cv"] for v in src.variants if (v.get("time_ms") or {}).get("cv") is not None]
+    return [("load average (1, 5, 15 min) when written",
+             ", ".join(f"{x:.2f}" for x in c["loadavg"]) if c.get("loadavg") else "not recorded"),
+            ("1-min load while variants finished",
+             f"{min(loads):.2f} to {max(loads):.2f}" if loads else "not recorded"),
+            ("CPUs (online / this process may use)", f"{c.get('cpu_count', '?')} / {c.get('affinity_cpus', '?')}"
+             if c else "not recorded"),
+            ("thread settings", ", ".join(f"{k}={v}" for k, v in (c.get("threads_env") or {}).items())
+             or ("none set" if c else "not recorded")),
+            ("CV of the timings", f"{min(cvs):.1%} to {max(cvs):.1%} (each over one variant's timed launches)" if cvs else "-")]
+
+
+def _row(v: dict) -> dict:
+    p, t, plan = v["params"], v.get("time_ms") or {}, v.get("plan") or {}
+    return {"trial": v.get("trial"), "status": v["status"],
+            "tile": "x".join(str(p.get(k, "?")) for k in ("wg_m", "wg_n", "wg_k")),
+            "sg": f"{p.get('sg_m', '?')}x{p.get('sg_n', '?')}", "sgsize": p.get("subgroup_size"),
+            "prefetch": p.get("prefetch"), "grf": p.get("grf"), "mma": plan.get("mma") or p.get("atom_mma") or "-",
+            "copies": [f"{x.upper()}: {plan.get('copy_' + x) or p.get('atom_' + x) or '-'}" for x in "abc"],
+            "gflops": v.get("gflops"), "median": t.get("median"), "min": t.get("min"), "max": t.get("max"),
+            "cv": t.get("cv"), "noisy": noisy(v), "load1": v.get("load1"), "err": v.get("max_abs_err"),
+            "name": v["name"]}
+
+
+def _log_link(v: dict, src: Source, page_dir: Path) -> str | None:
+    """A relative link from the page to the variant's saved compiler log, if it is on disk."""
+    candidates = [src.path / "logs" / f"{v['name']}.log"] + ([Path(v["log"])] if isinstance(v.get("log"), str) else [])
+    for path in candidates:
+        if path.is_file():
+            return quote(os.path.relpath(path.resolve(), page_dir.resolve()))
+    return None
+
+
+def _isa_rows(sources: list[Source]) -> list[dict]:
+    rows = []
+    for src in sources:
+        for v in src.variants:
+            isa, pred = v.get("isa") or {}, v.get("predicted") or {}
+            if not isa:          # never built (rejected: listed with the failures)
+                continue
+            cells = []
+            for key in ("dpas", "load_block2d", "store_block2d", "store_block1d"):
+                have = isa.get(key, (v.get("measured_messages") or {}).get(key))
+                want = pred.get(key)
+                cells.append({"text": f"{'-' if have is None else have} ({'-' if want is None else want})",
+                              "off": have is not None and want is not None and have != want})
+            rows.append({"status": v["status"], "target": v.get("target") or isa.get("target"),
+                         "grf": v.get("grf") or isa.get("grf"), "cells": cells, "sends": isa.get("sends", "-"),
+                         "instructions": isa.get("instructions", "-"), "spills": isa.get("spill_bytes"),
+                         "name": v["name"], "reason": v.get("reason")})
+    return rows
+
+
+def _convergence_series(group: Group) -> dict[str, list[dict]]:
+    series: dict[str, list[dict]] = {}
+    for v in sorted(group.variants, key=lambda v: (v.get("trial") is None, v.get("trial") or 0)):
+        if v.get("trial") is not None:
+            series.setdefault(f"{v.get('strategy', 'sweep')} ({v['source']})", []).append(v)
+    return series
+
+
+def _group_view(n: int, g: Group) -> dict:
+    """One problem group's section: best line, references, the plots, and the variant table."""
+    series = _convergence_series(g)
+    converges = any(len(trials) > 1 for trials in series.values()) and bool(g.timed)
+    return {"title": g.title, "short": f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} {g.types['a']}",
+            "best": g.best, "best_label": tile_label(g.best["params"]) if g.best else None, "measured": g.measured,
+            "references": g.best_against_references() if g.best else [],
+            "rows": [_row(v) for v in sorted(g.variants, key=lambda v: (v["status"] != "ok", -(v.get("gflops") or 0)))],
+            "reference_plot": Markup(plots.reference_bars(g, f"g{n}-references")) if g.best and g.references else "",
+            "bars_plot": Markup(plots.variant_bars(g, f"g{n}-variants")) if g.measured else "",
+            "effects_plot": Markup(plots.parameter_effects(g, f"g{n}-effects")) if g.swept_axes() else "",
+            "convergence_plot": Markup(plots.convergence(series, f"g{n}-convergence")) if converges else "",
+            "has_walls": any(t.get("finished_at") for trials in series.values() for t in trials)}
+
+
+# the order of the comparison table: what needs a look first
+CHANGE_ORDER = ("new failure", "vanished", "slower", "fixed", "new", "faster", "still failing", "same")
+
+
+def _comparison_view(baseline: list[Source], sources: list[Source]) -> dict:
+    rows = sorted(compare(baseline, sources), key=lambda r: (CHANGE_ORDER.index(r["change"]), -(r["speedup"] or 0)))
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["change"]] = counts.get(r["change"], 0) + 1
+    return {"a": ", ".join(s.label for s in baseline), "b": ", ".join(s.label for s in sources), "rows": rows,
+            "counts": sorted(counts.items(), key=lambda kv: CHANGE_ORDER.index(kv[0])),
+            "plot": Markup(plots.speedups(rows, "compare-speedups")) if any(r["speedup"] for r in rows) else ""}
+
+
+def _failures(sources: list[Source], group_list: list[Group], page_dir: Path) -> list[dict]:
+    by_label = {s.label: s for s in sources}
+    return [{"status": v["status"], "problem": "x".join(map(str, shape_of(v["params"]))),
+             "tile": tile_label(v["params"]),
+             "reason": v.get("reason") or "(no reason recorded)", "name": v["name"],
+             "log": _log_link(v, by_label[v["source"]], page_dir)}
+            for g in group_list for v in g.variants if v["status"] not in PASSED]
+
+
+def _title(sources: list[Source]) -> str:
+    names = set()
+    for s in sources:
+        cfg = s.meta.get("config")
+        names.add(str((cfg.get("name") if isinstance(cfg, dict) else cfg) or s.label))
+    return ", ".join(sorted(names)) or "no results"
+
+
+def _peaks(sources: list[Source]) -> dict[str, dict]:
+    """Each source's measured device peak, by label (runs that measured one)."""
+    return {s.label: s.meta["device_peak"] for s in sources if isinstance(s.meta.get("device_peak"), dict)
+            and s.meta["device_peak"].get("gflops") and s.meta["device_peak"].get("gbps")}
+
+
+def _roofline_note(sources: list[Source]) -> str:
+    notes = ["Each point is a timed variant at its arithmetic intensity (A, B and C moved once); dashed lines are the "
+             "references measured in the same run."]
+    for s in sources:
+        peak = s.meta.get("device_peak")
+        if isinstance(peak, dict) and peak.get("gflops"):
+            notes.append(f"The solid line is the device's roofline as measured by {s.label} ({peak.get('what')}): "
+                         "a measured ceiling of simple kernels, not a data sheet's peak.")
+        elif isinstance(peak, dict):
+            notes.append(f"{s.label}: the device's peak could not be measured: {peak.get('error')}.")
+        elif s.kind == "run":
+            notes.append(f"{s.label}: the device's peak was not measured (nothing was timed, or the results predate "
+                         "the measurement).")
+    return " ".join(notes)
+
+
+def render_page(sources: list[Source], group_list: list[Group], page_dir: Path,
+                baseline: list[Source] | None = None, command: str | None = None) -> str:
+    """The report of ``sources`` (with ``baseline`` as run A of a comparison) as one HTML document."""
+    counts: dict[str, int] = {}
+    for g in group_list:
+        for v in g.variants:
+            counts[v["status"]] = counts.get(v["status"], 0) + 1
+    timed = [v for g in group_list for v in g.timed]
+    return _environment().get_template("page.html.j2").render(
+        version=__version__, title=_title(sources), written=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        command=command, sources=[{"kind": s.kind, "label": s.label, "facts": _facts(s, group_list),
+                                   "missing": s.missing, "conditions": _conditions(s)} for s in sources],
+        counts=[(s, counts[s]) for s in STATUSES if s in counts],
+        nothing_timed=not timed and any(g.measured for g in group_list),
+        groups=[_group_view(n, g) for n, g in enumerate(group_list, 1)],
+        comparison=_comparison_view(baseline, sources) if baseline is not None else None,
+        failures=_failures(sources, group_list, page_dir),
+        roofline=Markup(plots.roofline(group_list, "roofline", _peaks(sources))) if any(v.get("gbps") for v in timed)
+        else "", roofline_note=_roofline_note(sources), isa_rows=_isa_rows(sources),
+        noisy=[v for g in group_list for v in g.variants if noisy(v)], cv_limit=f"{CV_LIMIT:.0%}",
+        status_colours=plots.STATUS_COLOURS, change_colours=plots.CHANGE_COLOURS)

@@ -1,0 +1,156 @@
+"""Reading results for a report: one small loader per kind of output directory.
+
+A loader turns what a job wrote into a :class:`Source`: what ran where (``meta``), one row per variant
+(``variants``, the rows of results.json / build.json as they are, plus ``source``), the references measured
+in the same run, and ``missing``: every part that could not be read, said in words, so a report of a broken
+or partial directory still renders and tells the reader what is absent.
+
+Kinds today: ``run`` (``xegemm run``: results.json, or its journal results.jsonl when results.json is missing
+or damaged) and ``build`` (``xegemm build``: build.json with ISA statistics).  A tuner's output is one more
+loader in :data:`LOADERS` (see :func:`load_source`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xegemm.errors import XegemmError
+from xegemm.evaluate import STATUSES
+
+
+@dataclass
+class Source:
+    """One job's results as a report reads them."""
+
+    kind: str                     # "run" | "build"
+    path: Path                    # the directory the job wrote
+    label: str                    # how the report names it (the directory's name)
+    meta: dict = field(default_factory=dict)
+    variants: list[dict] = field(default_factory=list)
+    references: list[dict] = field(default_factory=list)   # {"problem": {m, n, k, batch}, "provider", "gflops", ...}
+    missing: list[str] = field(default_factory=list)
+
+
+def _read_json(path: Path, missing: list[str]):
+    """The JSON in ``path``, or None with the reason appended to ``missing``."""
+    if not path.exists():
+        missing.append(f"{path.name} is missing")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except ValueError as exc:
+        missing.append(f"{path.name} is damaged and was not read ({exc})")
+        return None
+
+
+def _checked_variants(rows, where: str, src: Source) -> list[dict]:
+    """The well-formed variant rows of ``rows`` (a dict with name and a known status), each tagged with its
+    source's label and kind; the others are named in the source's ``missing``."""
+    missing = src.missing
+    good = []
+    for number, row in enumerate(rows if isinstance(rows, list) else [], 1):
+        if not isinstance(row, dict) or not isinstance(row.get("name"), str) or row.get("status") not in STATUSES:
+            missing.append(f"{where}: variant {number} is not a result row (no name or an unknown status); skipped")
+            continue
+        if not isinstance(row.get("params"), dict):
+            row = {**row, "params": {}}
+        good.append({**row, "source": src.label, "source_kind": src.kind})
+    if not isinstance(rows, list):
+        missing.append(f"{where}: no list of variants")
+    return good
+
+
+def _journal_rows(journal: Path, src: Source) -> list[dict]:
+    """Variant rows from a run's results.jsonl in journal order (the last record of a name and problem wins)."""
+    missing = src.missing
+    if not journal.exists():
+        missing.append(f"{journal.name} is missing too: no variant can be shown")
+        return []
+    rows: dict[tuple, dict] = {}
+    for number, line in enumerate(journal.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        try:
+            entry = json.loads(line)
+            result = {**entry["result"], **{k: entry[k] for k in ("finished_at", "load1") if k in entry}}
+        except (ValueError, KeyError, TypeError) as exc:
+            missing.append(f"{journal.name}:{number}: not a result record ({exc}); skipped")
+            continue
+        for row in _checked_variants([result], f"{journal.name}:{number}", src):
+            rows.pop((row["name"], json.dumps(row["params"], sort_keys=True)), None)
+            rows[(row["name"], json.dumps(row["params"], sort_keys=True))] = row
+    ordered = list(rows.values())
+    for trial, row in enumerate(ordered, 1):
+        row["trial"] = trial
+    return ordered
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "results.json").exists() or (path / "results.jsonl").exists()
+
+
+def load_run(path: Path) -> Source:
+    """An ``xegemm run`` directory: results.json, else (missing or damaged) the journal results.jsonl."""
+    src = Source("run", path, path.resolve().name)
+    data = _read_json(path / "results.json", src.missing)
+    if isinstance(data, dict):
+        src.meta = {k: v for k, v in data.items() if k not in ("variants", "references", "reference")}
+        src.variants = _checked_variants(data.get("variants"), "results.json", src)
+        refs = data.get("references")
+        src.references = [r for r in refs if isinstance(r, dict) and isinstance(r.get("problem"), dict)] \
+            if isinstance(refs, list) else []
+        if not src.references:
+            src.missing.append("no reference was measured (an interrupted run, or results.json predates them)")
+    else:
+        if data is not None:
+            src.missing.append("results.json is not a results object")
+        src.variants = _journal_rows(path / "results.jsonl", src)
+        src.missing.append("device, problem and references are unknown: results.json could not be read, the rows "
+                           "come from the journal results.jsonl")
+    return src
+
+
+def is_build_dir(path: Path) -> bool:
+    return (path / "build.json").exists()
+
+
+def load_build(path: Path) -> Source:
+    """An ``xegemm build`` directory: build.json, with each variant's ISA statistics and prediction."""
+    src = Source("build", path, path.resolve().name)
+    data = _read_json(path / "build.json", src.missing)
+    if isinstance(data, dict):
+        src.meta = {k: v for k, v in data.items() if k != "variants"}
+        src.variants = _checked_variants(data.get("variants"), "build.json", src)
+    elif data is not None:
+        src.missing.append("build.json is not a build object")
+    return src
+
+
+# (kind, does this directory hold that kind's output?, loader); the first that matches reads the directory
+LOADERS = (("run", is_run_dir, load_run), ("build", is_build_dir, load_build))
+
+
+def load_source(path: Path | str) -> Source:
+    """Read one output directory (or a results file inside it) with the loader of its kind."""
+    path = Path(path)
+    if path.is_file():
+        path = path.parent
+    if not path.is_dir():
+        raise XegemmError(f"{path}: no such results directory")
+    for _, matches, loader in LOADERS:
+        if matches(path):
+            return loader(path)
+    raise XegemmError(f"{path}: holds no results xegemm can read (looked for "
+                      "results.json or results.jsonl of `xegemm run`, build.json of `xegemm build`)")
+
+
+def load_sources(paths) -> list[Source]:
+    """:func:`load_source` for each path; sources whose directories share a name are labelled by their path."""
+    sources = [load_source(p) for p in paths]
+    names = [s.label for s in sources]
+    for src in sources:
+        if names.count(src.label) > 1:
+            src.label = str(src.path)
+            for v in src.variants:
+                v["source"] = src.label
+    return sources
