@@ -203,6 +203,10 @@ def test_groups_keep_problems_and_types_apart(runs):
         assert len(g.variants) == 3 and len(g.references) == 1
         assert {(v["params"]["m"], v["params"]["n"]) for v in g.variants} == {(g.problem["m"], g.problem["n"])}
         assert [title for title, _ in g.swept_axes()] == ["sub-group grid"] or len(g.timed) < 2
+        if g.best:   # the best variant's ratio is to the numpy run measured interleaved with it
+            (numpy,) = [r for r in g.best_against_references() if r["provider"] == "numpy"]
+            assert numpy["ratio"] == pytest.approx(g.best["vs_numpy"])
+            assert numpy["gflops"] == g.best["extra"]["reference"]["gflops"]
 
 
 def test_markdown_groups_per_problem(runs):

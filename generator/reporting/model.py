@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from xegemm.dtypes import UnknownDTypeError, dtype
 from xegemm.evaluate import STATUSES
 from xegemm.profile import gemm_flops
+from xegemm.report import own_reference
 from xegemm.reporting.sources import Source
 
 PROBLEM_KEYS = ("m", "n", "k", "batch")
@@ -134,11 +135,16 @@ class Group:
         return axes
 
     def best_against_references(self) -> list[dict]:
-        """The best variant's GFLOP/s against each reference: ``{"provider", "gflops", "ratio"}``."""
+        """The best variant's GFLOP/s against each reference: ``{"provider", "gflops", "ratio"}``.  The numpy
+        reference is the one measured interleaved with the best variant itself where there is one (a shape's
+        run-level reference may belong to another type combination's best variant)."""
         best = self.best
+        own = own_reference(best) if best else None
+        references = [own, *(r for r in self.references if r.get("provider") != own.get("provider"))] if own \
+            else self.references
         return [{"provider": r.get("provider", "reference"), "detail": reference_detail(r), "gflops": r.get("gflops"),
                  "ratio": best["gflops"] / r["gflops"] if best and r.get("gflops") else None}
-                for r in self.references]
+                for r in references]
 
 
 def reference_detail(r: dict) -> str:
