@@ -71,16 +71,24 @@ def launch_ms(submit) -> float:
     return (event.profiling_info_end - event.profiling_info_start) * 1e-6
 
 
-def _rounds(samplers, warmup: int, repeats: int, min_time_ms: float, max_runs: int) -> list[Timing]:
-    """Run the samplers in turn, round after round: ``warmup`` untimed rounds, then at least ``repeats`` timed
-    ones, continuing until the first sampler has ``min_time_ms`` (bounded by ``max_runs``)."""
+def _rounds(samplers, warmup: int, repeats: int, min_time_ms: float, max_runs: int,
+            rounds: int | None = None) -> list[Timing]:
+    """Run the samplers in turn: ``warmup`` untimed runs of each, then timed runs until the first sampler has
+    at least ``repeats`` and ``min_time_ms`` (bounded by ``max_runs``).  With ``rounds`` each turn is a
+    round of about repeats / rounds timed runs after a pause of :data:`SETTLE_S` and one untimed run (the
+    other side's runs have just evicted this side's caches, and its threads may still spin); without, one
+    run per turn."""
     for _ in range(warmup):
         for sample in samplers:
             sample()
+    per_round = 1 if rounds is None else max(1, -(-repeats // rounds))
     samples: list[list[float]] = [[] for _ in samplers]
     while len(samples[0]) < max(1, repeats) or (sum(samples[0]) < min_time_ms and len(samples[0]) < max_runs):
         for sample, out in zip(samplers, samples):
-            out.append(sample())
+            if rounds is not None:
+                time.sleep(SETTLE_S)
+                sample()
+            out.extend(sample() for _ in range(per_round))
     return [Timing(tuple(out)) for out in samples]
 
 
@@ -90,15 +98,22 @@ def time_kernel(submit, warmup: int, repeats: int, min_time_ms: float = 0.0, max
     return _rounds([lambda: launch_ms(submit)], warmup, repeats, min_time_ms, max_runs)[0]
 
 
-def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
-                     min_time_ms: float = 0.0, max_runs: int = 100_000) -> tuple[Timing, Timing]:
-    """Time a kernel and a reference in alternating runs: kernel, reference, kernel, reference, ...
+ROUNDS = 4       # rounds per side of an interleaved measurement
+SETTLE_S = 0.05  # pause before each round: the other side's threads stop spinning (OpenBLAS and the OpenCL
+                 # runtime's workers busy-wait after their work; on 2 cores they would steal the next round's)
 
-    Each ``sample_*()`` runs its side once and returns the run's time in ms.  After ``warmup`` untimed runs
-    of each, both get at least ``repeats`` runs, continuing until the kernel has ``min_time_ms`` (bounded by
-    ``max_runs``).  Returns (kernel timing, reference timing).
+
+def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
+                     min_time_ms: float = 0.0, max_runs: int = 100_000, rounds: int = ROUNDS) -> tuple[Timing, Timing]:
+    """Time a kernel and a reference in alternating rounds: a round of kernel runs, a round of reference
+    runs, and so on, each round starting with one untimed run, ``rounds`` rounds each (more while the
+    kernel's ``min_time_ms`` is not reached).
+
+    Each ``sample_*()`` runs its side once and returns the run's time in ms.  Load that comes and goes falls
+    on both sides alike; alternating single runs instead made each side run with caches and threads the
+    other had just disturbed (a 1024^3 kernel measured 2x slower).  Returns (kernel, reference) timings.
     """
-    kernel, reference = _rounds([sample_kernel, sample_reference], warmup, repeats, min_time_ms, max_runs)
+    kernel, reference = _rounds([sample_kernel, sample_reference], warmup, repeats, min_time_ms, max_runs, rounds)
     return kernel, reference
 
 

@@ -122,6 +122,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     sgm_count, sgn_count = cfg.tile.subgroups
     copies = [plan.a.atom, plan.b.atom, plan.c.atom] + [p.prefetch for p in (plan.a, plan.b) if p.prefetch]
     mt, nt, kt = plan.mma_grid
+    # the staged k-step takes portable 2D copies into arrays of register components (scalars per lane)
+    copy_arrays = staged and lowering.name == "portable" and not plan.uses_block1d
     try:
         copy_library = render_copy_atoms(copies, lowering)
     except NativeUnsupported as exc:
@@ -138,7 +140,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
         mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
         fragment_helpers=_fragment_helpers(plan),
-        staged=staged_kstep(plan) if staged and (mma_lowering or lowering.name) == "portable" else None,
+        staged=staged_kstep(plan, copy_arrays) if staged and (mma_lowering or lowering.name) == "portable" else None,
+        copy_arrays=copy_arrays,
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     if lowering.capabilities is not None and lowering.capabilities.spelling == "ocl2d":

@@ -170,15 +170,16 @@ constant short xe_copy_u16x32x16_ld_n_edge[32][9] = {
 };
 
 /* XE_2D_U16x32x16_LD_N: 32x16 U16 block -> ushort32 per work-item
-   (load message, 16-bit, 16 wide x 32 rows x 1 blocks) */
-static inline ushort32 xe_copy_u16x32x16_ld_n(
-    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
+   (load message, 16-bit, 16 wide x 32 rows x 1 blocks),
+   written into v[0 .. 31]: the register as ushort scalars, which the CPU runtime keeps
+   one per lane in vector registers (an OpenCL vector per work-item becomes permutes on every access) */
+static inline void xe_copy_u16x32x16_ld_n_into(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, ushort* v)
 {
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 16, 16)) {
-        ushort32 v;
         v[0] = xe_ldu_u16(base, pitch_bytes, y, x + lane);
         v[1] = xe_ldu_u16(base, pitch_bytes, y + 1, x + lane);
         v[2] = xe_ldu_u16(base, pitch_bytes, y + 2, x + lane);
@@ -211,19 +212,29 @@ static inline ushort32 xe_copy_u16x32x16_ld_n(
         v[29] = xe_ldu_u16(base, pitch_bytes, y + 29, x + lane);
         v[30] = xe_ldu_u16(base, pitch_bytes, y + 30, x + lane);
         v[31] = xe_ldu_u16(base, pitch_bytes, y + 31, x + lane);
-        return v;
     } else {
-        union { ushort32 v; ushort c[32]; } u;
-        u.v = 0;
+        /* gathered in a local array (its index comes from the table), then copied with constant indices so
+           that the caller's v can stay in registers */
+        ushort c[32] = { 0 };
         for (int e = 0; e < 32; ++e) {
             constant const short* t = xe_copy_u16x32x16_ld_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                u.c[t[0]] |= (ushort)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+                c[t[0]] |= (ushort)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
-        return u.v;
+        for (int i = 0; i < 32; ++i)
+            v[i] = c[i];
     }
+}
+
+/* XE_2D_U16x32x16_LD_N as the hardware message returns it: one ushort32 */
+static inline ushort32 xe_copy_u16x32x16_ld_n(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
+{
+    union { ushort32 v; ushort c[32]; } u;
+    xe_copy_u16x32x16_ld_n_into(base, width_bytes, height, pitch_bytes, x, y, u.c);
+    return u.v;
 }
 
 /* XE_2D_U16x16x32_LD_V over an edge, element by element: register component, bit shift, lanes holding it, then
@@ -264,15 +275,16 @@ constant short xe_copy_u16x16x32_ld_v_edge[32][9] = {
 };
 
 /* XE_2D_U16x16x32_LD_V: 16x32 U16 block -> uint16 per work-item
-   (transform message, 16-bit, 16 wide x 16 rows x 2 blocks) */
-static inline uint16 xe_copy_u16x16x32_ld_v(
-    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
+   (transform message, 16-bit, 16 wide x 16 rows x 2 blocks),
+   written into v[0 .. 15]: the register as uint scalars, which the CPU runtime keeps
+   one per lane in vector registers (an OpenCL vector per work-item becomes permutes on every access) */
+static inline void xe_copy_u16x16x32_ld_v_into(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, uint* v)
 {
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 16, 32, 16)) {
-        uint16 v;
         v[0] = (uint)xe_ldu_u16(base, pitch_bytes, y, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + lane) << 16;
         v[1] = (uint)xe_ldu_u16(base, pitch_bytes, y + 2, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 3, x + lane) << 16;
         v[2] = (uint)xe_ldu_u16(base, pitch_bytes, y + 4, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 5, x + lane) << 16;
@@ -289,19 +301,29 @@ static inline uint16 xe_copy_u16x16x32_ld_v(
         v[13] = (uint)xe_ldu_u16(base, pitch_bytes, y + 10, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 11, x + 16 + lane) << 16;
         v[14] = (uint)xe_ldu_u16(base, pitch_bytes, y + 12, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 13, x + 16 + lane) << 16;
         v[15] = (uint)xe_ldu_u16(base, pitch_bytes, y + 14, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 15, x + 16 + lane) << 16;
-        return v;
     } else {
-        union { uint16 v; uint c[16]; } u;
-        u.v = 0;
+        /* gathered in a local array (its index comes from the table), then copied with constant indices so
+           that the caller's v can stay in registers */
+        uint c[16] = { 0 };
         for (int e = 0; e < 32; ++e) {
             constant const short* t = xe_copy_u16x16x32_ld_v_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                u.c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+                c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
-        return u.v;
+        for (int i = 0; i < 16; ++i)
+            v[i] = c[i];
     }
+}
+
+/* XE_2D_U16x16x32_LD_V as the hardware message returns it: one uint16 */
+static inline uint16 xe_copy_u16x16x32_ld_v(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
+{
+    union { uint16 v; uint c[16]; } u;
+    xe_copy_u16x16x32_ld_v_into(base, width_bytes, height, pitch_bytes, x, y, u.c);
+    return u.v;
 }
 
 /* XE_2D_U32x8x16_ST_N over an edge, element by element: register component, bit shift, lanes holding it, then
@@ -466,8 +488,8 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_128x256x16_sg4x8_dpas8x16x16_au16x32x
 
         }
         /* load this k-step's A and B tiles */
-        const ushort32 a0 = xe_copy_u16x32x16_ld_n(A, a_width, a_height, lda, k0 + 0, m0 + 0);
-        const uint16 b0 = xe_copy_u16x16x32_ld_v(B, b_width, b_height, ldb, n0 + 0, k0 + 0);
+        ushort a0[32]; xe_copy_u16x32x16_ld_n_into(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
+        uint b0[16]; xe_copy_u16x16x32_ld_v_into(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
         /* k-chunk 0: 8 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
         sa[lane] = as_float((uint)a0[0] << 16);

@@ -203,15 +203,16 @@ constant short xe_copy_u16x32x32_ld_n_edge[64][9] = {
 };
 
 /* XE_2D_U16x32x32_LD_N: 32x32 U16 block -> ushort64 per work-item
-   (load message, 16-bit, 16 wide x 32 rows x 2 blocks) */
-static inline ushort64 xe_copy_u16x32x32_ld_n(
-    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
+   (load message, 16-bit, 16 wide x 32 rows x 2 blocks),
+   written into v[0 .. 63]: the register as ushort scalars, which the CPU runtime keeps
+   one per lane in vector registers (an OpenCL vector per work-item becomes permutes on every access) */
+static inline void xe_copy_u16x32x32_ld_n_into(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, ushort* v)
 {
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
-        ushort64 v;
         v[0] = xe_ldu_u16(base, pitch_bytes, y, x + lane);
         v[1] = xe_ldu_u16(base, pitch_bytes, y + 1, x + lane);
         v[2] = xe_ldu_u16(base, pitch_bytes, y + 2, x + lane);
@@ -276,19 +277,29 @@ static inline ushort64 xe_copy_u16x32x32_ld_n(
         v[61] = xe_ldu_u16(base, pitch_bytes, y + 29, x + 16 + lane);
         v[62] = xe_ldu_u16(base, pitch_bytes, y + 30, x + 16 + lane);
         v[63] = xe_ldu_u16(base, pitch_bytes, y + 31, x + 16 + lane);
-        return v;
     } else {
-        union { ushort64 v; ushort c[64]; } u;
-        u.v = 0;
+        /* gathered in a local array (its index comes from the table), then copied with constant indices so
+           that the caller's v can stay in registers */
+        ushort c[64] = { 0 };
         for (int e = 0; e < 64; ++e) {
             constant const short* t = xe_copy_u16x32x32_ld_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                u.c[t[0]] |= (ushort)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+                c[t[0]] |= (ushort)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
-        return u.v;
+        for (int i = 0; i < 64; ++i)
+            v[i] = c[i];
     }
+}
+
+/* XE_2D_U16x32x32_LD_N as the hardware message returns it: one ushort64 */
+static inline ushort64 xe_copy_u16x32x32_ld_n(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
+{
+    union { ushort64 v; ushort c[64]; } u;
+    xe_copy_u16x32x32_ld_n_into(base, width_bytes, height, pitch_bytes, x, y, u.c);
+    return u.v;
 }
 
 /* XE_2D_U16x32x32_LD_V over an edge, element by element: register component, bit shift, lanes holding it, then
@@ -361,15 +372,16 @@ constant short xe_copy_u16x32x32_ld_v_edge[64][9] = {
 };
 
 /* XE_2D_U16x32x32_LD_V: 32x32 U16 block -> uint32 per work-item
-   (transform message, 16-bit, 16 wide x 32 rows x 2 blocks) */
-static inline uint32 xe_copy_u16x32x32_ld_v(
-    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
+   (transform message, 16-bit, 16 wide x 32 rows x 2 blocks),
+   written into v[0 .. 31]: the register as uint scalars, which the CPU runtime keeps
+   one per lane in vector registers (an OpenCL vector per work-item becomes permutes on every access) */
+static inline void xe_copy_u16x32x32_ld_v_into(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, uint* v)
 {
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
-        uint32 v;
         v[0] = (uint)xe_ldu_u16(base, pitch_bytes, y, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + lane) << 16;
         v[1] = (uint)xe_ldu_u16(base, pitch_bytes, y + 2, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 3, x + lane) << 16;
         v[2] = (uint)xe_ldu_u16(base, pitch_bytes, y + 4, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 5, x + lane) << 16;
@@ -402,19 +414,29 @@ static inline uint32 xe_copy_u16x32x32_ld_v(
         v[29] = (uint)xe_ldu_u16(base, pitch_bytes, y + 26, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 27, x + 16 + lane) << 16;
         v[30] = (uint)xe_ldu_u16(base, pitch_bytes, y + 28, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 29, x + 16 + lane) << 16;
         v[31] = (uint)xe_ldu_u16(base, pitch_bytes, y + 30, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 31, x + 16 + lane) << 16;
-        return v;
     } else {
-        union { uint32 v; uint c[32]; } u;
-        u.v = 0;
+        /* gathered in a local array (its index comes from the table), then copied with constant indices so
+           that the caller's v can stay in registers */
+        uint c[32] = { 0 };
         for (int e = 0; e < 64; ++e) {
             constant const short* t = xe_copy_u16x32x32_ld_v_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                u.c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+                c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
-        return u.v;
+        for (int i = 0; i < 32; ++i)
+            v[i] = c[i];
     }
+}
+
+/* XE_2D_U16x32x32_LD_V as the hardware message returns it: one uint32 */
+static inline uint32 xe_copy_u16x32x32_ld_v(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
+{
+    union { uint32 v; uint c[32]; } u;
+    xe_copy_u16x32x32_ld_v_into(base, width_bytes, height, pitch_bytes, x, y, u.c);
+    return u.v;
 }
 
 /* XE_2D_U32x8x16_ST_N over an edge, element by element: register component, bit shift, lanes holding it, then
@@ -573,8 +595,8 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_64x64x32_sg2x2_dpas8x16x16_au16x32x32
 
         }
         /* load this k-step's A and B tiles */
-        const ushort64 a0 = xe_copy_u16x32x32_ld_n(A, a_width, a_height, lda, k0 + 0, m0 + 0);
-        const uint32 b0 = xe_copy_u16x32x32_ld_v(B, b_width, b_height, ldb, n0 + 0, k0 + 0);
+        ushort a0[64]; xe_copy_u16x32x32_ld_n_into(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
+        uint b0[32]; xe_copy_u16x32x32_ld_v_into(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
         /* k-chunk 0: 8 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
         sa[lane] = as_float((uint)a0[0] << 16);

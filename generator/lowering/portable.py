@@ -33,8 +33,8 @@ def copy_plan(atom: CopyAtom) -> dict:
     same rule as ``CopyAtom.element_coord`` (the coordinates are checked against it):
 
     - ``extent``: the block's rows and columns in elements, to test whether it lies wholly inside the surface;
-    - ``fast``: for such a block, per register component, the C that reads (``v[i] = ...;``) or writes its
-      elements with the unchecked xe_ldu_* / xe_stu_* at (row, col) written in x, y and lane: a register
+    - ``fast``: for such a block, per register component, the C that reads (``v[i] = ...;``, v the register's
+      components as an array) or writes its elements with the unchecked xe_ldu_* / xe_stu_* at (row, col) written in x, y and lane: a register
       row is one plain vector access at ``x + lane``;
     - ``edge``: for a block over an edge, per register element that is real on some lane, the numbers
       (component, shift, lanes, row0, row_hi, row_lo, col0, col_hi, col_lo): the element sits at
@@ -67,7 +67,7 @@ def _fast_lines(atom: CopyAtom) -> tuple[str, ...]:
     length = min(atom.dealt_shape[1], SUB_GROUP)
     loads, stores = [], []
     for i in range(atom.register_length):
-        lhs = "v" if atom.register_length == 1 else f"v[{i}]"
+        lhs = f"v[{i}]" if atom.is_load or atom.register_length > 1 else "v"   # loads fill an array
         parts = []
         for j in range(per_reg):
             at = _copy_coord(atom, i * per_reg + j)
@@ -353,13 +353,14 @@ class StagedKstep:
         return rows[0] if len(rows) == 1 else f"({self.acc_ctype})({', '.join(rows)})"
 
 
-def _unit(var: str, reg_ctype: str, unit_bits: int, index: int) -> str:
-    """Unit ``index`` (``unit_bits`` wide, little-endian) of the copy register ``var`` of type ``reg_ctype``,
-    as a uint expression: the bits the fragment helpers of templates/fragments.cl.j2 would move."""
+def _unit(var: str, reg_ctype: str, unit_bits: int, index: int, array: bool) -> str:
+    """Unit ``index`` (``unit_bits`` wide, little-endian) of the copy register ``var`` of type ``reg_ctype``
+    (held as an array of its components when ``array``), as a uint expression: the bits the fragment helpers
+    of templates/fragments.cl.j2 would move."""
     bits, n = ctype_shape(reg_ctype)
 
     def comp(i: int) -> str:
-        return f"(uint){var}" if n == 1 else f"(uint){var}[{i}]"
+        return f"(uint){var}" if n == 1 and not array else f"(uint){var}[{i}]"
 
     if bits == unit_bits:
         return comp(index)
@@ -392,8 +393,9 @@ def _stage_lines(stage: str, slots: list[list], values: list[list], sub_group: i
     return lines
 
 
-def staged_kstep(plan) -> StagedKstep:
-    """The portable k-step of a :class:`xegemm.plan.Plan`, from its fragments and the DPAS atom's lane maps."""
+def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
+    """The portable k-step of a :class:`xegemm.plan.Plan`, from its fragments and the DPAS atom's lane maps;
+    ``copy_arrays``: the copy registers a<i>, b<i> are arrays of their components (portable 2D copies)."""
     atom: MmaAtom = plan.mma
     mt, nt, kt = plan.mma_grid
     sub_group, rm, k = atom.n, atom.register_m, atom.k
@@ -413,7 +415,7 @@ def staged_kstep(plan) -> StagedKstep:
             reg = f"a{frag.tile}"
             values, slots = [], [[] for _ in range(sub_group)]
             for e in range(a_n * a_per):
-                unit = _unit(reg, plan.a.atom.register_type, a_bits, frag.offset + e // a_per)
+                unit = _unit(reg, plan.a.atom.register_type, a_bits, frag.offset + e // a_per, copy_arrays)
                 values.append(_decode(atom.a_type, unit, e % a_per, source_bits=a_bits))
                 for lane in range(sub_group):
                     cell = a_cells[lane][e]
@@ -425,8 +427,8 @@ def staged_kstep(plan) -> StagedKstep:
         for j in range(nt):
             frag = plan.b.fragments[(ki, j)]
             reg = f"b{frag.tile}"
-            values = [_decode(atom.b_type, _unit(reg, plan.b.atom.register_type, b_bits, frag.offset + kk // b_per),
-                              kk % b_per, source_bits=b_bits) for kk in range(k)]
+            values = [_decode(atom.b_type, _unit(reg, plan.b.atom.register_type, b_bits, frag.offset + kk // b_per,
+                                                 copy_arrays), kk % b_per, source_bits=b_bits) for kk in range(k)]
             slots = [[(kk * nt + j) * sub_group + lane for kk in range(k)] for lane in range(sub_group)]
             lines += _stage_lines("sb", slots, values, sub_group)
         b_stage.append(tuple(lines))
