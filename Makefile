@@ -13,12 +13,17 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS=ignore::UserWarning $(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests.  As root they are
-# installed (quietly, once); otherwise the note says what to install and those tests are skipped with the reason.
+# System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests, and PostgreSQL's
+# server binaries for the shared-study test.  As root they are installed (quietly, once); otherwise the note
+# says what to install and those tests are skipped with the reason.
 tools:
 	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh; \
 	elif ! command -v ocloc >/dev/null 2>&1; then echo "note: ocloc is not installed and this is not root: the ahead-of-time tests will be skipped;" \
 	     "install it with: sudo bash .ci/install-ocloc.sh"; fi
+	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-postgresql.sh; \
+	elif ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	     echo "note: PostgreSQL is not installed and this is not root: the PostgreSQL study test will be skipped;" \
+	     "install it with: sudo bash .ci/install-postgresql.sh"; fi
 
 demo: $(STAMP) tools
 	$(VENV)/bin/xegemm devices

@@ -23,7 +23,7 @@ from xegemm.pipeline import RunInterrupted, build_config, generate, run
 from xegemm.runtime import list_devices, select_sycl_device
 from xegemm.targets import AOT_TARGETS, GRF_MODES
 from xegemm.tune import STRATEGIES, export, tune
-from xegemm.tune.study import default_url, mask_url, open_storage
+from xegemm.tune.study import HEARTBEAT_S, default_url, mask_url, open_storage
 
 
 FAILURES = tuple(s for s in STATUSES if s not in ("ok", "generated", "rejected"))
@@ -238,7 +238,7 @@ def cmd_tune(args) -> int:
     result = tune(args.config, shapes=args.shapes, strategy=args.strategy, budget=args.budget, time_s=args.time,
                   jobs=args.jobs, storage=args.storage, study=args.study, seed=args.seed, device=args.device,
                   target=args.target, out=out, cache=False if args.no_cache else args.cache, retime=args.retime,
-                  limits=limits, capabilities=args.capabilities)
+                  limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat)
     for label, tally in result.tallies.items():
         print(f"{label}: {tally.evaluated} evaluated ({tally.cached} from the cache, {tally.failed} failed), "
               f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped")
@@ -349,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", help="measurement cache file (default $XDG_CACHE_HOME/xegemm/measurements.db)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the measurement cache")
     p.add_argument("--retime", action="store_true", help="build and time again even when the cache has it")
+    p.add_argument("--heartbeat", type=_positive, default=HEARTBEAT_S, metavar="S",
+                   help=f"seconds between a running trial's heartbeats; a trial silent for 3 (its process died) is "
+                        f"failed and its point retried (default {HEARTBEAT_S})")
     p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
                                                          "from the study database")
     p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install Debian's PostgreSQL server binaries (initdb, pg_ctl) as root, for the test that starts its own
+# server in a temporary directory (tests/test_tune_workers.py: two `xegemm tune` workers sharing a study).
+# Idempotent and quiet (apt output is shown only if a step fails); nothing is started here.
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-postgresql.sh: run as root (it calls apt-get)" >&2
+    exit 1
+fi
+if command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    exit 0
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+quietly() {  # run a command, print its output only if it fails
+    if ! "$@" >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "install-postgresql.sh: failed: $*" >&2
+        exit 1
+    fi
+}
+quietly apt-get update -qq
+# the server package only: Debian's postgresql-common creates (and starts) a main cluster; stop it, the test
+# starts its own server
+quietly apt-get install -y -qq --no-install-recommends postgresql
+service postgresql stop >/dev/null 2>&1 || true
