@@ -30,7 +30,7 @@ from xegemm.tune.space import Candidate, TuneSpace
 from xegemm.tune.strategies import Strategy
 from xegemm.tune.study import ClaimBook
 
-DUPLICATES_BEFORE_FALLBACK = 8     # consecutive duplicates, then an unclaimed point is enqueued
+DUPLICATES_BEFORE_FALLBACK = 4     # consecutive duplicates, then an unclaimed point is enqueued
 WAIT_S = 0.5                       # poll interval while other workers finish the last points
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -162,6 +162,17 @@ class ShapeRun:
         with self.ask_lock:
             self._steer(duplicates)
             trial = self.study.ask(self.space.distributions())
+        # beating from the start: a process killed at any point after this leaves a trial that goes stale
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+        self.running[trial.number] = trial_id
+        self.storage.record_heartbeat(trial_id)
+        try:
+            return self._owned_trial(objective, trial, duplicates)
+        finally:
+            self.running.pop(trial.number, None)
+
+    def _owned_trial(self, objective, trial: optuna.Trial, duplicates: int) -> int:
+        """Claim the trial's point, then record it pruned or evaluate it (see the module docstring)."""
         candidate = self.space.candidate(trial.params)
         if not self._claim(trial, candidate):
             return duplicates + 1
@@ -172,11 +183,7 @@ class ShapeRun:
                 self.tally.pruned += 1
             self.on_trial(self._summary(candidate, "rejected", None, None))
             return 0
-        self.running[trial.number] = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
-        try:
-            result = objective.evaluate(candidate)
-        finally:
-            self.running.pop(trial.number, None)
+        result = objective.evaluate(candidate) if not self.stop.is_set() else None
         if self.stop.is_set():           # interrupted: the worker was stopped under it; retried on resume
             trial.set_user_attr("interrupted", True)
             self.study.tell(trial, state=TrialState.FAIL)

@@ -16,15 +16,17 @@ nothing is lost and nothing is evaluated twice.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, delete, event, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from xegemm.tune.shapes import Shape
 
+CREATE_ATTEMPTS = 5
 HEARTBEAT_S = 10          # a running trial's heartbeat; one silent for 3 heartbeats is stale (its worker died)
 
 _metadata = MetaData()
@@ -55,12 +57,8 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage at ``url`` with heartbeats (stale trials are found and failed), and the claim
-    tables created beside Optuna's."""
+def _create(url: str, heartbeat_s: int) -> optuna.storages.RDBStorage:
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    if url.startswith("sqlite"):
-        Path(url.split("///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
     storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s,
                                          grace_period=3 * heartbeat_s)
     if url.startswith("sqlite"):
@@ -68,6 +66,22 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> optuna.storages.RD
         storage.engine.dispose()
     _metadata.create_all(storage.engine, checkfirst=True)
     return storage
+
+
+def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage at ``url`` with heartbeats (stale trials are found and failed), and the claim
+    tables created beside Optuna's.  Workers that start together on a new database race to create the
+    tables (Optuna's schema set-up is not atomic): the loser sees "already exists" and opens it again."""
+    if url.startswith("sqlite"):
+        Path(url.split("///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(CREATE_ATTEMPTS):
+        try:
+            return _create(url, heartbeat_s)
+        except (OperationalError, ProgrammingError, IntegrityError):
+            if attempt == CREATE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def study_name(name: str, shape: Shape) -> str:
