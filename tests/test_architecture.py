@@ -25,6 +25,9 @@ FORBIDDEN = {
     "xegemm.aot": ("xegemm.evaluate", "xegemm.pipeline", "xegemm.lowering", "xegemm.render", "xegemm.runtime"),
     "xegemm.lowering": ("xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime"),
     "xegemm.render": ("xegemm.evaluate", "xegemm.pipeline"),
+    "xegemm.evaluate": ("xegemm.pipeline", "xegemm.tune", "xegemm.cli"),
+    "xegemm.pipeline": ("xegemm.tune", "xegemm.cli"),
+    "xegemm.tune": ("xegemm.cli",),
 }
 
 

@@ -124,3 +124,20 @@ def test_best_yaml_runs_as_it_is_one_variant_per_shape(tiny_tune_config, tmp_pat
     assert main(["tune", str(tiny_tune_config), "--export", "--out", str(out)]) == 0
     assert json.loads((out / "best.json").read_text()) == best
     assert yaml.safe_load((out / "best.yaml").read_text())["name"] == "tiny_best"
+
+
+def test_two_jobs_evaluate_every_point_once(tiny_tune_config, tmp_path):
+    result = tune(tiny_tune_config, jobs=2, out=tmp_path / "j", cache=False, progress=False)
+    points = _points(result)
+    assert len(points) == TINY_LEGAL + TINY_PRUNED and len({p for p, _ in points}) == len(points)
+    assert sum(s == "ok" for _, s in points) == TINY_LEGAL
+
+
+@pytest.mark.ocloc
+def test_target_scores_ahead_of_time_builds_without_a_device(tiny_tune_config, tmp_path):
+    result = tune(tiny_tune_config, target="pvc", strategy="model", budget=3, out=tmp_path / "aot", cache=False,
+                  progress=False)
+    best = result.best["shapes"]["64x64x64"]["best"]
+    assert best["extra"]["isa"]["spill_bytes"] == 0 and best["extra"]["isa"]["dpas"] > 0
+    assert best["value"] == pytest.approx(best["extra"]["score"]) and best["value"] > 0
+    assert result.tallies["64x64x64"].evaluated == 3

@@ -107,7 +107,10 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
         compute_units = info.compute_units
         meta_common.update(device={"filter": info.filter_string, "name": info.name, "driver": info.driver_version},
                            objective="GFLOP/s")
-    meta_common.update(lowering=lowering.name, capabilities=lowering.capabilities_name)
+    # capabilities: the set the kernels were spelled for; capabilities_named: how to get it again for the
+    # export (None = probe the installed ocloc again, as the tuning run did)
+    meta_common.update(lowering=lowering.name, capabilities=lowering.capabilities_name,
+                       capabilities_named=capabilities)
     deadline = time.monotonic() + time_s if time_s else None
     studies, tallies = {}, {}
     spaces = [TuneSpace(config, shape, lowering, admit) for shape in shape_list]

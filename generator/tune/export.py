@@ -152,7 +152,7 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
                                                     if reference and a.get("gflops") else None)}
             winners.append(_winner(meta, winner))
             pv = plan_variant(space.search.variant({axis: space.choices[axis][winner.params[axis]] for axis in axes}))
-            kernels[pv.name] = render_variant(pv, named_lowering(meta["lowering"], meta.get("capabilities"),
+            kernels[pv.name] = render_variant(pv, named_lowering(meta["lowering"], meta.get("capabilities_named"),
                                                                  meta.get("target") or "pvc"))
         best[shape.label] = entry
     write_text_atomic(out / "trials.csv", _csv(rows))
