@@ -12,16 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-
-quietly() {  # run a command, print its output only if it fails
-    if ! "$@" >"$log" 2>&1; then
-        cat "$log" >&2
-        echo "install-ocloc.sh: failed: $*" >&2
-        exit 1
-    fi
-}
+source "$(dirname "$0")/quietly.sh"
 
 if ! command -v ocloc >/dev/null 2>&1; then
     # A fresh container has empty package lists: update, then install.

@@ -13,15 +13,7 @@ if command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/in
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-quietly() {  # run a command, print its output only if it fails
-    if ! "$@" >"$log" 2>&1; then
-        cat "$log" >&2
-        echo "install-postgresql.sh: failed: $*" >&2
-        exit 1
-    fi
-}
+source "$(dirname "$0")/quietly.sh"
 quietly apt-get update -qq
 # the server package only: Debian's postgresql-common creates (and starts) a main cluster; stop it, the test
 # starts its own server

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
 
@@ -71,10 +72,7 @@ class TuneSpace:
     @property
     def size(self) -> int:
         """How many distinct points (label combinations) the space has."""
-        size = 1
-        for labels in self.choices.values():
-            size *= len(labels)
-        return size
+        return math.prod(len(labels) for labels in self.choices.values())
 
     def grid(self) -> dict[str, list[Label]]:
         """Every axis with its labels (Optuna's GridSampler search space)."""
