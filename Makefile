@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench kernels clean tools
+.PHONY: demo test bench bench-tune kernels clean tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ test: $(STAMP) tools
 bench: $(STAMP)
 	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-columns=median,min,max,iqr,rounds \
 		--benchmark-json=runs/bench-$$(date +%Y%m%d-%H%M%S).json
+
+# tuning throughput and convergence on configs/tune_demo.yaml (about half an hour on 2 cores; figures printed)
+bench-tune: $(STAMP)
+	$(PY) -m pytest bench/tune_bench.py -q -s -p no:cacheprovider --benchmark-columns=median,rounds \
+		--benchmark-json=runs/bench-tune-$$(date +%Y%m%d-%H%M%S).json
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

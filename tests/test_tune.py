@@ -14,6 +14,7 @@ from xegemm.cli import main
 from xegemm.errors import XegemmError
 from xegemm.pipeline import run
 from xegemm.tune import STRATEGIES, Shape, Strategy, parse_shapes, register, tune
+from xegemm.tune.cache import MeasurementCache
 from xegemm.tune.export import owned_trials
 from xegemm.tune.study import mask_url, open_storage
 
@@ -141,3 +142,13 @@ def test_target_scores_ahead_of_time_builds_without_a_device(tiny_tune_config, t
     assert best["extra"]["isa"]["spill_bytes"] == 0 and best["extra"]["isa"]["dpas"] > 0
     assert best["value"] == pytest.approx(best["extra"]["score"]) and best["value"] > 0
     assert result.tallies["64x64x64"].evaluated == 3
+
+
+def test_the_cache_keeps_only_deterministic_outcomes(tmp_path):
+    cache = MeasurementCache(tmp_path / "c.db")
+    for key, evaluation in {"ok": {"status": "ok", "gflops": 1.0}, "bad": {"status": "failed_build"},
+                            "slow": {"status": "timeout"}, "err": {"status": "error"},
+                            "died": {"status": "failed_build", "extra": {"worker_lost": "build"}}}.items():
+        cache.put(key, evaluation)
+    assert [k for k in ("ok", "bad", "slow", "err", "died") if cache.get(k)] == ["ok", "bad"]
+    assert cache.get("ok") == {"status": "ok", "gflops": 1.0}

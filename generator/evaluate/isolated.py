@@ -167,6 +167,7 @@ class IsolatedDeviceBuilder(Builder):
     def _lost(self, evaluation: Evaluation, stage: str, why: str) -> None:
         self.close()
         status = "timeout" if why.startswith("exceeded") else ("failed_build" if stage == "build" else "error")
+        evaluation.extra["worker_lost"] = stage      # the machine's fault or the kernel's: never cached
         evaluation.fail(status, f"the worker process {why} during the {stage} (a fresh worker takes the next "
                                 "variant)")
 

@@ -3,8 +3,8 @@
 The key hashes the rendered kernel source, its build options, the device name and driver version, the
 lowering, and the problem, input seed and timing settings.  A hit skips the build and the timing: a second
 ``tune`` of the same shapes (into any output directory) builds and times nothing unless ``--retime``.
-Only deterministic outcomes are kept (``ok``, ``failed_build``, ``failed_verify``); an ``error`` or a
-``timeout`` may be the machine's fault and is evaluated again.
+Only deterministic outcomes are kept (``ok``, ``failed_build``, ``failed_verify``); an ``error``, a
+``timeout`` or a worker process that died may be the machine's fault, and is evaluated again.
 
 Why not a *build* cache: dpctl 0.22 cannot load program binaries, so a kernel built in one process cannot be
 reused in another; the cache stores measurements.  The file is SQLite (default
@@ -58,7 +58,7 @@ class MeasurementCache:
         return json.loads(row[0]) if row else None
 
     def put(self, key: str, evaluation: dict) -> None:
-        if evaluation.get("status") in CACHED_STATUSES:
+        if evaluation.get("status") in CACHED_STATUSES and "worker_lost" not in (evaluation.get("extra") or {}):
             self.db.execute("INSERT OR REPLACE INTO measurements VALUES (?, ?, ?)",
                             (key, json.dumps(evaluation), time.time()))
 
