@@ -95,21 +95,22 @@ class ShapeRun:
         self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
 
     def _steer(self, duplicates: int) -> None:
-        """Before asking: retry orphans, then the strategy's order, then (after many duplicates) a random
-        unclaimed point; each enqueued once per process."""
+        """Before asking: retry an orphan, else enqueue the strategy's next point in order, else (after many
+        duplicates) a random unclaimed point.  Each point is enqueued once per process; another process may
+        enqueue the same one, and the claim table turns the second into a duplicate."""
         claims, states = self.claims.claims(), self._states()
-        waiting = any(state == TrialState.WAITING for state in states.values())
         for point, owner in self._orphans(claims, states).items():
             if f"retry:{owner}" not in self.enqueued:
                 self.enqueued.add(f"retry:{owner}")
                 self._enqueue(self.study.get_trials(deepcopy=False)[owner].params, retry_of=owner)
-                waiting = True
-        if waiting:
-            return
-        unclaimed = [params for params in self.order if self.space.key(params) not in claims]
-        if unclaimed:
-            self._enqueue(unclaimed[0])
-        elif duplicates >= DUPLICATES_BEFORE_FALLBACK:
+                return
+        fresh = (params for params in self.order if (key := self.space.key(params)) not in claims
+                 and key not in self.enqueued)
+        params = next(fresh, None)
+        if params is not None:
+            self.enqueued.add(self.space.key(params))
+            self._enqueue(params)
+        elif duplicates >= DUPLICATES_BEFORE_FALLBACK and TrialState.WAITING not in states.values():
             left = [p for p in self.space.all_params() if self.space.key(p) not in claims]
             if left:
                 self._enqueue(self.rng.choice(left), fallback=True)
