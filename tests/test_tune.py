@@ -10,7 +10,7 @@ import yaml
 from conftest import TINY_LEGAL, TINY_PRUNED
 from optuna.trial import TrialState
 
-from xegemm.cli import main
+from xegemm.cli import main, parse_duration
 from xegemm.errors import XegemmError
 from xegemm.pipeline import run
 from xegemm.tune import STRATEGIES, Shape, Strategy, parse_shapes, register, tune
@@ -152,3 +152,12 @@ def test_the_cache_keeps_only_deterministic_outcomes(tmp_path):
         cache.put(key, evaluation)
     assert [k for k in ("ok", "bad", "slow", "err", "died") if cache.get(k)] == ["ok", "bad"]
     assert cache.get("ok") == {"status": "ok", "gflops": 1.0}
+
+
+def test_durations_and_budgets_are_checked_on_the_command_line(tiny_tune_config, capsys):
+    assert parse_duration("90") == 90 and parse_duration("5m") == 300 and parse_duration("1.5h") == 5400
+    for bad in (["--time", "soon"], ["--budget", "0"], ["--budget", "3", "--time", "1m"], ["--jobs", "-1"]):
+        with pytest.raises(SystemExit):
+            main(["tune", str(tiny_tune_config), *bad])
+    assert main(["tune", str(tiny_tune_config), "--shapes", "64x64"]) == 2
+    assert "is not a shape" in capsys.readouterr().err

@@ -155,5 +155,5 @@ def _advance(bar, tallies: dict[str, Tally], summary: dict) -> None:
     best = max((t.best for t in tallies.values() if t.best), default=None)
     failed = sum(t.failed for t in tallies.values())
     cached = sum(t.cached for t in tallies.values())
-    if best:
-        bar.set_postfix_str(f"best {best[0]:.1f} {best[1][:48]}, {failed} failed, {cached} cached", refresh=False)
+    shown = f"best {best[0]:.1f} {best[1][:48]}, " if best else ""
+    bar.set_postfix_str(f"{shown}{failed} failed, {cached} cached", refresh=False)
