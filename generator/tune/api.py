@@ -119,6 +119,7 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     try:
         for shape, space in zip(shape_list, spaces):
             sname = study_name(name, shape)
+            bar.set_description(shape.label)
             s = optuna.create_study(storage=rdb, study_name=sname, direction="maximize",
                                     sampler=chosen.sampler(space, seed), load_if_exists=True)
             meta = {**meta_common, "shape": shape.as_dict()}
