@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 
 from xegemm.cli import main, parse_duration
 from xegemm.errors import XegemmError
+from xegemm.evaluate.isolated import TimeLimits
 from xegemm.pipeline import run
 from xegemm.tune import STRATEGIES, Shape, Strategy, parse_shapes, register, tune
 from xegemm.tune.cache import MeasurementCache
@@ -161,3 +162,13 @@ def test_durations_and_budgets_are_checked_on_the_command_line(tiny_tune_config,
             main(["tune", str(tiny_tune_config), *bad])
     assert main(["tune", str(tiny_tune_config), "--shapes", "64x64"]) == 2
     assert "is not a shape" in capsys.readouterr().err
+
+
+def test_a_build_that_overruns_its_limit_is_that_trials_timeout_and_the_study_goes_on(tiny_tune_config, tmp_path):
+    cache = tmp_path / "c.db"
+    result = tune(tiny_tune_config, strategy="model", budget=2, out=tmp_path / "t", cache=cache,
+                  limits=TimeLimits(build_s=0.05), progress=False)
+    points = _points(result)
+    assert [s for _, s in points if s != "rejected"] == ["timeout", "timeout"]
+    assert result.best["shapes"]["64x64x64"]["best"] is None
+    assert sqlite3.connect(cache).execute("SELECT count(*) FROM measurements").fetchone()[0] == 0
