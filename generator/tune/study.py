@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, delete, event, func, insert, select, update
+from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, event, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from xegemm.tune.shapes import Shape
@@ -156,9 +156,3 @@ class ClaimBook:
         with self.engine.connect() as conn:
             return conn.execute(select(func.count()).select_from(CLAIMS).where(CLAIMS.c.study == self.study)
                                 ).scalar_one()
-
-    def forget(self) -> None:
-        """Drop this study's claims and budget (with ``optuna.delete_study``: a study started afresh)."""
-        with self.engine.begin() as conn:
-            conn.execute(delete(CLAIMS).where(CLAIMS.c.study == self.study))
-            conn.execute(delete(BUDGET).where(BUDGET.c.study == self.study))
