@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, event, func, insert, select, update
+from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, event, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from xegemm.tune.shapes import Shape
@@ -151,8 +151,3 @@ class ClaimBook:
         """Budget units taken (claims of points that are built and timed, not pruned)."""
         with self.engine.connect() as conn:
             return conn.execute(select(BUDGET.c.evaluated).where(BUDGET.c.study == self.study)).scalar_one()
-
-    def claimed(self) -> int:
-        with self.engine.connect() as conn:
-            return conn.execute(select(func.count()).select_from(CLAIMS).where(CLAIMS.c.study == self.study)
-                                ).scalar_one()
