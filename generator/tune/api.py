@@ -128,7 +128,7 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
             elif META in s.user_attrs:
                 meta["reference"] = s.user_attrs[META].get("reference")
             s.set_user_attr(META, meta)
-            run = ShapeRun(s, space, ClaimBook(rdb, sname), chosen, budget, deadline, seed, compute_units,
+            run = ShapeRun(s, rdb, space, ClaimBook(rdb, sname), chosen, budget, deadline, seed, compute_units,
                            lambda summary: _advance(bar, tallies, summary), heartbeat_s)
             tallies[shape.label] = run.tally
             run.run(objectives)

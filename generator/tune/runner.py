@@ -52,7 +52,8 @@ class Tally:
 class ShapeRun:
     """One shape's study driven to its budget by ``jobs`` threads (see the module docstring)."""
 
-    def __init__(self, study: optuna.Study, space: TuneSpace, claims: ClaimBook, strategy: Strategy,
+    def __init__(self, study: optuna.Study, storage: optuna.storages.RDBStorage, space: TuneSpace,
+                 claims: ClaimBook, strategy: Strategy,
                  budget: int | None, deadline: float | None, seed: int | None, compute_units: int,
                  on_trial: Callable[[dict], None], heartbeat_s: int):
         self.study, self.space, self.claims, self.strategy = study, space, claims, strategy
@@ -67,7 +68,7 @@ class ShapeRun:
         self.running: dict[int, int] = {}     # trial number -> trial id, for heartbeats
         self.ask_lock = threading.Lock()      # one sampler call at a time in this process
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
-        self.storage = study._storage
+        self.storage = storage
         self.study_id = self.storage.get_study_id_from_name(study.study_name)
 
     # ---- the state of the study ------------------------------------------------------------------------
