@@ -44,7 +44,7 @@ bench: $(STAMP)
 	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-columns=median,min,max,iqr,rounds \
 		--benchmark-json=runs/bench-$$(date +%Y%m%d-%H%M%S).json
 
-# tuning throughput and convergence on configs/tune_demo.yaml (about half an hour on 2 cores; figures printed)
+# tuning throughput and convergence on bench/tune_demo.yaml (about half an hour on 2 cores; figures printed)
 bench-tune: $(STAMP)
 	$(PY) -m pytest bench/tune_bench.py -q -s -p no:cacheprovider --benchmark-columns=median,rounds \
 		--benchmark-json=runs/bench-tune-$$(date +%Y%m%d-%H%M%S).json

@@ -1,4 +1,4 @@
-"""Tuning benchmarks (``make bench-tune``; measured, never asserted) on ``configs/tune_demo.yaml`` (100 points
+"""Tuning benchmarks (``make bench-tune``; measured, never asserted) on ``bench/tune_demo.yaml`` (100 points
 at 1024^3, 76 of them legal):
 
 - throughput: the whole space explored exhaustively with a cold measurement cache, then again warm (a new
@@ -24,7 +24,7 @@ from xegemm.tune import tune
 from xegemm.tune.export import owned_trials
 from xegemm.tune.study import open_storage
 
-CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tune_demo.yaml"
+CONFIG = Path(__file__).resolve().parent / "tune_demo.yaml"
 SHAPE = "1024x1024x1024"
 WITHIN = 0.05
 SEEDS = range(5)

@@ -1,6 +1,6 @@
 """``xegemm.tune.tune``: tune a config over shapes with a search strategy into a persistent study, then export.
 
-    result = xegemm.tune.tune("configs/tune_demo.yaml", shapes="256x256x256", strategy="tpe", budget=20,
+    result = xegemm.tune.tune("bench/tune_demo.yaml", shapes="256x256x256", strategy="tpe", budget=20,
                               seed=1, out="runs/tune")
     result.best["256x256x256"]["best"]["gflops"], result.studies["256x256x256"].best_trial
 
