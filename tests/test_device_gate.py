@@ -31,13 +31,19 @@ def _waits(gate: DeviceGate, what: str, seconds: float = 0.5) -> threading.Event
     return done
 
 
-def test_a_cpu_build_and_a_timing_wait_for_a_timing_in_another_process(tmp_path):
+def _timing_elsewhere(tmp_path, cpu: bool):
+    """A gate, and another process that holds it for timing until ``release`` is set."""
     ctx = multiprocessing.get_context("spawn")
-    gate = DeviceGate(str(tmp_path), "dev", cpu=True)
+    gate = DeviceGate(str(tmp_path), "dev", cpu=cpu)
     held, release = ctx.Event(), ctx.Event()
     holder = ctx.Process(target=_hold_timing, args=(gate, held, release))
     holder.start()
     assert held.wait(30)
+    return gate, holder, release
+
+
+def test_a_cpu_build_and_a_timing_wait_for_a_timing_in_another_process(tmp_path):
+    gate, holder, release = _timing_elsewhere(tmp_path, cpu=True)
     build, timing = _waits(gate, "building"), _waits(gate, "timing")
     assert not build.is_set() and not timing.is_set()
     release.set()
@@ -46,12 +52,7 @@ def test_a_cpu_build_and_a_timing_wait_for_a_timing_in_another_process(tmp_path)
 
 
 def test_a_gpu_build_does_not_wait_and_a_killed_holder_frees_the_device(tmp_path):
-    ctx = multiprocessing.get_context("spawn")
-    gate = DeviceGate(str(tmp_path), "dev", cpu=False)
-    held, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold_timing, args=(gate, held, release))
-    holder.start()
-    assert held.wait(30)
+    gate, holder, _ = _timing_elsewhere(tmp_path, cpu=False)
     assert _waits(gate, "building").is_set()      # on a GPU the build runs beside the timing
     timing = _waits(gate, "timing")
     assert not timing.is_set()
