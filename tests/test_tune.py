@@ -172,3 +172,9 @@ def test_a_build_that_overruns_its_limit_is_that_trials_timeout_and_the_study_go
     assert [s for _, s in points if s != "rejected"] == ["timeout", "timeout"]
     assert result.best["shapes"]["64x64x64"]["best"] is None
     assert sqlite3.connect(cache).execute("SELECT count(*) FROM measurements").fetchone()[0] == 0
+
+
+def test_a_time_limit_stops_starting_trials(tiny_tune_config, tmp_path):
+    result = tune(tiny_tune_config, time_s=1e-6, out=tmp_path / "t", cache=False, progress=False)
+    assert result.tallies["64x64x64"].evaluated == 0 and result.best["shapes"]["64x64x64"]["best"] is None
+    assert not (tmp_path / "t" / "best.yaml").exists() and (tmp_path / "t" / "trials.csv").is_file()
