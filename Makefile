@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench kernels clean tools
+.PHONY: demo test bench bench-tune kernels clean tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,15 +14,19 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests, Debian's chromium and
-# chromium-driver for the report's browser tests.  As root they are installed (quietly, once); otherwise the note
-# says what to install and those tests are skipped with the reason.
+# chromium-driver for the report's browser tests, PostgreSQL's server binaries for the shared-study test.  As root
+# they are installed (quietly, once); otherwise the note says what to install and those tests are skipped with
+# the reason.
 tools:
-	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh && bash .ci/install-chromium.sh; \
+	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh && bash .ci/install-chromium.sh && bash .ci/install-postgresql.sh; \
 	else \
 	  if ! command -v ocloc >/dev/null 2>&1; then echo "note: ocloc is not installed and this is not root: the ahead-of-time tests will be skipped;" \
 	     "install it with: sudo bash .ci/install-ocloc.sh"; fi; \
 	  if ! command -v chromedriver >/dev/null 2>&1; then echo "note: chromium is not installed and this is not root: the browser tests will be skipped;" \
 	     "install it with: sudo bash .ci/install-chromium.sh"; fi; \
+	  if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	     echo "note: PostgreSQL is not installed and this is not root: the PostgreSQL study test will be skipped;" \
+	     "install it with: sudo bash .ci/install-postgresql.sh"; fi; \
 	fi
 
 demo: $(STAMP) tools
@@ -43,6 +47,11 @@ test: $(STAMP) tools
 bench: $(STAMP)
 	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-columns=median,min,max,iqr,rounds \
 		--benchmark-json=runs/bench-$$(date +%Y%m%d-%H%M%S).json
+
+# tuning throughput and convergence on bench/tune_demo.yaml (about half an hour on 2 cores; figures printed)
+bench-tune: $(STAMP)
+	$(PY) -m pytest bench/tune_bench.py -q -s -p no:cacheprovider --benchmark-columns=median,rounds \
+		--benchmark-json=runs/bench-tune-$$(date +%Y%m%d-%H%M%S).json
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

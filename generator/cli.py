@@ -15,6 +15,7 @@ from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.coopmatrix import coopmatrix_layout, format_coopmatrix_table
 from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
 from xegemm.atoms.mma import MmaAtom, enumerate_mma_atoms
+from xegemm.config import load_config
 from xegemm.errors import XegemmError
 from xegemm.lowering import LOWERINGS
 from xegemm.evaluate import STATUSES
@@ -23,6 +24,8 @@ from xegemm.pipeline import RunInterrupted, build_config, generate, run
 from xegemm.reporting import FORMATS, write_report
 from xegemm.runtime import list_devices, select_sycl_device
 from xegemm.targets import AOT_TARGETS, GRF_MODES
+from xegemm.tune import STRATEGIES, export, tune
+from xegemm.tune.study import HEARTBEAT_S, default_url, mask_url, open_storage
 
 
 FAILURES = tuple(s for s in STATUSES if s not in ("ok", "generated", "rejected"))
@@ -209,6 +212,71 @@ def cmd_report(args) -> int:
     return 0
 
 
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``5m``, ``1.5h`` -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a duration; write e.g. 90s, 5m or 1h") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}': a duration must be positive")
+    return seconds
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive integer")
+    return value
+
+
+def cmd_tune(args) -> int:
+
+    config_name = args.study or load_config(args.config).name
+    out = Path(args.out) if args.out else None
+    if args.export:
+        if out is None and not args.storage:
+            raise XegemmError("--export needs --out DIR (the study's directory) or --storage URL")
+        url = args.storage or default_url(out)
+        result = export(open_storage(url), config_name, out or Path("."))
+        print(f"exported study '{config_name}' from {mask_url(url)}: best.yaml, best.json, trials.csv, kernels/ "
+              f"in {out or Path('.')}")
+        _print_best(result)
+        return 0
+    signal.signal(signal.SIGTERM, _interrupt)
+    limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
+    result = tune(args.config, shapes=args.shapes, strategy=args.strategy, budget=args.budget, time_s=args.time,
+                  jobs=args.jobs, storage=args.storage, study=args.study, seed=args.seed, device=args.device,
+                  target=args.target, out=out, cache=False if args.no_cache else args.cache, retime=args.retime,
+                  limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat)
+    for label, tally in result.tallies.items():
+        print(f"{label}: {tally.evaluated} evaluated ({tally.cached} from the cache, {tally.failed} failed), "
+              f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped")
+    _print_best(result.best)
+    print(f"study '{args.study or config_name}' in {result.storage}; wrote best.yaml, best.json, trials.csv, "
+          f"kernels/ in {result.out}")
+    return 0
+
+
+def _print_best(best: dict) -> None:
+    for label, entry in best["shapes"].items():
+        winner = entry["best"]
+        if winner is None:
+            print(f"{label}: no kernel passed ({entry['trials']} trials, {entry['pruned']} pruned)")
+            continue
+        speed = (f"{winner['gflops']:.1f} GFLOP/s" if winner.get("gflops") is not None
+                 else f"score {winner['value']:.4f}")
+        noisy = (winner.get("reference") or {}).get("high_cv")
+        ratio = (f" ({winner['ratio_to_reference']:.2f}x numpy" + (", uncertain: the CV stayed above 10 %, the "
+                 "machine was busy" if noisy else "") + ")" if winner.get("ratio_to_reference") else "")
+        print(f"{label}: best {winner['kernel']}: {speed}{ratio}, trial {winner['trial']}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xegemm", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"xegemm {__version__}")
@@ -280,6 +348,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")
     p.add_argument("--format", choices=FORMATS, help="html (default), csv, json or md")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("tune", help="search a config's sweep for the fastest kernel per shape (Optuna study, "
+                                    "resumable, shared by workers); write best.yaml, best.json, trials.csv")
+    p.add_argument("config")
+    p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in); default: the "
+                                    "config's problem")
+    p.add_argument("--strategy", choices=list(STRATEGIES), default="exhaustive",
+                   help="; ".join(f"{s.name}: {s.summary}" for s in STRATEGIES.values()))
+    limit = p.add_mutually_exclusive_group()
+    limit.add_argument("--budget", type=_positive, metavar="N",
+                       help="points evaluated per shape (pruned points are free; default: the whole space)")
+    limit.add_argument("--time", type=parse_duration, metavar="DURATION",
+                       help="start no trial after this long, e.g. 90s, 10m, 1h")
+    p.add_argument("--jobs", type=_positive, default=1, metavar="J",
+                   help="worker processes building side by side; timing stays serial on the device (default 1)")
+    p.add_argument("--storage", help="SQLAlchemy URL of the study database, e.g. postgresql://user:pw@host/db "
+                                     "(default: sqlite in --out); workers sharing it share the study")
+    p.add_argument("--study", help="study name (default: the config's name)")
+    p.add_argument("--seed", type=int, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
+    p.add_argument("--device", help="dpctl filter string (default: the best device)")
+    p.add_argument("--target", choices=AOT_TARGETS, help="no device: score ahead-of-time builds for this GPU "
+                                                          "(ocloc) and rank a shortlist")
+    p.add_argument("--capabilities", help="with --target: compiler capabilities (default: probe ocloc)")
+    p.add_argument("--out", help="output directory (default runs/tune-<timestamp>); an existing one resumes")
+    p.add_argument("--cache", help="measurement cache file (default $XDG_CACHE_HOME/xegemm/measurements.db)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the measurement cache")
+    p.add_argument("--retime", action="store_true", help="build and time again even when the cache has it")
+    p.add_argument("--heartbeat", type=_positive, default=HEARTBEAT_S, metavar="S",
+                   help=f"seconds between a running trial's heartbeats; a trial silent for 3 (its process died) is "
+                        f"failed and its point retried (default {HEARTBEAT_S})")
+    p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
+                                                         "from the study database")
+    p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
+                   help=f"seconds one build may take (default {TimeLimits.build_s:.0f})")
+    p.add_argument("--run-timeout", type=float, metavar="S",
+                   help="seconds one trial's verification and timing may take (default: from the problem size)")
+    p.set_defaults(func=cmd_tune)
     return parser
 
 

@@ -71,31 +71,20 @@ def launch_ms(submit) -> float:
     return (event.profiling_info_end - event.profiling_info_start) * 1e-6
 
 
-def _rounds(samplers, warmup: int, repeats: int, min_time_ms: float, max_runs: int,
-            rounds: int | None = None) -> list[Timing]:
-    """Run the samplers in turn: ``warmup`` untimed runs of each, then timed runs until the first sampler has
-    at least ``repeats`` and ``min_time_ms`` (bounded by ``max_runs``).  With ``rounds`` each turn is a
-    round of about repeats / rounds timed runs after a pause of :data:`SETTLE_S` and one untimed run (the
-    other side's runs have just evicted this side's caches, and its threads may still spin); without, one
-    run per turn."""
-    for _ in range(warmup):
-        for sample in samplers:
-            sample()
-    per_round = 1 if rounds is None else max(1, -(-repeats // rounds))
-    samples: list[list[float]] = [[] for _ in samplers]
-    while len(samples[0]) < max(1, repeats) or (sum(samples[0]) < min_time_ms and len(samples[0]) < max_runs):
-        for sample, out in zip(samplers, samples):
-            if rounds is not None:
-                time.sleep(SETTLE_S)
-                sample()
-            out.extend(sample() for _ in range(per_round))
-    return [Timing(tuple(out)) for out in samples]
+def _timed_runs(sample, at_least: int, min_ms: float, max_runs: int) -> list[float]:
+    """Run ``sample()`` at least ``at_least`` times and until ``min_ms`` of measured time (at most ``max_runs``)."""
+    out: list[float] = []
+    while len(out) < max(1, at_least) or (sum(out) < min_ms and len(out) < max_runs):
+        out.append(sample())
+    return out
 
 
 def time_kernel(submit, warmup: int, repeats: int, min_time_ms: float = 0.0, max_runs: int = 100_000) -> Timing:
     """Time ``submit()`` (which returns a profiling-enabled dpctl event) on the device, on its own: ``warmup``
     untimed launches, then at least ``repeats`` timed ones, until ``min_time_ms`` of device time."""
-    return _rounds([lambda: launch_ms(submit)], warmup, repeats, min_time_ms, max_runs)[0]
+    for _ in range(warmup):
+        launch_ms(submit)
+    return Timing(tuple(_timed_runs(lambda: launch_ms(submit), repeats, min_time_ms, max_runs)))
 
 
 ROUNDS = 4       # rounds per side of an interleaved measurement
@@ -106,15 +95,33 @@ SETTLE_S = 0.05  # pause before each round: the other side's threads stop spinni
 def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
                      min_time_ms: float = 0.0, max_runs: int = 100_000, rounds: int = ROUNDS) -> tuple[Timing, Timing]:
     """Time a kernel and a reference in alternating rounds: a round of kernel runs, a round of reference
-    runs, and so on, each round starting with one untimed run, ``rounds`` rounds each (more while the
-    kernel's ``min_time_ms`` is not reached).
+    runs, and so on, ``rounds`` rounds each.  Each round starts after a pause of :data:`SETTLE_S` with one
+    untimed run (the other side has just evicted this side's caches, and its threads may still spin); the
+    kernel's round has at least repeats / rounds timed runs and min_time_ms / rounds of measured time, the
+    reference's round as many runs as the kernel's (fewer if they would take longer than the kernel's round).
 
     Each ``sample_*()`` runs its side once and returns the run's time in ms.  Load that comes and goes falls
     on both sides alike; alternating single runs instead made each side run with caches and threads the
     other had just disturbed (a 1024^3 kernel measured 2x slower).  Returns (kernel, reference) timings.
     """
-    kernel, reference = _rounds([sample_kernel, sample_reference], warmup, repeats, min_time_ms, max_runs, rounds)
-    return kernel, reference
+    for _ in range(warmup):
+        sample_kernel()
+        sample_reference()
+    per_round = max(1, -(-repeats // rounds))
+    kernel: list[float] = []
+    reference: list[float] = []
+    for _ in range(rounds):
+        time.sleep(SETTLE_S)
+        sample_kernel()
+        runs = _timed_runs(sample_kernel, per_round, min_time_ms / rounds, max(1, max_runs // rounds))
+        kernel += runs
+        time.sleep(SETTLE_S)
+        sample_reference()
+        spent, count = 0.0, 0
+        while count < len(runs) and (count < per_round or spent < sum(runs)):
+            reference.append(sample_reference())
+            spent, count = spent + reference[-1], count + 1
+    return Timing(tuple(kernel)), Timing(tuple(reference))
 
 
 # environment variables that decide how many threads the device runtime and the reference BLAS use, and

@@ -163,13 +163,13 @@ class ResultStore:
             os.fsync(f.fileno())
 
 
-def _versions() -> dict:
+def versions() -> dict:
     return {"xegemm": __version__, "dpctl": dpctl_module().__version__, "numpy": numpy.__version__,
             "python": platform.python_version()}
 
 
 # environment variables that decide how many threads the device runtime and the reference BLAS use
-def _utc(seconds: float) -> str:
+def utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
@@ -224,13 +224,13 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
         "layout": cfg.to_dict()["layout"],
         "config": {"name": cfg.name, "source": str(cfg.source), "description": cfg.description},
         "command": command,
-        "started_at": _utc(started_at) if started_at else None,
-        "written_at": _utc(time.time()),
+        "started_at": utc(started_at) if started_at else None,
+        "written_at": utc(time.time()),
         "conditions": conditions(),
         "device_peak": device_peak,
         "lowering": lowering,
         "compiler_capabilities": capabilities,
-        "versions": _versions(),
+        "versions": versions(),
         "reference": reference,
         "references": [{"problem": dict(zip(("m", "n", "k", "batch"), shape)), **ref}
                        for shape, ref in sorted(references.items())],

@@ -43,3 +43,26 @@ def sycl_device():
 @pytest.fixture(scope="session")
 def device_info(sycl_device):
     return describe(sycl_device)
+
+
+TINY_TUNE_CONFIG = """\
+name: tiny
+problem: {m: 64, n: 64, k: 64}
+types: {a: bf16, b: bf16, acc: f32, c: f32}
+tile: {workgroup: [32, 32, 32], subgroups: [1, 2], subgroup_size: 16}
+profile: {warmup: 1, repeats: 3}
+sweep:
+  tile: [{workgroup: [32, 32, 32], subgroups: [1, 2]}, {workgroup: [32, 64, 32], subgroups: [2, 2]},
+         {workgroup: [16, 32, 16], subgroups: [1, 2]}, {workgroup: [512, 512, 32], subgroups: [1, 1]}]
+  pipeline.prefetch: [0, 1, 2]
+constraints: ["tile.workgroup[0] % (tile.subgroups[0] * 8) == 0"]
+"""
+TINY_LEGAL, TINY_PRUNED = 9, 3     # the 512x512 tile needs more registers than a thread has
+
+
+@pytest.fixture
+def tiny_tune_config(tmp_path):
+    """A 12-point tuning space at 64^3 (3 points pruned by the planner): each build takes about a second."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY_TUNE_CONFIG)
+    return path

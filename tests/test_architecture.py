@@ -26,7 +26,10 @@ FORBIDDEN = {
     "xegemm.lowering": ("xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime"),
     "xegemm.render": ("xegemm.evaluate", "xegemm.pipeline"),
     "xegemm.report": ("xegemm.reporting", "xegemm.pipeline", "xegemm.cli"),
-    "xegemm.reporting": ("xegemm.pipeline", "xegemm.cli", "xegemm.runtime"),
+    "xegemm.reporting": ("xegemm.pipeline", "xegemm.tune", "xegemm.cli", "xegemm.runtime"),
+    "xegemm.evaluate": ("xegemm.pipeline", "xegemm.tune", "xegemm.cli"),
+    "xegemm.pipeline": ("xegemm.tune", "xegemm.cli"),
+    "xegemm.tune": ("xegemm.cli",),
 }
 
 

@@ -135,7 +135,7 @@ def test_run_writes_results_that_match_the_contract_and_resumes(tmp_path, sycl_d
             assert v["time_ms"]["min"] <= v["time_ms"]["median"] <= v["time_ms"]["max"]
             assert isinstance(v["gflops"], float) and isinstance(v["max_abs_err"], float)
             ref = v["extra"]["reference"]        # numpy, measured interleaved with this variant's launches
-            assert ref["interleaved"] and ref["time_ms"]["runs"] == v["time_ms"]["runs"]
+            assert ref["interleaved"] and 1 <= ref["time_ms"]["runs"] <= v["time_ms"]["runs"]
             assert v["vs_numpy"] == pytest.approx(v["gflops"] / ref["gflops"])
             assert ref["conditions"]["affinity_cpus"] >= 1 and len(ref["conditions"]["loadavg"]) == 3
         else:

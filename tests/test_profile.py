@@ -44,7 +44,9 @@ def test_warmup_rounds_and_minimum_time_are_honoured():
     kernel, reference = time_interleaved(lambda: calls.append("k") or 1.0, lambda: calls.append("r") or 1.0,
                                          warmup=2, repeats=4, min_time_ms=6.0, rounds=2)
     assert calls[:4] == ["k", "r", "k", "r"]                         # warm-up: one of each, twice
-    assert calls[4:] == (["k"] * 3 + ["r"] * 3) * 3                  # rounds: 1 untimed + 2 timed, until 6 ms
+    # two rounds: one untimed run, then the kernel until 2 runs and 3 ms (half of min_time_ms), the reference
+    # as many runs
+    assert calls[4:] == (["k"] * 4 + ["r"] * 4) * 2
     assert len(kernel.samples_ms) == 6 and len(reference.samples_ms) == 6
 
 

@@ -64,23 +64,27 @@ class PlannedVariant:
         return f"{variant_stem(self.config)}_pf{self.config.pipeline.prefetch}_rejected_{digest}"
 
 
+def plan_variant(variant: Variant) -> PlannedVariant:
+    """Plan one variant: its plan, or why a constraint, the planner or an atom model rejects it."""
+    if variant.rejected:
+        return PlannedVariant(variant, None, variant.rejected)
+    try:
+        return PlannedVariant(variant, plan(variant.config), None)
+    except XegemmError as exc:   # PlanRejected, or an atom the model rejects (AtomError, MmaAtomError, ...)
+        return PlannedVariant(variant, None, str(exc))
+
+
 def plan_variants(config: Config) -> list[PlannedVariant]:
     """Expand a config's sweep and plan every variant (rejections carry their reason)."""
     out, seen = [], set()
     for variant in expand(config):
-        if variant.rejected:
-            out.append(PlannedVariant(variant, None, variant.rejected))
-            continue
-        try:
-            p = plan(variant.config)
-        except XegemmError as exc:   # PlanRejected, or an atom the model rejects (AtomError, MmaAtomError, ...)
-            out.append(PlannedVariant(variant, None, str(exc)))
-            continue
-        key = (p.name, variant.config.problem, variant.config.verify, variant.config.profile)
-        if key in seen:   # two sweep points that resolve to the same kernel on the same problem
-            continue
-        seen.add(key)
-        out.append(PlannedVariant(variant, p, None))
+        pv = plan_variant(variant)
+        if pv.plan is not None:
+            key = (pv.plan.name, variant.config.problem, variant.config.verify, variant.config.profile)
+            if key in seen:   # two sweep points that resolve to the same kernel on the same problem
+                continue
+            seen.add(key)
+        out.append(pv)
     return out
 
 

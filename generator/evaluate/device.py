@@ -24,6 +24,13 @@ from xegemm.verify import check, make_operands, poison_c, reference
 BUILD_OPTIONS = "-cl-std=CL3.0 -cl-mad-enable"
 
 
+def device_build_options(lowering: Lowering, config: Config) -> str:
+    """The OpenCL build options of a variant on a device (native lowering: with its GRF mode)."""
+    if lowering.name == "native":
+        return f"{BUILD_OPTIONS} {build_options(config.target.grf)}"
+    return BUILD_OPTIONS
+
+
 class DeviceSession:
     """A device, a profiling queue, and the inputs/reference of one problem kept between variants."""
 
@@ -74,9 +81,7 @@ class DeviceBuilder(Builder):
         self.options = options
 
     def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> DeviceKernel | None:
-        options = self.options or BUILD_OPTIONS
-        if self.lowering.name == "native":
-            options = f"{BUILD_OPTIONS} {build_options(pv.config.target.grf)}"
+        options = self.options or device_build_options(self.lowering, pv.config)
         t0 = time.perf_counter()
         try:
             program = build_program(self.session.queue, source, options)

@@ -25,6 +25,7 @@ from xegemm.config import Config
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.evaluate.device import DeviceBuilder, DeviceSession, TimingObserver, VerifyObserver
 from xegemm.evaluate.peak import measure_peak
+from xegemm.evaluate.gate import DeviceGate, GateHandle
 from xegemm.lowering import Lowering
 from xegemm.profile import gemm_flops
 from xegemm.runtime.devices import select_sycl_device
@@ -53,18 +54,23 @@ class TimeLimits:
 
 
 class _StageReporter(Observer):
-    """In the worker: tells the parent that the build is done and the run begins."""
+    """In the worker: tells the parent that the build is done and the run begins (after taking the device
+    gate for timing, when there is one; see :mod:`xegemm.evaluate.gate`)."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, gate: GateHandle | None):
         self.conn = conn
+        self.gate = gate
 
     def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel) -> None:
+        if self.gate is not None:
+            self.gate.timing()
         self.conn.send(("stage", "run"))
 
 
-def _worker_main(conn, filter_string: str | None) -> None:
+def _worker_main(conn, filter_string: str | None, gate: DeviceGate | None = None) -> None:
     """The worker process: open the device once, then evaluate each variant it is sent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    handle = gate.open() if gate is not None else None
     try:
         session = DeviceSession(select_sycl_device(filter_string))
     except Exception as exc:  # noqa: BLE001 - reported to the parent as the worker's failure
@@ -80,14 +86,18 @@ def _worker_main(conn, filter_string: str | None) -> None:
             conn.send(("peak", _peak(session)))
             continue
         pv, source, lowering, timer = request
+        if handle is not None:
+            handle.building()
         conn.send(("stage", "build"))
         try:
             evaluator = Evaluator(lowering, DeviceBuilder(session, lowering),
-                                  [_StageReporter(conn), VerifyObserver(), TimingObserver(timer)])
+                                  [_StageReporter(conn, handle), VerifyObserver(), TimingObserver(timer)])
             evaluation = evaluator.evaluate(pv, source)
         except Exception as exc:  # noqa: BLE001 - e.g. the device refused an allocation: that variant's error
             evaluation = Evaluation(pv.name, "ok", None, {})
             evaluation.fail("error", f"{type(exc).__name__}: {exc}")
+        if handle is not None:
+            handle.release()
         conn.send(("done", evaluation.as_dict(), evaluation.build_log))
 
 
@@ -113,10 +123,10 @@ def _signal_text(exitcode: int | None) -> str:
 class _Worker:
     """One worker process and its end of the pipe."""
 
-    def __init__(self, filter_string: str | None):
+    def __init__(self, filter_string: str | None, gate: DeviceGate | None = None):
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, filter_string), daemon=True,
+        self.process = ctx.Process(target=_worker_main, args=(child, filter_string, gate), daemon=True,
                                    name="xegemm-device-worker")
         self.process.start()
         child.close()
@@ -144,11 +154,13 @@ class IsolatedDeviceBuilder(Builder):
     """Builds, verifies and times each variant in a worker process (see the module's docstring).
 
     ``on_stage(stage, pid)`` is called when the worker with ``pid`` starts a variant's ``build`` or ``run``
-    (tests use it to inject real faults at a known stage)."""
+    (tests use it to inject real faults at a known stage).  With a ``gate`` (:mod:`xegemm.evaluate.gate`)
+    several builders share one device: timings are serial, and on a CPU no build overlaps a timing."""
 
     def __init__(self, filter_string: str | None, lowering: Lowering, limits: TimeLimits = TimeLimits(),
-                 timer=None, on_stage=None):
+                 timer=None, on_stage=None, gate: DeviceGate | None = None):
         self.filter_string = filter_string
+        self.gate = gate
         self.lowering = lowering
         self.limits = limits
         self.timer = timer
@@ -159,7 +171,7 @@ class IsolatedDeviceBuilder(Builder):
         if self.worker is None or not self.worker.process.is_alive():
             if self.worker is not None:
                 self.worker.stop()
-            self.worker = _Worker(self.filter_string)
+            self.worker = _Worker(self.filter_string, self.gate)
         return self.worker
 
     def close(self) -> None:
@@ -185,6 +197,7 @@ class IsolatedDeviceBuilder(Builder):
     def _lost(self, evaluation: Evaluation, stage: str, why: str) -> None:
         self.close()
         status = "timeout" if why.startswith("exceeded") else ("failed_build" if stage == "build" else "error")
+        evaluation.extra["worker_lost"] = stage      # the machine's fault or the kernel's: never cached
         evaluation.fail(status, f"the worker process {why} during the {stage} (a fresh worker takes the next "
                                 "variant)")
 
@@ -229,9 +242,10 @@ class IsolatedDeviceBuilder(Builder):
 
 def isolated_device_evaluator(filter_string: str | None, lowering: Lowering, log_dir=None,
                               limits: TimeLimits = TimeLimits(), timer=None,
-                              observers: tuple[Observer, ...] = (), on_stage=None) -> Evaluator:
+                              observers: tuple[Observer, ...] = (), on_stage=None,
+                              gate: DeviceGate | None = None) -> Evaluator:
     """Like :func:`xegemm.evaluate.device.device_evaluator`, with every build and launch in a worker process;
     call ``evaluator.builder.close()`` when done."""
     chain: list[Observer] = [LogObserver(log_dir)] if log_dir is not None else []
-    builder = IsolatedDeviceBuilder(filter_string, lowering, limits, timer, on_stage)
+    builder = IsolatedDeviceBuilder(filter_string, lowering, limits, timer, on_stage, gate)
     return Evaluator(lowering, builder, [*chain, *observers])

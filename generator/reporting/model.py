@@ -114,7 +114,7 @@ class Group:
     @property
     def measured(self) -> bool:
         """Whether any variant was run on a device (an AOT build times nothing)."""
-        return any(v.get("source_kind") == "run" for v in self.variants)
+        return any(v.get("source_kind") in ("run", "tune") for v in self.variants)
 
     @property
     def timed(self) -> list[dict]:

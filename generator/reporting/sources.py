@@ -5,9 +5,10 @@ A loader turns what a job wrote into a :class:`Source`: what ran where (``meta``
 in the same run, and ``missing``: every part that could not be read, said in words, so a report of a broken
 or partial directory still renders and tells the reader what is absent.
 
-Kinds today: ``run`` (``xegemm run``: results.json, or its journal results.jsonl when results.json is missing
-or damaged) and ``build`` (``xegemm build``: build.json with ISA statistics).  A tuner's output is one more
-loader in :data:`LOADERS` (see :func:`load_source`).
+Kinds: ``run`` (``xegemm run``: results.json, or its journal results.jsonl when results.json is missing or
+damaged), ``tune`` (``xegemm tune``: trials.json, every trial of the study as a result row with its trial
+number, finish time and strategy) and ``build`` (``xegemm build``: build.json with ISA statistics).  Another
+kind is one more loader in :data:`LOADERS` (see :func:`load_source`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from xegemm.evaluate import STATUSES
 class Source:
     """One job's results as a report reads them."""
 
-    kind: str                     # "run" | "build"
+    kind: str                     # "run" | "tune" | "build"
     path: Path                    # the directory the job wrote
     label: str                    # how the report names it (the directory's name)
     meta: dict = field(default_factory=dict)
@@ -91,23 +92,40 @@ def is_run_dir(path: Path) -> bool:
 
 def load_run(path: Path) -> Source:
     """An ``xegemm run`` directory: results.json, else (missing or damaged) the journal results.jsonl."""
-    src = Source("run", path, path.resolve().name)
-    data = _read_json(path / "results.json", src.missing)
-    if isinstance(data, dict):
-        src.meta = {k: v for k, v in data.items() if k not in ("variants", "references", "reference")}
-        src.variants = _checked_variants(data.get("variants"), "results.json", src)
-        refs = data.get("references")
-        src.references = [r for r in refs if isinstance(r, dict) and isinstance(r.get("problem"), dict)] \
-            if isinstance(refs, list) else []
-        if not src.references:
-            src.missing.append("no reference was measured (an interrupted run, or results.json predates them)")
-    else:
-        if data is not None:
-            src.missing.append("results.json is not a results object")
+    src, read = _load_results(path, "run", "results.json")
+    if not read:
         src.variants = _journal_rows(path / "results.jsonl", src)
         src.missing.append("device, problem and references are unknown: results.json could not be read, the rows "
                            "come from the journal results.jsonl")
     return src
+
+
+def is_tune_dir(path: Path) -> bool:
+    return (path / "trials.json").exists()
+
+
+def load_tune(path: Path) -> Source:
+    """An ``xegemm tune`` directory: trials.json (written by the export from the study database)."""
+    return _load_results(path, "tune", "trials.json")[0]
+
+
+def _load_results(path: Path, kind: str, name: str) -> tuple[Source, bool]:
+    """A results document (``run``'s results.json, ``tune``'s trials.json): meta, variant rows, references;
+    and whether it could be read."""
+    src = Source(kind, path, path.resolve().name)
+    data = _read_json(path / name, src.missing)
+    if isinstance(data, dict):
+        src.meta = {k: v for k, v in data.items() if k not in ("variants", "references", "reference")}
+        src.variants = _checked_variants(data.get("variants"), name, src)
+        refs = data.get("references")
+        src.references = [r for r in refs if isinstance(r, dict) and isinstance(r.get("problem"), dict)] \
+            if isinstance(refs, list) else []
+        if not src.references:
+            src.missing.append(f"no reference was measured (an interrupted {kind}, or {name} predates them)")
+        return src, True
+    if data is not None:
+        src.missing.append(f"{name} is not a results object")
+    return src, False
 
 
 def is_build_dir(path: Path) -> bool:
@@ -127,7 +145,7 @@ def load_build(path: Path) -> Source:
 
 
 # (kind, does this directory hold that kind's output?, loader); the first that matches reads the directory
-LOADERS = (("run", is_run_dir, load_run), ("build", is_build_dir, load_build))
+LOADERS = (("run", is_run_dir, load_run), ("tune", is_tune_dir, load_tune), ("build", is_build_dir, load_build))
 
 
 def load_source(path: Path | str) -> Source:
@@ -140,8 +158,8 @@ def load_source(path: Path | str) -> Source:
     for _, matches, loader in LOADERS:
         if matches(path):
             return loader(path)
-    raise XegemmError(f"{path}: holds no results xegemm can read (looked for "
-                      "results.json or results.jsonl of `xegemm run`, build.json of `xegemm build`)")
+    raise XegemmError(f"{path}: holds no results xegemm can read (looked for results.json or results.jsonl of "
+                      "`xegemm run`, trials.json of `xegemm tune`, build.json of `xegemm build`)")
 
 
 def load_sources(paths) -> list[Source]:

@@ -1,0 +1,160 @@
+"""``xegemm.tune.tune``: tune a config over shapes with a search strategy into a persistent study, then export.
+
+    result = xegemm.tune.tune("bench/tune_demo.yaml", shapes="256x256x256", strategy="tpe", budget=20,
+                              seed=1, out="runs/tune")
+    result.best["256x256x256"]["best"]["gflops"], result.studies["256x256x256"].best_trial
+
+Rerunning into the same study (same ``out``, or the same ``storage`` and ``study``) resumes it: points already
+evaluated are kept, interrupted ones are retried, and the budget is completed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from tqdm import tqdm
+
+from xegemm.aot.toolchain import require_ocloc
+from xegemm.config import load_config
+from xegemm.evaluate.aot import AotBuilder
+from xegemm.evaluate.isolated import TimeLimits
+from xegemm.lowering import choose_lowering, named_lowering
+from xegemm.pipeline import RunInterrupted
+from xegemm.profile import time_numpy_reference
+from xegemm.report import writable_dir
+from xegemm.runtime import describe, select_sycl_device
+from xegemm.tune.cache import MeasurementCache, default_cache_path
+from xegemm.tune.export import META, export
+from xegemm.tune.objective import AotObjective, DeviceObjective
+from xegemm.tune.runner import ShapeRun, Tally
+from xegemm.tune.shapes import Shape, config_shapes, parse_shapes
+from xegemm.tune.space import TuneSpace
+from xegemm.tune.strategies import get_strategy
+from xegemm.tune.study import HEARTBEAT_S, ClaimBook, default_url, mask_url, open_storage, study_name
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+# heartbeats (stale-trial detection) are "experimental" in Optuna and assume study.optimize; the tuner sends
+# them itself (xegemm.tune.runner)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune` returns: the per-shape Optuna studies, best.json's content, the output directory."""
+
+    studies: dict[str, optuna.Study]
+    best: dict
+    out: Path
+    storage: str
+    tallies: dict[str, Tally]
+
+
+def _shapes(config, shapes) -> list[Shape]:
+    if shapes is None:
+        return config_shapes(config)
+    if isinstance(shapes, str):
+        return parse_shapes(shapes)
+    return [s if isinstance(s, Shape) else Shape(*s) for s in shapes]
+
+
+def _progress(total: int, enabled: bool | None):
+    """A tqdm bar on stderr: trials done / budget, best, failures, ETA; off when stderr is not a terminal."""
+    return tqdm(total=total, unit="trial", file=sys.stderr, disable=(None if enabled is None else not enabled),
+                dynamic_ncols=True, smoothing=0.1)
+
+
+def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | None = None,
+         time_s: float | None = None, jobs: int = 1, storage: str | None = None, study: str | None = None,
+         seed: int | None = None, device: str | None = None, target: str | None = None,
+         out: str | Path | None = None, cache: str | Path | None = None, retime: bool = False,
+         limits: TimeLimits = TimeLimits(), heartbeat_s: int = HEARTBEAT_S, progress: bool | None = None,
+         capabilities: str | None = None) -> TuneResult:
+    """Tune ``config_path`` (its sweep and constraints) for each shape; see the module docstring.
+
+    ``strategy``: a name in :data:`xegemm.tune.strategies.STRATEGIES`; ``budget``: evaluated points per shape
+    (pruned points are free); ``time_s``: stop starting trials after this many seconds; ``jobs``: worker
+    processes building side by side (timing stays serial); ``storage``: an SQLAlchemy URL (default an SQLite
+    file in ``out``); ``target``: ``pvc``/``dg2`` scores ahead-of-time builds instead of timing on a device;
+    ``cache``: the measurement cache file (False: none); ``retime``: ignore cache hits."""
+    config = load_config(config_path)
+    chosen = get_strategy(strategy)
+    shape_list = _shapes(config, shapes)
+    out_dir = writable_dir(Path(out) if out else Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
+    url = storage or default_url(out_dir)
+    rdb = open_storage(url, heartbeat_s)
+    name = study or config.name
+    measurements = None if cache is False else MeasurementCache(cache or default_cache_path())
+    meta_common: dict = {"config": config.to_dict(), "strategy": strategy}
+    if target is not None:
+        require_ocloc()
+        lowering = named_lowering("native", capabilities, target)
+        objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, retime) for _ in range(jobs)]
+        admit = AotBuilder(target, out_dir / "aot").admit
+        compute_units = 1
+        meta_common.update(target=target, objective="aot score")
+    else:
+        info = describe(select_sycl_device(device))
+        lowering = choose_lowering(info)
+        objectives = [DeviceObjective(info, lowering, out_dir / "logs", limits, measurements, retime)
+                      for _ in range(jobs)]
+        admit = None
+        compute_units = info.compute_units
+        meta_common.update(device={"filter": info.filter_string, "name": info.name, "driver": info.driver_version},
+                           objective="GFLOP/s")
+    # capabilities: the set the kernels were spelled for; capabilities_named: how to get it again for the
+    # export (None = probe the installed ocloc again, as the tuning run did)
+    meta_common.update(lowering=lowering.name, capabilities=lowering.capabilities_name,
+                       capabilities_named=capabilities)
+    deadline = time.monotonic() + time_s if time_s else None
+    studies, tallies = {}, {}
+    spaces = [TuneSpace(config, shape, lowering, admit) for shape in shape_list]
+    total = sum(min(budget, space.size) if budget else space.size for space in spaces)
+    bar = _progress(total, progress)
+    try:
+        for shape, space in zip(shape_list, spaces):
+            sname = study_name(name, shape)
+            bar.set_description(shape.label)
+            s = optuna.create_study(storage=rdb, study_name=sname, direction="maximize",
+                                    sampler=chosen.sampler(space, seed), load_if_exists=True)
+            meta = {**meta_common, "shape": shape.as_dict()}
+            if target is None and "reference" not in s.user_attrs.get(META, {}):
+                meta["reference"] = time_numpy_reference(shape.m, shape.n, shape.k, shape.batch)
+            elif META in s.user_attrs:
+                meta["reference"] = s.user_attrs[META].get("reference")
+            s.set_user_attr(META, meta)
+            run = ShapeRun(s, rdb, space, ClaimBook(rdb, sname), chosen, budget, deadline, seed, compute_units,
+                           lambda summary: _advance(bar, tallies, summary), heartbeat_s)
+            tallies[shape.label] = run.tally
+            run.run(objectives)
+            studies[shape.label] = s
+    except KeyboardInterrupt:
+        raise RunInterrupted(f"interrupted: every finished trial is in the study at {mask_url(url)}; the "
+                             f"interrupted ones are retried on resume: xegemm tune {config_path} --out {out_dir}"
+                             + (f" --storage {mask_url(url)}" if storage else "")
+                             + (f" --study {name}" if study else "")) from None
+    finally:
+        bar.close()
+        for objective in objectives:
+            objective.close()
+        if measurements is not None:
+            measurements.close()
+    best = export(rdb, name, out_dir)
+    return TuneResult(studies, best, out_dir, mask_url(url), tallies)
+
+
+def _advance(bar, tallies: dict[str, Tally], summary: dict) -> None:
+    """One trial finished: move the bar; show the best kernel so far and the failures."""
+    if summary["status"] == "rejected" and bar.total is not None:
+        bar.total += 1
+    bar.update(1)
+    best = max((t.best for t in tallies.values() if t.best), default=None)
+    failed = sum(t.failed for t in tallies.values())
+    cached = sum(t.cached for t in tallies.values())
+    shown = f"best {best[0]:.1f} {best[1][:48]}, " if best else ""
+    bar.set_postfix_str(f"{shown}{failed} failed, {cached} cached", refresh=False)

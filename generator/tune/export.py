@@ -1,0 +1,207 @@
+"""Export a study from its database alone: ``best.yaml``, ``best.json``, ``trials.csv`` and the winners' kernels.
+
+- ``best.yaml``: a config ``xegemm run`` runs as it is.  One shape: the config with that problem and the
+  winning parameters, no sweep.  Several shapes: a sweep over the problems and the winners' values, with one
+  constraint per shape that pairs it with its winner (every other combination is ``rejected`` by it, so
+  exactly one variant per shape is built).
+- ``best.json``: per shape the winning parameters, kernel, GFLOP/s (or score), time statistics, and the
+  ratio to the numpy reference measured in the same tuning run.
+- ``trials.csv``: every trial that owns a point (pruned and failed ones too): parameters, status, reason,
+  build seconds, time statistics, whether it came from the cache.
+- ``kernels/<name>.cl``: the winners, rendered again from the config in the database.
+- ``trials.json`` and ``report.html``: every trial as a result row like ``run``'s (with its trial number, when it
+  finished and the strategy), which ``xegemm report`` reads, and the report page made from it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import yaml
+from optuna.trial import TrialState
+
+from xegemm.config import Config, config_from_text
+from xegemm.config.schema import plain_data
+from xegemm.errors import XegemmError
+from xegemm.evaluate import plan_variant, render_variant
+from xegemm.lowering import Lowering, named_lowering
+from xegemm.report import utc, versions, write_json_atomic, write_text_atomic
+from xegemm.reporting import write_report
+from xegemm.tune.shapes import Shape, is_problem_axis
+from xegemm.tune.space import TuneSpace
+from xegemm.tune.study import ClaimBook
+
+META = "xegemm"     # the study user attribute holding the config, shape, lowering, device and reference
+
+
+def shape_studies(storage, name: str) -> list[optuna.Study]:
+    """The per-shape studies of study ``name`` in ``storage``, by shape."""
+    names = sorted(n for n in optuna.study.get_all_study_names(storage) if n.startswith(f"{name}@"))
+    if not names:
+        raise XegemmError(f"the storage holds no study named '{name}'")
+    studies = [optuna.load_study(study_name=n, storage=storage) for n in names]
+    return sorted(studies, key=lambda s: Shape(**s.user_attrs[META]["shape"]))
+
+
+def owned_trials(study: optuna.Study, storage) -> list[optuna.trial.FrozenTrial]:
+    """The trials that own a point (one per claimed point; duplicates left out), finished ones only."""
+    trials = study.get_trials(deepcopy=False)
+    owners = sorted(ClaimBook(storage, study.study_name).claims().values())
+    return [trials[n] for n in owners if trials[n].state in (TrialState.COMPLETE, TrialState.PRUNED)]
+
+
+def best_trial(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
+    ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"]
+    return max(ok, key=lambda t: (t.value, -t.number)) if ok else None
+
+
+def study_config(meta: dict) -> Config:
+    return config_from_text(yaml.safe_dump(meta["config"], sort_keys=False), source="<study>")
+
+
+def _space(meta: dict) -> TuneSpace:
+    return TuneSpace(study_config(meta), Shape(**meta["shape"]), Lowering(meta["lowering"]))
+
+
+def _winner(meta: dict, trial: optuna.trial.FrozenTrial) -> tuple[dict, dict]:
+    """A winner as sweep axes (``problem`` and the config's axes: section choices stay whole) and as the
+    dotted keys they set (for the constraint that pairs the shape with its winner)."""
+    space, shape = _space(meta), Shape(**meta["shape"])
+    point = {axis: space.choices[axis][trial.params[axis]] for axis in space.choices}
+    return {"problem": shape.as_dict(), **point}, {**shape.overrides(), **space.search.overrides(point)}
+
+
+def _condition(overrides: dict) -> str:
+    terms = []
+    for key, value in overrides.items():
+        if isinstance(value, (list, tuple)):
+            terms += [f"{key}[{i}] == {item!r}" for i, item in enumerate(value)]
+        else:
+            terms.append(f"{key} == {value!r}")
+    return " and ".join(terms)
+
+
+def best_config(config: Config, winners: list[tuple[dict, dict]]) -> dict:
+    """The config (as YAML data) that runs exactly each shape's winner (see the module docstring)."""
+    base = replace(config, sweep={}, constraints=())
+    name = f"{config.name}_best"
+    if len(winners) == 1:
+        data = base.with_overrides(winners[0][1]).to_dict()
+        data.update(name=name, description=f"xegemm tune: the best of {config.name}", sweep={}, constraints=[])
+        return data
+    sweep: dict[str, list] = {}
+    for axes, _ in winners:
+        for axis, choice in axes.items():
+            values = sweep.setdefault(axis, [])
+            if plain_data(choice) not in values:
+                values.append(plain_data(choice))
+    constraints = []
+    for _, leaves in winners:
+        problem = {k: v for k, v in leaves.items() if is_problem_axis(k)}
+        rest = {k: v for k, v in leaves.items() if not is_problem_axis(k)}
+        constraints.append(f"not ({_condition(problem)}) or ({_condition(rest)})")
+    data = base.to_dict()
+    data.update(name=name, description=f"xegemm tune: the best of {config.name}, one variant per shape",
+                sweep=sweep, constraints=constraints)
+    return data
+
+
+def _row(trial: optuna.trial.FrozenTrial, axes: list[str]) -> dict:
+    a = trial.user_attrs
+    t = a.get("time_ms") or {}
+    return {"shape": a.get("shape"), "trial": trial.number, "status": a.get("status"), "reason": a.get("reason"),
+            "kernel": a.get("kernel"), **{axis: trial.params.get(axis) for axis in axes},
+            "value": trial.value, "gflops": a.get("gflops"), "median_ms": t.get("median"), "min_ms": t.get("min"),
+            "max_ms": t.get("max"), "cv": t.get("cv"), "build_s": a.get("build_s"), "cached": a.get("cached"),
+            "retry_of": a.get("retry_of"), "worker": a.get("worker")}
+
+
+def _csv(rows: list[dict]) -> str:
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def _result_row(trial: optuna.trial.FrozenTrial, meta: dict) -> dict:
+    """A trial as a result row of ``run``'s results.json, plus its trial number, finish time and strategy."""
+    a = trial.user_attrs
+    done = trial.datetime_complete
+    return {"name": a.get("kernel") or f"trial-{trial.number}", "status": a.get("status"), "reason": a.get("reason"),
+            "params": a.get("params") or {}, "time_ms": a.get("time_ms"), "gflops": a.get("gflops"),
+            "max_abs_err": a.get("max_abs_err"), "build_s": a.get("build_s"), "log": a.get("log"),
+            "extra": a.get("extra") or {}, "cached": a.get("cached"), "trial": trial.number,
+            "finished_at": done.timestamp() if done else None, "strategy": meta.get("strategy"),
+            "score": trial.value if meta.get("target") else None}
+
+
+def _trials_document(name: str, metas: list[dict], variants: list[dict], references: list[dict]) -> dict:
+    """trials.json: the study's trials in the shape of ``run``'s results.json (what ``xegemm report`` reads)."""
+    meta = metas[0] if metas else {}
+    starts = [v["finished_at"] for v in variants if v.get("finished_at")]
+    config = meta.get("config") or {}
+    device = meta.get("device") or {}
+    return {"kind": "tune", "study": name, "strategy": meta.get("strategy"), "objective": meta.get("objective"),
+            "config": {"name": config.get("name"), "source": f"study {name}", "description": config.get("description")},
+            "device": {"filter_string": device.get("filter"), "name": device.get("name"),
+                       "driver_version": device.get("driver")} if device else None,
+            "target": meta.get("target"), "lowering": meta.get("lowering"),
+            "compiler_capabilities": meta.get("capabilities"), "versions": versions(),
+            "started_at": utc(min(starts)) if starts else None, "written_at": utc(time.time()),
+            "variants": variants, "references": references}
+
+
+def export(storage, name: str, out_dir: Path | str) -> dict:
+    """Write best.yaml, best.json, trials.csv and kernels/ into ``out_dir`` from the study; return best.json."""
+    out = Path(out_dir)
+    rows, best, winners, config, kernels = [], {}, [], None, {}
+    metas, variants, references = [], [], []
+    for study in shape_studies(storage, name):
+        meta = study.user_attrs[META]
+        metas.append(meta)
+        config = config or study_config(meta)
+        trials = owned_trials(study, storage)
+        space = _space(meta)
+        axes = list(space.choices)
+        rows += [_row(t, axes) for t in trials]
+        variants += [_result_row(t, meta) for t in trials if t.user_attrs.get("status")]
+        shape = Shape(**meta["shape"])
+        winner = best_trial(trials)
+        entry = {"shape": shape.as_dict(), "trials": len(trials),
+                 "pruned": sum(t.state == TrialState.PRUNED for t in trials), "best": None}
+        if winner is not None:
+            a = winner.user_attrs
+            # the numpy run measured interleaved with the winner's own timing; else the study's, taken when the
+            # study was created (an AOT study, or a trial from before interleaved references)
+            reference = (a.get("extra") or {}).get("reference") or meta.get("reference")
+            entry["best"] = {"trial": winner.number, "kernel": a["kernel"], "params": dict(winner.params),
+                             "config_params": a.get("params"), "value": winner.value, "gflops": a.get("gflops"),
+                             "time_ms": a.get("time_ms"), "build_s": a.get("build_s"), "extra": a.get("extra"),
+                             "reference": reference,
+                             "ratio_to_reference": (a["gflops"] / reference["gflops"]
+                                                    if reference and a.get("gflops") else None)}
+            winners.append(_winner(meta, winner))
+            if reference:
+                references.append({"problem": shape.as_dict(), **reference})
+            pv = plan_variant(space.search.variant({axis: space.choices[axis][winner.params[axis]] for axis in axes}))
+            kernels[pv.name] = render_variant(pv, named_lowering(meta["lowering"], meta.get("capabilities_named"),
+                                                                 meta.get("target") or "pvc"))
+        best[shape.label] = entry
+    write_text_atomic(out / "trials.csv", _csv(rows))
+    result = {"study": name, "shapes": best}
+    write_json_atomic(out / "best.json", result)
+    if winners:
+        write_text_atomic(out / "best.yaml", "# written by xegemm tune: run it with `xegemm run best.yaml`\n"
+                          + yaml.safe_dump(best_config(config, winners), sort_keys=False))
+    for kernel, source in kernels.items():
+        write_text_atomic(out / "kernels" / f"{kernel}.cl", source)
+    write_json_atomic(out / "trials.json", _trials_document(name, metas, variants, references))
+    write_report([out], out / "report.html")
+    return result

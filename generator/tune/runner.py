@@ -1,0 +1,266 @@
+"""The tuning loop of one shape: ask Optuna for a point, claim it, prune or evaluate it, tell Optuna.
+
+``jobs`` threads run the loop side by side, each with its own objective (its own device worker process);
+the device gate keeps their timings serial.  Every trial that owns a point (its claim) is one of:
+
+- ``rejected``: pruned before any build, Optuna state PRUNED, its reason kept; it costs no budget;
+- evaluated: Optuna state COMPLETE, value = the objective (0 for a failure), status and reason kept;
+- interrupted (Ctrl-C) or stale (its process died; Optuna's heartbeat finds it): state FAIL; its claim is
+  an orphan that the next worker retries, so no point is lost.
+
+A trial whose point is already claimed is a *duplicate*: never evaluated; it copies the owner's result when
+that is known (so the sampler learns from it) and is FAIL otherwise, and ``duplicate_of`` names the owner.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from xegemm.tune.objective import failure
+from xegemm.tune.space import Candidate, TuneSpace
+from xegemm.tune.strategies import Strategy
+from xegemm.tune.study import ClaimBook
+
+DUPLICATES_BEFORE_FALLBACK = 4     # consecutive duplicates, then an unclaimed point is enqueued
+WAIT_S = 0.5                       # poll interval while other workers finish the last points
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@dataclass
+class Tally:
+    """What this process did (for the progress bar and the summary line)."""
+
+    evaluated: int = 0
+    pruned: int = 0
+    cached: int = 0
+    failed: int = 0
+    duplicates: int = 0
+    retried: int = 0
+    best: tuple[float, str] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class ShapeRun:
+    """One shape's study driven to its budget by ``jobs`` threads (see the module docstring)."""
+
+    def __init__(self, study: optuna.Study, storage: optuna.storages.RDBStorage, space: TuneSpace,
+                 claims: ClaimBook, strategy: Strategy,
+                 budget: int | None, deadline: float | None, seed: int | None, compute_units: int,
+                 on_trial: Callable[[dict], None], heartbeat_s: int):
+        self.study, self.space, self.claims, self.strategy = study, space, claims, strategy
+        self.budget, self.deadline = budget, deadline
+        self.on_trial = on_trial
+        self.heartbeat_s = heartbeat_s
+        self.rng = random.Random(seed)
+        self.order = strategy.order(space, compute_units) if strategy.order else []
+        self.enqueued: set[str] = set()
+        self.stop = threading.Event()
+        self.tally = Tally()
+        self.running: dict[int, int] = {}     # trial number -> trial id, for heartbeats
+        self.ask_lock = threading.Lock()      # one sampler call at a time in this process
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.storage = storage
+        self.study_id = self.storage.get_study_id_from_name(study.study_name)
+
+    # ---- the state of the study ------------------------------------------------------------------------
+
+    def _states(self) -> dict[int, TrialState]:
+        return {t.number: t.state for t in self.study.get_trials(deepcopy=False)}
+
+    def _budget_spent(self) -> bool:
+        return self.budget is not None and self.claims.evaluated() >= self.budget
+
+    def _orphans(self, claims: dict[str, int], states: dict[int, TrialState]) -> dict[str, int]:
+        return {point: owner for point, owner in claims.items() if states.get(owner) == TrialState.FAIL}
+
+    def done(self) -> bool:
+        """Every point the budget allows is claimed, and every claim's trial has finished."""
+        optuna.storages.fail_stale_trials(self.study)
+        claims, states = self.claims.claims(), self._states()
+        if any(states.get(owner) not in FINISHED for owner in claims.values()):
+            return False
+        return self._budget_spent() or len(claims) >= self.space.size
+
+    # ---- choosing what to ask --------------------------------------------------------------------------
+
+    def _enqueue(self, params: dict, **attrs) -> None:
+        self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
+
+    def _steer(self, duplicates: int) -> None:
+        """Before asking: retry an orphan, else enqueue the strategy's next point in order, else (after many
+        duplicates) a random unclaimed point.  Each point is enqueued once per process; another process may
+        enqueue the same one, and the claim table turns the second into a duplicate."""
+        claims, states = self.claims.claims(), self._states()
+        for point, owner in self._orphans(claims, states).items():
+            if f"retry:{owner}" not in self.enqueued:
+                self.enqueued.add(f"retry:{owner}")
+                self._enqueue(self.study.get_trials(deepcopy=False)[owner].params, retry_of=owner)
+                return
+        fresh = (params for params in self.order if (key := self.space.key(params)) not in claims
+                 and key not in self.enqueued)
+        params = next(fresh, None)
+        if params is not None:
+            self.enqueued.add(self.space.key(params))
+            self._enqueue(params)
+        elif duplicates >= DUPLICATES_BEFORE_FALLBACK and TrialState.WAITING not in states.values():
+            left = [p for p in self.space.all_params() if self.space.key(p) not in claims]
+            if left:
+                self._enqueue(self.rng.choice(left), fallback=True)
+
+    # ---- one trial -------------------------------------------------------------------------------------
+
+    def _tell_duplicate(self, trial: optuna.Trial, owner: int | None, why: str) -> None:
+        trial.set_user_attr("duplicate_of", owner)
+        trial.set_user_attr("reason", why)
+        state = self._states().get(owner) if owner is not None else None
+        if state == TrialState.COMPLETE:
+            self.study.tell(trial, self.study.get_trials(deepcopy=False)[owner].value)
+        elif state == TrialState.PRUNED:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+        with self.tally.lock:
+            self.tally.duplicates += 1
+
+    def _claim(self, trial: optuna.Trial, candidate: Candidate) -> bool:
+        """Claim the candidate's point for ``trial`` (taking over an orphan); tell a duplicate and return False
+        when it is not ours."""
+        claim = self.claims.claim(candidate.key, trial.number, budgeted=not candidate.pruned, budget=self.budget)
+        if claim.outcome == "granted":
+            return True
+        if claim.outcome == "budget":
+            self._tell_duplicate(trial, None, "the budget was spent by other workers")
+            return False
+        if self._states().get(claim.owner) == TrialState.FAIL and \
+                self.claims.take_over(candidate.key, claim.owner, trial.number):
+            trial.set_user_attr("retry_of", claim.owner)
+            with self.tally.lock:
+                self.tally.retried += 1
+            return True
+        self._tell_duplicate(trial, claim.owner, f"point already claimed by trial {claim.owner}")
+        return False
+
+    def _record(self, trial: optuna.Trial, candidate: Candidate, result: dict) -> None:
+        attrs = {"shape": candidate.shape.label, "point": candidate.key, "worker": self.worker,
+                 "status": result["status"], "reason": result["reason"], "kernel": result["name"],
+                 "gflops": result.get("gflops"), "time_ms": result.get("time_ms"), "build_s": result.get("build_s"),
+                 "max_abs_err": result.get("max_abs_err"), "cached": result.get("cached", False),
+                 "source_sha256": result.get("source_sha256"), "log": result.get("log"),
+                 "params": result.get("params"), "extra": result.get("extra") or {}}
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+
+    def _trial(self, objective, duplicates: int) -> int:
+        """Run one trial; return the new count of consecutive duplicates."""
+        with self.ask_lock:
+            self._steer(duplicates)
+            trial = self.study.ask(self.space.distributions())
+        # beating from the start: a process killed at any point after this leaves a trial that goes stale
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+        self.running[trial.number] = trial_id
+        self.storage.record_heartbeat(trial_id)
+        try:
+            return self._owned_trial(objective, trial, duplicates)
+        finally:
+            self.running.pop(trial.number, None)
+
+    def _owned_trial(self, objective, trial: optuna.Trial, duplicates: int) -> int:
+        """Claim the trial's point, then record it pruned or evaluate it (see the module docstring)."""
+        candidate = self.space.candidate(trial.params)
+        if not self._claim(trial, candidate):
+            return duplicates + 1
+        if candidate.pruned:
+            self._record(trial, candidate, failure(candidate, "rejected", candidate.reason))
+            self.study.tell(trial, state=TrialState.PRUNED)
+            with self.tally.lock:
+                self.tally.pruned += 1
+            self.on_trial(self._summary(candidate, "rejected", None, None))
+            return 0
+        result = objective.evaluate(candidate) if not self.stop.is_set() else None
+        if self.stop.is_set():           # interrupted: the worker was stopped under it; retried on resume
+            trial.set_user_attr("interrupted", True)
+            self.study.tell(trial, state=TrialState.FAIL)
+            return 0
+        self._record(trial, candidate, result)
+        value = objective.value(result)
+        self.study.tell(trial, value)
+        with self.tally.lock:
+            self.tally.evaluated += 1
+            self.tally.cached += bool(result.get("cached"))
+            self.tally.failed += result["status"] != "ok"
+            if result["status"] == "ok" and (self.tally.best is None or value > self.tally.best[0]):
+                self.tally.best = (value, result["name"])
+        self.on_trial(self._summary(candidate, result["status"], value, result))
+        return 0
+
+    @staticmethod
+    def _summary(candidate: Candidate, status: str, value, result) -> dict:
+        return {"shape": candidate.shape.label, "kernel": candidate.planned.name, "status": status, "value": value,
+                "cached": bool(result and result.get("cached"))}
+
+    # ---- the loop --------------------------------------------------------------------------------------
+
+    def _heartbeats(self) -> None:
+        while not self.stop.wait(self.heartbeat_s / 2):
+            for trial_id in list(self.running.values()):
+                self.storage.record_heartbeat(trial_id)
+
+    def _work(self, objective, errors: list) -> None:
+        duplicates = 0
+        try:
+            while not self.stop.is_set():
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    return
+                with self.ask_lock:
+                    finished = self.done()
+                    busy = not finished and self._budget_or_space_exhausted()
+                if finished:
+                    return
+                if busy:                  # others are finishing the last points (or a dead one goes stale)
+                    time.sleep(WAIT_S)
+                    continue
+                duplicates = self._trial(objective, duplicates)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+            self.stop.set()
+
+    def _budget_or_space_exhausted(self) -> bool:
+        claims, states = self.claims.claims(), self._states()
+        if self._orphans(claims, states) or any(s == TrialState.WAITING for s in states.values()):
+            return False
+        return self._budget_spent() or len(claims) >= self.space.size
+
+    def run(self, objectives: list) -> None:
+        """Drive the study with one thread per objective until done, the deadline, or Ctrl-C."""
+        errors: list = []
+        beat = threading.Thread(target=self._heartbeats, daemon=True, name="xegemm-heartbeat")
+        beat.start()
+        threads = [threading.Thread(target=self._work, args=(objective, errors), daemon=True,
+                                    name=f"xegemm-tune-{i}") for i, objective in enumerate(objectives)]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(thread.is_alive() for thread in threads):
+                for thread in threads:
+                    thread.join(0.2)
+        except KeyboardInterrupt:
+            self.stop.set()
+            for objective in objectives:
+                objective.close()         # kills the worker processes under the running trials
+            for thread in threads:
+                thread.join(30)
+            raise
+        finally:
+            self.stop.set()
+            beat.join(5)
+        if errors:
+            raise errors[0]

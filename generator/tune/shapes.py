@@ -1,0 +1,120 @@
+"""The GEMM shapes a tuning run covers: ``--shapes MxNxK[xB],...`` or a file of them.
+
+A file is either YAML (a list of ``{m, n, k, batch}`` mappings or ``"MxNxK[xB]"`` strings) or the
+``.in`` files GEMM benchmarks already use: one ``M N K`` or ``M N K L`` (L = batch) per line, ``#`` comments
+and blank lines skipped.  Every mistake names the file and line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from xegemm.config import Config, SearchSpace
+from xegemm.errors import XegemmError
+
+_LABEL = re.compile(r"^\s*(\d+)x(\d+)x(\d+)(?:x(\d+))?\s*$")
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """One problem: C[batch] (m x n) = A (m x k) @ B (k x n)."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}" + (f"x{self.batch}" if self.batch != 1 else "")
+
+    def overrides(self) -> dict[str, int]:
+        """The config keys that set this problem."""
+        return {"problem.m": self.m, "problem.n": self.n, "problem.k": self.k, "problem.batch": self.batch}
+
+    def as_dict(self) -> dict[str, int]:
+        return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch}
+
+
+def _shape(values: list[int], where: str) -> Shape:
+    if len(values) not in (3, 4) or any(v <= 0 for v in values):
+        raise XegemmError(f"{where}: a shape is M N K or M N K BATCH of positive integers, found {values}")
+    return Shape(*values)
+
+
+def parse_label(text: str, where: str = "--shapes") -> Shape:
+    """``"1024x512x256"`` or ``"64x64x64x4"`` (the last number is the batch)."""
+    match = _LABEL.match(text)
+    if not match:
+        raise XegemmError(f"{where}: '{text}' is not a shape; write MxNxK or MxNxKxBATCH, e.g. 1024x1024x1024")
+    return _shape([int(g) for g in match.groups() if g is not None], where)
+
+
+def _from_yaml(path: Path) -> list[Shape]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise XegemmError(f"{path}: not valid YAML: {exc}") from None
+    if isinstance(data, dict) and "shapes" in data:
+        data = data["shapes"]
+    if not isinstance(data, list) or not data:
+        raise XegemmError(f"{path}: expected a list of shapes ({{m, n, k, batch}} or 'MxNxK'), found {data!r}")
+    shapes = []
+    for i, item in enumerate(data, 1):
+        where = f"{path}: shape {i}"
+        if isinstance(item, str):
+            shapes.append(parse_label(item, where))
+        elif isinstance(item, dict) and set(item) <= {"m", "n", "k", "batch"} and {"m", "n", "k"} <= set(item):
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in item.values()):
+                raise XegemmError(f"{where}: m, n, k and batch must be integers, found {item}")
+            shapes.append(_shape([item["m"], item["n"], item["k"], item.get("batch", 1)], where))
+        else:
+            raise XegemmError(f"{where}: expected {{m, n, k[, batch]}} or 'MxNxK', found {item!r}")
+    return shapes
+
+
+def _from_lines(path: Path) -> list[Shape]:
+    shapes = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            values = [int(word) for word in text.split()]
+        except ValueError:
+            raise XegemmError(f"{path}:{number}: expected 'M N K' or 'M N K L' (integers), found '{text}'") from None
+        shapes.append(_shape(values, f"{path}:{number}"))
+    if not shapes:
+        raise XegemmError(f"{path}: no shapes (one 'M N K' or 'M N K L' per line)")
+    return shapes
+
+
+def parse_shapes(spec: str) -> list[Shape]:
+    """Shapes from ``--shapes``: a comma list of labels, a YAML file, or a ``.in`` file; duplicates dropped."""
+    path = Path(spec)
+    if path.is_file():
+        shapes = _from_yaml(path) if path.suffix in (".yaml", ".yml") else _from_lines(path)
+    else:
+        shapes = [parse_label(part.strip()) for part in spec.split(",") if part.strip()]
+        if not shapes:
+            raise XegemmError(f"--shapes: '{spec}' names no shape and is not a file")
+    return list(dict.fromkeys(shapes))
+
+
+def is_problem_axis(axis: str) -> bool:
+    """A sweep axis that sets the problem: a shape, not a tuning parameter."""
+    return axis == "problem" or axis.startswith("problem.")
+
+
+def config_shapes(config: Config) -> list[Shape]:
+    """The shapes a config stands for when none are given: its problem, or every problem its sweep names."""
+    problems = SearchSpace(replace(config, sweep={k: v for k, v in config.sweep.items() if is_problem_axis(k)}))
+    shapes = []
+    for point in problems:
+        p = problems.base.with_overrides(problems.overrides(point)).problem
+        shapes.append(Shape(p.m, p.n, p.k, p.batch))
+    return list(dict.fromkeys(shapes))

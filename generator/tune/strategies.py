@@ -1,0 +1,77 @@
+"""Search strategies: a registry, Kernel Tuner style; a strategy is one :class:`Strategy` entry.
+
+A strategy gives the Optuna sampler that proposes points (Optuna's own samplers: no hand-written ones) and,
+optionally, an ``order``: points to evaluate first, in that order, before the sampler proposes any (the
+``model`` strategy's ranking).  Every sampler takes the study's seed, so a seeded single-worker study is
+reproducible.  Add one with :func:`register` (see docs/architecture.md, "Add a search strategy").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import optuna
+
+from xegemm.errors import XegemmError
+from xegemm.tune.model import predict
+from xegemm.tune.space import Label, TuneSpace
+
+Order = Callable[[TuneSpace, int], list[dict[str, Label]]]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One search strategy: ``sampler(space, seed)``; ``order(space, compute_units)`` or None."""
+
+    name: str
+    summary: str
+    sampler: Callable[[TuneSpace, int | None], optuna.samplers.BaseSampler]
+    order: Order | None = None
+
+
+STRATEGIES: dict[str, Strategy] = {}
+
+
+def register(strategy: Strategy) -> Strategy:
+    """Add a strategy to the registry (``xegemm tune --strategy NAME`` and ``xegemm.tune.tune`` see it)."""
+    STRATEGIES[strategy.name] = strategy
+    return strategy
+
+
+def get_strategy(name: str) -> Strategy:
+    if name not in STRATEGIES:
+        raise XegemmError(f"unknown strategy '{name}'; strategies: {', '.join(STRATEGIES)}")
+    return STRATEGIES[name]
+
+
+class StudyGridSampler(optuna.samplers.GridSampler):
+    """Optuna's GridSampler without its call to ``study.stop()`` once the grid is exhausted: that call works
+    only inside ``study.optimize``, and the tuner's own loop (the claim table) decides when a study is done."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
+def model_order(space: TuneSpace, compute_units: int) -> list[dict[str, Label]]:
+    """Every point, pruned ones first (recorded with their reason, never built: they cost no budget), then
+    the legal ones by the static model's predicted efficiency, best first (ties: sweep order)."""
+    pruned, ranked = [], []
+    for index, params in enumerate(space.all_params()):
+        candidate = space.candidate(params)
+        if candidate.pruned:
+            pruned.append(params)
+        else:
+            ranked.append((-predict(candidate.planned.plan, compute_units).score, index, params))
+    return pruned + [params for _, _, params in sorted(ranked, key=lambda item: item[:2])]
+
+
+register(Strategy("exhaustive", "every point once (Optuna GridSampler, in a seeded random order)",
+                  lambda space, seed: StudyGridSampler(space.grid(), seed=seed)))
+register(Strategy("random", "uniform random points (Optuna RandomSampler), as CLBlast's random fraction",
+                  lambda space, seed: optuna.samplers.RandomSampler(seed=seed)))
+register(Strategy("tpe", "Tree-structured Parzen Estimator (Optuna TPESampler, multivariate)",
+                  lambda space, seed: optuna.samplers.TPESampler(seed=seed, multivariate=True,
+                                                                 n_startup_trials=5)))
+register(Strategy("model", "the static model's ranking first (xegemm.tune.model), then random points",
+                  lambda space, seed: optuna.samplers.RandomSampler(seed=seed), order=model_order))
