@@ -8,6 +8,7 @@ import os
 import shlex
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 from xegemm import __version__
@@ -25,6 +26,7 @@ from xegemm.reporting import FORMATS, write_report
 from xegemm.runtime import list_devices, select_sycl_device
 from xegemm.targets import AOT_TARGETS, GRF_MODES
 from xegemm.tune import STRATEGIES, export, tune
+from xegemm.tune.export import export_all
 from xegemm.tune.study import HEARTBEAT_S, default_url, mask_url, open_storage
 
 
@@ -207,9 +209,21 @@ def cmd_report(args) -> int:
         raise XegemmError(f"--out {args.out}: cannot tell the format from the suffix; give --format "
                           f"{'|'.join(FORMATS)}")
     out = Path(args.out or f"report.{fmt}")
-    write_report(args.results, out, fmt, baseline=args.compare, command=args.command_line)
+    with tempfile.TemporaryDirectory(prefix="xegemm-report-") as scratch:
+        results = [d for i, r in enumerate(args.results) for d in _results_dirs(r, Path(scratch) / str(i))]
+        baseline = [d for i, r in enumerate(args.compare or []) for d in _results_dirs(r, Path(scratch) / f"a{i}")]
+        write_report(results, out, fmt, baseline=baseline or None, command=args.command_line)
     print(f"wrote {out}")
     return 0
+
+
+def _results_dirs(what: str, scratch: Path) -> list[Path]:
+    """An output directory as it is; a tuning study database (a SQLite ``.db`` file or a SQLAlchemy URL) exported
+    first, one directory per study, into ``scratch``."""
+    if "://" in what or (what.endswith(".db") and Path(what).is_file()):
+        url = what if "://" in what else f"sqlite:///{Path(what).resolve()}"
+        return export_all(open_storage(url), scratch)
+    return [Path(what)]
 
 
 def parse_duration(text: str) -> float:
@@ -340,9 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds one variant's verification and timing may take (default: from the problem size)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("report", help="a report of one or more run (or build) directories: a self-contained HTML "
-                                      "page of plots, cutlass_profiler-style CSV, JSON or Markdown")
-    p.add_argument("results", nargs="+", metavar="RUN_DIR", help="output directories of `xegemm run` or `xegemm build`")
+    p = sub.add_parser("report", help="a report of one or more run, tune or build directories (or tuning study "
+                                      "databases): a self-contained HTML page of plots, cutlass_profiler-style "
+                                      "CSV, JSON or Markdown")
+    p.add_argument("results", nargs="+", metavar="RUN_OR_STUDY",
+                   help="output directories of `xegemm run`, `xegemm tune` or `xegemm build`, or a study database "
+                        "(a SQLite .db file or a SQLAlchemy URL such as postgresql://...)")
     p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
                    help="the baseline (run A): show the results against it per common variant")
     p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")

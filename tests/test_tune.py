@@ -201,3 +201,15 @@ def test_a_tune_writes_a_report_that_xegemm_report_reads(tiny_tune_config, tmp_p
     assert best["reference"]["interleaved"]
     page = (out / "report.html").read_text()
     assert best["kernel"] in page and "random" in page
+
+
+def test_xegemm_report_reads_a_study_database(tiny_tune_config, tmp_path):
+    out = tmp_path / "t"
+    tune(tiny_tune_config, out=out, cache=tmp_path / "c.db", seed=2, strategy="random", budget=2, progress=False)
+    page = tmp_path / "from-db.html"
+    assert main(["report", str(out / "study.db"), "--out", str(page)]) == 0
+    best = json.loads((out / "best.json").read_text())["shapes"]["64x64x64"]["best"]
+    assert best["kernel"] in page.read_text()
+    csv_out = tmp_path / "from-url.csv"
+    assert main(["report", f"sqlite:///{out / 'study.db'}", "--out", str(csv_out)]) == 0
+    assert best["kernel"] in csv_out.read_text()

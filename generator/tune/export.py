@@ -205,3 +205,18 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
     write_json_atomic(out / "trials.json", _trials_document(name, metas, variants, references))
     write_report([out], out / "report.html")
     return result
+
+
+def study_names(storage) -> list[str]:
+    """The xegemm studies in ``storage`` (each is one Optuna study per shape, named ``NAME@MxNxK``)."""
+    return sorted({n.split("@", 1)[0] for n in optuna.study.get_all_study_names(storage) if "@" in n})
+
+
+def export_all(storage, out_root: Path | str) -> list[Path]:
+    """Export every xegemm study in ``storage`` into ``out_root/NAME`` (for ``xegemm report STUDY.db``)."""
+    names = study_names(storage)
+    if not names:
+        raise XegemmError("the storage holds no xegemm study")
+    for name in names:
+        export(storage, name, Path(out_root) / name)
+    return [Path(out_root) / name for name in names]
