@@ -137,6 +137,18 @@ def _wait_for_complete(url, study, count, proc, tmp_path):
     raise AssertionError("the study never reached its first trials")
 
 
+def _wait_for_running(url, study, proc, tmp_path):
+    """Until a trial of ``study`` is running (a trial lasts about a second: its build, then four timing rounds)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, _log(tmp_path, "first")
+        trials = optuna.load_study(study_name=study, storage=open_storage(url)).get_trials(deepcopy=False)
+        if any(t.state == TrialState.RUNNING for t in trials):
+            return
+        time.sleep(0.02)
+    raise AssertionError("no trial was running")
+
+
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
 def test_an_interrupted_study_resumes_with_nothing_lost_and_nothing_duplicated(tiny_tune_config, tmp_path, how):
     out = tmp_path / "study"
@@ -144,6 +156,7 @@ def test_an_interrupted_study_resumes_with_nothing_lost_and_nothing_duplicated(t
     args = ("--strategy", "exhaustive", "--seed", "0", "--heartbeat", "1", "--out", str(out))
     first = _tune(tiny_tune_config, tmp_path, "first", *args)
     _wait_for_complete(url, "tiny@64x64x64", 2, first, tmp_path)
+    _wait_for_running(url, "tiny@64x64x64", first, tmp_path)     # so that the signal lands inside a trial
     first.send_signal(how)
     code = first.wait(120)
     if how == signal.SIGINT:

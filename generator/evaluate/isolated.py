@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import threading
 import time
 from dataclasses import dataclass
 
@@ -125,6 +126,7 @@ class _Worker:
 
     def __init__(self, filter_string: str | None, gate: DeviceGate | None = None):
         ctx = multiprocessing.get_context("spawn")
+        self._stopping = threading.Lock()
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(child, filter_string, gate), daemon=True,
                                    name="xegemm-device-worker")
@@ -143,11 +145,15 @@ class _Worker:
         return self.process.pid
 
     def stop(self) -> None:
-        """Kill the process (it may be stuck in a build or a kernel) and reap it."""
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(5)
-        self.conn.close()
+        """Kill the process (it may be stuck in a build or a kernel) and reap it.  Safe to call twice, from two
+        threads (Ctrl-C during ``tune --jobs``: the main thread stops the workers while a trial's thread finds
+        its worker dead and stops it too)."""
+        with self._stopping:
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(5)
+            if not self.conn.closed:
+                self.conn.close()
 
 
 class IsolatedDeviceBuilder(Builder):
@@ -176,9 +182,9 @@ class IsolatedDeviceBuilder(Builder):
 
     def close(self) -> None:
         """Stop the worker (if any)."""
-        if self.worker is not None:
-            self.worker.stop()
-            self.worker = None
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.stop()
 
     def measure_peak(self, limit_s: float = PEAK_S) -> dict:
         """The device's measured peak (:func:`xegemm.evaluate.peak.measure_peak`) from the worker, or
