@@ -335,7 +335,7 @@ class StagedKstep:
     rows: int                                     # accumulator rows computed per fragment (the atom's M)
     register_rows: int                            # rows of the accumulator register (padding included)
     k: int                                        # the atom's K: one chunk
-    a_size: int                                   # stage elements of A per chunk: mt * rows * k
+    a_size: int                                   # stage elements of A per chunk: mt * register_rows * k
     b_size: int                                   # stage elements of B per chunk: k * nt * sub-group
     a_stage: tuple[tuple[str, ...], ...]          # per chunk ki: the lines staging A fragments (i, ki)
     b_stage: tuple[tuple[str, ...], ...]          # per chunk ki: the lines staging B fragments (ki, j)
