@@ -19,6 +19,7 @@ from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
 from xegemm.atoms.mma import MmaAtom
 from xegemm.config import Config
 from xegemm.dtypes import ctype_shape, dtype
+from xegemm.epilogue import EpilogueSpec
 from xegemm.errors import XegemmError
 from xegemm.targets import dpas_widths, targets_at
 
@@ -76,6 +77,8 @@ class Plan:
     mma_grid: tuple[int, int, int]           # MMA atoms along M, N, K per sub-group per k-step
     registers: dict = field(default_factory=dict)
     name: str = ""
+    epilogue: EpilogueSpec | None = None
+    c_in: CopyAtom | Block1DAtom | None = None   # the load twin of C's store atom, when the epilogue reads C
 
     @property
     def workgroup_size(self) -> tuple[int, int, int]:
@@ -109,7 +112,8 @@ class Plan:
     def summary(self) -> dict:
         """Plain data for manifests and reports."""
         return {"name": self.name, "mma": self.mma.name, "copy_a": self.a.atom.name, "copy_b": self.b.atom.name,
-                "copy_c": self.c.atom.name, "subgroup_tile": list(self.subgroup_tile),
+                "copy_c": self.c.atom.name, "copy_c_in": self.c_in.name if self.c_in else None,
+                "epilogue": self.epilogue.describe() if self.epilogue else None, "subgroup_tile": list(self.subgroup_tile),
                 "mma_grid": list(self.mma_grid), "workgroup_size": list(self.workgroup_size),
                 "registers": dict(self.registers), "messages_per_kstep": self.predicted_messages()}
 
@@ -161,10 +165,18 @@ def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int,
     tiles = tuple((r, c) for r in range(0, rows, copy.rows) for c in range(0, cols, copy.cols))
     frag_map = mma.lane_map(operand).map
     elem_bits = mma.element(operand).bits
-    if copy.elem_bits != elem_bits:
+    if operand == "c":
+        # the epilogue converts each accumulator element to C's type: D is located element by element, and
+        # the fragment's offset counts C elements (the register's components, checked below)
+        if copy.register_elem_bits != copy.elem_bits:
+            raise PlanRejected(f"{copy.name} packs several {copy.elem_bits}-bit C elements per register component; "
+                               "the epilogue stores one element per component")
+        elem_bits = frag_bits = copy.elem_bits
+    elif copy.elem_bits != elem_bits:
         raise PlanRejected(f"{copy.name} moves {copy.elem_bits}-bit elements but {operand.upper()} of {mma.name} "
                            f"holds {elem_bits}-bit elements")
-    frag_bits = ctype_shape(mma.ctype(operand))[0]   # fragments are addressed in the operand's components
+    else:
+        frag_bits = ctype_shape(mma.ctype(operand))[0]   # fragments are addressed in the operand's components
     fragments = {}
     fr, fc = frag_shape
     for i in range(frag_grid[0]):
@@ -305,14 +317,14 @@ def plan(config: Config) -> Plan:
         b_extent, b_transpose = ((bk, sgn), False) if lay.b == "row" else ((sgn, bk), True)
         b_plan = _choose_block1d("b", "LD", bbits, sg, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
                                  b_transpose, config.atoms.b)
-    if t.c != t.acc:
-        raise PlanRejected(f"C type {t.c} differs from the accumulator {t.acc}: the epilogue converts nothing yet")
     if block2d:
         c_plan = _choose("c", config.atoms.c, _candidates("ST", ("N",), c_bits, 8, sgn), mma, (sgm, sgn),
                          (mma.m, mma.n), (grid[0], grid[1]), transpose=False)
     else:
         c_plan = _choose_block1d("c", "ST", c_bits, sg, mma, (sgm, sgn), (mma.m, mma.n), (grid[0], grid[1]),
                                  False, config.atoms.c)
+    epilogue = EpilogueSpec.of(config)
+    c_in = _load_twin(c_plan.atom) if epilogue.reads_c else None
     if config.pipeline.prefetch:
         a_plan = _with_prefetch(a_plan)
         b_plan = _with_prefetch(b_plan)
@@ -325,8 +337,24 @@ def plan(config: Config) -> Plan:
             f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
             + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
-    name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom)
-    return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name)
+    name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom) + epilogue.name_suffix()
+    return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in)
+
+
+def _load_twin(store):
+    """The load atom of the same block as C's store atom, holding every element where the store takes it (the
+    epilogue reads C element by element beside the accumulator); PlanRejected naming the rule otherwise."""
+    if isinstance(store, Block1DAtom):
+        twin = Block1DAtom(store.type_name, store.rows, store.cols, "LD", store.lanes)
+    else:
+        twin = CopyAtom(store.type_name, store.rows, store.cols, "LD", "N", store.packed)
+        if not twin.legal:
+            raise PlanRejected(f"beta != 0 reads C with {twin.name}, which breaks a 2D block rule: "
+                               f"{twin.violations()[0]}")
+    if twin.lane_map != store.lane_map:
+        raise PlanRejected(f"beta != 0 reads C with {twin.name}, whose registers do not hold C as {store.name} "
+                           "stores it (compare `xegemm atoms show` of both)")
+    return twin
 
 
 def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid, transpose,

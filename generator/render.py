@@ -18,7 +18,9 @@ from xegemm import __version__
 from xegemm.aot.call_check import check_calls
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.mma import MmaAtom
-from xegemm.dtypes import OPENCL_VECTOR_SIZES, UNSIGNED_CTYPE, ctype_shape
+from xegemm.atoms.lanemap import lane_affine, lane_expr
+from xegemm.dtypes import OPENCL_VECTOR_SIZES, UNSIGNED_CTYPE, ctype_shape, dtype
+from xegemm.epilogue import load_float
 from xegemm.errors import XegemmError
 from xegemm.lowering import LOWERINGS, Lowering, named_lowering
 from xegemm.lowering.native import NativeUnsupported, lower_copy
@@ -82,6 +84,54 @@ def render_copy_atoms(atoms, lowering: Lowering) -> str:
     return "\n".join(parts)
 
 
+def _accumulator_element(plan: Plan, staged, i: int, j: int, r: int, as_int: bool) -> str:
+    """Row ``r`` of accumulator fragment (i, j) as a float (an int on the exact integer path): a scalar of the
+    staged k-step, or a component of the DPAS accumulator register."""
+    code = plan.mma.c
+    if staged:
+        x = f"acc_{i}_{j}_{r}"
+        return (f"as_int({x})" if as_int else f"(float)as_int({x})") if code == "S32" else x
+    x = f"acc_{i}_{j}" + (f".s{r:x}" if plan.mma.register_m > 1 else "")
+    return {"F32": x, "S32": x if as_int else f"(float){x}", "F16": f"(float){x}",
+            "BF16": f"as_float((uint)(ushort){x} << 16)"}[code]
+
+
+def _lane_coordinate(values: list[int], sub_group: int) -> str:
+    """A C expression in ``lane`` giving ``values[lane]`` (affine in the lane, as block layouts are)."""
+    fit = next(((n, c) for n in (sub_group, 8, 4, 2) if (c := lane_affine(values, n)) is not None), None)
+    if fit is None:
+        raise XegemmError(f"C element coordinates {values} are not affine in the lane")
+    return lane_expr(fit[1], fit[0], sub_group)
+
+
+def epilogue_tiles(plan: Plan, staged) -> list[dict]:
+    """Per C tile: its origin, and for every element of the store register the statement computing it from
+    the accumulator (and C, and the bias), as xegemm.epilogue spells the element function."""
+    spec, sg = plan.epilogue, plan.config.tile.subgroup_size
+    cmap = plan.c.atom.lane_map.map
+    frag_rows = plan.mma.lane_map("c").map[0]
+    tiles = []
+    for t, (r0, c0) in enumerate(plan.c.tiles):
+        lines = []
+        for (i, j), frag in plan.c.fragments.items():
+            if frag.tile != t:
+                continue
+            for r, cell in enumerate(frag_rows):
+                if cell is None:
+                    continue
+                e = frag.offset + r
+                row = _lane_coordinate([cmap[lane][e][0] for lane in range(sg)], sg)
+                col = _lane_coordinate([cmap[lane][e][1] for lane in range(sg)], sg)
+                where = f"m0 + {r0} + {row}" if spec.bias == "row" else f"n0 + {c0} + {col}"
+                limit = "M" if spec.bias == "row" else "N"
+                lines += spec.element_lines(
+                    _accumulator_element(plan, staged, i, j, r, spec.exact_integer),
+                    load_float(plan.config.types.c, f"ci.c[{e}]"),
+                    f"({where} < {limit} ? bias[{where}] : 0.0f)", f"d.c[{e}]")
+        tiles.append({"origin": (r0, c0), "lines": lines})
+    return tiles
+
+
 def _fragment_helpers(plan: Plan) -> str:
     macros = environment().get_template("fragments.cl.j2").module
     out = []
@@ -91,10 +141,6 @@ def _fragment_helpers(plan: Plan) -> str:
         src_bits, src_n = ctype_shape(operand.atom.register_type)
         out.append(str(macros.take(dst, UNSIGNED_CTYPE[bits], dst_n, operand.atom.register_type,
                                    src_n * src_bits // bits)))
-    acc = plan.mma.ctype("c")
-    bits, acc_n = ctype_shape(acc)
-    dst_bits, dst_n = ctype_shape(plan.c.atom.register_type)
-    out.append(str(macros.put(acc, UNSIGNED_CTYPE[bits], acc_n, plan.c.atom.register_type, dst_n * dst_bits // bits)))
     return "\n".join(dict.fromkeys(out))
 
 
@@ -120,10 +166,12 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     cfg = plan.config
     bm, bn, bk = cfg.tile.workgroup
     sgm_count, sgn_count = cfg.tile.subgroups
-    copies = [plan.a.atom, plan.b.atom, plan.c.atom] + [p.prefetch for p in (plan.a, plan.b) if p.prefetch]
+    copies = [plan.a.atom, plan.b.atom, plan.c.atom] + [p.prefetch for p in (plan.a, plan.b) if p.prefetch] \
+        + ([plan.c_in] if plan.c_in else [])
     mt, nt, kt = plan.mma_grid
     # the staged k-step takes portable 2D copies into arrays of register components (scalars per lane)
     copy_arrays = staged and lowering.name == "portable" and not plan.uses_block1d
+    staged_plan = staged_kstep(plan, copy_arrays) if staged and (mma_lowering or lowering.name) == "portable" else None
     try:
         copy_library = render_copy_atoms(copies, lowering)
     except NativeUnsupported as exc:
@@ -135,13 +183,14 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         wg=plan.workgroup_size, prefetch=cfg.pipeline.prefetch,
         a_bytes=plan.a.atom.elem_bits // 8, b_bytes=plan.b.atom.elem_bits // 8, c_bytes=plan.c.atom.elem_bits // 8,
         acc_type=plan.mma.ctype("c"), a_frag_type=plan.mma.ctype("a"), b_frag_type=plan.mma.ctype("b"),
-        needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc, cfg.types.c),
+        needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc),
         typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
         mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
         fragment_helpers=_fragment_helpers(plan),
-        staged=staged_kstep(plan, copy_arrays) if staged and (mma_lowering or lowering.name) == "portable" else None,
-        copy_arrays=copy_arrays,
+        staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.epilogue,
+        epilogue_tiles=epilogue_tiles(plan, staged_plan), c_elem_ctype=UNSIGNED_CTYPE[plan.c.atom.elem_bits],
+        c_elems=plan.c.atom.register_bytes * 8 // plan.c.atom.elem_bits,
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     if lowering.capabilities is not None and lowering.capabilities.spelling == "ocl2d":

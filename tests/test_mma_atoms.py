@@ -454,15 +454,15 @@ def test_portable_code_reads_like_the_lane_map():
     assert "d += ((float8)(intel_sub_group_shuffle(av0, i), intel_sub_group_shuffle(av0, i + 8))).s04152637" \
            " * bk[i];" in tf32
     bf16 = render_mma(MmaAtom.parse("XE_3x16x16_BF16BF16BF16BF16_TT"), "portable")
-    assert "return (short4)(as_short(xe_mma_float_to_bf16_rne(d.s0)), as_short(xe_mma_float_to_bf16_rne(d.s1)), " \
-           "as_short(xe_mma_float_to_bf16_rne(d.s2)), c.s3);" in bf16
+    assert "return (short4)(as_short(xe_f32_to_bf16_rne(d.s0)), as_short(xe_f32_to_bf16_rne(d.s1)), " \
+           "as_short(xe_f32_to_bf16_rne(d.s2)), c.s3);" in bf16
 
 
 def test_render_many_and_reject_unknown_lowering():
     atoms = [a for a in ALL if a.m == 8 and a.n == 16]
     src = render_mma(atoms, "portable")
     assert all(f" {a.fn_name}(" in src for a in atoms)
-    assert src.count("#define XE_MMA_FLOAT_TO_BF16_RNE") == 1   # emitted by each bf16-acc atom, guarded
+    assert src.count("#define XE_F32_TO_BF16_RNE") == 1   # emitted by each bf16-acc atom, guarded
     with pytest.raises(ValueError, match="lowering must be one of"):
         render_mma(atoms[0], "vectorised")
 

@@ -62,3 +62,26 @@ class LaneMap:
             lines.append(f"{lane:>9}  " + " ".join(f"{x:>6}" for x in cells) + more)
         header = "work-item  elements in register order (row,col; -,- = padding)"
         return "\n".join([header, *lines])
+
+
+def lane_affine(values: list[int], length: int) -> tuple[int, int, int] | None:
+    """(base, hi, lo) with values[lane] = base + hi * (lane / length) + lo * (lane % length) for every lane
+    given, or None when the values are not of that form."""
+    lanes, base = len(values), values[0]
+    lo = values[1] - base if lanes > 1 and length > 1 else 0
+    hi = values[length] - base if lanes > length else 0
+    if any(v != base + hi * (lane // length) + lo * (lane % length) for lane, v in enumerate(values)):
+        return None
+    return base, hi, lo
+
+
+def lane_expr(coefs: tuple[int, int, int], length: int, sub_group: int = 16) -> str:
+    """(base, hi, lo) of :func:`lane_affine` as a C expression in ``lane`` (``lane % length`` written
+    ``lane`` when length is the sub-group size)."""
+    base, hi, lo = coefs
+    terms = [str(base)] if base else []
+    lane_in_row = "lane" if length == sub_group else f"lane % {length}"
+    for coef, var in ((hi, f"lane / {length}"), (lo, lane_in_row)):
+        if coef:
+            terms.append(var if coef == 1 else f"{var} * {coef}")
+    return " + ".join(terms) if terms else "0"

@@ -9,6 +9,7 @@ xegemm can use it.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -22,6 +23,7 @@ from xegemm.atoms.copy import CopyAtom
 from xegemm.atoms.mma import MmaAtom
 from xegemm.dtypes import ALIASES, CODE_PATTERN, DTYPES as DTYPE_REGISTRY
 from xegemm.dtypes import dtype
+from xegemm.epilogue import ACTIVATIONS, BIAS_KINDS, OUTPUT_TYPES
 from xegemm.errors import XegemmError
 
 # --------------------------------------------------------------------------------------------------------
@@ -128,6 +130,19 @@ def non_negative_number(value: Any) -> float:
     raise expected("a non-negative number", value)
 
 
+def number(value: Any) -> float:
+    if is_number(value) and math.isfinite(value):
+        return float(value)
+    raise expected("a finite number", value)
+
+
+def number_range(value: Any) -> tuple[float, float]:
+    if (isinstance(value, (list, tuple)) and len(value) == 2 and all(is_number(v) for v in value)
+            and not any(math.isnan(v) for v in value) and value[0] <= value[1]):
+        return (float(value[0]), float(value[1]))
+    raise expected("[low, high]: two numbers with low <= high (.inf and -.inf allowed)", value)
+
+
 def text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -228,6 +243,9 @@ def _legal_copy_atom(name: str) -> str:
 input_dtype = _usable_dtype("input")
 accumulator_dtype = _usable_dtype("accumulator")
 layout = _word("layout", LAYOUTS, LAYOUT_ALIASES)
+bias_kind = _word("bias", BIAS_KINDS, {"per_row": "row", "per_col": "col", "column": "col", "per_column": "col"})
+activation = _word("activation", tuple(ACTIVATIONS), {"gelu": "gelu_erf", "swish": "silu", "identity": "none"})
+output_dtype = _word("C data type", OUTPUT_TYPES, DTYPE_ALIASES)
 copy_atom = _atom_name("a block copy", _COPY_ATOM,
                        "XE_2D_[Packed_]<U4|U8|U16|U32|U64|TF32>x<rows>x<cols>_<LD|ST|PF>_<N|T|V> or "
                        "XE_1D_<U8|U16|U32|U64>x<rows>x<cols>_<LD|ST|PF>_SG<S>",

@@ -15,6 +15,7 @@ from xegemm.config.sections import (
     SECTIONS,
     TOP_LEAVES,
     Atoms,
+    Epilogue,
     Layout,
     Pipeline,
     Problem,
@@ -61,6 +62,7 @@ class Config:
     types: Types = Types()
     layout: Layout = Layout()
     tile: Tile = Tile()
+    epilogue: Epilogue = Epilogue()
     atoms: Atoms = Atoms()
     pipeline: Pipeline = Pipeline()
     target: Target = Target()

@@ -12,6 +12,8 @@ from typing import Any
 from xegemm.config.checks import (
     Check,
     accumulator_dtype,
+    activation,
+    bias_kind,
     config_name,
     copy_atom,
     input_dtype,
@@ -20,6 +22,9 @@ from xegemm.config.checks import (
     mma_atom,
     non_negative_int,
     non_negative_number,
+    number,
+    number_range,
+    output_dtype,
     positive_int,
     positive_ints,
     text,
@@ -44,12 +49,13 @@ class Problem:
 
 @dataclass(frozen=True)
 class Types:
-    """Element types of A, B, the accumulator and C (canonical names from ``DTYPES``)."""
+    """Element types of A, B, the accumulator and C (= D, the output; canonical names from ``DTYPES``).
+    C may differ from the accumulator: the epilogue converts (xegemm.epilogue)."""
 
     a: str = _key(input_dtype, "bf16")
     b: str = _key(input_dtype, "bf16")
     acc: str = _key(accumulator_dtype, "f32")
-    c: str = _key(accumulator_dtype, "f32")
+    c: str = _key(output_dtype, "f32")
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,19 @@ class Tile:
     workgroup: tuple[int, int, int] = _key(positive_ints(3, "[BM, BN, BK]"), (256, 256, 32))
     subgroups: tuple[int, int] = _key(positive_ints(2, "[SG_M, SG_N]"), (8, 4))
     subgroup_size: int = _key(int_choice("sub-group size", (8, 16, 32)), 16)
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """D = activation(alpha * acc + beta * C + bias), converted to the C type (xegemm.epilogue): beta = 0 reads
+    no C; ``bias`` adds an f32 vector per ``row`` (length M) or ``col`` (length N); ``clamp`` bounds the
+    ``clamp`` activation."""
+
+    alpha: float = _key(number, 1.0)
+    beta: float = _key(number, 0.0)
+    bias: str = _key(bias_kind, "none")
+    activation: str = _key(activation, "none")
+    clamp: tuple[float, float] = _key(number_range, (0.0, 6.0))
 
 
 @dataclass(frozen=True)
@@ -112,7 +131,7 @@ class Profile:
 
 
 SECTIONS: dict[str, type] = {
-    "problem": Problem, "types": Types, "layout": Layout, "tile": Tile, "atoms": Atoms,
+    "problem": Problem, "types": Types, "layout": Layout, "tile": Tile, "epilogue": Epilogue, "atoms": Atoms,
     "pipeline": Pipeline, "target": Target, "verify": Verify, "profile": Profile,
 }
 TOP_LEAVES: dict[str, Check] = {"name": config_name, "description": text}

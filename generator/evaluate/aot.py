@@ -32,7 +32,8 @@ def gated(plan: Plan) -> tuple[str, ...]:
 
 def predicted_counts(plan: Plan, caps: NativeCapabilities) -> dict:
     """What the kernel's machine code must show: the main loop once (dpas, block loads and prefetches of
-    one k-step) and the epilogue's stores; each atom counted as the messages the capabilities lower it to."""
+    one k-step), the epilogue's loads of C (beta != 0) and its stores; each atom counted as the messages the
+    capabilities lower it to."""
     def per_atom(op):
         return count_messages(lower_copy(op.atom, caps))
 
@@ -43,6 +44,11 @@ def predicted_counts(plan: Plan, caps: NativeCapabilities) -> dict:
            "store_block1d": plan.c.per_kstep * c["store_block1d"]}
     if plan.uses_block1d:       # one 1D block read per row of every A and B tile
         out["load_block1d"] = plan.a.per_kstep * a["load_block1d"] + plan.b.per_kstep * b["load_block1d"]
+    if plan.c_in is not None:   # the epilogue reads each C tile once with the store's load twin
+        c_in = count_messages(lower_copy(plan.c_in, caps))
+        for kind in ("load_block2d", "load_block1d"):
+            if kind in out:
+                out[kind] += plan.c.per_kstep * c_in[kind]
     if plan.config.pipeline.prefetch:
         pa, pb = count_messages(lower_copy(plan.a.prefetch, caps)), count_messages(lower_copy(plan.b.prefetch, caps))
         out["prefetch_per_kstep"] = {k: plan.a.per_kstep * pa[k] + plan.b.per_kstep * pb[k]

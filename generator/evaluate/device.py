@@ -31,6 +31,12 @@ def device_build_options(lowering: Lowering, config: Config) -> str:
     return BUILD_OPTIONS
 
 
+def epilogue_arguments(config: Config) -> list:
+    """The kernel's last arguments: alpha, beta and the clamp bounds, as f32."""
+    e = config.epilogue
+    return [ctypes.c_float(v) for v in (e.alpha, e.beta, *e.clamp)]
+
+
 class DeviceSession:
     """A device, a profiling queue, and the inputs/reference of one problem kept between variants."""
 
@@ -43,13 +49,16 @@ class DeviceSession:
 
     def buffers(self, config: Config):
         """Device buffers and reference for the config's problem and types (rebuilt when they change)."""
-        key = (config.problem, config.types, config.layout, config.verify.seed)
+        key = (config.problem, config.types, config.layout, config.epilogue, config.verify.seed)
         if key != self._problem_key:
             ops = make_operands(config)
             poison = poison_c(config)
+            nothing = np.zeros(4, np.uint8)    # what a kernel that reads no C or bias is given instead
             self._buffers = {"ops": ops, "reference": reference(config, ops), "a": to_device(self.queue, ops.a_bytes),
                              "b": to_device(self.queue, ops.b_bytes), "c": to_device(self.queue, poison),
-                             "poison": poison}
+                             "poison": poison,
+                             "c_in": to_device(self.queue, nothing if ops.c_in_bytes is None else ops.c_in_bytes),
+                             "bias": to_device(self.queue, nothing if ops.bias is None else ops.bias.astype(np.float32))}
             self._problem_key = key
         return self._buffers
 
@@ -85,6 +94,8 @@ class DeviceBuilder(Builder):
         t0 = time.perf_counter()
         try:
             program = build_program(self.session.queue, source, options)
+            if not program.has_sycl_kernel(pv.plan.name):    # dpctl would crash the process looking it up
+                raise BuildError(f"the program defines no kernel named {pv.plan.name}", source)
             kernel = program.get_sycl_kernel(pv.plan.name)
         except BuildError as exc:
             evaluation.fail("failed_build", str(exc))
@@ -97,7 +108,8 @@ class DeviceBuilder(Builder):
         batch_a, batch_b = ops.a_bytes[0].nbytes, ops.b_bytes[0].nbytes
         args = [bufs["a"], bufs["b"], bufs["c"], ctypes.c_int(p.m), ctypes.c_int(p.n), ctypes.c_int(p.k),
                 ctypes.c_int(ops.lda), ctypes.c_int(ops.ldb), ctypes.c_int(ops.ldc), ctypes.c_long(batch_a),
-                ctypes.c_long(batch_b), ctypes.c_long(p.m * ops.ldc)]
+                ctypes.c_long(batch_b), ctypes.c_long(p.m * ops.ldc), bufs["c_in"], bufs["bias"]] \
+            + epilogue_arguments(config)
         gsize, lsize = pv.plan.global_size(), pv.plan.workgroup_size
         queue = self.session.queue
         return DeviceKernel(self.session, config, bufs, lambda: launch(queue, kernel, args, gsize, lsize))

@@ -16,6 +16,8 @@ import functools
 from dataclasses import dataclass
 
 from xegemm.atoms.copy import SUB_GROUP, AtomError, CopyAtom
+from xegemm.atoms.lanemap import lane_affine as _lane_affine
+from xegemm.atoms.lanemap import lane_expr as _lane_expr
 from xegemm.atoms.mma import MmaAtom
 from xegemm.dtypes import UNSIGNED_CTYPE, DType, ctype_shape, sizeof_ctype, vector_ctype
 
@@ -111,29 +113,6 @@ def _copy_coord(atom: CopyAtom, k: int):
             raise AtomError(f"{atom.name}: element {k} is not affine in lane / {length}, lane % {length}")
         coefs.append(fit)
     return tuple(coefs), lanes
-
-
-def _lane_affine(values: list[int], length: int) -> tuple[int, int, int] | None:
-    """(base, hi, lo) with values[lane] = base + hi * (lane / length) + lo * (lane % length) for every lane
-    given, or None when the values are not of that form."""
-    lanes, base = len(values), values[0]
-    lo = values[1] - base if lanes > 1 and length > 1 else 0
-    hi = values[length] - base if lanes > length else 0
-    if any(v != base + hi * (lane // length) + lo * (lane % length) for lane, v in enumerate(values)):
-        return None
-    return base, hi, lo
-
-
-def _lane_expr(coefs: tuple[int, int, int], length: int, sub_group: int = SUB_GROUP) -> str:
-    """(base, hi, lo) of :func:`_lane_affine` as a C expression in ``lane`` (``lane % length`` written
-    ``lane`` when length is the sub-group size)."""
-    base, hi, lo = coefs
-    terms = [str(base)] if base else []
-    lane_in_row = "lane" if length == sub_group else f"lane % {length}"
-    for coef, var in ((hi, f"lane / {length}"), (lo, lane_in_row)):
-        if coef:
-            terms.append(var if coef == 1 else f"{var} * {coef}")
-    return " + ".join(terms) if terms else "0"
 
 
 # ---- DPAS atoms ------------------------------------------------------------------------------------------
@@ -299,7 +278,7 @@ def mma_plan(atom: MmaAtom) -> PortablePlan:
 
     c_in = {"F32": "c", "S32": f"as_{vec('uint')}(c)", "F16": f"convert_{vec('float')}(c)",
             "BF16": f"as_{vec('float')}(convert_{vec('uint')}(as_{vec('ushort')}(c)) << 16)"}[atom.c]
-    row = {"F32": "{d}", "S32": "as_int({d})", "BF16": "as_short(xe_mma_float_to_bf16_rne({d}))",
+    row = {"F32": "{d}", "S32": "as_int({d})", "BF16": "as_short(xe_f32_to_bf16_rne({d}))",
            "F16": "convert_half_rte({d})"}[atom.c]
     if atom.m == n and atom.c != "BF16":
         d_out = {"F32": "d", "S32": f"as_{vec('int')}(d)", "F16": f"convert_{vec('half')}_rte(d)"}[atom.c]
@@ -434,7 +413,7 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
         b_stage.append(tuple(lines))
 
     round_row = {"F16": "(float)convert_half_rte({x})",
-                "BF16": "as_float((uint)xe_mma_float_to_bf16_rne({x}) << 16)"}.get(atom.c)
+                "BF16": "as_float((uint)xe_f32_to_bf16_rne({x}) << 16)"}.get(atom.c)
     row = {"F32": "{x}", "S32": "as_int({x})", "F16": "(half){x}",   # exact: already rounded to the type
            "BF16": "as_short((ushort)(as_uint({x}) >> 16))"}[atom.c]
     return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=mt * rm * k,

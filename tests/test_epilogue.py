@@ -1,0 +1,243 @@
+"""The epilogue: D = convert(activation(alpha * acc + beta * C + bias)), in both lowerings.
+
+Every case runs on the real default device (portable lowering) on ragged, batched problems and is verified
+against xegemm.verify's reference, which applies the same operations in float64 and converts each end of the
+tolerance interval to the output type; kernels with a deliberately wrong epilogue (truncation instead of
+rounding, wrapping instead of saturating, a dropped bias or beta, the wrong GELU) must fail that check.  The
+conversions themselves are checked bit for bit on the device; the native lowering is built for pvc and dg2.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from xegemm import evaluate
+from xegemm.config import ConfigError, config_from_text
+from xegemm.dtypes import _f32_bits_to_bf16
+from xegemm.epilogue import ACTIVATIONS, EpilogueSpec, reference_bounds
+from xegemm.pipeline import DeviceSession, plan_variants, run_variant
+from xegemm.plan import PlanRejected, plan
+from xegemm.render import environment
+
+FAST = "profile: {warmup: 1, repeats: 2}\n"
+RAGGED = "problem: {m: 45, n: 70, k: 72, batch: 2}\n"
+SG16 = "tile: {workgroup: [32, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n"
+SG8 = "tile: {workgroup: [16, 32, 32], subgroups: [2, 2], subgroup_size: 8}\n"
+INT16 = "tile: {workgroup: [32, 64, 64], subgroups: [2, 2], subgroup_size: 16}\n"   # DPAS k = 32 for 8-bit
+
+CASES = {
+    "f32_alpha_beta_biasrow_relu": SG16 + "epilogue: {alpha: 0.75, beta: -1.25, bias: row, activation: relu}\n",
+    "bf16_out_beta_biascol_gelu_tanh": SG16 + "types: {c: bf16}\n"
+                                      "epilogue: {beta: 0.5, bias: col, activation: gelu_tanh}\n",
+    "f16_out_alpha_gelu_erf": SG16 + "types: {a: f16, b: f16, c: f16}\nepilogue: {alpha: 3, activation: gelu_erf}\n",
+    "f32_silu": SG16 + "epilogue: {activation: silu}\n",
+    "bf16_out_clamp": SG16 + "types: {c: bf16}\nepilogue: {activation: clamp, clamp: [-0.5, 0.25]}\n",
+    "bf16_out_plain": SG16 + "types: {c: bf16}\n",
+    "s8_to_s8_saturating_relu": INT16 + "types: {a: s8, b: s8, acc: s32, c: s8}\n"
+                                "epilogue: {activation: relu}\n",
+    "u8_to_u8_alpha_beta": INT16 + "types: {a: u8, b: s8, acc: s32, c: u8}\n"
+                           "epilogue: {alpha: 0.01, beta: 0.5}\n",
+    "s32_biascol": INT16 + "types: {a: s8, b: u8, acc: s32, c: s32}\n"
+                   "epilogue: {bias: col}\n",
+    "f16_acc_to_f32_beta": SG16 + "types: {a: f16, b: f16, acc: f16, c: f32}\nepilogue: {beta: 1}\n",
+    "bf16_acc_alpha": SG16 + "types: {acc: bf16, c: bf16}\nepilogue: {alpha: -2}\n",
+    "col_major_b_biasrow": SG16 + "layout: {b: col}\ntypes: {c: bf16}\nepilogue: {bias: row, beta: 2}\n",
+    "sg8_bf16_out_beta_biasrow": SG8 + "types: {c: bf16}\nepilogue: {beta: 0.25, bias: row, activation: silu}\n",
+    "sg8_s8_out": SG8 + "types: {a: s8, b: s8, acc: s32, c: s8}\n",
+}
+
+
+def _variant(text: str):
+    (pv,) = plan_variants(config_from_text(RAGGED + text + FAST))
+    assert pv.plan is not None, pv.reason
+    return pv
+
+
+@pytest.fixture(scope="module")
+def session(sycl_device):
+    return DeviceSession(sycl_device)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_epilogue_verifies_on_the_device(name, session):
+    res = run_variant(_variant(CASES[name]), session)
+    assert res.status == "ok", res.reason
+    assert res.bad_elements == 0
+
+
+MUTANTS = {
+    # the case, what the broken kernel does instead, (text in the kernel, its replacement)
+    "truncate instead of rounding to nearest even": (
+        "bf16_out_plain", ("(u + 0x7fffu + ((u >> 16) & 1u)) >> 16", "u >> 16")),
+    "wrap instead of saturating": ("s8_to_s8_saturating_relu", ("convert_char_sat(", "convert_char(")),
+    "bias dropped": ("f32_alpha_beta_biasrow_relu", ("? bias[", "? 0.0f * bias[")),
+    "beta * C dropped": ("bf16_out_beta_biascol_gelu_tanh", ("beta * ", "0.0f * ")),
+    "alpha dropped": ("bf16_acc_alpha", ("alpha * ", "")),
+    "GELU with tanh in place of erf": ("f16_out_alpha_gelu_erf", ("+ erf(", "+ tanh(")),
+    "C read from the wrong row": ("col_major_b_biasrow", ("M, ldc, n0 + 0, m0 + 0);", "M, ldc, n0 + 0, m0 + 1);")),
+}
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_a_wrong_epilogue_fails_verification(mutant, session, monkeypatch):
+    case, (old, new) = MUTANTS[mutant]
+    original = evaluate.render_variant
+
+    def broken(pv, lowering):
+        source = original(pv, lowering)
+        assert old in source, f"the mutant's text {old!r} is not in the kernel"
+        return source.replace(old, new)
+
+    monkeypatch.setattr(evaluate, "render_variant", broken)
+    res = run_variant(_variant(CASES[case]), session)
+    assert res.status == "failed_verify", f"{mutant}: {res.status} {res.reason}"
+
+
+# ---- the conversions, bit for bit on the device ----------------------------------------------------------
+
+SPECIAL = np.array([0.0, -0.0, 1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 ** -9, -(1.0 + 2 ** -8),
+                    1.0 + 2 ** -11, 1.0 + 3 * 2 ** -11, 65504.0, 65520.0, 1e5, 3.4e38, 1e-40, 6e-8, 3e-8,
+                    np.inf, -np.inf, np.nan], dtype=np.float32)
+
+
+@pytest.mark.device
+def test_conversions_round_to_nearest_even_bit_for_bit(sycl_device):
+    from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
+    convert = environment().get_template("convert.cl.j2").module
+    source = f"""{convert.bf16_rne()}
+{convert.f16_rne()}
+__kernel void conv(const global float* x, global ushort* bf, global ushort* hf)
+{{
+    const int i = get_global_id(0);
+    bf[i] = xe_f32_to_bf16_rne(x[i]);
+    hf[i] = xe_f32_to_f16_rne(x[i]);
+}}
+"""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([SPECIAL, rng.standard_normal(1000).astype(np.float32) * 1e3,
+                        rng.integers(0, 2 ** 32, 1000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    x = np.resize(x, 2048)
+    queue = make_queue(sycl_device, profiling=False)
+    kernel = build_program(queue, source).get_sycl_kernel("conv")
+    xs, bf, hf = to_device(queue, x), to_device(queue, np.zeros(x.size, np.uint16)), \
+        to_device(queue, np.zeros(x.size, np.uint16))
+    launch(queue, kernel, [xs, bf, hf], (x.size, 1, 1), (64, 1, 1)).wait()
+    got_bf, got_hf = from_device(bf, np.uint16, x.shape), from_device(hf, np.uint16, x.shape)
+    want_bf = _f32_bits_to_bf16(x.view(np.uint32))
+    with np.errstate(over="ignore"):
+        want_hf = x.astype(np.float16).view(np.uint16)
+    nan = np.isnan(x)
+    assert np.array_equal(got_bf, want_bf)
+    assert np.array_equal(got_hf[~nan], want_hf[~nan])
+    assert np.all((got_hf[nan] & 0x7C00) == 0x7C00) and np.all(got_hf[nan] & 0x3FF)
+
+
+# ---- the reference and its bounds -------------------------------------------------------------------------
+
+def _spec(**kw):
+    base = dict(alpha=1.0, beta=0.0, bias="none", activation="none", clamp=(0.0, 6.0), acc="f32", out="f32")
+    return EpilogueSpec(**{**base, **kw})
+
+
+def test_bounds_pin_round_to_nearest_even():
+    d = 2.0 ** -12      # far more than the f32 compute error, far less than a bf16 unit (2^-7 at 1)
+    acc = np.array([[[1.0 + 2 ** -8 + d, 1.0 + 2 ** -8 - d, 1.0 + 3 * 2 ** -8 - d]]])
+    b = reference_bounds(_spec(out="bf16"), acc, 0.0, None, None)
+    # off the ties a single value is allowed: the nearest; truncation would give 1.0 for the first and third
+    assert b.expected.tolist() == [[[1.0 + 2 ** -7, 1.0, 1.0 + 2 ** -7]]]
+    assert np.array_equal(b.low, b.expected) and np.array_equal(b.high, b.expected)
+    # at a tie (within the compute error of one) either neighbour is allowed, the even one expected
+    tie = reference_bounds(_spec(out="bf16"), np.array([[[1.0 + 2 ** -8]]]), 0.0, None, None)
+    assert (tie.low.item(), tie.expected.item(), tie.high.item()) == (1.0, 1.0, 1.0 + 2 ** -7)
+
+
+def test_bounds_saturate_integers_and_keep_exact_path_exact():
+    acc = np.array([[[-300, -5, 0, 7, 200]]], dtype=np.int64)
+    relu = reference_bounds(_spec(acc="s32", out="s8", activation="relu"), acc, 0.0, None, None)
+    assert relu.expected.tolist() == [[[0, 0, 0, 7, 127]]]
+    assert np.array_equal(relu.low, relu.high)
+    u8 = reference_bounds(_spec(acc="s32", out="u8", alpha=0.5), acc, 0.0, None, None)
+    assert u8.expected.tolist() == [[[0, 0, 0, 4, 100]]]     # 3.5 -> 4 (to even), saturated at 0
+
+
+def test_bounds_widen_with_the_accumulator_tolerance_and_the_activation():
+    acc = np.full((1, 1, 1), 0.3)
+    tight = reference_bounds(_spec(), acc, 0.0, None, None)
+    loose = reference_bounds(_spec(activation="gelu_erf"), acc, 1e-3, None, None)
+    assert tight.high[0, 0, 0] - tight.low[0, 0, 0] < 1e-6
+    assert loose.high[0, 0, 0] - loose.low[0, 0, 0] > 2 * 1e-3 * 0.5
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_references_match_their_definitions(name):
+    x = np.linspace(-4, 4, 33)
+    y = ACTIVATIONS[name].reference(x, -1.0, 2.0)
+    from math import erf, exp, tanh, pi, sqrt
+    want = {"none": lambda v: v, "relu": lambda v: max(v, 0.0), "clamp": lambda v: min(max(v, -1.0), 2.0),
+            "gelu_erf": lambda v: 0.5 * v * (1 + erf(v / sqrt(2))),
+            "gelu_tanh": lambda v: 0.5 * v * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 * v ** 3))),
+            "silu": lambda v: v / (1 + exp(-v))}[name]
+    assert np.allclose(y, [want(v) for v in x], rtol=1e-12, atol=1e-12)
+    slopes = np.abs(np.diff(ACTIVATIONS[name].reference(np.linspace(-8, 8, 4001), -1.0, 2.0))) / (16 / 4000)
+    assert slopes.max() <= ACTIVATIONS[name].lipschitz * (1 + 1e-9)
+
+
+# ---- config, plan and names --------------------------------------------------------------------------------
+
+def _plan(text: str):
+    return plan(config_from_text("problem: {m: 64, n: 64, k: 64}\n" + SG16 + text))
+
+
+def test_kernel_name_encodes_the_epilogue():
+    plain = _plan("")
+    assert not plain.name.endswith(("_relu", "_beta"))
+    full = _plan("types: {c: bf16}\nepilogue: {alpha: 2, beta: 1, bias: row, activation: gelu}\n")
+    assert full.name.endswith("_alpha_beta_biasrow_gelu_erf")
+    assert "_f32_bf16_" in full.name
+    assert full.c_in is not None and full.c_in.name == "XE_2D_U16x8x16_LD_N"
+    assert _plan("epilogue: {beta: 0}\n").c_in is None          # beta = 0 reads nothing
+
+
+def test_kernel_comment_describes_the_epilogue():
+    from xegemm.render import render_kernel
+    src = render_kernel(plan(config_from_text("problem: {m: 64, n: 64, k: 64}\n" + INT16
+                                              + "types: {a: s8, b: s8, acc: s32, c: u8}\n")))
+    assert "D = acc, computed in s32 (exact), converted to u8 (saturating)" in src
+    assert "convert_uchar_sat(" in src
+
+
+@pytest.mark.parametrize("text, message", [
+    ("epilogue: {activation: softmax}\n", "unknown activation 'softmax'"),
+    ("epilogue: {bias: diagonal}\n", "unknown bias 'diagonal'"),
+    ("epilogue: {alpha: .nan}\n", "expected a finite number"),
+    ("epilogue: {clamp: [2, 1]}\n", "low <= high"),
+    ("types: {c: s4}\n", "unknown C data type 's4'"),
+    ("epilogue: {apha: 2}\n", "did you mean 'alpha'"),
+])
+def test_bad_epilogue_config_names_the_key(text, message):
+    with pytest.raises(ConfigError) as err:
+        config_from_text("problem: {m: 64, n: 64, k: 64}\n" + text)
+    assert message in str(err.value) and "epilogue" in str(err.value) or "types.c" in str(err.value)
+
+
+# ---- the native lowering, built ahead of time ---------------------------------------------------------------
+
+@pytest.mark.ocloc
+@pytest.mark.parametrize("target, tile", [("pvc", SG16), ("dg2", SG8)])
+def test_native_epilogue_builds_with_the_predicted_messages(target, tile, tmp_path):
+    from xegemm.pipeline import build_config
+    path = tmp_path / "ep.yaml"
+    path.write_text("problem: {m: 64, n: 64, k: 64, batch: 2}\n" + tile +
+                    "sweep:\n  types: [{c: bf16}, {a: s8, b: s8, acc: s32, c: s8}]\n"
+                    "  epilogue: [{beta: 0.5, bias: col, activation: gelu_tanh}, {alpha: 2}]\n"
+                    "constraints: [\"types.a != 's8' or tile.workgroup[2] % 32 == 0\"]\n")
+    result = build_config(path, target=target, out_dir=tmp_path / "out")
+    assert result["variants"]
+    for v in result["variants"]:
+        assert v["status"] == "ok", (v["name"], v["reason"])
+        assert v["isa"]["spill_bytes"] == 0
