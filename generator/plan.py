@@ -21,7 +21,7 @@ from xegemm.config import Config
 from xegemm.dtypes import ctype_shape, dtype
 from xegemm.epilogue import EpilogueSpec
 from xegemm.errors import XegemmError
-from xegemm.targets import dpas_widths, targets_at
+from xegemm.targets import dpas_widths, names_at, targets_at
 
 RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
@@ -290,6 +290,8 @@ def plan(config: Config) -> Plan:
                            f"{mma.m}x{mma.n}x{mma.k}")
     grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
     abits, bbits = mma.a_type.bits, mma.b_type.bits
+    if 4 in (abits, bbits):
+        _reject_packed_int4(mma, lay.b, sg)
     c_bits = dtype(t.c).bits
     if block2d:
         a_type = "TF32" if t.a == "tf32" else None
@@ -355,6 +357,23 @@ def _load_twin(store):
         raise PlanRejected(f"beta != 0 reads C with {twin.name}, whose registers do not hold C as {store.name} "
                            "stores it (compare `xegemm atoms show` of both)")
     return twin
+
+
+def _reject_packed_int4(mma: MmaAtom, b_layout: str, sg: int) -> None:
+    """4-bit operands: the hardware rule that rules out the layout, else what xegemm lacks (always raises)."""
+    where = "/".join(names_at(sg))
+    if b_layout == "row" and sg == BLOCK2D_SUB_GROUP:
+        raise PlanRejected(
+            f"row-major 4-bit B on {where}: {mma.name} wants 8 k-rows of B packed in each dword of a lane, but 2D "
+            "block VNNI loads pack 8- and 16-bit data only and no 2D block message has 4-bit elements "
+            "(xe_atoms.md §1.5); store B column-major (a d32 transpose gives that layout)")
+    if sg != BLOCK2D_SUB_GROUP:
+        raise PlanRejected(
+            f"4-bit B on {where} (sub-group size {sg}): {mma.name} wants one nibble of each k-row of B per lane, "
+            "but a 1D sub-group block message deals at least a byte per lane and neither transposes nor VNNI-packs")
+    raise PlanRejected(
+        f"4-bit A and column-major 4-bit B ({mma.name}): xegemm does not move packed 4-bit tiles yet (no copy "
+        "atom of its catalog deals 4 adjacent nibbles of a row per lane, and the verifier has no nibble packing)")
 
 
 def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid, transpose,
