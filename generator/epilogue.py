@@ -8,7 +8,8 @@ module is the one home of that knowledge: the activations (:data:`ACTIVATIONS`, 
 spelling, its numpy reference, its Lipschitz bound and its error bound), the compute type, the output
 conversions (round to nearest even, saturating for integers), the kernel-name suffix, the numpy reference
 the verifier applies, and the tolerance that follows from them.  The kernel template
-(templates/gemm.cl.j2) and the split-K reduction both print the lines :func:`element_lines` gives.
+(templates/gemm.cl.j2) prints what :meth:`EpilogueSpec.element` gives for each element, and the
+functions :meth:`EpilogueSpec.definitions` gives.
 
 Compute type: f32 (``float``), except the exact integer path: an s32 accumulator stored to an integer C with
 alpha = 1, beta = 0, no bias and no float activation is converted with saturation only (exact).  Bias
@@ -31,17 +32,38 @@ U32 = 2.0 ** -24        # unit roundoff of f32, the compute type
 
 @dataclass(frozen=True)
 class Activation:
-    """An element-wise function: its OpenCL C expression of ``x`` (float), numpy reference (float64 array),
-    the largest slope |f'| (to carry an error in x through it), and the error of its OpenCL C spelling in
-    units of u_f32 * (|f(x)| + 1) (OpenCL C 7.4: exp <= 3 ulp, tanh <= 5 ulp, erf <= 16 ulp, plus the
-    formula's own roundings; generous on purpose, still ~1e-5 relative)."""
+    """An element-wise function: the OpenCL C expression of its value at ``x`` (a float; ``lo``, ``hi`` the
+    clamp bounds), its numpy reference (float64 array), the largest slope |f'| (to carry an error in x
+    through it), and the error of its OpenCL C spelling in units of u_f32 * (|f(x)| + 1) (OpenCL C 7.4: exp
+    <= 3 ulp, tanh <= 5 ulp, erf <= 16 ulp, plus the formula's own roundings; generous on purpose, still
+    ~1e-5 relative)."""
 
     name: str
-    cl: str
+    body: str
     reference: object
     lipschitz: float
     error_units: float
-    cl_int: str | None = None   # its spelling on ints when it maps integers to integers exactly (exact path)
+    int_body: str | None = None   # its body on ints when it maps integers to integers exactly (exact path)
+
+    @property
+    def bounded(self) -> bool:
+        """Takes the clamp bounds."""
+        return "lo" in self.body
+
+    def call(self, x: str, integer: bool = False) -> str:
+        """The call of its kernel function (:meth:`definition`) on ``x``."""
+        if self.name == "none":
+            return x
+        return f"xe_{self.name}{'_int' if integer else ''}({x}{', clamp_lo, clamp_hi' if self.bounded else ''})"
+
+    def definition(self, integer: bool = False) -> str:
+        """Its OpenCL C function (none has none)."""
+        if self.name == "none":
+            return ""
+        t = "int" if integer else "float"
+        params = f"{t} x" + (", float lo, float hi" if self.bounded else "")
+        return (f"static inline {t} xe_{self.name}{'_int' if integer else ''}({params})\n"
+                f"{{\n    return {self.int_body if integer else self.body};\n}}\n")
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -51,15 +73,14 @@ def _erf(x: np.ndarray) -> np.ndarray:
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 # GELU and SiLU slopes: max of d/dx x Phi(x) = 1.1289 (x = sqrt(2)), of d/dx x sigmoid(x) = 1.0998 (x = 2.3994)
 ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
-    Activation("none", "{x}", lambda x, lo, hi: x, 1.0, 0.0, "{x}"),
-    Activation("relu", "fmax({x}, 0.0f)", lambda x, lo, hi: np.maximum(x, 0.0), 1.0, 0.0, "max({x}, 0)"),
-    Activation("clamp", "fmin(fmax({x}, clamp_lo), clamp_hi)", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
-               1.0, 0.0),
-    Activation("gelu_tanh", "(0.5f * {x} * (1.0f + tanh(0.7978845608f * ({x} + 0.044715f * {x} * {x} * {x}))))",
+    Activation("none", "x", lambda x, lo, hi: x, 1.0, 0.0, "x"),
+    Activation("relu", "fmax(x, 0.0f)", lambda x, lo, hi: np.maximum(x, 0.0), 1.0, 0.0, "max(x, 0)"),
+    Activation("clamp", "fmin(fmax(x, lo), hi)", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), 1.0, 0.0),
+    Activation("gelu_tanh", "0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)))",
                lambda x, lo, hi: 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))), 1.13, 64.0),
-    Activation("gelu_erf", "(0.5f * {x} * (1.0f + erf({x} * 0.7071067812f)))",
+    Activation("gelu_erf", "0.5f * x * (1.0f + erf(x * 0.7071067812f))",
                lambda x, lo, hi: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))), 1.13, 64.0),
-    Activation("silu", "({x} / (1.0f + exp(-{x})))", lambda x, lo, hi: x / (1.0 + np.exp(-x)), 1.1, 64.0),
+    Activation("silu", "x / (1.0f + exp(-x))", lambda x, lo, hi: x / (1.0 + np.exp(-x)), 1.1, 64.0),
 )}
 BIAS_KINDS = ("none", "row", "col")     # none; one value per row of D (length M); per column (length N)
 OUTPUT_TYPES = ("f32", "f16", "bf16", "s32", "s8", "u8")   # what the epilogue can store D as
@@ -96,7 +117,7 @@ class EpilogueSpec:
     def exact_integer(self) -> bool:
         """The integer path: s32 accumulators to an integer C with nothing that needs floats."""
         return (dtype(self.acc).is_int and dtype(self.out).is_int and not self.scales and not self.reads_c
-                and self.bias == "none" and ACTIVATIONS[self.activation].cl_int is not None)
+                and self.bias == "none" and ACTIVATIONS[self.activation].int_body is not None)
 
     @property
     def identity(self) -> bool:
@@ -124,22 +145,23 @@ class EpilogueSpec:
         return f"D = {expr}, computed in {compute}{conv}"
 
     # -- OpenCL C --------------------------------------------------------------------------------------------
-    def element_lines(self, acc: str, c_in: str | None, bias: str | None, out_var: str) -> list[str]:
-        """C statements computing one element: ``acc`` is the accumulator element as a float (or int on the
-        exact integer path), ``c_in`` the C element as a float, ``bias`` the bias element; the result's
-        storage bits go to ``out_var``."""
+    def definitions(self) -> str:
+        """The OpenCL C functions the element expressions call (the activation's)."""
+        return ACTIVATIONS[self.activation].definition(integer=self.exact_integer)
+
+    def element(self, acc: str, c_in: str | None, bias: str | None) -> str:
+        """One element of D as a C expression of its storage bits: ``acc`` is the accumulator element as a
+        float (an int on the exact integer path), ``c_in`` the C element as a float, ``bias`` the bias
+        element."""
+        activation = ACTIVATIONS[self.activation]
         if self.exact_integer:
-            return [f"{out_var} = {store_int(self.out, ACTIVATIONS[self.activation].cl_int.format(x=acc))};"]
+            return store_int(self.out, activation.call(acc, integer=True))
         terms = [f"alpha * {acc}" if self.scales else acc]
         if self.reads_c:
             terms.append(f"beta * {c_in}")
         if self.bias != "none":
             terms.append(bias)
-        value = " + ".join(terms)
-        if self.activation == "none":
-            return [f"{out_var} = {store_float(self.out, value)};"]
-        act = ACTIVATIONS[self.activation].cl.format(x="v")
-        return [f"{{ const float v = {value}; {out_var} = {store_float(self.out, act)}; }}"]
+        return store_float(self.out, activation.call(" + ".join(terms)))
 
 
 def load_float(type_name: str, bits: str) -> str:

@@ -104,15 +104,35 @@ def _lane_coordinate(values: list[int], sub_group: int) -> str:
     return lane_expr(fit[1], fit[0], sub_group)
 
 
+def _plus(base: str, origin: int, offset: str) -> str:
+    """``base + origin + offset`` with the constants folded."""
+    if offset.isdigit():
+        total = origin + int(offset)
+        return f"{base} + {total}" if total else base
+    return f"{base} + {origin} + {offset}" if origin else f"{base} + {offset}"
+
+
 def epilogue_tiles(plan: Plan, staged) -> list[dict]:
-    """Per C tile: its origin, and for every element of the store register the statement computing it from
-    the accumulator (and C, and the bias), as xegemm.epilogue spells the element function."""
+    """Per C tile: its origin, and each element of its store register computed from the accumulator (and C,
+    and the bias) as xegemm.epilogue spells the element function."""
     spec, sg = plan.epilogue, plan.config.tile.subgroup_size
-    cmap = plan.c.atom.lane_map.map
+    store = plan.c.atom
+    cmap = store.lane_map.map
     frag_rows = plan.mma.lane_map("c").map[0]
+    count = store.register_length
+    if spec.identity and plan.config.types.c == plan.config.types.acc:
+        # D = acc, bit for bit: each accumulator register is moved into the store register whole, by the put
+        # helper (templates/fragments.cl.j2).  Measured: IGC 1.0.12504 spills 128 B on the 256x256x32 / 8x4
+        # reference tile when the same register is built from its elements, and none with the helper.
+        acc = plan.mma.ctype("c")
+        return [{"origin": origin, "puts": [
+            (frag.offset, staged.packed(i, j) if staged else f"acc_{i}_{j}")
+            for (i, j), frag in plan.c.fragments.items() if frag.tile == t],
+            "put": f"xe_put_{acc}_into_{store.register_type}", "biases": [], "uses_lane": False}
+            for t, origin in enumerate(plan.c.tiles)]
     tiles = []
     for t, (r0, c0) in enumerate(plan.c.tiles):
-        lines = []
+        values, biases = ["0"] * count, {}     # biases: the tile's bias loads, one per distinct index
         for (i, j), frag in plan.c.fragments.items():
             if frag.tile != t:
                 continue
@@ -122,13 +142,15 @@ def epilogue_tiles(plan: Plan, staged) -> list[dict]:
                 e = frag.offset + r
                 row = _lane_coordinate([cmap[lane][e][0] for lane in range(sg)], sg)
                 col = _lane_coordinate([cmap[lane][e][1] for lane in range(sg)], sg)
-                where = f"m0 + {r0} + {row}" if spec.bias == "row" else f"n0 + {c0} + {col}"
+                where = _plus("m0", r0, row) if spec.bias == "row" else _plus("n0", c0, col)
                 limit = "M" if spec.bias == "row" else "N"
-                lines += spec.element_lines(
-                    _accumulator_element(plan, staged, i, j, r, spec.exact_integer),
-                    load_float(plan.config.types.c, f"ci.c[{e}]"),
-                    f"({where} < {limit} ? bias[{where}] : 0.0f)", f"d.c[{e}]")
-        tiles.append({"origin": (r0, c0), "lines": lines})
+                c_in = load_float(plan.config.types.c, "ci" + (f".s{e:x}" if count > 1 else ""))
+                load = f"{where} < {limit} ? bias[{where}] : 0.0f"
+                name = biases.setdefault(load, f"bias{len(biases)}")
+                values[e] = spec.element(_accumulator_element(plan, staged, i, j, r, spec.exact_integer), c_in, name)
+        loads = [(name, load) for load, name in biases.items()] if spec.bias != "none" else []
+        tiles.append({"origin": (r0, c0), "values": values, "biases": loads, "puts": [],
+                      "uses_lane": any("lane" in load for _, load in loads)})
     return tiles
 
 
@@ -141,6 +163,12 @@ def _fragment_helpers(plan: Plan) -> str:
         src_bits, src_n = ctype_shape(operand.atom.register_type)
         out.append(str(macros.take(dst, UNSIGNED_CTYPE[bits], dst_n, operand.atom.register_type,
                                    src_n * src_bits // bits)))
+    if plan.epilogue.identity and plan.config.types.c == plan.config.types.acc:   # see epilogue_tiles
+        acc = plan.mma.ctype("c")
+        bits, acc_n = ctype_shape(acc)
+        dst_bits, dst_n = ctype_shape(plan.c.atom.register_type)
+        out.append(str(macros.put(acc, UNSIGNED_CTYPE[bits], acc_n, plan.c.atom.register_type,
+                                  dst_n * dst_bits // bits)))
     return "\n".join(dict.fromkeys(out))
 
 
@@ -189,8 +217,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
         fragment_helpers=_fragment_helpers(plan),
         staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.epilogue,
-        epilogue_tiles=epilogue_tiles(plan, staged_plan), c_elem_ctype=UNSIGNED_CTYPE[plan.c.atom.elem_bits],
-        c_elems=plan.c.atom.register_bytes * 8 // plan.c.atom.elem_bits,
+        epilogue_tiles=epilogue_tiles(plan, staged_plan),
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     if lowering.capabilities is not None and lowering.capabilities.spelling == "ocl2d":

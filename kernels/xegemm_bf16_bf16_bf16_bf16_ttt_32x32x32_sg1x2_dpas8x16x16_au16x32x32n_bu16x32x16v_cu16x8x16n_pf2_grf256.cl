@@ -6,7 +6,7 @@
  * work-group tile 32x32x32, 1x2 sub-groups of 16, sub-group tile 32x16
  * per k-step and sub-group: 1 x XE_2D_U16x32x32_LD_N (A), 1 x XE_2D_U16x32x16_LD_V (B),
  *   8 x XE_8x16x16_BF16BF16BF16BF16_TT (4 x 1 x 2)
- * epilogue: 4 x XE_2D_U16x8x16_ST_N; prefetch distance 2 k-tiles; lowering: portable
+ * epilogue: D = acc, computed in f32; 4 x XE_2D_U16x8x16_ST_N; prefetch distance 2 k-tiles; lowering: portable
  */
 typedef ushort ushort64 __attribute__((ext_vector_type(64)));
 
@@ -445,10 +445,10 @@ static inline void xe_copy_u16x32x16_pf_n(
 }
 
 
-#ifndef XE_MMA_FLOAT_TO_BF16_RNE
-#define XE_MMA_FLOAT_TO_BF16_RNE
+#ifndef XE_F32_TO_BF16_RNE
+#define XE_F32_TO_BF16_RNE
 /* f32 -> bf16 bits, round to nearest even; a NaN stays a quiet NaN. */
-static inline ushort xe_mma_float_to_bf16_rne(float f)
+static inline ushort xe_f32_to_bf16_rne(float f)
 {
     uint u = as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -485,7 +485,7 @@ static inline short8 xe_mma_8x16x16_bf16bf16bf16bf16(short8 a, int8 b, short8 c)
     for (uint i = 0; i < 16; ++i) {  /* A[:][i] (every row) from lane i */
         d += intel_sub_group_shuffle(av0, i) * bk[i];
     }
-    return (short8)(as_short(xe_mma_float_to_bf16_rne(d.s0)), as_short(xe_mma_float_to_bf16_rne(d.s1)), as_short(xe_mma_float_to_bf16_rne(d.s2)), as_short(xe_mma_float_to_bf16_rne(d.s3)), as_short(xe_mma_float_to_bf16_rne(d.s4)), as_short(xe_mma_float_to_bf16_rne(d.s5)), as_short(xe_mma_float_to_bf16_rne(d.s6)), as_short(xe_mma_float_to_bf16_rne(d.s7)));
+    return (short8)(as_short(xe_f32_to_bf16_rne(d.s0)), as_short(xe_f32_to_bf16_rne(d.s1)), as_short(xe_f32_to_bf16_rne(d.s2)), as_short(xe_f32_to_bf16_rne(d.s3)), as_short(xe_f32_to_bf16_rne(d.s4)), as_short(xe_f32_to_bf16_rne(d.s5)), as_short(xe_f32_to_bf16_rne(d.s6)), as_short(xe_f32_to_bf16_rne(d.s7)));
 }
 
 
@@ -518,15 +518,31 @@ static inline ushort8 xe_put_short8_into_ushort8(ushort8 v, int o, short8 f)
 }
 
 
+#ifndef XE_F32_TO_BF16_RNE
+#define XE_F32_TO_BF16_RNE
+/* f32 -> bf16 bits, round to nearest even; a NaN stays a quiet NaN. */
+static inline ushort xe_f32_to_bf16_rne(float f)
+{
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((u >> 16) | 0x0040u);
+    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+#endif
+
+
 __attribute__((intel_reqd_sub_group_size(16)))
 __attribute__((reqd_work_group_size(32, 1, 1)))
 __kernel void xegemm_bf16_bf16_bf16_bf16_ttt_32x32x32_sg1x2_dpas8x16x16_au16x32x32n_bu16x32x16v_cu16x8x16n_pf2_grf256(const global uchar* A, const global uchar* B, global uchar* C,
     int M, int N, int K, int lda, int ldb, int ldc,          /* leading dimensions in bytes */
-    long batch_stride_a, long batch_stride_b, long batch_stride_c)
+    long batch_stride_a, long batch_stride_b, long batch_stride_c,
+    const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
+    float alpha, float beta, float clamp_lo, float clamp_hi)
 {
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
+    Cin += get_group_id(2) * batch_stride_c;
     /* this sub-group's 32x16 tile of C */
     const int m0 = get_group_id(1) * 32 + get_local_id(1) * 32;
     const int n0 = get_group_id(0) * 32 + (get_local_id(0) / 16) * 16;
@@ -647,38 +663,38 @@ __kernel void xegemm_bf16_bf16_bf16_bf16_ttt_32x32x32_sg1x2_dpas8x16x16_au16x32x
             { const float a = sa[480 + k]; acc_3_0_6 += a * bk0; }
             { const float a = sa[496 + k]; acc_3_0_7 += a * bk0; }
         }
-        acc_0_0_0 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_0) << 16);
-        acc_0_0_1 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_1) << 16);
-        acc_0_0_2 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_2) << 16);
-        acc_0_0_3 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_3) << 16);
-        acc_0_0_4 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_4) << 16);
-        acc_0_0_5 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_5) << 16);
-        acc_0_0_6 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_6) << 16);
-        acc_0_0_7 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_7) << 16);
-        acc_1_0_0 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_0) << 16);
-        acc_1_0_1 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_1) << 16);
-        acc_1_0_2 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_2) << 16);
-        acc_1_0_3 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_3) << 16);
-        acc_1_0_4 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_4) << 16);
-        acc_1_0_5 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_5) << 16);
-        acc_1_0_6 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_6) << 16);
-        acc_1_0_7 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_7) << 16);
-        acc_2_0_0 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_0) << 16);
-        acc_2_0_1 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_1) << 16);
-        acc_2_0_2 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_2) << 16);
-        acc_2_0_3 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_3) << 16);
-        acc_2_0_4 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_4) << 16);
-        acc_2_0_5 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_5) << 16);
-        acc_2_0_6 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_6) << 16);
-        acc_2_0_7 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_7) << 16);
-        acc_3_0_0 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_0) << 16);
-        acc_3_0_1 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_1) << 16);
-        acc_3_0_2 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_2) << 16);
-        acc_3_0_3 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_3) << 16);
-        acc_3_0_4 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_4) << 16);
-        acc_3_0_5 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_5) << 16);
-        acc_3_0_6 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_6) << 16);
-        acc_3_0_7 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_7) << 16);
+        acc_0_0_0 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_0) << 16);
+        acc_0_0_1 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_1) << 16);
+        acc_0_0_2 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_2) << 16);
+        acc_0_0_3 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_3) << 16);
+        acc_0_0_4 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_4) << 16);
+        acc_0_0_5 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_5) << 16);
+        acc_0_0_6 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_6) << 16);
+        acc_0_0_7 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_7) << 16);
+        acc_1_0_0 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_0) << 16);
+        acc_1_0_1 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_1) << 16);
+        acc_1_0_2 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_2) << 16);
+        acc_1_0_3 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_3) << 16);
+        acc_1_0_4 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_4) << 16);
+        acc_1_0_5 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_5) << 16);
+        acc_1_0_6 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_6) << 16);
+        acc_1_0_7 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_7) << 16);
+        acc_2_0_0 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_0) << 16);
+        acc_2_0_1 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_1) << 16);
+        acc_2_0_2 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_2) << 16);
+        acc_2_0_3 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_3) << 16);
+        acc_2_0_4 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_4) << 16);
+        acc_2_0_5 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_5) << 16);
+        acc_2_0_6 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_6) << 16);
+        acc_2_0_7 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_7) << 16);
+        acc_3_0_0 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_0) << 16);
+        acc_3_0_1 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_1) << 16);
+        acc_3_0_2 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_2) << 16);
+        acc_3_0_3 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_3) << 16);
+        acc_3_0_4 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_4) << 16);
+        acc_3_0_5 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_5) << 16);
+        acc_3_0_6 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_6) << 16);
+        acc_3_0_7 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_7) << 16);
         /* k-chunk 1: 4 x XE_8x16x16_BF16BF16BF16BF16_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
         sa[lane] = as_float((uint)a0[32] << 16);
@@ -765,42 +781,42 @@ __kernel void xegemm_bf16_bf16_bf16_bf16_ttt_32x32x32_sg1x2_dpas8x16x16_au16x32x
             { const float a = sa[480 + k]; acc_3_0_6 += a * bk0; }
             { const float a = sa[496 + k]; acc_3_0_7 += a * bk0; }
         }
-        acc_0_0_0 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_0) << 16);
-        acc_0_0_1 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_1) << 16);
-        acc_0_0_2 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_2) << 16);
-        acc_0_0_3 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_3) << 16);
-        acc_0_0_4 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_4) << 16);
-        acc_0_0_5 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_5) << 16);
-        acc_0_0_6 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_6) << 16);
-        acc_0_0_7 = as_float((uint)xe_mma_float_to_bf16_rne(acc_0_0_7) << 16);
-        acc_1_0_0 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_0) << 16);
-        acc_1_0_1 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_1) << 16);
-        acc_1_0_2 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_2) << 16);
-        acc_1_0_3 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_3) << 16);
-        acc_1_0_4 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_4) << 16);
-        acc_1_0_5 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_5) << 16);
-        acc_1_0_6 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_6) << 16);
-        acc_1_0_7 = as_float((uint)xe_mma_float_to_bf16_rne(acc_1_0_7) << 16);
-        acc_2_0_0 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_0) << 16);
-        acc_2_0_1 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_1) << 16);
-        acc_2_0_2 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_2) << 16);
-        acc_2_0_3 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_3) << 16);
-        acc_2_0_4 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_4) << 16);
-        acc_2_0_5 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_5) << 16);
-        acc_2_0_6 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_6) << 16);
-        acc_2_0_7 = as_float((uint)xe_mma_float_to_bf16_rne(acc_2_0_7) << 16);
-        acc_3_0_0 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_0) << 16);
-        acc_3_0_1 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_1) << 16);
-        acc_3_0_2 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_2) << 16);
-        acc_3_0_3 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_3) << 16);
-        acc_3_0_4 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_4) << 16);
-        acc_3_0_5 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_5) << 16);
-        acc_3_0_6 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_6) << 16);
-        acc_3_0_7 = as_float((uint)xe_mma_float_to_bf16_rne(acc_3_0_7) << 16);
+        acc_0_0_0 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_0) << 16);
+        acc_0_0_1 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_1) << 16);
+        acc_0_0_2 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_2) << 16);
+        acc_0_0_3 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_3) << 16);
+        acc_0_0_4 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_4) << 16);
+        acc_0_0_5 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_5) << 16);
+        acc_0_0_6 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_6) << 16);
+        acc_0_0_7 = as_float((uint)xe_f32_to_bf16_rne(acc_0_0_7) << 16);
+        acc_1_0_0 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_0) << 16);
+        acc_1_0_1 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_1) << 16);
+        acc_1_0_2 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_2) << 16);
+        acc_1_0_3 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_3) << 16);
+        acc_1_0_4 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_4) << 16);
+        acc_1_0_5 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_5) << 16);
+        acc_1_0_6 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_6) << 16);
+        acc_1_0_7 = as_float((uint)xe_f32_to_bf16_rne(acc_1_0_7) << 16);
+        acc_2_0_0 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_0) << 16);
+        acc_2_0_1 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_1) << 16);
+        acc_2_0_2 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_2) << 16);
+        acc_2_0_3 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_3) << 16);
+        acc_2_0_4 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_4) << 16);
+        acc_2_0_5 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_5) << 16);
+        acc_2_0_6 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_6) << 16);
+        acc_2_0_7 = as_float((uint)xe_f32_to_bf16_rne(acc_2_0_7) << 16);
+        acc_3_0_0 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_0) << 16);
+        acc_3_0_1 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_1) << 16);
+        acc_3_0_2 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_2) << 16);
+        acc_3_0_3 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_3) << 16);
+        acc_3_0_4 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_4) << 16);
+        acc_3_0_5 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_5) << 16);
+        acc_3_0_6 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_6) << 16);
+        acc_3_0_7 = as_float((uint)xe_f32_to_bf16_rne(acc_3_0_7) << 16);
 
     }
 
-    /* epilogue: 4 x XE_2D_U16x8x16_ST_N */
+    /* epilogue: D = acc, computed in f32; 4 x XE_2D_U16x8x16_ST_N */
     {
         ushort8 c = 0;
         c = xe_put_short8_into_ushort8(c, 0, (short8)(as_short((ushort)(as_uint(acc_0_0_0) >> 16)), as_short((ushort)(as_uint(acc_0_0_1) >> 16)), as_short((ushort)(as_uint(acc_0_0_2) >> 16)), as_short((ushort)(as_uint(acc_0_0_3) >> 16)), as_short((ushort)(as_uint(acc_0_0_4) >> 16)), as_short((ushort)(as_uint(acc_0_0_5) >> 16)), as_short((ushort)(as_uint(acc_0_0_6) >> 16)), as_short((ushort)(as_uint(acc_0_0_7) >> 16))));

@@ -6,7 +6,7 @@
  * work-group tile 32x16x64, 2x1 sub-groups of 8, sub-group tile 16x16
  * per k-step and sub-group: 4 x XE_1D_U8x8x32_LD_SG8 (A), 4 x XE_1D_U8x32x8_LD_SG8 (B),
  *   8 x XE_8x8x32_S32S8U8S32_TT (2 x 2 x 2)
- * epilogue: 4 x XE_1D_U32x8x8_ST_SG8; prefetch distance 0 k-tiles; lowering: portable
+ * epilogue: D = acc, computed in s32 (exact); 4 x XE_1D_U32x8x8_ST_SG8; prefetch distance 0 k-tiles; lowering: portable
  */
 typedef uchar uchar32 __attribute__((ext_vector_type(32)));
 
@@ -152,15 +152,19 @@ static inline uint8 xe_put_int8_into_uint8(uint8 v, int o, int8 f)
 }
 
 
+
 __attribute__((intel_reqd_sub_group_size(8)))
 __attribute__((reqd_work_group_size(8, 2, 1)))
 __kernel void xegemm_s8_u8_s32_s32_ttt_32x16x64_sg2x1_dpas8x8x32_au8x8x32s8_bu8x32x8s8_cu32x8x8s8_pf0_grf256(const global uchar* A, const global uchar* B, global uchar* C,
     int M, int N, int K, int lda, int ldb, int ldc,          /* leading dimensions in bytes */
-    long batch_stride_a, long batch_stride_b, long batch_stride_c)
+    long batch_stride_a, long batch_stride_b, long batch_stride_c,
+    const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
+    float alpha, float beta, float clamp_lo, float clamp_hi)
 {
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
+    Cin += get_group_id(2) * batch_stride_c;
     /* this sub-group's 16x16 tile of C */
     const int m0 = get_group_id(1) * 32 + get_local_id(1) * 16;
     const int n0 = get_group_id(0) * 16 + (get_local_id(0) / 8) * 16;
@@ -495,7 +499,7 @@ __kernel void xegemm_s8_u8_s32_s32_ttt_32x16x64_sg2x1_dpas8x8x32_au8x8x32s8_bu8x
 
     }
 
-    /* epilogue: 4 x XE_1D_U32x8x8_ST_SG8 */
+    /* epilogue: D = acc, computed in s32 (exact); 4 x XE_1D_U32x8x8_ST_SG8 */
     {
         uint8 c = 0;
         c = xe_put_int8_into_uint8(c, 0, (int8)(as_int(acc_0_0_0), as_int(acc_0_0_1), as_int(acc_0_0_2), as_int(acc_0_0_3), as_int(acc_0_0_4), as_int(acc_0_0_5), as_int(acc_0_0_6), as_int(acc_0_0_7)));

@@ -6,7 +6,7 @@
  * work-group tile 32x32x64, 1x2 sub-groups of 16, sub-group tile 32x16
  * per k-step and sub-group: 1 x XE_2D_Packed_U8x32x64_LD_N (A), 2 x XE_2D_U8x32x16_LD_V (B),
  *   8 x XE_8x16x32_S32U8U8S32_TT (4 x 1 x 2)
- * epilogue: 4 x XE_2D_U32x8x16_ST_N; prefetch distance 2 k-tiles; lowering: portable
+ * epilogue: D = acc, computed in s32 (exact); 4 x XE_2D_U32x8x16_ST_N; prefetch distance 2 k-tiles; lowering: portable
  */
 typedef ushort ushort64 __attribute__((ext_vector_type(64)));
 
@@ -581,15 +581,19 @@ static inline uint8 xe_put_int8_into_uint8(uint8 v, int o, int8 f)
 }
 
 
+
 __attribute__((intel_reqd_sub_group_size(16)))
 __attribute__((reqd_work_group_size(32, 1, 1)))
 __kernel void xegemm_u8_u8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu8x32x16v_cu32x8x16n_pf2_grf256(const global uchar* A, const global uchar* B, global uchar* C,
     int M, int N, int K, int lda, int ldb, int ldc,          /* leading dimensions in bytes */
-    long batch_stride_a, long batch_stride_b, long batch_stride_c)
+    long batch_stride_a, long batch_stride_b, long batch_stride_c,
+    const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
+    float alpha, float beta, float clamp_lo, float clamp_hi)
 {
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
+    Cin += get_group_id(2) * batch_stride_c;
     /* this sub-group's 32x16 tile of C */
     const int m0 = get_group_id(1) * 32 + get_local_id(1) * 32;
     const int n0 = get_group_id(0) * 32 + (get_local_id(0) / 16) * 16;
@@ -898,7 +902,7 @@ __kernel void xegemm_u8_u8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
 
     }
 
-    /* epilogue: 4 x XE_2D_U32x8x16_ST_N */
+    /* epilogue: D = acc, computed in s32 (exact); 4 x XE_2D_U32x8x16_ST_N */
     {
         uint8 c = 0;
         c = xe_put_int8_into_uint8(c, 0, (int8)(as_int(acc_0_0_0), as_int(acc_0_0_1), as_int(acc_0_0_2), as_int(acc_0_0_3), as_int(acc_0_0_4), as_int(acc_0_0_5), as_int(acc_0_0_6), as_int(acc_0_0_7)));

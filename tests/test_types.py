@@ -66,7 +66,7 @@ def session(sycl_device):
 
 
 def _corrupt(config, c_raw: np.ndarray, ref) -> np.ndarray:
-    """C with one element of batch 1 moved just past twice its tolerance (integers: off by one)."""
+    """C with one element of batch 1 moved past the highest value the reference allows (integers: off by one)."""
     c = dtype(config.types.c)
     p = config.problem
     nbytes = p.batch * p.m * p.n * c.bits // 8
@@ -75,8 +75,7 @@ def _corrupt(config, c_raw: np.ndarray, ref) -> np.ndarray:
     if c.is_int:
         values[idx] += 1
     else:
-        tol = ref.tolerance if np.isscalar(ref.tolerance) else ref.tolerance[idx]
-        values[idx] += 2 * tol + 0.5 * max(1.0, abs(values[idx]))
+        values[idx] = ref.high[idx] + 0.5 * max(1.0, abs(values[idx]))
     out = c_raw.copy()
     out[:nbytes] = np.ascontiguousarray(c.encode(values.ravel()).astype(f"<u{c.bits // 8}")).view(np.uint8)
     return out

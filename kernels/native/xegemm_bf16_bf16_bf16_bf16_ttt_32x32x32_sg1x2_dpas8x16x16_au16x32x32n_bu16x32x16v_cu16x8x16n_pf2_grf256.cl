@@ -6,7 +6,7 @@
  * work-group tile 32x32x32, 1x2 sub-groups of 16, sub-group tile 32x16
  * per k-step and sub-group: 1 x XE_2D_U16x32x32_LD_N (A), 1 x XE_2D_U16x32x16_LD_V (B),
  *   8 x XE_8x16x16_BF16BF16BF16BF16_TT (4 x 1 x 2)
- * epilogue: 4 x XE_2D_U16x8x16_ST_N; prefetch distance 2 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
+ * epilogue: D = acc, computed in f32; 4 x XE_2D_U16x8x16_ST_N; prefetch distance 2 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
  */
 typedef ushort ushort64 __attribute__((ext_vector_type(64)));
 
@@ -100,15 +100,31 @@ static inline ushort8 xe_put_short8_into_ushort8(ushort8 v, int o, short8 f)
 }
 
 
+#ifndef XE_F32_TO_BF16_RNE
+#define XE_F32_TO_BF16_RNE
+/* f32 -> bf16 bits, round to nearest even; a NaN stays a quiet NaN. */
+static inline ushort xe_f32_to_bf16_rne(float f)
+{
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((u >> 16) | 0x0040u);
+    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+#endif
+
+
 __attribute__((intel_reqd_sub_group_size(16)))
 __attribute__((reqd_work_group_size(32, 1, 1)))
 __kernel void xegemm_bf16_bf16_bf16_bf16_ttt_32x32x32_sg1x2_dpas8x16x16_au16x32x32n_bu16x32x16v_cu16x8x16n_pf2_grf256(const global uchar* A, const global uchar* B, global uchar* C,
     int M, int N, int K, int lda, int ldb, int ldc,          /* leading dimensions in bytes */
-    long batch_stride_a, long batch_stride_b, long batch_stride_c)
+    long batch_stride_a, long batch_stride_b, long batch_stride_c,
+    const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
+    float alpha, float beta, float clamp_lo, float clamp_hi)
 {
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
+    Cin += get_group_id(2) * batch_stride_c;
     /* this sub-group's 32x16 tile of C */
     const int m0 = get_group_id(1) * 32 + get_local_id(1) * 32;
     const int n0 = get_group_id(0) * 32 + (get_local_id(0) / 16) * 16;
@@ -148,7 +164,7 @@ __kernel void xegemm_bf16_bf16_bf16_bf16_ttt_32x32x32_sg1x2_dpas8x16x16_au16x32x
         acc_3_0 = xe_mma_8x16x16_bf16bf16bf16bf16(xe_take_short8_from_ushort64(a0, 56), xe_take_int8_from_uint16(b0, 8), acc_3_0);
     }
 
-    /* epilogue: 4 x XE_2D_U16x8x16_ST_N */
+    /* epilogue: D = acc, computed in f32; 4 x XE_2D_U16x8x16_ST_N */
     {
         ushort8 c = 0;
         c = xe_put_short8_into_ushort8(c, 0, acc_0_0);

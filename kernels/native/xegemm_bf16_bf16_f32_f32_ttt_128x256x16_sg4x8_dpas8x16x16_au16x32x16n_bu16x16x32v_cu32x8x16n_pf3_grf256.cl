@@ -6,7 +6,7 @@
  * work-group tile 128x256x16, 4x8 sub-groups of 16, sub-group tile 32x32
  * per k-step and sub-group: 1 x XE_2D_U16x32x16_LD_N (A), 1 x XE_2D_U16x16x32_LD_V (B),
  *   8 x XE_8x16x16_F32BF16BF16F32_TT (4 x 2 x 1)
- * epilogue: 8 x XE_2D_U32x8x16_ST_N; prefetch distance 3 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
+ * epilogue: D = acc, computed in f32; 8 x XE_2D_U32x8x16_ST_N; prefetch distance 3 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
  */
 typedef ushort ushort32 __attribute__((ext_vector_type(32)));
 
@@ -100,15 +100,19 @@ static inline uint8 xe_put_float8_into_uint8(uint8 v, int o, float8 f)
 }
 
 
+
 __attribute__((intel_reqd_sub_group_size(16)))
 __attribute__((reqd_work_group_size(128, 4, 1)))
 __kernel void xegemm_bf16_bf16_f32_f32_ttt_128x256x16_sg4x8_dpas8x16x16_au16x32x16n_bu16x16x32v_cu32x8x16n_pf3_grf256(const global uchar* A, const global uchar* B, global uchar* C,
     int M, int N, int K, int lda, int ldb, int ldc,          /* leading dimensions in bytes */
-    long batch_stride_a, long batch_stride_b, long batch_stride_c)
+    long batch_stride_a, long batch_stride_b, long batch_stride_c,
+    const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
+    float alpha, float beta, float clamp_lo, float clamp_hi)
 {
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
+    Cin += get_group_id(2) * batch_stride_c;
     /* this sub-group's 32x32 tile of C */
     const int m0 = get_group_id(1) * 128 + get_local_id(1) * 32;
     const int n0 = get_group_id(0) * 256 + (get_local_id(0) / 16) * 32;
@@ -148,7 +152,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_128x256x16_sg4x8_dpas8x16x16_au16x32x
         acc_3_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort32(a0, 24), xe_take_int8_from_uint16(b0, 8), acc_3_1);
     }
 
-    /* epilogue: 8 x XE_2D_U32x8x16_ST_N */
+    /* epilogue: D = acc, computed in f32; 8 x XE_2D_U32x8x16_ST_N */
     {
         uint8 c = 0;
         c = xe_put_float8_into_uint8(c, 0, acc_0_0);

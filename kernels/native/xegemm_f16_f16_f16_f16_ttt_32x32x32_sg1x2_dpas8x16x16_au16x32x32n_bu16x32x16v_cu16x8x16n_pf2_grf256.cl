@@ -6,7 +6,7 @@
  * work-group tile 32x32x32, 1x2 sub-groups of 16, sub-group tile 32x16
  * per k-step and sub-group: 1 x XE_2D_U16x32x32_LD_N (A), 1 x XE_2D_U16x32x16_LD_V (B),
  *   8 x XE_8x16x16_F16F16F16F16_TT (4 x 1 x 2)
- * epilogue: 4 x XE_2D_U16x8x16_ST_N; prefetch distance 2 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
+ * epilogue: D = acc, computed in f32; 4 x XE_2D_U16x8x16_ST_N; prefetch distance 2 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
  */
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
 typedef ushort ushort64 __attribute__((ext_vector_type(64)));
@@ -102,15 +102,30 @@ static inline ushort8 xe_put_half8_into_ushort8(ushort8 v, int o, half8 f)
 }
 
 
+#ifndef XE_F32_TO_F16_RNE
+#define XE_F32_TO_F16_RNE
+/* f32 -> f16 bits, round to nearest even (vstore_half_rte: core OpenCL C, no cl_khr_fp16 needed). */
+static inline ushort xe_f32_to_f16_rne(float f)
+{
+    ushort h;
+    vstore_half_rte(f, 0, (half*)&h);
+    return h;
+}
+#endif
+
+
 __attribute__((intel_reqd_sub_group_size(16)))
 __attribute__((reqd_work_group_size(32, 1, 1)))
 __kernel void xegemm_f16_f16_f16_f16_ttt_32x32x32_sg1x2_dpas8x16x16_au16x32x32n_bu16x32x16v_cu16x8x16n_pf2_grf256(const global uchar* A, const global uchar* B, global uchar* C,
     int M, int N, int K, int lda, int ldb, int ldc,          /* leading dimensions in bytes */
-    long batch_stride_a, long batch_stride_b, long batch_stride_c)
+    long batch_stride_a, long batch_stride_b, long batch_stride_c,
+    const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
+    float alpha, float beta, float clamp_lo, float clamp_hi)
 {
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
+    Cin += get_group_id(2) * batch_stride_c;
     /* this sub-group's 32x16 tile of C */
     const int m0 = get_group_id(1) * 32 + get_local_id(1) * 32;
     const int n0 = get_group_id(0) * 32 + (get_local_id(0) / 16) * 16;
@@ -150,7 +165,7 @@ __kernel void xegemm_f16_f16_f16_f16_ttt_32x32x32_sg1x2_dpas8x16x16_au16x32x32n_
         acc_3_0 = xe_mma_8x16x16_f16f16f16f16(xe_take_short8_from_ushort64(a0, 56), xe_take_int8_from_uint16(b0, 8), acc_3_0);
     }
 
-    /* epilogue: 4 x XE_2D_U16x8x16_ST_N */
+    /* epilogue: D = acc, computed in f32; 4 x XE_2D_U16x8x16_ST_N */
     {
         ushort8 c = 0;
         c = xe_put_half8_into_ushort8(c, 0, acc_0_0);

@@ -6,7 +6,7 @@
  * work-group tile 32x32x16, 2x1 sub-groups of 16, sub-group tile 16x32
  * per k-step and sub-group: 1 x XE_2D_TF32x16x16_LD_N (A), 2 x XE_2D_U32x16x16_LD_N (B),
  *   8 x XE_8x16x8_F32TF32TF32F32_TT (2 x 2 x 2)
- * epilogue: 4 x XE_2D_U32x8x16_ST_N; prefetch distance 2 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
+ * epilogue: D = acc, computed in f32; 4 x XE_2D_U32x8x16_ST_N; prefetch distance 2 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
  */
 
 
@@ -102,15 +102,19 @@ static inline uint8 xe_put_float8_into_uint8(uint8 v, int o, float8 f)
 }
 
 
+
 __attribute__((intel_reqd_sub_group_size(16)))
 __attribute__((reqd_work_group_size(16, 2, 1)))
 __kernel void xegemm_tf32_tf32_f32_f32_ttt_32x32x16_sg2x1_dpas8x16x8_atf32x16x16n_bu32x16x16n_cu32x8x16n_pf2_grf256(const global uchar* A, const global uchar* B, global uchar* C,
     int M, int N, int K, int lda, int ldb, int ldc,          /* leading dimensions in bytes */
-    long batch_stride_a, long batch_stride_b, long batch_stride_c)
+    long batch_stride_a, long batch_stride_b, long batch_stride_c,
+    const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
+    float alpha, float beta, float clamp_lo, float clamp_hi)
 {
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
+    Cin += get_group_id(2) * batch_stride_c;
     /* this sub-group's 16x32 tile of C */
     const int m0 = get_group_id(1) * 32 + get_local_id(1) * 16;
     const int n0 = get_group_id(0) * 32 + (get_local_id(0) / 16) * 32;
@@ -151,7 +155,7 @@ __kernel void xegemm_tf32_tf32_f32_f32_ttt_32x32x16_sg2x1_dpas8x16x8_atf32x16x16
         acc_1_1 = xe_mma_8x16x8_f32tf32tf32f32(xe_take_float4_from_uint16(a0, 12), xe_take_float8_from_uint16(b1, 8), acc_1_1);
     }
 
-    /* epilogue: 4 x XE_2D_U32x8x16_ST_N */
+    /* epilogue: D = acc, computed in f32; 4 x XE_2D_U32x8x16_ST_N */
     {
         uint8 c = 0;
         c = xe_put_float8_into_uint8(c, 0, acc_0_0);

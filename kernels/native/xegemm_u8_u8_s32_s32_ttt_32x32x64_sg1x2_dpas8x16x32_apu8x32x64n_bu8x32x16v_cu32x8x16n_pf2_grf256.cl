@@ -6,7 +6,7 @@
  * work-group tile 32x32x64, 1x2 sub-groups of 16, sub-group tile 32x16
  * per k-step and sub-group: 1 x XE_2D_Packed_U8x32x64_LD_N (A), 2 x XE_2D_U8x32x16_LD_V (B),
  *   8 x XE_8x16x32_S32U8U8S32_TT (4 x 1 x 2)
- * epilogue: 4 x XE_2D_U32x8x16_ST_N; prefetch distance 2 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
+ * epilogue: D = acc, computed in s32 (exact); 4 x XE_2D_U32x8x16_ST_N; prefetch distance 2 k-tiles; lowering: native (compiler profile cl_intel_subgroup_2d_block_io)
  */
 typedef ushort ushort64 __attribute__((ext_vector_type(64)));
 
@@ -100,15 +100,19 @@ static inline uint8 xe_put_int8_into_uint8(uint8 v, int o, int8 f)
 }
 
 
+
 __attribute__((intel_reqd_sub_group_size(16)))
 __attribute__((reqd_work_group_size(32, 1, 1)))
 __kernel void xegemm_u8_u8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu8x32x16v_cu32x8x16n_pf2_grf256(const global uchar* A, const global uchar* B, global uchar* C,
     int M, int N, int K, int lda, int ldb, int ldc,          /* leading dimensions in bytes */
-    long batch_stride_a, long batch_stride_b, long batch_stride_c)
+    long batch_stride_a, long batch_stride_b, long batch_stride_c,
+    const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
+    float alpha, float beta, float clamp_lo, float clamp_hi)
 {
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
+    Cin += get_group_id(2) * batch_stride_c;
     /* this sub-group's 32x16 tile of C */
     const int m0 = get_group_id(1) * 32 + get_local_id(1) * 32;
     const int n0 = get_group_id(0) * 32 + (get_local_id(0) / 16) * 16;
@@ -151,7 +155,7 @@ __kernel void xegemm_u8_u8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
         acc_3_0 = xe_mma_8x16x32_s32u8u8s32(xe_take_ushort8_from_ushort64(a0, 56), xe_take_uint8_from_uint8(b1, 0), acc_3_0);
     }
 
-    /* epilogue: 4 x XE_2D_U32x8x16_ST_N */
+    /* epilogue: D = acc, computed in s32 (exact); 4 x XE_2D_U32x8x16_ST_N */
     {
         uint8 c = 0;
         c = xe_put_int8_into_uint8(c, 0, acc_0_0);
