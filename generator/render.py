@@ -23,6 +23,7 @@ from xegemm.errors import XegemmError
 from xegemm.lowering import LOWERINGS, Lowering, named_lowering
 from xegemm.lowering.native import NativeUnsupported, lower_copy
 from xegemm.lowering.portable import copy_plan, mma_plan, staged_kstep
+from xegemm.lowering.reorder import plan_reorders
 from xegemm.plan import Plan, PlanRejected, native_surface_violations
 
 
@@ -141,7 +142,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
         fragment_helpers=_fragment_helpers(plan),
         staged=staged_kstep(plan, copy_arrays) if staged and (mma_lowering or lowering.name) == "portable" else None,
-        copy_arrays=copy_arrays,
+        copy_arrays=copy_arrays, reorders=plan_reorders(plan),
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     if lowering.capabilities is not None and lowering.capabilities.spelling == "ocl2d":
