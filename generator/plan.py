@@ -127,6 +127,21 @@ class Plan:
                 "prefetch": self.a.per_kstep + self.b.per_kstep if self.config.pipeline.prefetch else 0,
                 "store_c": self.c.messages_per_kstep}
 
+    def load_chunks(self, operand: str) -> dict[int, tuple[int, ...]]:
+        """DPAS k-chunk -> the copy tiles of ``operand`` ("a" or "b") first used by it: the native k-step
+        loads each tile just before that chunk, so tiles of later chunks are not live during earlier ones."""
+        op = getattr(self, operand)
+        first: dict[int, int] = {}
+        for key in sorted(op.fragments, key=lambda k: (k[1], k[0]) if operand == "a" else k):
+            frag = op.fragments[key]
+            ki = key[1] if operand == "a" else key[0]
+            for tile in (frag.tiles if isinstance(frag, Reorder) else (frag.tile,)):
+                first.setdefault(tile, ki)
+        out: dict[int, list[int]] = {}
+        for tile in range(len(op.tiles)):
+            out.setdefault(first[tile], []).append(tile)
+        return {ki: tuple(tiles) for ki, tiles in out.items()}
+
     def summary(self) -> dict:
         """Plain data for manifests and reports."""
         return {"name": self.name, "mma": self.mma.name, "copy_a": self.a.atom.name, "copy_b": self.b.atom.name,

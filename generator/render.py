@@ -143,6 +143,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         fragment_helpers=_fragment_helpers(plan),
         staged=staged_kstep(plan, copy_arrays) if staged and (mma_lowering or lowering.name) == "portable" else None,
         copy_arrays=copy_arrays, reorders=plan_reorders(plan),
+        a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     if lowering.capabilities is not None and lowering.capabilities.spelling == "ocl2d":
