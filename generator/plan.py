@@ -392,7 +392,8 @@ def plan(config: Config) -> Plan:
         width = _grf_bytes(mma.n)
         raise PlanRejected(
             f"registers: accumulators {registers['acc_grf']} + A {registers['a_grf']} + B {registers['b_grf']} + "
-            f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
+            + (f"reorders {registers['reorder_grf']} + " if registers["reorder_grf"] else "")
+            + f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
             + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
     name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom)
@@ -492,10 +493,22 @@ def _grf_bytes(simd: int) -> int:
 
 
 def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
+    """GRFs per thread: accumulators + every A and B copy tile of a k-step + reorder temporaries + reserved.
+
+    All copy tiles count as live (measured with Debian's IGC on pvc: its scheduler keeps them live even when
+    the k-step loads each just before its k-chunk, e.g. 16x128x32 sub-group tiles spill in every layout).  A
+    reordered fragment is built before its DPAS: one A fragment, or a k-chunk's B fragments, live beside the
+    tiles, twice that for a cross-lane gather (its shuffled registers).
+    """
     lanes, width = config.tile.subgroup_size, _grf_bytes(mma.n)
     grf = lambda nbytes: -(-nbytes // width)  # noqa: E731
     acc = grf(sgm * sgn * mma.d_type.bits // 8)
     a = grf(a_plan.per_kstep * a_plan.atom.register_bytes * lanes)
     b = grf(b_plan.per_kstep * b_plan.atom.register_bytes * lanes)
-    return {"acc_grf": acc, "a_grf": a, "b_grf": b, "reserved_grf": RESERVED_GRF,
-            "total_grf": acc + a + b + RESERVED_GRF, "budget_grf": config.target.grf}
+    reorder = 0
+    for op, live in ((a_plan, 1), (b_plan, sgn // mma.n)):
+        cost = reorder_cost(op.fragments)
+        if cost:
+            reorder += cost * live * grf(mma.register_bytes(op.operand) * lanes)
+    return {"acc_grf": acc, "a_grf": a, "b_grf": b, "reorder_grf": reorder, "reserved_grf": RESERVED_GRF,
+            "total_grf": acc + a + b + reorder + RESERVED_GRF, "budget_grf": config.target.grf}

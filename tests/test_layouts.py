@@ -158,3 +158,120 @@ def test_layout_verifies_and_staged_equals_atom_calls(name, layout, sg, session)
     if layout != "rrr":            # the row-major case is tests/test_portable_staged.py's
         atoms = _run(session, p, False)
         assert np.array_equal(staged, atoms), f"{p.name}: {np.count_nonzero(staged != atoms)} bytes differ"
+
+
+# ---- ahead of time (ocloc): the planned machine code, no spills ----------------------------------------
+
+AOT_PVC = """name: layouts_pvc
+problem: {m: 512, n: 512, k: 512}
+tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}
+sweep:
+  types: [{a: bf16, b: bf16, acc: f32, c: f32}, {a: f16, b: f16, acc: f16, c: f16}]
+  layout: [{a: row, b: row}, {a: row, b: col}, {a: col, b: row}, {a: col, b: col}]
+"""
+# Debian's IGC has only the 16-row d32 transpose: 8-bit col-major A takes the cross-lane gather there
+AOT_PVC_S8 = """name: layouts_pvc_s8
+problem: {m: 512, n: 512, k: 512}
+tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}
+atoms: {a: XE_2D_U8x16x32_LD_T}
+sweep:
+  types: [{a: s8, b: u8, acc: s32, c: s32}, {a: u8, b: s8, acc: s32, c: s32}]
+  layout: [{a: col, b: row}, {a: col, b: col}]
+"""
+AOT_DG2 = """name: layouts_dg2
+problem: {m: 512, n: 512, k: 512}
+tile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 8}
+sweep:
+  types: [{a: bf16, b: bf16, acc: f32, c: f32}, {a: s8, b: u8, acc: s32, c: s32}]
+  layout: [{a: row, b: row}, {a: row, b: col}, {a: col, b: row}, {a: col, b: col}]
+"""
+REFERENCE = """name: layouts_reference
+problem: {m: 5120, n: 4096, k: 4096}
+tile: {workgroup: [256, 256, 32], subgroups: [8, 4], subgroup_size: 16}
+pipeline: {prefetch: 2}
+target: {grf: 256}
+sweep:
+  tile: [{workgroup: [256, 256, 32], subgroups: [8, 4]}, {workgroup: [128, 512, 32], subgroups: [4, 8]}]
+  layout: [{a: row, b: row}, {a: row, b: col}, {a: col, b: row}, {a: col, b: col}]
+"""
+
+
+def _build(tmp_path, text, target, count):
+    from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
+    from xegemm.pipeline import build_config
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    result = build_config(path, target, out_dir=tmp_path / target, capabilities_name=DEBIAN_CAPABILITIES)
+    built = [v for v in result["variants"] if v["status"] != "rejected"]
+    assert len(built) == count, [v["reason"] for v in result["variants"]]
+    for v in built:
+        assert v["status"] == "ok", v["reason"]
+        isa, want, got = v["isa"], v["predicted"], v["measured_messages"]
+        assert isa["spill_bytes"] == 0, v["name"]
+        assert isa["dpas"] == want["dpas"] > 0 and got["load_block2d"] == want["load_block2d"]
+        if target == "dg2":
+            assert got["load_block1d"] == want["load_block1d"] > 0
+    return built
+
+
+@pytest.mark.ocloc
+def test_every_layout_builds_for_pvc_with_the_planned_messages(tmp_path):
+    built = _build(tmp_path, AOT_PVC, "pvc", 8) + _build(tmp_path / "s8", AOT_PVC_S8, "pvc", 4)
+    assert {v["name"].split("_")[5] for v in built} == {"ttt", "tnt", "ntt", "nnt"}
+
+
+@pytest.mark.ocloc
+def test_every_layout_builds_for_dg2_with_the_planned_messages(tmp_path):
+    built = _build(tmp_path, AOT_DG2, "dg2", 8)
+    assert {v["name"].split("_")[5] for v in built} == {"ttt", "tnt", "ntt", "nnt"}
+
+
+@pytest.mark.ocloc
+def test_reference_tiles_do_not_spill_in_any_layout(tmp_path):
+    """sycl-tla's PVC tiles (xe_atoms.md §5.1), 32x64 per sub-group: 32 DPAS per k-step, 0 spill bytes."""
+    for v in _build(tmp_path, REFERENCE, "pvc", 8):
+        assert v["isa"]["dpas"] == 32 and v["isa"]["grf"] == 256
+
+
+LIMIT = """name: limit
+problem: {m: 1024, n: 1024, k: 1024}
+tile: {workgroup: [64, 32, 32], subgroups: [1, 1], subgroup_size: 16}
+target: {grf: 256}
+sweep:
+  tile: [{workgroup: [64, 32, 32], subgroups: [1, 1]}, {workgroup: [32, 64, 32], subgroups: [1, 1]},
+         {workgroup: [16, 128, 32], subgroups: [1, 1]}, {workgroup: [48, 64, 32], subgroups: [1, 1]},
+         {workgroup: [32, 80, 32], subgroups: [1, 1]}]
+  layout: [{a: row, b: row}, {a: col, b: col}]
+"""
+
+
+@pytest.mark.ocloc
+def test_register_estimate_predicts_the_spills_of_the_isa(tmp_path, monkeypatch):
+    """Tiles around the 256-GRF limit, built even where the plan would reject them: the plan's verdict
+    (estimate > budget) is the ISA's (spill bytes > 0)."""
+    import xegemm.plan as plan_module
+    from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
+    from xegemm.pipeline import build_config
+
+    estimate, verdicts = plan_module._register_estimate, {}
+
+    def record(config, mma, a, b, sgm, sgn):
+        regs = estimate(config, mma, a, b, sgm, sgn)
+        verdicts[(sgm, sgn, config.layout.a, config.layout.b)] = regs["total_grf"] > regs["budget_grf"]
+        return {**regs, "total_grf": 0}          # let the plan through to measure it
+
+    monkeypatch.setattr(plan_module, "_register_estimate", record)
+    path = tmp_path / "limit.yaml"
+    path.write_text(LIMIT)
+    result = build_config(path, "pvc", out_dir=tmp_path / "out", capabilities_name=DEBIAN_CAPABILITIES)
+    seen = set()
+    for v in result["variants"]:
+        assert v["status"] == "ok", v["reason"]
+        cfg = next(pv.config for pv in plan_variants(config_from_text(LIMIT)) if pv.name == v["name"])
+        sgm, sgn = plan_module.plan(cfg).subgroup_tile
+        key = (sgm, sgn, cfg.layout.a, cfg.layout.b)
+        assert verdicts[key] == (v["isa"]["spill_bytes"] > 0), (v["name"], v["isa"]["spill_bytes"])
+        seen.add(verdicts[key])
+    assert seen == {True, False}
