@@ -1,10 +1,11 @@
 """Plan one variant: the tile math, the atoms, how copy registers feed the MMA, and what it costs.
 
 A plan is built by composing atoms, CuTe-style: each sub-group tile is covered by copy atoms, and each MMA
-operand fragment is found as a contiguous run of some copy atom's registers by comparing lane maps (a copy
-atom "produces" an MMA operand when the run's coordinates equal the operand's, lane by lane).  Nothing is
-special-cased per atom name: any legal atom whose layout fits is accepted, anything else is rejected with
-the rule and the numbers that fail.
+operand fragment is located in the copy registers by comparing lane maps: a contiguous run when the
+coordinates of a run equal the operand's lane by lane (no code), else a reorder naming, per lane and
+element, the copy tile, register element and lane holding it (a per-lane permutation or a cross-lane gather,
+xe_atoms.md §1.4).  Nothing is special-cased per atom name: any legal atom whose layout fits is accepted,
+anything else is rejected with the rule and the numbers that fail.
 """
 
 from __future__ import annotations
@@ -363,6 +364,9 @@ def plan(config: Config) -> Plan:
         b_plan = _choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
                          transpose=b_transpose)
     else:
+        if min(abits, bbits) < 8:
+            raise PlanRejected(f"{mma.name}: xegemm's 1D sub-group block tiles move 8- to 64-bit elements, not "
+                               "4-bit ones (the SIMD8 int4 DPAS exists, OCLMMA); plan 4-bit types at sub-group size 16")
         for operand in ("a", "b", "c"):
             named = getattr(config.atoms, operand)
             if named and not named.startswith("XE_1D_"):
@@ -481,6 +485,8 @@ def _with_prefetch(op: OperandPlan) -> OperandPlan:
     pf = CopyAtom(a.type_name, a.rows, a.cols, "PF", "N", a.packed)
     if not pf.legal:
         pf = CopyAtom(COPY_TYPE_OF_BITS[a.elem_bits], a.rows, a.cols, "PF", "N", False)
+    if not pf.legal:     # 4-bit data: no 4-bit message, a packed (32-bit) prefetch of the same block
+        pf = CopyAtom(COPY_TYPE_OF_BITS[a.elem_bits], a.rows, a.cols, "PF", "N", True)
     if not pf.legal:
         raise PlanRejected(f"no legal prefetch covers {a.name}'s {a.rows}x{a.cols} block: {pf.violations()[0]}")
     return OperandPlan(op.operand, op.atom, op.tiles, op.fragments, pf)

@@ -99,6 +99,12 @@ def _fragment_helpers(plan: Plan) -> str:
     return "\n".join(dict.fromkeys(out))
 
 
+def _row_bytes(bits: int) -> str:
+    """The C of a row's bytes, ``{}`` the row's elements: ``{} * 2`` for 16-bit, ``({} + 1) / 2`` for 4-bit
+    elements, two to a byte (xegemm.verify ends an odd row with a zero nibble)."""
+    return f"{{}} * {bits // 8}" if bits >= 8 else f"({{}} + {8 // bits - 1}) / {8 // bits}"
+
+
 def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowering: str | None = None,
                   staged: bool = True) -> str:
     """The OpenCL C source of one planned kernel in the given lowering (deterministic for a plan).
@@ -135,6 +141,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         sgm=plan.subgroup_tile[0], sgn=plan.subgroup_tile[1], mt=mt, nt=nt, kt=kt,
         wg=plan.workgroup_size, prefetch=cfg.pipeline.prefetch,
         a_bytes=plan.a.atom.elem_bits // 8, b_bytes=plan.b.atom.elem_bits // 8, c_bytes=plan.c.atom.elem_bits // 8,
+        a_row_bytes=_row_bytes(plan.a.atom.elem_bits), b_row_bytes=_row_bytes(plan.b.atom.elem_bits),
         acc_type=plan.mma.ctype("c"), a_frag_type=plan.mma.ctype("a"), b_frag_type=plan.mma.ctype("b"),
         needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc, cfg.types.c),
         typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),

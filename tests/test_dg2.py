@@ -116,7 +116,7 @@ def test_subgroup_size_8_plans_simd8_dpas_over_1d_block_tiles():
     assert len(p.a.tiles) == 4 and len(p.b.tiles) == 4 and len(p.c.tiles) == 4
     assert p.predicted_messages() == {"dpas": 8, "load_a": 32, "load_b": 64, "prefetch": 8, "store_c": 32}
     # 32-byte GRFs: C 16x16 f32 = 1 KiB = 32 GRF; A 4 x 8 lanes x 32 B = 32 GRF; B 4 x 8 x 32 B = 32 GRF
-    assert p.registers == {"acc_grf": 32, "a_grf": 32, "b_grf": 32, "reserved_grf": 16, "total_grf": 112,
+    assert p.registers == {"acc_grf": 32, "a_grf": 32, "b_grf": 32, "reorder_grf": 0, "reserved_grf": 16, "total_grf": 112,
                            "budget_grf": 256}
     # a fragment that is not a whole tile: M = 4 rows of A per DPAS, 8 rows per tile, both halves found
     s8 = _plan("types: {a: s8, b: u8, acc: s32, c: s32}\n"

@@ -14,16 +14,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+from conftest import run_portable
 
 from xegemm.dtypes import ctype_shape
 from xegemm.config import config_from_text
 from xegemm.config.schema import Problem
-from xegemm.evaluate import Evaluation, plan_variants
-from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
-from xegemm.lowering import Lowering
+from xegemm.evaluate import plan_variants
+from xegemm.evaluate.device import DeviceSession
 from xegemm.plan import Fragment, PlanRejected, Reorder, plan, reorder_cost
-from xegemm.render import render_kernel
-from xegemm.runtime.program import from_device
 
 LAYOUTS = {"rrr": ("row", "row"), "rcr": ("row", "col"), "crr": ("col", "row"), "ccr": ("col", "col")}
 # (types, SIMD16 work-group tile, SIMD8 work-group tile or None where DG2 has no such DPAS)
@@ -37,6 +35,8 @@ TYPES = {
     "s8_u8": ("{a: s8, b: u8, acc: s32, c: s32}", "[8, 32, 32]", "[8, 16, 32]"),
     "u8_s8": ("{a: u8, b: s8, acc: s32, c: s32}", "[16, 32, 32]", None),
     "u8_u8": ("{a: u8, b: u8, acc: s32, c: s32}", "[4, 32, 32]", "[8, 16, 64]"),
+    "s4_s4": ("{a: s4, b: s4, acc: s32, c: s32}", "[16, 32, 64]", None),
+    "u4_s4": ("{a: u4, b: s4, acc: s32, c: s32}", "[8, 32, 128]", None),
 }
 
 
@@ -97,10 +97,14 @@ def test_every_layout_plans_and_its_fragments_hold_the_operand(name, layout, sg)
     if sg == 16 and name in ("bf16", "f16", "f16_acc_f16", "bf16_acc_bf16", "tf32"):
         # 16-bit and tf32 A: the d32 transpose already deals the DPAS A layout (lane = k): no reorder
         assert reorder_cost(p.a.fragments) == 0, p.a.atom.name
-    if sg == 16:       # col-major B: the d32 transpose gives lane = n, VNNI dwords along k
+    four_bit = p.mma.b_type.bits == 4
+    if sg == 16 and (layout in ("rcr", "ccr") or not four_bit):
+        # col-major B: the d32 transpose gives lane = n, dwords along k; row-major B: VNNI loads (8/16-bit)
         assert reorder_cost(p.b.fragments) == 0, p.b.atom.name
-    if layout in ("rrr", "rcr"):
+    if layout in ("rrr", "rcr") and not four_bit:
         assert reorder_cost(p.a.fragments) == 0
+    if four_bit and layout in ("rrr", "crr"):   # no 4-bit VNNI: lane n gathers its column from a packed load
+        assert reorder_cost(p.b.fragments) == 2
 
 
 def test_reorder_kinds_follow_the_lane_maps():
@@ -138,25 +142,15 @@ def session(sycl_device):
     return DeviceSession(sycl_device)
 
 
-def _run(session, p, staged: bool) -> np.ndarray:
-    low = Lowering("portable")
-    pv = next(pv for pv in plan_variants(p.config) if pv.plan is not None)
-    evaluation = Evaluation(pv.name, "ok", "", {})
-    builder = DeviceBuilder(session, low, options=None if staged else "-cl-std=CL3.0 -cl-opt-disable")
-    kernel = builder.build(pv, render_kernel(p, low, staged=staged), evaluation)
-    assert kernel is not None, evaluation.reason
-    VerifyObserver().built(pv, evaluation, kernel)
-    assert evaluation.status == "ok", (staged, evaluation.reason)
-    return from_device(kernel.buffers["c"], np.uint8, kernel.buffers["poison"].shape)
 
 
 @pytest.mark.device
 @pytest.mark.parametrize("name, layout, sg", CASES)
 def test_layout_verifies_and_staged_equals_atom_calls(name, layout, sg, session):
     p = plan(_case(name, layout, sg))
-    staged = _run(session, p, True)
+    staged = run_portable(session, p, True)
     if layout != "rrr":            # the row-major case is tests/test_portable_staged.py's
-        atoms = _run(session, p, False)
+        atoms = run_portable(session, p, False)
         assert np.array_equal(staged, atoms), f"{p.name}: {np.count_nonzero(staged != atoms)} bytes differ"
 
 
@@ -177,6 +171,14 @@ atoms: {a: XE_2D_U8x16x32_LD_T}
 sweep:
   types: [{a: s8, b: u8, acc: s32, c: s32}, {a: u8, b: s8, acc: s32, c: s32}]
   layout: [{a: col, b: row}, {a: col, b: col}]
+"""
+# Debian's IGC has no 32-bit plain 2D read and only the 16-row d32 transpose: int4 goes through LD_T there
+AOT_PVC_S4 = """name: layouts_pvc_s4
+problem: {m: 512, n: 512, k: 512}
+types: {a: s4, b: s4, acc: s32, c: s32}
+layout: {a: col, b: col}
+tile: {workgroup: [128, 32, 64], subgroups: [2, 1], subgroup_size: 16}
+atoms: {a: XE_2D_U4x16x64_LD_T, b: XE_2D_U4x16x64_LD_T}
 """
 AOT_DG2 = """name: layouts_dg2
 problem: {m: 512, n: 512, k: 512}
@@ -219,6 +221,8 @@ def _build(tmp_path, text, target, count):
 @pytest.mark.ocloc
 def test_every_layout_builds_for_pvc_with_the_planned_messages(tmp_path):
     built = _build(tmp_path, AOT_PVC, "pvc", 8) + _build(tmp_path / "s8", AOT_PVC_S8, "pvc", 4)
+    (s4,) = _build(tmp_path / "s4", AOT_PVC_S4, "pvc", 1)
+    assert s4["isa"]["dpas"] == 16
     assert {v["name"].split("_")[5] for v in built} == {"ttt", "tnt", "ntt", "nnt"}
 
 

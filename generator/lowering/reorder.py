@@ -79,26 +79,32 @@ def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, 
         parts = []
         for s in range(per_frag):
             e = c * per_frag + s
-            groups: dict = {}            # (tile, component, shift) -> {lane: source lane}
+            groups: dict = {}            # (tile, component) -> {lane: (source lane, bit shift)}
             for lane in range(sub_group):
                 src = reorder.sources[lane][e]
                 if src is not None:
                     tile, elem, src_lane = src
-                    groups.setdefault((tile, elem // per_reg, elem % per_reg * elem_bits), {})[lane] = src_lane
+                    groups.setdefault((tile, elem // per_reg), {})[lane] = (src_lane, elem % per_reg * elem_bits)
             if not groups:
                 continue
             choices = []                 # (lanes, expression) in any order
-            for (tile, comp, shift), lanes_src in groups.items():
-                split = [lanes_src]
-                t = fetch(tile, comp, lanes_src)
-                if t is None:
-                    split = [{lane: v for lane, v in lanes_src.items() if v == src} for src in set(lanes_src.values())]
-                for part in split:
-                    t = fetch(tile, comp, part)
-                    value = t if not shift else f"({t} >> {shift})"
-                    if elem_bits < 32:
-                        value = f"({value} & {mask}u)"
-                    choices.append((set(part), value))
+            for (tile, comp), lanes_at in groups.items():
+                shifts = {lane: at[1] for lane, at in lanes_at.items()}
+                shift = str(next(iter(shifts.values()))) if len(set(shifts.values())) == 1 else \
+                    lane_fit(shifts, sub_group)
+                parts_by = [lanes_at] if shift is not None else \
+                    [{x: at for x, at in lanes_at.items() if at[1] == v} for v in sorted(set(shifts.values()))]
+                for part in parts_by:
+                    sources = {lane: at[0] for lane, at in part.items()}
+                    split = [sources] if fetch(tile, comp, sources) is not None else \
+                        [{x: v for x, v in sources.items() if v == src} for src in sorted(set(sources.values()))]
+                    for lanes in split:
+                        t = fetch(tile, comp, lanes)
+                        bits = shift if shift is not None else str(next(iter(part.values()))[1])
+                        value = t if bits == "0" else f"({t} >> ({bits}))"
+                        if elem_bits < 32:
+                            value = f"({value} & {mask}u)"
+                        choices.append((set(lanes), value))
             value = choices[-1][1]
             for lanes, v in reversed(choices[:-1]):
                 bits = sum(1 << lane for lane in lanes)
