@@ -1,10 +1,11 @@
 """Plan one variant: the tile math, the atoms, how copy registers feed the MMA, and what it costs.
 
 A plan is built by composing atoms, CuTe-style: each sub-group tile is covered by copy atoms, and each MMA
-operand fragment is found as a contiguous run of some copy atom's registers by comparing lane maps (a copy
-atom "produces" an MMA operand when the run's coordinates equal the operand's, lane by lane).  Nothing is
-special-cased per atom name: any legal atom whose layout fits is accepted, anything else is rejected with
-the rule and the numbers that fail.
+operand fragment is located in the copy registers by comparing lane maps: a contiguous run when the
+coordinates of a run equal the operand's lane by lane (no code), else a reorder naming, per lane and
+element, the copy tile, register element and lane holding it (a per-lane permutation or a cross-lane gather,
+xe_atoms.md §1.4).  Nothing is special-cased per atom name: any legal atom whose layout fits is accepted,
+anything else is rejected with the rule and the numbers that fail.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from xegemm.config import Config
 from xegemm.dtypes import ctype_shape, dtype
 from xegemm.epilogue import EpilogueSpec
 from xegemm.errors import XegemmError
-from xegemm.targets import dpas_widths, names_at, targets_at
+from xegemm.targets import dpas_widths, targets_at
 
 RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
@@ -41,6 +42,27 @@ class Fragment:
 
     tile: int
     offset: int
+
+
+@dataclass(frozen=True)
+class Reorder:
+    """An MMA fragment gathered element by element from copy registers (sycl-tla's ``reorder``, xe_atoms.md §1.4).
+
+    ``sources[lane][e]`` = (tile, element, source lane): element ``e`` of the fragment (in register order, at the
+    operand's element granularity) is, in ``lane``, element ``element`` of copy tile ``tile`` held by lane
+    ``source lane``; None for padding.  Derived from the two lane maps only: a per-lane permutation when every
+    source lane is the lane itself, else a cross-lane gather (sub-group shuffles).
+    """
+
+    sources: tuple
+
+    @property
+    def cross_lane(self) -> bool:
+        return any(s is not None and s[2] != lane for lane, row in enumerate(self.sources) for s in row)
+
+    @property
+    def tiles(self) -> tuple[int, ...]:
+        return tuple(sorted({s[0] for row in self.sources for s in row if s is not None}))
 
 
 @dataclass(frozen=True)
@@ -109,6 +131,21 @@ class Plan:
                 "prefetch": self.a.per_kstep + self.b.per_kstep if self.config.pipeline.prefetch else 0,
                 "store_c": self.c.messages_per_kstep}
 
+    def load_chunks(self, operand: str) -> dict[int, tuple[int, ...]]:
+        """DPAS k-chunk -> the copy tiles of ``operand`` ("a" or "b") first used by it: the native k-step
+        loads each tile just before that chunk, so tiles of later chunks are not live during earlier ones."""
+        op = getattr(self, operand)
+        first: dict[int, int] = {}
+        for key in sorted(op.fragments, key=lambda k: (k[1], k[0]) if operand == "a" else k):
+            frag = op.fragments[key]
+            ki = key[1] if operand == "a" else key[0]
+            for tile in (frag.tiles if isinstance(frag, Reorder) else (frag.tile,)):
+                first.setdefault(tile, ki)
+        out: dict[int, list[int]] = {}
+        for tile in range(len(op.tiles)):
+            out.setdefault(first[tile], []).append(tile)
+        return {ki: tuple(tiles) for ki, tiles in out.items()}
+
     def summary(self) -> dict:
         """Plain data for manifests and reports."""
         return {"name": self.name, "mma": self.mma.name, "copy_a": self.a.atom.name, "copy_b": self.b.atom.name,
@@ -124,40 +161,59 @@ def _to_memory(coord, transpose: bool):
     return (coord[1], coord[0]) if transpose else coord
 
 
-def fragment_offset(copy: CopyAtom, frag_map, origin: tuple[int, int], transpose: bool = False) -> int | None:
-    """Element offset at which ``frag_map`` (an MMA operand lane map) lies in ``copy``'s registers.
+def _holders(copy, tiles, bits: int) -> dict:
+    """Memory coordinate (relative to the operand tile) -> [(tile, lane, element)] over every copy tile, with the
+    copy's lane map read at ``bits`` granularity."""
+    out: dict = {}
+    for t, (r0, c0) in enumerate(tiles):
+        for lane, coords in enumerate(copy.lane_map.map):
+            for e, c in enumerate(coords):
+                if c is not None:
+                    out.setdefault((r0 + c[0], c0 + c[1]), []).append((t, lane, e))
+    return out
 
-    ``origin`` is the fragment's origin inside the copy block in memory coordinates; ``transpose`` says
-    the operand's (row, col) are (col, row) in memory (a column-major operand).  The fragment must be a
-    contiguous run at the same offset in every lane, else None.
+
+def locate_fragment(holders: dict, frag_map, origin: tuple[int, int], transpose: bool, frag_bits: int,
+                    elem_bits: int) -> Fragment | Reorder | None:
+    """Where an MMA fragment (operand lane map ``frag_map`` at ``origin``, memory coordinates) lies in the copies.
+
+    A Fragment when it is a contiguous run at the same offset of one tile in every lane (no code at all); else a
+    Reorder naming, per lane and element, the tile, element and lane that hold it (the holding lane itself
+    when it holds it); None when some element is in no copy register.  ``transpose``: the operand's (row,
+    col) are (col, row) in memory (a column-major operand).
     """
-    cmap = copy.lane_map.map
-    n = len(frag_map[0])
-    first = next(((t, c) for t, c in enumerate(frag_map[0]) if c is not None), None)
-    if first is None:
-        return None
-    t0, c0 = first
-    r, c = _to_memory(c0, transpose)
-    want = (origin[0] + r, origin[1] + c)
-    try:
-        offset = cmap[0].index(want) - t0
-    except ValueError:
-        return None
-    if offset < 0 or offset + n > len(cmap[0]):
-        return None
-    for lane in range(len(frag_map)):
-        for t, coord in enumerate(frag_map[lane]):
+    sources = []
+    for lane, coords in enumerate(frag_map):
+        row = []
+        for coord in coords:
             if coord is None:
+                row.append(None)
                 continue
             r, c = _to_memory(coord, transpose)
-            if cmap[lane][offset + t] != (origin[0] + r, origin[1] + c):
+            found = holders.get((origin[0] + r, origin[1] + c))
+            if not found:
                 return None
-    return offset
+            t, src, e = next((h for h in found if h[1] == lane), found[0])
+            row.append((t, e, src))
+        sources.append(tuple(row))
+    real = [(lane, e, s) for lane, row in enumerate(sources) for e, s in enumerate(row) if s is not None]
+    offsets = {s[1] - e for _, e, s in real}
+    if len({s[0] for _, _, s in real}) == 1 and all(s[2] == lane for lane, _, s in real) and len(offsets) == 1:
+        (offset,) = offsets
+        if offset >= 0 and (offset * elem_bits) % frag_bits == 0:
+            return Fragment(real[0][2][0], offset * elem_bits // frag_bits)
+    return Reorder(tuple(sources))
+
+
+def reorder_cost(fragments: dict) -> int:
+    """0 when every fragment is a contiguous run, 1 when some need a per-lane permutation, 2 for a gather."""
+    return max((0 if isinstance(f, Fragment) else 2 if f.cross_lane else 1 for f in fragments.values()), default=0)
 
 
 def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int, int], frag_shape,
-                  frag_grid, transpose: bool) -> OperandPlan:
-    """Cover an operand tile (memory rows x cols) with ``copy`` and locate every MMA fragment in it."""
+                  frag_grid, transpose: bool, max_cost: int = 2) -> OperandPlan:
+    """Cover an operand tile (memory rows x cols) with ``copy`` and locate every MMA fragment in it: a
+    contiguous run where the lane maps allow, else a reorder (at most ``max_cost``, see :func:`reorder_cost`)."""
     rows, cols = extent
     if rows % copy.rows or cols % copy.cols:
         raise PlanRejected(f"{operand.upper()} tile {rows}x{cols} (memory rows x cols) is not a multiple of "
@@ -177,20 +233,24 @@ def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int,
                            f"holds {elem_bits}-bit elements")
     else:
         frag_bits = ctype_shape(mma.ctype(operand))[0]   # fragments are addressed in the operand's components
+    holders = _holders(copy, tiles, elem_bits)
     fragments = {}
     fr, fc = frag_shape
     for i in range(frag_grid[0]):
         for j in range(frag_grid[1]):
             origin = _to_memory((i * fr, j * fc), transpose)
-            tile = next(t for t, (r0, c0) in enumerate(tiles)
-                        if r0 <= origin[0] < r0 + copy.rows and c0 <= origin[1] < c0 + copy.cols)
-            r0, c0 = tiles[tile]
-            off = fragment_offset(copy, frag_map, (origin[0] - r0, origin[1] - c0), transpose)
-            if off is None or (off * elem_bits) % frag_bits:
-                raise PlanRejected(
-                    f"{copy.name} does not produce the {operand.upper()} operand layout of {mma.name}: fragment "
-                    f"({i},{j}) is not a contiguous run of its registers (compare `xegemm atoms show` of both)")
-            fragments[(i, j)] = Fragment(tile, off * elem_bits // frag_bits)
+            found = locate_fragment(holders, frag_map, origin, transpose, frag_bits, elem_bits)
+            if found is None:
+                raise PlanRejected(f"{copy.name} tiles do not hold every element of {operand.upper()} fragment "
+                                   f"({i},{j}) of {mma.name}")
+            fragments[(i, j)] = found
+    cost = reorder_cost(fragments)
+    if cost > max_cost:
+        what = ("a contiguous run of its registers" if max_cost == 0 else
+                "a contiguous run or a per-lane permutation of its registers")
+        raise PlanRejected(
+            f"{copy.name} does not produce the {operand.upper()} operand layout of {mma.name}: some fragment is "
+            f"not {what} (compare `xegemm atoms show` of both)")
     return OperandPlan(operand, copy, tiles, fragments)
 
 
@@ -209,23 +269,32 @@ def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int
     return sorted(pool, key=lambda a: (-a.rows * a.cols, a.packed, a.name))
 
 
-def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, transpose) -> OperandPlan:
+def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, transpose,
+            max_cost: int = 2) -> OperandPlan:
+    """The named atom, or the cheapest candidate: a contiguous run (largest atom first) before a per-lane
+    permutation before a cross-lane gather (``max_cost`` bounds what a plan may need, :func:`reorder_cost`)."""
     if explicit:
         atom = CopyAtom.parse(explicit).check() if isinstance(explicit, str) else explicit
         want = "ST" if operand == "c" else "LD"
         if atom.op != want:
             raise PlanRejected(f"atoms.{operand} = {atom.name} is a {atom.op} atom; {operand.upper()} needs a "
                                f"{'store (_ST_)' if want == 'ST' else 'load (_LD_)'} atom")
-        return _plan_operand(operand, atom, mma, extent, frag_shape, frag_grid, transpose)
-    reasons = []
+        return _plan_operand(operand, atom, mma, extent, frag_shape, frag_grid, transpose, max_cost)
+    reasons, reordered = [], []
     for atom in candidates:
         try:
-            return _plan_operand(operand, atom, mma, extent, frag_shape, frag_grid, transpose)
+            found = _plan_operand(operand, atom, mma, extent, frag_shape, frag_grid, transpose, max_cost)
         except PlanRejected as exc:
             reasons.append(str(exc))
+            continue
+        cost = reorder_cost(found.fragments)
+        if cost == 0:
+            return found
+        reordered.append((cost, len(reordered), found))
+    if reordered:
+        return min(reordered)[2]
     raise PlanRejected(f"no legal copy atom moves the {operand.upper()} tile {extent[0]}x{extent[1]} into "
                        f"{mma.name} operands" + (f" (last tried: {reasons[-1]})" if reasons else ""))
-
 
 
 def variant_stem(config: Config) -> str:
@@ -272,9 +341,6 @@ def plan(config: Config) -> Plan:
     if lay.c != "row":
         raise PlanRejected("C must be row-major: 2D block stores write row-major blocks only (seed 004)" if block2d
                            else "C must be row-major: 1D sub-group block writes store row segments only")
-    if lay.a != "row" and block2d:
-        raise PlanRejected("column-major A needs a register reorder after its LD_T load (sycl-tla does one for "
-                           "16-bit A); xegemm does not generate that reorder yet: store A row-major")
     try:
         mma = (MmaAtom.parse(config.atoms.mma) if config.atoms.mma else
                MmaAtom.of(dtype(t.a).code, dtype(t.b).code, dtype(t.acc).code, m=math.gcd(8, sgm), n=sg))
@@ -290,13 +356,16 @@ def plan(config: Config) -> Plan:
                            f"{mma.m}x{mma.n}x{mma.k}")
     grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
     abits, bbits = mma.a_type.bits, mma.b_type.bits
-    if 4 in (abits, bbits):
-        _reject_packed_int4(mma, lay.b, sg)
     c_bits = dtype(t.c).bits
     if block2d:
-        a_type = "TF32" if t.a == "tf32" else None
-        a_plan = _choose("a", config.atoms.a, _candidates("LD", ("N",), abits, 32, bk, a_type),
-                         mma, (sgm, bk), (mma.m, mma.k), (grid[0], grid[2]), transpose=False)
+        if lay.a == "row":
+            a_cands = _candidates("LD", ("N",), abits, 32, bk, "TF32" if t.a == "tf32" else None)
+            a_extent, a_transpose = (sgm, bk), False
+        else:   # memory rows = k: the transposing loads (LD_T), sycl-tla's col-major A (xe_atoms.md §1.4)
+            a_cands = _candidates("LD", ("T",), abits, bk, sgm)
+            a_extent, a_transpose = (bk, sgm), True
+        a_plan = _choose("a", config.atoms.a, a_cands, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
+                         transpose=a_transpose)
         if lay.b == "row":
             layouts = ("V",) if bbits in (8, 16) else ("N",)
             b_cands = _candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
@@ -307,6 +376,9 @@ def plan(config: Config) -> Plan:
         b_plan = _choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
                          transpose=b_transpose)
     else:
+        if min(abits, bbits) < 8:
+            raise PlanRejected(f"{mma.name}: xegemm's 1D sub-group block tiles move 8- to 64-bit elements, not "
+                               "4-bit ones (the SIMD8 int4 DPAS exists, OCLMMA); plan 4-bit types at sub-group size 16")
         for operand in ("a", "b", "c"):
             named = getattr(config.atoms, operand)
             if named and not named.startswith("XE_1D_"):
@@ -321,10 +393,10 @@ def plan(config: Config) -> Plan:
                                  b_transpose, config.atoms.b)
     if block2d:
         c_plan = _choose("c", config.atoms.c, _candidates("ST", ("N",), c_bits, 8, sgn), mma, (sgm, sgn),
-                         (mma.m, mma.n), (grid[0], grid[1]), transpose=False)
+                         (mma.m, mma.n), (grid[0], grid[1]), transpose=False, max_cost=0)
     else:
         c_plan = _choose_block1d("c", "ST", c_bits, sg, mma, (sgm, sgn), (mma.m, mma.n), (grid[0], grid[1]),
-                                 False, config.atoms.c)
+                                 False, config.atoms.c, max_cost=0)   # the epilogue moves whole fragments
     epilogue = EpilogueSpec.of(config)
     c_in = _load_twin(c_plan.atom) if epilogue.reads_c else None
     if config.pipeline.prefetch:
@@ -336,7 +408,8 @@ def plan(config: Config) -> Plan:
         width = _grf_bytes(mma.n)
         raise PlanRejected(
             f"registers: accumulators {registers['acc_grf']} + A {registers['a_grf']} + B {registers['b_grf']} + "
-            f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
+            + (f"reorders {registers['reorder_grf']} + " if registers["reorder_grf"] else "")
+            + f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
             + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
     name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom) + epilogue.name_suffix()
@@ -359,38 +432,21 @@ def _load_twin(store):
     return twin
 
 
-def _reject_packed_int4(mma: MmaAtom, b_layout: str, sg: int) -> None:
-    """4-bit operands: the hardware rule that rules out the layout, else what xegemm lacks (always raises)."""
-    where = "/".join(names_at(sg))
-    if b_layout == "row" and sg == BLOCK2D_SUB_GROUP:
-        raise PlanRejected(
-            f"row-major 4-bit B on {where}: {mma.name} wants 8 k-rows of B packed in each dword of a lane, but 2D "
-            "block VNNI loads pack 8- and 16-bit data only and no 2D block message has 4-bit elements "
-            "(xe_atoms.md §1.5); store B column-major (a d32 transpose gives that layout)")
-    if sg != BLOCK2D_SUB_GROUP:
-        raise PlanRejected(
-            f"4-bit B on {where} (sub-group size {sg}): {mma.name} wants one nibble of each k-row of B per lane, "
-            "but a 1D sub-group block message deals at least a byte per lane and neither transposes nor VNNI-packs")
-    raise PlanRejected(
-        f"4-bit A and column-major 4-bit B ({mma.name}): xegemm does not move packed 4-bit tiles yet (no copy "
-        "atom of its catalog deals 4 adjacent nibbles of a row per lane, and the verifier has no nibble packing)")
-
-
 def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid, transpose,
-                    explicit: str | None = None) -> OperandPlan:
+                    explicit: str | None = None, max_cost: int = 2) -> OperandPlan:
     """The named 1D sub-group block tile, or the smallest whose lane map holds whole fragments of the operand."""
     named = Block1DAtom.parse(explicit).check() if explicit else None
     candidates = [] if named else enumerate_block1d_atoms(lanes, op, bits, max_rows=extent[0], max_cols=extent[1])
     try:
-        return _choose(operand, named, candidates, mma, extent, frag_shape, frag_grid, transpose)
+        return _choose(operand, named, candidates, mma, extent, frag_shape, frag_grid, transpose, max_cost)
     except PlanRejected as exc:
-        if not transpose:
+        if not transpose or candidates:
             raise
-        in_rows, over_lanes = {"a": ("m", "k"), "b": ("k", "n")}[operand]
+        rows_of = {"a": "M", "b": "N"}[operand]
         raise PlanRejected(
-            f"{exc}. A 1D sub-group block message deals one memory row over the lanes and neither transposes nor "
-            f"VNNI-packs it: column-major {operand.upper()} has {in_rows} along its memory rows, but {mma.name} "
-            f"spreads {over_lanes} over the lanes of {operand.upper()}; store {operand.upper()} row-major") from None
+            f"{exc}: column-major {operand.upper()} has memory rows of {extent[1]} x {bits} bits (the sub-group "
+            f"tile's {rows_of}), but a 1D sub-group block message moves a row of {lanes} chunks of at least 8 "
+            f"bits (OCLSG); use a sub-group tile with {rows_of} >= {-(-lanes * 8 // bits)}") from None
 
 
 def native_surface_violations(config: Config) -> list[str]:
@@ -457,6 +513,8 @@ def _with_prefetch(op: OperandPlan) -> OperandPlan:
     pf = CopyAtom(a.type_name, a.rows, a.cols, "PF", "N", a.packed)
     if not pf.legal:
         pf = CopyAtom(COPY_TYPE_OF_BITS[a.elem_bits], a.rows, a.cols, "PF", "N", False)
+    if not pf.legal:     # 4-bit data: no 4-bit message, a packed (32-bit) prefetch of the same block
+        pf = CopyAtom(COPY_TYPE_OF_BITS[a.elem_bits], a.rows, a.cols, "PF", "N", True)
     if not pf.legal:
         raise PlanRejected(f"no legal prefetch covers {a.name}'s {a.rows}x{a.cols} block: {pf.violations()[0]}")
     return OperandPlan(op.operand, op.atom, op.tiles, op.fragments, pf)
@@ -469,10 +527,22 @@ def _grf_bytes(simd: int) -> int:
 
 
 def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
+    """GRFs per thread: accumulators + every A and B copy tile of a k-step + reorder temporaries + reserved.
+
+    All copy tiles count as live (measured with Debian's IGC on pvc: its scheduler keeps them live even when
+    the k-step loads each just before its k-chunk, e.g. 16x128x32 sub-group tiles spill in every layout).  A
+    reordered fragment is built before its DPAS: one A fragment, or a k-chunk's B fragments, live beside the
+    tiles, twice that for a cross-lane gather (its shuffled registers).
+    """
     lanes, width = config.tile.subgroup_size, _grf_bytes(mma.n)
     grf = lambda nbytes: -(-nbytes // width)  # noqa: E731
     acc = grf(sgm * sgn * mma.d_type.bits // 8)
     a = grf(a_plan.per_kstep * a_plan.atom.register_bytes * lanes)
     b = grf(b_plan.per_kstep * b_plan.atom.register_bytes * lanes)
-    return {"acc_grf": acc, "a_grf": a, "b_grf": b, "reserved_grf": RESERVED_GRF,
-            "total_grf": acc + a + b + RESERVED_GRF, "budget_grf": config.target.grf}
+    reorder = 0
+    for op, live in ((a_plan, 1), (b_plan, sgn // mma.n)):
+        cost = reorder_cost(op.fragments)
+        if cost:
+            reorder += cost * live * grf(mma.register_bytes(op.operand) * lanes)
+    return {"acc_grf": acc, "a_grf": a, "b_grf": b, "reorder_grf": reorder, "reserved_grf": RESERVED_GRF,
+            "total_grf": acc + a + b + reorder + RESERVED_GRF, "budget_grf": config.target.grf}

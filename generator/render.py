@@ -25,6 +25,7 @@ from xegemm.errors import XegemmError
 from xegemm.lowering import LOWERINGS, Lowering, named_lowering
 from xegemm.lowering.native import NativeUnsupported, lower_copy
 from xegemm.lowering.portable import copy_plan, mma_plan, staged_kstep
+from xegemm.lowering.reorder import plan_reorders
 from xegemm.plan import Plan, PlanRejected, native_surface_violations
 
 
@@ -172,6 +173,12 @@ def _fragment_helpers(plan: Plan) -> str:
     return "\n".join(dict.fromkeys(out))
 
 
+def _row_bytes(bits: int) -> str:
+    """The C of a row's bytes, ``{}`` the row's elements: ``{} * 2`` for 16-bit, ``({} + 1) / 2`` for 4-bit
+    elements, two to a byte (xegemm.verify ends an odd row with a zero nibble)."""
+    return f"{{}} * {bits // 8}" if bits >= 8 else f"({{}} + {8 // bits - 1}) / {8 // bits}"
+
+
 def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowering: str | None = None,
                   staged: bool = True) -> str:
     """The OpenCL C source of one planned kernel in the given lowering (deterministic for a plan).
@@ -210,6 +217,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         sgm=plan.subgroup_tile[0], sgn=plan.subgroup_tile[1], mt=mt, nt=nt, kt=kt,
         wg=plan.workgroup_size, prefetch=cfg.pipeline.prefetch,
         a_bytes=plan.a.atom.elem_bits // 8, b_bytes=plan.b.atom.elem_bits // 8, c_bytes=plan.c.atom.elem_bits // 8,
+        a_row_bytes=_row_bytes(plan.a.atom.elem_bits), b_row_bytes=_row_bytes(plan.b.atom.elem_bits),
         acc_type=plan.mma.ctype("c"), a_frag_type=plan.mma.ctype("a"), b_frag_type=plan.mma.ctype("b"),
         needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc),
         typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),
@@ -217,7 +225,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
         fragment_helpers=_fragment_helpers(plan),
         staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.epilogue,
-        epilogue_tiles=epilogue_tiles(plan, staged_plan),
+        epilogue_tiles=epilogue_tiles(plan, staged_plan), reorders=plan_reorders(plan),
+        a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     if lowering.capabilities is not None and lowering.capabilities.spelling == "ocl2d":

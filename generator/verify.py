@@ -52,6 +52,11 @@ def _values(rng, name: str, shape) -> np.ndarray:
 def _storage(name: str, values: np.ndarray) -> np.ndarray:
     """Little-endian element bytes of ``values`` (the last axis is the contiguous one)."""
     t = dtype(name)
+    if t.bits == 4:    # two per byte, the lower index in the low nibble; odd rows padded with a zero nibble
+        codes = t.encode(values).astype(np.uint8)
+        if codes.shape[-1] % 2:
+            codes = np.concatenate([codes, np.zeros(codes.shape[:-1] + (1,), np.uint8)], axis=-1)
+        return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << 4))
     return np.ascontiguousarray(t.encode(values).astype(f"<u{t.bits // 8}")).view(np.uint8)
 
 

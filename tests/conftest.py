@@ -66,3 +66,25 @@ def tiny_tune_config(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY_TUNE_CONFIG)
     return path
+
+
+def run_portable(session, p, staged: bool):
+    """C of plan ``p`` (bytes) in the portable lowering on the device, verified: the staged k-step built as
+    production builds it, or the atom-by-atom one without optimisation (the most literal reading of the atoms)."""
+    import numpy as np
+
+    from xegemm.evaluate import Evaluation, plan_variants
+    from xegemm.evaluate.device import DeviceBuilder, VerifyObserver
+    from xegemm.lowering import Lowering
+    from xegemm.render import render_kernel
+    from xegemm.runtime.program import from_device
+
+    low = Lowering("portable")
+    pv = next(pv for pv in plan_variants(p.config) if pv.plan is not None)
+    evaluation = Evaluation(pv.name, "ok", "", {})
+    builder = DeviceBuilder(session, low, options=None if staged else "-cl-std=CL3.0 -cl-opt-disable")
+    kernel = builder.build(pv, render_kernel(p, low, staged=staged), evaluation)
+    assert kernel is not None, evaluation.reason
+    VerifyObserver().built(pv, evaluation, kernel)
+    assert evaluation.status == "ok", (staged, evaluation.reason)
+    return from_device(kernel.buffers["c"], np.uint8, kernel.buffers["poison"].shape)

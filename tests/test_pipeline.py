@@ -93,10 +93,11 @@ def test_build_failure_is_recorded_with_its_log(session, monkeypatch, tmp_path):
     ("tile: {workgroup: [256, 256, 32], subgroups: [8, 8]}", "at most 32"),
     ("tile: {workgroup: [256, 256, 64], subgroups: [4, 4]}", "GRF per thread"),
     ("tile: {workgroup: [64, 64, 8], subgroups: [2, 2]}", "not a multiple of the XE_8x16x16"),
-    ("layout: {a: col}", "column-major A"),
+    ("layout: {c: col}", "C must be row-major"),
     ("tile: {workgroup: [64, 48, 32], subgroups: [2, 2]}", "not a multiple of the XE_8x16x16"),
     ("tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 32}", "sub-group size 32"),
-    ("atoms: {a: XE_2D_U16x16x16_LD_T}", "does not produce the A operand layout"),
+    ("tile: {workgroup: [256, 256, 16], subgroups: [8, 4]}\natoms: {a: XE_2D_U16x32x32_LD_N}",
+     "A tile 32x16 .* is not a multiple of XE_2D_U16x32x32_LD_N's 32x32 block"),
     ("atoms: {b: XE_2D_U8x32x16_LD_V}", "moves 8-bit elements"),
     ("types: {a: f16, b: bf16}", "no DPAS atom"),
 ])

@@ -13,15 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_portable
 
 from xegemm.config import config_from_text, load_config
 from xegemm.config.schema import Problem
-from xegemm.evaluate import Evaluation, plan_variants
-from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
-from xegemm.lowering import Lowering
+from xegemm.evaluate import plan_variants
+from xegemm.evaluate.device import DeviceSession
 from xegemm.plan import plan
-from xegemm.render import render_kernel
-from xegemm.runtime.program import from_device
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 
@@ -62,22 +60,12 @@ def session(sycl_device):
     return DeviceSession(sycl_device)
 
 
-def _run(session, p, staged: bool) -> np.ndarray:
-    low = Lowering("portable")
-    pv = next(pv for pv in plan_variants(p.config) if pv.plan is not None)
-    evaluation = Evaluation(pv.name, "ok", "", {})
-    builder = DeviceBuilder(session, low, options=None if staged else "-cl-std=CL3.0 -cl-opt-disable")
-    kernel = builder.build(pv, render_kernel(p, low, staged=staged), evaluation)
-    assert kernel is not None, evaluation.reason
-    VerifyObserver().built(pv, evaluation, kernel)
-    assert evaluation.status == "ok", (staged, evaluation.reason)
-    return from_device(kernel.buffers["c"], np.uint8, kernel.buffers["poison"].shape)
 
 
 @pytest.mark.parametrize("config", VARIANTS)
 def test_staged_kstep_is_bit_identical_to_atom_calls(config, session):
     p = plan(config)
-    staged, atoms = _run(session, p, True), _run(session, p, False)
+    staged, atoms = run_portable(session, p, True), run_portable(session, p, False)
     assert np.array_equal(staged, atoms), f"{p.name}: {np.count_nonzero(staged != atoms)} bytes differ"
 
 

@@ -20,6 +20,7 @@ from xegemm.atoms.lanemap import lane_affine as _lane_affine
 from xegemm.atoms.lanemap import lane_expr as _lane_expr
 from xegemm.atoms.mma import MmaAtom
 from xegemm.dtypes import UNSIGNED_CTYPE, DType, ctype_shape, sizeof_ctype, vector_ctype
+from xegemm.lowering.reorder import fragment_ctype, plan_reorders
 
 
 def _component(var: str, width: int, i: int) -> str:
@@ -386,15 +387,20 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     a_cells = full.lane_map("a").map
     b_bits, b_n = ctype_shape(atom.b_ctype)
     b_per = b_bits // atom.b_type.bits
+    reorders = plan_reorders(plan, unsigned=True, arrays=copy_arrays)   # the kernel declares xe_lane before its main loop
     a_stage, b_stage = [], []
     for ki in range(kt):
         lines = []
         for i in range(mt):
             frag = plan.a.fragments[(i, ki)]
-            reg = f"a{frag.tile}"
+            if (i, ki) in reorders["a"]:   # gathered into fa_<i>_<ki> first (xegemm.lowering.reorder)
+                lines += reorders["a"][(i, ki)]
+                reg, reg_type, offset, arrays = f"fa_{i}_{ki}", fragment_ctype(atom, "a", True), 0, False
+            else:
+                reg, reg_type, offset, arrays = f"a{frag.tile}", plan.a.atom.register_type, frag.offset, copy_arrays
             values, slots = [], [[] for _ in range(sub_group)]
             for e in range(a_n * a_per):
-                unit = _unit(reg, plan.a.atom.register_type, a_bits, frag.offset + e // a_per, copy_arrays)
+                unit = _unit(reg, reg_type, a_bits, offset + e // a_per, arrays)
                 values.append(_decode(atom.a_type, unit, e % a_per, source_bits=a_bits))
                 for lane in range(sub_group):
                     cell = a_cells[lane][e]
@@ -405,9 +411,13 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
         lines = []
         for j in range(nt):
             frag = plan.b.fragments[(ki, j)]
-            reg = f"b{frag.tile}"
-            values = [_decode(atom.b_type, _unit(reg, plan.b.atom.register_type, b_bits, frag.offset + kk // b_per,
-                                                 copy_arrays), kk % b_per, source_bits=b_bits) for kk in range(k)]
+            if (ki, j) in reorders["b"]:
+                lines += reorders["b"][(ki, j)]
+                reg, reg_type, offset, arrays = f"fb_{ki}_{j}", fragment_ctype(atom, "b", True), 0, False
+            else:
+                reg, reg_type, offset, arrays = f"b{frag.tile}", plan.b.atom.register_type, frag.offset, copy_arrays
+            values = [_decode(atom.b_type, _unit(reg, reg_type, b_bits, offset + kk // b_per, arrays), kk % b_per,
+                              source_bits=b_bits) for kk in range(k)]
             slots = [[(kk * nt + j) * sub_group + lane for kk in range(k)] for lane in range(sub_group)]
             lines += _stage_lines("sb", slots, values, sub_group)
         b_stage.append(tuple(lines))

@@ -138,10 +138,9 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_128x256x16_sg4x8_dpas8x16x16_au16x32x
             xe_copy_u16x16x32_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 48 + 0);
 
         }
-        /* load this k-step's A and B tiles */
+        /* 8 x XE_8x16x16_F32BF16BF16F32_TT; each copy tile is loaded just before its first k-chunk */
         const ushort32 a0 = xe_copy_u16x32x16_ld_n(A, a_width, a_height, lda, k0 + 0, m0 + 0);
         const uint16 b0 = xe_copy_u16x16x32_ld_v(B, b_width, b_height, ldb, n0 + 0, k0 + 0);
-        /* 8 x XE_8x16x16_F32BF16BF16F32_TT */
         acc_0_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort32(a0, 0), xe_take_int8_from_uint16(b0, 0), acc_0_0);
         acc_0_1 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort32(a0, 0), xe_take_int8_from_uint16(b0, 8), acc_0_1);
         acc_1_0 = xe_mma_8x16x16_f32bf16bf16f32(xe_take_short8_from_ushort32(a0, 8), xe_take_int8_from_uint16(b0, 0), acc_1_0);

@@ -173,36 +173,35 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
     float8 acc_1_0 = 0, acc_1_1 = 0;
 
     for (int k0 = 0; k0 < K; k0 += 64) {
-        /* load this k-step's A and B tiles */
+        /* 16 x XE_8x8x16_F32BF16BF16F32_TT; each copy tile is loaded just before its first k-chunk */
         const uint8 a0 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 0, m0 + 0);
-        const uint8 a1 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 16, m0 + 0);
-        const uint8 a2 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 32, m0 + 0);
-        const uint8 a3 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 48, m0 + 0);
         const uint8 a4 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 0, m0 + 8);
-        const uint8 a5 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 16, m0 + 8);
-        const uint8 a6 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 32, m0 + 8);
-        const uint8 a7 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 48, m0 + 8);
         const ushort16 b0 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 0);
         const ushort16 b1 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 0);
-        const ushort16 b2 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 16);
-        const ushort16 b3 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 16);
-        const ushort16 b4 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 32);
-        const ushort16 b5 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 32);
-        const ushort16 b6 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 48);
-        const ushort16 b7 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 48);
-        /* 16 x XE_8x8x16_F32BF16BF16F32_TT */
         acc_0_0 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a0, 0), xe_take_int8_from_ushort16(b0, 0), acc_0_0);
         acc_0_1 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a0, 0), xe_take_int8_from_ushort16(b1, 0), acc_0_1);
         acc_1_0 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a4, 0), xe_take_int8_from_ushort16(b0, 0), acc_1_0);
         acc_1_1 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a4, 0), xe_take_int8_from_ushort16(b1, 0), acc_1_1);
+        const uint8 a1 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 16, m0 + 0);
+        const uint8 a5 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 16, m0 + 8);
+        const ushort16 b2 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 16);
+        const ushort16 b3 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 16);
         acc_0_0 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a1, 0), xe_take_int8_from_ushort16(b2, 0), acc_0_0);
         acc_0_1 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a1, 0), xe_take_int8_from_ushort16(b3, 0), acc_0_1);
         acc_1_0 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a5, 0), xe_take_int8_from_ushort16(b2, 0), acc_1_0);
         acc_1_1 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a5, 0), xe_take_int8_from_ushort16(b3, 0), acc_1_1);
+        const uint8 a2 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 32, m0 + 0);
+        const uint8 a6 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 32, m0 + 8);
+        const ushort16 b4 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 32);
+        const ushort16 b5 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 32);
         acc_0_0 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a2, 0), xe_take_int8_from_ushort16(b4, 0), acc_0_0);
         acc_0_1 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a2, 0), xe_take_int8_from_ushort16(b5, 0), acc_0_1);
         acc_1_0 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a6, 0), xe_take_int8_from_ushort16(b4, 0), acc_1_0);
         acc_1_1 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a6, 0), xe_take_int8_from_ushort16(b5, 0), acc_1_1);
+        const uint8 a3 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 48, m0 + 0);
+        const uint8 a7 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 48, m0 + 8);
+        const ushort16 b6 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 48);
+        const ushort16 b7 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 48);
         acc_0_0 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a3, 0), xe_take_int8_from_ushort16(b6, 0), acc_0_0);
         acc_0_1 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a3, 0), xe_take_int8_from_ushort16(b7, 0), acc_0_1);
         acc_1_0 = xe_mma_8x8x16_f32bf16bf16f32(xe_take_int8_from_uint8(a7, 0), xe_take_int8_from_ushort16(b6, 0), acc_1_0);

@@ -133,10 +133,9 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_64x64x32_sg2x2_dpas8x16x16_au16x32x32n_
             xe_copy_u16x32x32_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 64 + 0);
 
         }
-        /* load this k-step's A and B tiles */
+        /* 16 x XE_8x16x16_F32F16F16F32_TT; each copy tile is loaded just before its first k-chunk */
         const ushort64 a0 = xe_copy_u16x32x32_ld_n(A, a_width, a_height, lda, k0 + 0, m0 + 0);
         const uint32 b0 = xe_copy_u16x32x32_ld_v(B, b_width, b_height, ldb, n0 + 0, k0 + 0);
-        /* 16 x XE_8x16x16_F32F16F16F32_TT */
         acc_0_0 = xe_mma_8x16x16_f32f16f16f32(xe_take_short8_from_ushort64(a0, 0), xe_take_int8_from_uint32(b0, 0), acc_0_0);
         acc_0_1 = xe_mma_8x16x16_f32f16f16f32(xe_take_short8_from_ushort64(a0, 0), xe_take_int8_from_uint32(b0, 16), acc_0_1);
         acc_1_0 = xe_mma_8x16x16_f32f16f16f32(xe_take_short8_from_ushort64(a0, 8), xe_take_int8_from_uint32(b0, 0), acc_1_0);

@@ -189,20 +189,19 @@ __kernel void xegemm_s8_u8_s32_s32_ttt_32x16x64_sg2x1_dpas8x8x32_au8x8x32s8_bu8x
     int8 acc_1_0 = 0, acc_1_1 = 0;
 
     for (int k0 = 0; k0 < K; k0 += 64) {
-        /* load this k-step's A and B tiles */
+        /* 8 x XE_8x8x32_S32S8U8S32_TT; each copy tile is loaded just before its first k-chunk */
         const uint8 a0 = xe_copy_1d_u8x8x32_ld_sg8(A, a_width, a_height, lda, k0 + 0, m0 + 0);
-        const uint8 a1 = xe_copy_1d_u8x8x32_ld_sg8(A, a_width, a_height, lda, k0 + 32, m0 + 0);
         const uint8 a2 = xe_copy_1d_u8x8x32_ld_sg8(A, a_width, a_height, lda, k0 + 0, m0 + 8);
-        const uint8 a3 = xe_copy_1d_u8x8x32_ld_sg8(A, a_width, a_height, lda, k0 + 32, m0 + 8);
         const uchar32 b0 = xe_copy_1d_u8x32x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 0);
         const uchar32 b1 = xe_copy_1d_u8x32x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 0);
-        const uchar32 b2 = xe_copy_1d_u8x32x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 32);
-        const uchar32 b3 = xe_copy_1d_u8x32x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 32);
-        /* 8 x XE_8x8x32_S32S8U8S32_TT */
         acc_0_0 = xe_mma_8x8x32_s32s8u8s32(xe_take_int8_from_uint8(a0, 0), xe_take_uint8_from_uchar32(b0, 0), acc_0_0);
         acc_0_1 = xe_mma_8x8x32_s32s8u8s32(xe_take_int8_from_uint8(a0, 0), xe_take_uint8_from_uchar32(b1, 0), acc_0_1);
         acc_1_0 = xe_mma_8x8x32_s32s8u8s32(xe_take_int8_from_uint8(a2, 0), xe_take_uint8_from_uchar32(b0, 0), acc_1_0);
         acc_1_1 = xe_mma_8x8x32_s32s8u8s32(xe_take_int8_from_uint8(a2, 0), xe_take_uint8_from_uchar32(b1, 0), acc_1_1);
+        const uint8 a1 = xe_copy_1d_u8x8x32_ld_sg8(A, a_width, a_height, lda, k0 + 32, m0 + 0);
+        const uint8 a3 = xe_copy_1d_u8x8x32_ld_sg8(A, a_width, a_height, lda, k0 + 32, m0 + 8);
+        const uchar32 b2 = xe_copy_1d_u8x32x8_ld_sg8(B, b_width, b_height, ldb, n0 + 0, k0 + 32);
+        const uchar32 b3 = xe_copy_1d_u8x32x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 32);
         acc_0_0 = xe_mma_8x8x32_s32s8u8s32(xe_take_int8_from_uint8(a1, 0), xe_take_uint8_from_uchar32(b2, 0), acc_0_0);
         acc_0_1 = xe_mma_8x8x32_s32s8u8s32(xe_take_int8_from_uint8(a1, 0), xe_take_uint8_from_uchar32(b3, 0), acc_0_1);
         acc_1_0 = xe_mma_8x8x32_s32s8u8s32(xe_take_int8_from_uint8(a3, 0), xe_take_uint8_from_uchar32(b2, 0), acc_1_0);

@@ -140,11 +140,10 @@ __kernel void xegemm_tf32_tf32_f32_f32_ttt_32x32x16_sg2x1_dpas8x16x8_atf32x16x16
             xe_copy_u32x16x16_pf_n(B, b_width, b_height, ldb, n0 + 16, k0 + 32 + 0);
 
         }
-        /* load this k-step's A and B tiles */
+        /* 8 x XE_8x16x8_F32TF32TF32F32_TT; each copy tile is loaded just before its first k-chunk */
         const uint16 a0 = xe_copy_tf32x16x16_ld_n(A, a_width, a_height, lda, k0 + 0, m0 + 0);
         const uint16 b0 = xe_copy_u32x16x16_ld_n(B, b_width, b_height, ldb, n0 + 0, k0 + 0);
         const uint16 b1 = xe_copy_u32x16x16_ld_n(B, b_width, b_height, ldb, n0 + 16, k0 + 0);
-        /* 8 x XE_8x16x8_F32TF32TF32F32_TT */
         acc_0_0 = xe_mma_8x16x8_f32tf32tf32f32(xe_take_float4_from_uint16(a0, 0), xe_take_float8_from_uint16(b0, 0), acc_0_0);
         acc_0_1 = xe_mma_8x16x8_f32tf32tf32f32(xe_take_float4_from_uint16(a0, 0), xe_take_float8_from_uint16(b1, 0), acc_0_1);
         acc_1_0 = xe_mma_8x16x8_f32tf32tf32f32(xe_take_float4_from_uint16(a0, 4), xe_take_float8_from_uint16(b0, 0), acc_1_0);

@@ -140,15 +140,14 @@ __kernel void xegemm_u8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
             xe_copy_u8x32x16_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 128 + 32);
 
         }
-        /* load this k-step's A and B tiles */
+        /* 8 x XE_8x16x32_S32U8S8S32_TT; each copy tile is loaded just before its first k-chunk */
         const ushort64 a0 = xe_copy_packed_u8x32x64_ld_n(A, a_width, a_height, lda, k0 + 0, m0 + 0);
         const uint8 b0 = xe_copy_u8x32x16_ld_v(B, b_width, b_height, ldb, n0 + 0, k0 + 0);
-        const uint8 b1 = xe_copy_u8x32x16_ld_v(B, b_width, b_height, ldb, n0 + 0, k0 + 32);
-        /* 8 x XE_8x16x32_S32U8S8S32_TT */
         acc_0_0 = xe_mma_8x16x32_s32u8s8s32(xe_take_ushort8_from_ushort64(a0, 0), xe_take_int8_from_uint8(b0, 0), acc_0_0);
         acc_1_0 = xe_mma_8x16x32_s32u8s8s32(xe_take_ushort8_from_ushort64(a0, 8), xe_take_int8_from_uint8(b0, 0), acc_1_0);
         acc_2_0 = xe_mma_8x16x32_s32u8s8s32(xe_take_ushort8_from_ushort64(a0, 16), xe_take_int8_from_uint8(b0, 0), acc_2_0);
         acc_3_0 = xe_mma_8x16x32_s32u8s8s32(xe_take_ushort8_from_ushort64(a0, 24), xe_take_int8_from_uint8(b0, 0), acc_3_0);
+        const uint8 b1 = xe_copy_u8x32x16_ld_v(B, b_width, b_height, ldb, n0 + 0, k0 + 32);
         acc_0_0 = xe_mma_8x16x32_s32u8s8s32(xe_take_ushort8_from_ushort64(a0, 32), xe_take_int8_from_uint8(b1, 0), acc_0_0);
         acc_1_0 = xe_mma_8x16x32_s32u8s8s32(xe_take_ushort8_from_ushort64(a0, 40), xe_take_int8_from_uint8(b1, 0), acc_1_0);
         acc_2_0 = xe_mma_8x16x32_s32u8s8s32(xe_take_ushort8_from_ushort64(a0, 48), xe_take_int8_from_uint8(b1, 0), acc_2_0);

@@ -1,0 +1,143 @@
+"""The C of a reorder: an MMA fragment gathered from copy registers (xegemm.plan.Reorder), in both lowerings.
+
+Per fragment component, per element: the copy register component and bit offset holding it, read in the
+lane itself or fetched with ``intel_sub_group_shuffle`` (cl_intel_subgroups; IGC turns it into moves with
+register regioning) from a source lane written as an affine expression of the lane; where lanes differ in
+the register they need, each register is fetched once and the lane picks its own (a mask test of the lane).
+Every shuffle is issued by every lane (temporaries, never inside a condition).  Everything comes from
+``Reorder.sources``, which the planner derived from the two lane maps.
+"""
+
+from __future__ import annotations
+
+from xegemm.dtypes import UNSIGNED_CTYPE, ctype_shape, vector_ctype
+from xegemm.plan import Reorder
+
+LANE = "xe_lane"
+LANE_DECLARATION = f"const uint {LANE} = get_sub_group_local_id();"
+
+
+def lane_fit(values: dict[int, int], sub_group: int) -> str | None:
+    """A C expression in ``xe_lane`` equal to ``values[lane]`` on every lane given (any subset), of the form
+    base + hi * (lane / p) + lo * (lane % p), p a power of two; None when no such form fits."""
+    lanes = sorted(values)
+    p = sub_group
+    while p >= 1:
+        lo = hi = 0
+        pair = next(((a, b) for a in lanes for b in lanes if a < b and a // p == b // p), None)
+        if pair and (values[pair[1]] - values[pair[0]]) % (pair[1] - pair[0]) == 0:
+            lo = (values[pair[1]] - values[pair[0]]) // (pair[1] - pair[0])
+        pair = next(((a, b) for a in lanes for b in lanes if a // p < b // p and a % p == b % p), None)
+        if pair and (values[pair[1]] - values[pair[0]]) % (pair[1] // p - pair[0] // p) == 0:
+            hi = (values[pair[1]] - values[pair[0]]) // (pair[1] // p - pair[0] // p)
+        first = lanes[0]
+        base = values[first] - hi * (first // p) - lo * (first % p)
+        if all(values[x] == base + hi * (x // p) + lo * (x % p) for x in lanes):
+            terms = [str(base)] if base else []
+            for coef, var in ((hi, f"{LANE} / {p}"), (lo, LANE if p == sub_group else f"{LANE} % {p}")):
+                if coef:
+                    terms.append(var if coef == 1 else f"{var} * {coef}")
+            return " + ".join(terms) if terms else "0"
+        p //= 2
+    return None
+
+
+def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, sub_group: int,
+                  arrays: bool = False) -> list[str]:
+    """C statements declaring ``const <frag_ctype> <name>``: the fragment ``reorder`` gathers from the copy
+    registers ``<a|b><tile>`` of ``operand`` (an OperandPlan), components indexed ``[i]``; the kernel declares
+    ``const uint xe_lane = get_sub_group_local_id();`` once (:data:`LANE_DECLARATION`); ``arrays``: the copy
+    registers are arrays of their components (the portable staged k-step's 2D copies)."""
+    copy = operand.atom
+    reg_bits = copy.register_elem_bits
+    per_reg = reg_bits // elem_bits
+    frag_bits, frag_n = ctype_shape(frag_ctype)
+    per_frag = frag_bits // elem_bits
+    mask = hex((1 << elem_bits) - 1)
+    var = operand.operand
+    lines = []
+    fetched: dict = {}
+
+    def fetch(tile: int, comp: int, lanes_src: dict[int, int]) -> str:
+        """A temporary holding component ``comp`` of tile ``tile`` from the lane ``lanes_src[lane]``."""
+        same = all(src == lane for lane, src in lanes_src.items())
+        source = "" if same else lane_fit(lanes_src, sub_group)
+        if source is None:           # no affine form: one broadcast per source lane, picked below
+            return None
+        key = (tile, comp, source)
+        if key not in fetched:
+            t = f"{name}_t{len(fetched)}"
+            value = f"(uint){var}{tile}" if copy.register_length == 1 and not arrays else f"(uint){var}{tile}[{comp}]"
+            if source:
+                value = f"intel_sub_group_shuffle({value}, ({source}) & {sub_group - 1})"
+            lines.append(f"const uint {t} = {value};")
+            fetched[key] = t
+        return fetched[key]
+
+    comps = []
+    for c in range(frag_n):
+        parts = []
+        for s in range(per_frag):
+            e = c * per_frag + s
+            groups: dict = {}            # (tile, component) -> {lane: (source lane, bit shift)}
+            for lane in range(sub_group):
+                src = reorder.sources[lane][e]
+                if src is not None:
+                    tile, elem, src_lane = src
+                    groups.setdefault((tile, elem // per_reg), {})[lane] = (src_lane, elem % per_reg * elem_bits)
+            if not groups:
+                continue
+            choices = []                 # (lanes, expression) in any order
+            for (tile, comp), lanes_at in groups.items():
+                shifts = {lane: at[1] for lane, at in lanes_at.items()}
+                shift = str(next(iter(shifts.values()))) if len(set(shifts.values())) == 1 else \
+                    lane_fit(shifts, sub_group)
+                parts_by = [lanes_at] if shift is not None else \
+                    [{x: at for x, at in lanes_at.items() if at[1] == v} for v in sorted(set(shifts.values()))]
+                for part in parts_by:
+                    sources = {lane: at[0] for lane, at in part.items()}
+                    split = [sources] if fetch(tile, comp, sources) is not None else \
+                        [{x: v for x, v in sources.items() if v == src} for src in sorted(set(sources.values()))]
+                    for lanes in split:
+                        t = fetch(tile, comp, lanes)
+                        bits = shift if shift is not None else str(next(iter(part.values()))[1])
+                        value = t if bits == "0" else f"({t} >> ({bits}))"
+                        if elem_bits < 32:
+                            value = f"({value} & {mask}u)"
+                        choices.append((set(lanes), value))
+            value = choices[-1][1]
+            for lanes, v in reversed(choices[:-1]):
+                bits = sum(1 << lane for lane in lanes)
+                value = f"((({hex(bits)}u >> {LANE}) & 1u) ? {v} : {value})"
+            parts.append(value if not s else f"({value} << {s * elem_bits})")
+        unsigned = UNSIGNED_CTYPE[frag_bits]
+        base = frag_ctype.rstrip("0123456789")
+        word = " | ".join(parts) if parts else "0u"
+        comps.append(f"as_{base}(({unsigned})({word}))" if base != unsigned else f"({unsigned})({word})")
+    value = comps[0] if frag_n == 1 else f"({vector_ctype(frag_ctype.rstrip('0123456789'), frag_n)})(" + \
+        ", ".join(comps) + ")"
+    lines.append(f"const {frag_ctype} {name} = {value};")
+    return lines
+
+
+def plan_reorders(plan, unsigned: bool = False, arrays: bool = False) -> dict:
+    """The reorders of a plan's A and B fragments as C: ``{"a": {(i, ki): lines}, "b": {(ki, j): lines},
+    "lane": the lane declaration}``, the fragments named ``fa_<i>_<ki>`` and ``fb_<ki>_<j>``, of the DPAS
+    operand types (``unsigned``: of the unsigned integer vectors of the same shape, see :func:`fragment_ctype`)."""
+    out = {"lane": LANE_DECLARATION}
+    for operand in (plan.a, plan.b):
+        name = operand.operand
+        ctype = fragment_ctype(plan.mma, name, unsigned)
+        out[name] = {key: reorder_lines(f"f{name}_{key[0]}_{key[1]}", frag, operand, ctype,
+                                        plan.mma.element(name).bits, plan.mma.n, arrays)
+                     for key, frag in operand.fragments.items() if isinstance(frag, Reorder)}
+    return out
+
+
+def fragment_ctype(mma, operand: str, unsigned: bool = False) -> str:
+    """The DPAS operand's register type, or (``unsigned``) the unsigned integer vector of the same shape."""
+    ctype = mma.ctype(operand)
+    if not unsigned:
+        return ctype
+    bits, n = ctype_shape(ctype)
+    return vector_ctype(UNSIGNED_CTYPE[bits], n)
