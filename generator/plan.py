@@ -103,16 +103,34 @@ class Plan:
     c_in: CopyAtom | Block1DAtom | None = None   # the load twin of C's store atom, when the epilogue reads C
 
     @property
+    def split_k(self) -> int:
+        """K slices (1: no split).  Split, the GEMM kernel stores each slice's accumulators to a workspace and a
+        second kernel adds the slices in order and applies the epilogue."""
+        return self.config.tile.split_k
+
+    def k_slice(self) -> int:
+        """Elements of K per slice (:func:`k_slice`)."""
+        return k_slice(self.config)
+
+    @property
+    def kernel_epilogue(self) -> EpilogueSpec:
+        """What the GEMM kernel's own epilogue does: the epilogue, or (split) storing the accumulator."""
+        if self.split_k == 1:
+            return self.epilogue
+        acc = self.config.types.acc
+        return EpilogueSpec(1.0, 0.0, "none", "none", (0.0, 0.0), acc, acc)
+
+    @property
     def workgroup_size(self) -> tuple[int, int, int]:
         """OpenCL local size: (SG_N * sub-group size, SG_M, 1)."""
         sgm, sgn = self.config.tile.subgroups
         return (sgn * self.config.tile.subgroup_size, sgm, 1)
 
     def global_size(self) -> tuple[int, int, int]:
-        """OpenCL global size covering the problem (edges included)."""
+        """OpenCL global size covering the problem (edges included); z = batch x split-K slice."""
         p, (bm, bn, _) = self.config.problem, self.config.tile.workgroup
         lx, ly, _ = self.workgroup_size
-        return (math.ceil(p.n / bn) * lx, math.ceil(p.m / bm) * ly, p.batch)
+        return (math.ceil(p.n / bn) * lx, math.ceil(p.m / bm) * ly, p.batch * self.config.tile.split_k)
 
     @property
     def uses_block1d(self) -> bool:
@@ -153,6 +171,13 @@ class Plan:
                 "epilogue": self.epilogue.describe() if self.epilogue else None, "subgroup_tile": list(self.subgroup_tile),
                 "mma_grid": list(self.mma_grid), "workgroup_size": list(self.workgroup_size),
                 "registers": dict(self.registers), "messages_per_kstep": self.predicted_messages()}
+
+
+def k_slice(config: Config) -> int:
+    """Elements of K per split-K slice: whole k-tiles, so that no k-step straddles two slices (the last slice
+    may be shorter, or empty)."""
+    bk, split = config.tile.workgroup[2], config.tile.split_k
+    return -(-math.ceil(config.problem.k / split) // bk) * bk
 
 
 # ---- fragments: composing copy atoms and MMA operands through their lane maps --------------------------
@@ -356,7 +381,7 @@ def plan(config: Config) -> Plan:
                            f"{mma.m}x{mma.n}x{mma.k}")
     grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
     abits, bbits = mma.a_type.bits, mma.b_type.bits
-    c_bits = dtype(t.c).bits
+    c_bits = dtype(t.acc if tile.split_k > 1 else t.c).bits   # split: the slices' partial sums are stored
     if block2d:
         if lay.a == "row":
             a_cands = _candidates("LD", ("N",), abits, 32, bk, "TF32" if t.a == "tf32" else None)
@@ -398,7 +423,7 @@ def plan(config: Config) -> Plan:
         c_plan = _choose_block1d("c", "ST", c_bits, sg, mma, (sgm, sgn), (mma.m, mma.n), (grid[0], grid[1]),
                                  False, config.atoms.c, max_cost=0)   # the epilogue moves whole fragments
     epilogue = EpilogueSpec.of(config)
-    c_in = _load_twin(c_plan.atom) if epilogue.reads_c else None
+    c_in = _load_twin(c_plan.atom) if epilogue.reads_c and tile.split_k == 1 else None
     if config.pipeline.prefetch:
         a_plan = _with_prefetch(a_plan)
         b_plan = _with_prefetch(b_plan)
@@ -412,7 +437,12 @@ def plan(config: Config) -> Plan:
             + f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
             + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
-    name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom) + epilogue.name_suffix()
+    k_tiles = math.ceil(config.problem.k / bk)
+    if tile.split_k > k_tiles:
+        raise PlanRejected(f"tile.split_k = {tile.split_k} slices but K = {config.problem.k} has {k_tiles} k-tiles of "
+                           f"{bk}: a slice would be empty; split K at most {k_tiles} ways")
+    name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom) + epilogue.name_suffix() \
+        + (f"_splitk{tile.split_k}" if tile.split_k > 1 else "")
     return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in)
 
 

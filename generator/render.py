@@ -116,12 +116,12 @@ def _plus(base: str, origin: int, offset: str) -> str:
 def epilogue_tiles(plan: Plan, staged) -> list[dict]:
     """Per C tile: its origin, and each element of its store register computed from the accumulator (and C,
     and the bias) as xegemm.epilogue spells the element function."""
-    spec, sg = plan.epilogue, plan.config.tile.subgroup_size
+    spec, sg = plan.kernel_epilogue, plan.config.tile.subgroup_size
     store = plan.c.atom
     cmap = store.lane_map.map
     frag_rows = plan.mma.lane_map("c").map[0]
     count = store.register_length
-    if spec.identity and plan.config.types.c == plan.config.types.acc:
+    if spec.identity and spec.out == spec.acc:
         # D = acc, bit for bit: each accumulator register is moved into the store register whole, by the put
         # helper (templates/fragments.cl.j2).  Measured: IGC 1.0.12504 spills 128 B on the 256x256x32 / 8x4
         # reference tile when the same register is built from its elements, and none with the helper.
@@ -145,7 +145,7 @@ def epilogue_tiles(plan: Plan, staged) -> list[dict]:
                 col = _lane_coordinate([cmap[lane][e][1] for lane in range(sg)], sg)
                 where = _plus("m0", r0, row) if spec.bias == "row" else _plus("n0", c0, col)
                 limit = "M" if spec.bias == "row" else "N"
-                c_in = load_float(plan.config.types.c, "ci" + (f".s{e:x}" if count > 1 else ""))
+                c_in = load_float(spec.out, "ci" + (f".s{e:x}" if count > 1 else ""))
                 load = f"{where} < {limit} ? bias[{where}] : 0.0f"
                 name = biases.setdefault(load, f"bias{len(biases)}")
                 values[e] = spec.element(_accumulator_element(plan, staged, i, j, r, spec.exact_integer), c_in, name)
@@ -153,6 +153,19 @@ def epilogue_tiles(plan: Plan, staged) -> list[dict]:
         tiles.append({"origin": (r0, c0), "values": values, "biases": loads, "puts": [],
                       "uses_lane": any("lane" in load for _, load in loads)})
     return tiles
+
+
+def reduction(plan: Plan) -> dict:
+    """What the split-K reduction kernel (templates/reduce.cl.j2) needs: the partial sums' type and how one
+    element of D is computed from their sum, as xegemm.epilogue spells the epilogue."""
+    spec, t = plan.epilogue, plan.config.types
+    acc = dtype(t.acc)
+    exact = spec.exact_integer
+    partial = {"f32": "as_float(w[{i}])", "s32": "(float)as_int(w[{i}])" if not exact else "as_int(w[{i}])",
+               "f16": "vload_half({i}, (const global half*)w)", "bf16": "as_float((uint)w[{i}] << 16)"}[acc.name]
+    return {"name": plan.name + "_reduce", "w_ctype": UNSIGNED_CTYPE[acc.bits], "sum_ctype": "int" if exact else "float",
+            "partial": partial, "c_ctype": UNSIGNED_CTYPE[dtype(t.c).bits],
+            "element": spec.element("sum", load_float(t.c, "c_bits"), "b"), "definitions": spec.definitions()}
 
 
 def _fragment_helpers(plan: Plan) -> str:
@@ -164,7 +177,7 @@ def _fragment_helpers(plan: Plan) -> str:
         src_bits, src_n = ctype_shape(operand.atom.register_type)
         out.append(str(macros.take(dst, UNSIGNED_CTYPE[bits], dst_n, operand.atom.register_type,
                                    src_n * src_bits // bits)))
-    if plan.epilogue.identity and plan.config.types.c == plan.config.types.acc:   # see epilogue_tiles
+    if plan.kernel_epilogue.identity and plan.kernel_epilogue.out == plan.kernel_epilogue.acc:  # see epilogue_tiles
         acc = plan.mma.ctype("c")
         bits, acc_n = ctype_shape(acc)
         dst_bits, dst_n = ctype_shape(plan.c.atom.register_type)
@@ -224,7 +237,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
         mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
         fragment_helpers=_fragment_helpers(plan),
-        staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.epilogue,
+        staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue,
+        reduction=reduction(plan) if plan.split_k > 1 else None,
         epilogue_tiles=epilogue_tiles(plan, staged_plan), reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
     )

@@ -19,6 +19,7 @@ import numpy as np
 from xegemm.config import Config
 from xegemm.dtypes import dtype
 from xegemm.epilogue import EpilogueSpec, reference_bounds
+from xegemm.plan import k_slice
 
 GUARD_BYTES = 4096
 GUARD_BYTE = 0xA5
@@ -106,24 +107,31 @@ def accumulator_reference(config: Config, ops: Operands) -> tuple[np.ndarray, np
     accumulator type), and an element passes when it is within one rounding per DPAS of that sum:
     ceil(K / K_atom) * 2 u_acc * max_j |S_j| (the running sums S_j), plus the f32 term above.
     Integers: exact.
+    Split K (``tile.split_k`` = S slices): each slice's running sum starts from zero and the slices' sums are
+    added in f32, so the f32 term counts K + S additions and the roundings are those of every slice.
     """
     acc = dtype(config.types.acc)
     exact = np.matmul(ops.a, ops.b)
     if acc.is_int:
         return exact, 0.0
-    k = config.problem.k
+    k, split = config.problem.k, config.tile.split_k
     magnitude = np.matmul(np.abs(ops.a), np.abs(ops.b))
-    f32_term = 2 * (k + 1) * dtype("f32").unit_roundoff * magnitude + np.finfo(np.float32).tiny
+    additions = k + 1 if split == 1 else k + split
+    f32_term = 2 * additions * dtype("f32").unit_roundoff * magnitude + np.finfo(np.float32).tiny
     if acc.name == "f32":
         return exact, f32_term
     chunk = 256 // max(dtype(config.types.a).bits, dtype(config.types.b).bits)
-    running = np.zeros_like(exact)
-    peak = np.zeros_like(exact)
-    for k0 in range(0, k, chunk):
-        running = acc.round(running + np.matmul(ops.a[:, :, k0:k0 + chunk], ops.b[:, k0:k0 + chunk, :]))
-        peak = np.maximum(peak, np.abs(running))
-    roundings = -(-k // chunk)
-    return running, roundings * 2 * acc.unit_roundoff * peak + f32_term
+    step = k_slice(config) if split > 1 else k
+    total, tolerance = np.zeros_like(exact), f32_term
+    for start in range(0, k, step):
+        running, peak = np.zeros_like(exact), np.zeros_like(exact)
+        for k0 in range(start, min(k, start + step), chunk):
+            k1 = min(k0 + chunk, start + step)
+            running = acc.round(running + np.matmul(ops.a[:, :, k0:k1], ops.b[:, k0:k1, :]))
+            peak = np.maximum(peak, np.abs(running))
+        total = total + running
+        tolerance = tolerance + -(-(min(k, start + step) - start) // chunk) * 2 * acc.unit_roundoff * peak
+    return total, tolerance
 
 
 def host_bytes(config: Config) -> int:

@@ -559,6 +559,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x64x32_sg1x2_dpas8x16x16_au16x32x32
     const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
     float alpha, float beta, float clamp_lo, float clamp_hi)
 {
+    const int k_begin = 0, k_end = K;
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
@@ -587,13 +588,13 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x64x32_sg1x2_dpas8x16x16_au16x32x32
 
 
     /* prologue: prefetch the first 2 k-tiles */
-    for (int kp = 0; kp < 2 * 32 && kp < K; kp += 32) {
+    for (int kp = k_begin; kp < k_begin + 2 * 32 && kp < k_end; kp += 32) {
         xe_copy_u16x32x32_pf_n(A, a_width, a_height, lda, kp + 0, m0 + 0);
         xe_copy_u16x32x32_pf_n(B, b_width, b_height, ldb, n0 + 0, kp + 0);
 
     }
-    for (int k0 = 0; k0 < K; k0 += 32) {
-        if (k0 + 64 < K) {
+    for (int k0 = k_begin; k0 < k_end; k0 += 32) {
+        if (k0 + 64 < k_end) {
             xe_copy_u16x32x32_pf_n(A, a_width, a_height, lda, k0 + 64 + 0, m0 + 0);
             xe_copy_u16x32x32_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 64 + 0);
 

@@ -143,6 +143,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
     const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
     float alpha, float beta, float clamp_lo, float clamp_hi)
 {
+    const int k_begin = 0, k_end = K;
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
@@ -166,7 +167,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
     const int lane = get_sub_group_local_id();
 
 
-    for (int k0 = 0; k0 < K; k0 += 64) {
+    for (int k0 = k_begin; k0 < k_end; k0 += 64) {
         /* load this k-step's A and B tiles */
         const uint8 a0 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 0, m0 + 0);
         const uint8 a1 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 16, m0 + 0);

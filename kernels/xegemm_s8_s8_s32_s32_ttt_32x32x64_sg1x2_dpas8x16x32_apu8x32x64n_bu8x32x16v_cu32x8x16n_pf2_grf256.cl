@@ -590,6 +590,7 @@ __kernel void xegemm_s8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
     const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
     float alpha, float beta, float clamp_lo, float clamp_hi)
 {
+    const int k_begin = 0, k_end = K;
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
@@ -614,14 +615,14 @@ __kernel void xegemm_s8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
 
 
     /* prologue: prefetch the first 2 k-tiles */
-    for (int kp = 0; kp < 2 * 64 && kp < K; kp += 64) {
+    for (int kp = k_begin; kp < k_begin + 2 * 64 && kp < k_end; kp += 64) {
         xe_copy_packed_u8x32x64_pf_n(A, a_width, a_height, lda, kp + 0, m0 + 0);
         xe_copy_u8x32x16_pf_n(B, b_width, b_height, ldb, n0 + 0, kp + 0);
         xe_copy_u8x32x16_pf_n(B, b_width, b_height, ldb, n0 + 0, kp + 32);
 
     }
-    for (int k0 = 0; k0 < K; k0 += 64) {
-        if (k0 + 128 < K) {
+    for (int k0 = k_begin; k0 < k_end; k0 += 64) {
+        if (k0 + 128 < k_end) {
             xe_copy_packed_u8x32x64_pf_n(A, a_width, a_height, lda, k0 + 128 + 0, m0 + 0);
             xe_copy_u8x32x16_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 128 + 0);
             xe_copy_u8x32x16_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 128 + 32);

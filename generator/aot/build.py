@@ -100,10 +100,18 @@ def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
     work.mkdir(parents=True, exist_ok=True)
     (work / SOURCE_NAME).write_text(source)
     bin_dir, dump_dir = _fresh_dir(work / "bin"), _fresh_dir(work / "dumps")
-    env = {"IGC_ShaderDumpEnable": "1", "IGC_DumpToCustomDir": str(dump_dir)} if dumps else {}
+    # IGC names its dumps <dir>/OCL_asm<hash>_<stage>_<kernel name>...: with long kernel names (epilogue and
+    # split-K suffixes) a deep directory pushes the path past what IGC takes (ocloc dies with
+    # std::length_error), so IGC dumps into a short temporary directory, moved into the work directory after.
+    igc_dumps = Path(tempfile.mkdtemp(prefix="xd")) if dumps else None
+    env = {"IGC_ShaderDumpEnable": "1", "IGC_DumpToCustomDir": str(igc_dumps)} if dumps else {}
     start = time.perf_counter()
     done = run_ocloc(["compile", "-file", SOURCE_NAME, "-device", t.ocloc_device, "-out_dir", str(bin_dir),
                       "-output", "kernel", "-options", full_options], cwd=work, env=env)
+    if igc_dumps is not None:
+        for item in igc_dumps.iterdir():
+            shutil.move(str(item), dump_dir / item.name)
+        shutil.rmtree(igc_dumps, ignore_errors=True)
     binaries = sorted(bin_dir.glob("*.bin"))
     build = AotBuild(target=t.name, grf=grf, source=source, options=full_options, workdir=work,
                      status="ok", log=done.stdout)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xegemm.config import Config
+from xegemm.dtypes import dtype
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.lowering import Lowering
 from xegemm.lowering.native import build_options
@@ -29,6 +30,12 @@ def device_build_options(lowering: Lowering, config: Config) -> str:
     if lowering.name == "native":
         return f"{BUILD_OPTIONS} {build_options(config.target.grf)}"
     return BUILD_OPTIONS
+
+
+def workspace_bytes(config: Config) -> int:
+    """Split K: the partial sums, one accumulator per element of D per slice; else 0."""
+    p, split = config.problem, config.tile.split_k
+    return 0 if split == 1 else p.batch * split * p.m * p.n * dtype(config.types.acc).bits // 8
 
 
 def epilogue_arguments(config: Config) -> list:
@@ -49,7 +56,7 @@ class DeviceSession:
 
     def buffers(self, config: Config):
         """Device buffers and reference for the config's problem and types (rebuilt when they change)."""
-        key = (config.problem, config.types, config.layout, config.epilogue, config.verify.seed)
+        key = (config.problem, config.types, config.layout, config.epilogue, config.tile.split_k, config.verify.seed)
         if key != self._problem_key:
             ops = make_operands(config)
             poison = poison_c(config)
@@ -58,7 +65,8 @@ class DeviceSession:
                              "b": to_device(self.queue, ops.b_bytes), "c": to_device(self.queue, poison),
                              "poison": poison,
                              "c_in": to_device(self.queue, nothing if ops.c_in_bytes is None else ops.c_in_bytes),
-                             "bias": to_device(self.queue, nothing if ops.bias is None else ops.bias.astype(np.float32))}
+                             "bias": to_device(self.queue, nothing if ops.bias is None else ops.bias.astype(np.float32)),
+                             "workspace": to_device(self.queue, np.zeros(max(4, workspace_bytes(config)), np.uint8))}
             self._problem_key = key
         return self._buffers
 
@@ -94,25 +102,73 @@ class DeviceBuilder(Builder):
         t0 = time.perf_counter()
         try:
             program = build_program(self.session.queue, source, options)
-            if not program.has_sycl_kernel(pv.plan.name):    # dpctl would crash the process looking it up
-                raise BuildError(f"the program defines no kernel named {pv.plan.name}", source)
-            kernel = program.get_sycl_kernel(pv.plan.name)
+            names = [pv.plan.name] + ([pv.plan.name + "_reduce"] if pv.plan.split_k > 1 else [])
+            for name in names:
+                if not program.has_sycl_kernel(name):    # dpctl would crash the process looking it up
+                    raise BuildError(f"the program defines no kernel named {name}", source)
+            kernels = [program.get_sycl_kernel(name) for name in names]
         except BuildError as exc:
             evaluation.fail("failed_build", str(exc))
             evaluation.build_log = exc.log
             return None
         evaluation.build_s = time.perf_counter() - t0
-        config = pv.config
+        config, plan = pv.config, pv.plan
         bufs = self.session.buffers(config)
-        ops, p = bufs["ops"], config.problem
-        batch_a, batch_b = ops.a_bytes[0].nbytes, ops.b_bytes[0].nbytes
-        args = [bufs["a"], bufs["b"], bufs["c"], ctypes.c_int(p.m), ctypes.c_int(p.n), ctypes.c_int(p.k),
-                ctypes.c_int(ops.lda), ctypes.c_int(ops.ldb), ctypes.c_int(ops.ldc), ctypes.c_long(batch_a),
-                ctypes.c_long(batch_b), ctypes.c_long(p.m * ops.ldc), bufs["c_in"], bufs["bias"]] \
-            + epilogue_arguments(config)
-        gsize, lsize = pv.plan.global_size(), pv.plan.workgroup_size
         queue = self.session.queue
-        return DeviceKernel(self.session, config, bufs, lambda: launch(queue, kernel, args, gsize, lsize))
+        launches = [(kernels[0], gemm_arguments(plan, bufs), plan.global_size(), plan.workgroup_size)]
+        if plan.split_k > 1:
+            launches.append((kernels[1], reduce_arguments(plan, bufs), reduce_global_size(config), (16, 1, 1)))
+        return DeviceKernel(self.session, config, bufs, lambda: submit_in_order(queue, launches))
+
+
+def gemm_arguments(plan, bufs) -> list:
+    """The GEMM kernel's arguments (templates/gemm.cl.j2); split K: C is the workspace of partial sums."""
+    config = plan.config
+    ops, p = bufs["ops"], config.problem
+    out, ldc = (bufs["workspace"], p.n * dtype(config.types.acc).bits // 8) if plan.split_k > 1 else (bufs["c"], ops.ldc)
+    args = [bufs["a"], bufs["b"], out, ctypes.c_int(p.m), ctypes.c_int(p.n), ctypes.c_int(p.k),
+            ctypes.c_int(ops.lda), ctypes.c_int(ops.ldb), ctypes.c_int(ldc), ctypes.c_long(ops.a_bytes[0].nbytes),
+            ctypes.c_long(ops.b_bytes[0].nbytes), ctypes.c_long(p.m * ldc), bufs["c_in"], bufs["bias"]] \
+        + epilogue_arguments(config)
+    return args + ([ctypes.c_int(plan.k_slice())] if plan.split_k > 1 else [])
+
+
+def reduce_arguments(plan, bufs) -> list:
+    """The split-K reduction kernel's arguments (templates/reduce.cl.j2)."""
+    ops, p = bufs["ops"], plan.config.problem
+    return [bufs["workspace"], bufs["c"], ctypes.c_int(p.m), ctypes.c_int(p.n), ctypes.c_int(ops.ldc),
+            ctypes.c_long(p.m * ops.ldc), bufs["c_in"], bufs["bias"]] + epilogue_arguments(plan.config)
+
+
+def reduce_global_size(config: Config) -> tuple[int, int, int]:
+    """One work-item per element of D (N rounded up to the work-group of 16)."""
+    p = config.problem
+    return (-(-p.n // 16) * 16, p.m, p.batch)
+
+
+class EventSpan:
+    """Several in-order launches timed as one: from the first one's start to the last one's end."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def wait(self):
+        for event in self.events:
+            event.wait()
+
+    @property
+    def profiling_info_start(self):
+        return self.events[0].profiling_info_start
+
+    @property
+    def profiling_info_end(self):
+        return self.events[-1].profiling_info_end
+
+
+def submit_in_order(queue, launches):
+    """Launch (kernel, args, global, local) one after the other on an in-order queue: one event, or a span."""
+    events = [launch(queue, kernel, args, gsize, lsize) for kernel, args, gsize, lsize in launches]
+    return events[0] if len(events) == 1 else EventSpan(events)
 
 
 class VerifyObserver(Observer):

@@ -158,6 +158,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
     const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
     float alpha, float beta, float clamp_lo, float clamp_hi)
 {
+    const int k_begin = 0, k_end = K;
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
@@ -173,7 +174,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
     float8 acc_0_0 = 0, acc_0_1 = 0;
     float8 acc_1_0 = 0, acc_1_1 = 0;
 
-    for (int k0 = 0; k0 < K; k0 += 64) {
+    for (int k0 = k_begin; k0 < k_end; k0 += 64) {
         /* 16 x XE_8x8x16_F32F16F16F32_TT; each copy tile is loaded just before its first k-chunk */
         const uint8 a0 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 0, m0 + 0);
         const uint8 a4 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 0, m0 + 8);

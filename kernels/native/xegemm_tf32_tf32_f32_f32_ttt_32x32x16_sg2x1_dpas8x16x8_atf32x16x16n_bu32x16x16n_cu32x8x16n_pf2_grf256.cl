@@ -111,6 +111,7 @@ __kernel void xegemm_tf32_tf32_f32_f32_ttt_32x32x16_sg2x1_dpas8x16x8_atf32x16x16
     const global uchar* Cin, const global float* bias,       /* C read when beta != 0 (laid out as D); bias */
     float alpha, float beta, float clamp_lo, float clamp_hi)
 {
+    const int k_begin = 0, k_end = K;
     A += get_group_id(2) * batch_stride_a;
     B += get_group_id(2) * batch_stride_b;
     C += get_group_id(2) * batch_stride_c;
@@ -127,14 +128,14 @@ __kernel void xegemm_tf32_tf32_f32_f32_ttt_32x32x16_sg2x1_dpas8x16x8_atf32x16x16
     float8 acc_1_0 = 0, acc_1_1 = 0;
 
     /* prologue: prefetch the first 2 k-tiles */
-    for (int kp = 0; kp < 2 * 16 && kp < K; kp += 16) {
+    for (int kp = k_begin; kp < k_begin + 2 * 16 && kp < k_end; kp += 16) {
         xe_copy_tf32x16x16_pf_n(A, a_width, a_height, lda, kp + 0, m0 + 0);
         xe_copy_u32x16x16_pf_n(B, b_width, b_height, ldb, n0 + 0, kp + 0);
         xe_copy_u32x16x16_pf_n(B, b_width, b_height, ldb, n0 + 16, kp + 0);
 
     }
-    for (int k0 = 0; k0 < K; k0 += 16) {
-        if (k0 + 32 < K) {
+    for (int k0 = k_begin; k0 < k_end; k0 += 16) {
+        if (k0 + 32 < k_end) {
             xe_copy_tf32x16x16_pf_n(A, a_width, a_height, lda, k0 + 32 + 0, m0 + 0);
             xe_copy_u32x16x16_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 32 + 0);
             xe_copy_u32x16x16_pf_n(B, b_width, b_height, ldb, n0 + 16, k0 + 32 + 0);
