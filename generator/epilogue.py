@@ -166,7 +166,7 @@ class EpilogueSpec:
 
 def load_float(type_name: str, bits: str) -> str:
     """C expression: the value of storage bits ``bits`` (an unsigned scalar) of ``type_name`` as a float."""
-    return {"f32": f"as_float((uint){bits})", "f16": f"vload_half(0, (const half*)&{bits})",
+    return {"f32": f"as_float((uint){bits})", "f16": f"xe_f16_to_f32({bits})",
             "bf16": f"as_float((uint){bits} << 16)", "s32": f"(float)as_int((uint){bits})",
             "s8": f"(float)(char){bits}", "u8": f"(float){bits}"}[type_name]
 

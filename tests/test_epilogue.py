@@ -27,12 +27,15 @@ RAGGED = "problem: {m: 45, n: 70, k: 72, batch: 2}\n"
 SG16 = "tile: {workgroup: [32, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n"
 SG8 = "tile: {workgroup: [16, 32, 32], subgroups: [2, 2], subgroup_size: 8}\n"
 INT16 = "tile: {workgroup: [32, 64, 64], subgroups: [2, 2], subgroup_size: 16}\n"   # DPAS k = 32 for 8-bit
+INT4 = INT16 + "layout: {b: col}\n"     # DPAS k = 64 for 4-bit
 
 CASES = {
     "f32_alpha_beta_biasrow_relu": SG16 + "epilogue: {alpha: 0.75, beta: -1.25, bias: row, activation: relu}\n",
     "bf16_out_beta_biascol_gelu_tanh": SG16 + "types: {c: bf16}\n"
                                       "epilogue: {beta: 0.5, bias: col, activation: gelu_tanh}\n",
     "f16_out_alpha_gelu_erf": SG16 + "types: {a: f16, b: f16, c: f16}\nepilogue: {alpha: 3, activation: gelu_erf}\n",
+    "f16_out_beta": SG16 + "types: {c: f16}\nepilogue: {beta: -0.5}\n",
+    "s8_out_beta_biasrow": INT16 + "types: {a: s8, b: u8, acc: s32, c: s8}\nepilogue: {alpha: 0.05, beta: 2, bias: row}\n",
     "f32_silu": SG16 + "epilogue: {activation: silu}\n",
     "bf16_out_clamp": SG16 + "types: {c: bf16}\nepilogue: {activation: clamp, clamp: [-0.5, 0.25]}\n",
     "bf16_out_plain": SG16 + "types: {c: bf16}\n",
@@ -47,6 +50,8 @@ CASES = {
     "col_major_b_biasrow": SG16 + "layout: {b: col}\ntypes: {c: bf16}\nepilogue: {bias: row, beta: 2}\n",
     "sg8_bf16_out_beta_biasrow": SG8 + "types: {c: bf16}\nepilogue: {beta: 0.25, bias: row, activation: silu}\n",
     "sg8_s8_out": SG8 + "types: {a: s8, b: s8, acc: s32, c: s8}\n",
+    "s4_to_s8_saturating_relu": INT4 + "types: {a: s4, b: s4, acc: s32, c: s8}\nepilogue: {activation: relu}\n",
+    "u4_s4_to_u8_alpha_beta": INT4 + "types: {a: u4, b: s4, acc: s32, c: u8}\nepilogue: {alpha: 0.01, beta: 0.5}\n",
 }
 
 
