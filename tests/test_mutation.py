@@ -47,7 +47,7 @@ MUTANTS = {
                         _sub(r"v\[1\] = \(uint\)(xe_ldu_u16\([^|]*?\)) \| \(uint\)(xe_ldu_u16\([^;]*?\)) << 16;",
                              r"v[1] = (uint)\2 | (uint)\1 << 16;")),
     "dropped k-step": ("the main loop stopping one k-tile early",
-                       _sub(r"k0 < K; k0 \+=", "k0 < K - 32; k0 +=")),
+                       _sub(r"k0 < k_end; k0 \+=", "k0 < k_end - 32; k0 +=")),
     "dropped DPAS row": ("one accumulator row of a DPAS fragment never updated",
                          _sub(r" acc_0_0_0 \+= a \* bk0;", "", count=1)),
     "wrong fragment offset": ("an A fragment taken from the wrong register offset",

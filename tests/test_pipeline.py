@@ -214,9 +214,13 @@ def test_low_precision_accumulators_catch_dropped_k_steps(acc, session, monkeypa
     honest = run_variant(_one(text), session)
     assert honest.status == "ok", honest.reason
     original = evaluate.render_variant
-    monkeypatch.setattr(evaluate, "render_variant",
-                        lambda p, lowering: original(p, lowering)
-                        .replace("k0 < K; k0 +=", "k0 < K - 32; k0 +="))   # drops the last k-tile
+
+    def drop_last_k_tile(p, lowering):
+        source = original(p, lowering)
+        assert "k0 < k_end; k0 +=" in source
+        return source.replace("k0 < k_end; k0 +=", "k0 < k_end - 32; k0 +=")
+
+    monkeypatch.setattr(evaluate, "render_variant", drop_last_k_tile)
     res = run_variant(_one(text), session)
     assert res.status == "failed_verify" and res.time_ms is None, res.reason
 
