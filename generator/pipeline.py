@@ -56,7 +56,7 @@ def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "port
     out.mkdir(parents=True, exist_ok=True)
     evaluator = Evaluator(low, SourceWriter(out))
     entries = []
-    for pv in plan_variants(config):
+    for pv in plan_variants(config, low):
         ev = evaluator.evaluate(pv)
         entry = {"name": pv.name, "status": ev.status, "reason": ev.reason,
                  "overrides": _jsonable(pv.variant.overrides), "params": params_of(pv.config)}
@@ -105,7 +105,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     info = describe(sycl_device)
     low = choose_lowering(info, lowering)
     out = Path(out_dir) if out_dir else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-    planned = plan_variants(config)
+    planned = plan_variants(config, low)
     too_big = sorted({why for pv in planned if (why := check_fits(pv.config, info.global_mem_bytes))})
     if too_big:
         raise XegemmError("; ".join(too_big))
@@ -180,7 +180,7 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     low = named_lowering("native", capabilities_name, target)
     out = Path(out_dir or Path("runs") / f"build-{config.name}-{target}").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    planned = plan_variants(config)
+    planned = plan_variants(config, low)
     evaluator = aot_evaluator(low, target, out, grf, observers=(ProgressObserver(progress, len(planned)),))
     entries = []
     for pv in planned:

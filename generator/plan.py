@@ -295,9 +295,17 @@ def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int
 
 
 def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, transpose,
-            max_cost: int = 2) -> OperandPlan:
+            max_cost: int = 2, issuable=None) -> OperandPlan:
     """The named atom, or the cheapest candidate: a contiguous run (largest atom first) before a per-lane
-    permutation before a cross-lane gather (``max_cost`` bounds what a plan may need, :func:`reorder_cost`)."""
+    permutation before a cross-lane gather (``max_cost`` bounds what a plan may need, :func:`reorder_cost`).
+    ``issuable(atom)``: whether the lowering the plan is for can issue an atom; the cheapest of those is taken
+    when one fits, else the cheapest of all (whose rendering then says what the compiler lacks)."""
+    if issuable is not None and not explicit:
+        try:
+            return _choose(operand, None, [a for a in candidates if issuable(a)], mma, extent, frag_shape,
+                           frag_grid, transpose, max_cost)
+        except PlanRejected:
+            pass
     if explicit:
         atom = CopyAtom.parse(explicit).check() if isinstance(explicit, str) else explicit
         want = "ST" if operand == "c" else "LD"
@@ -341,10 +349,11 @@ def kernel_name(config: Config, mma: MmaAtom, a: CopyAtom, b: CopyAtom, c: CopyA
             f"_pf{config.pipeline.prefetch}_grf{config.target.grf}")
 
 
-def plan(config: Config) -> Plan:
+def plan(config: Config, issuable=None) -> Plan:
     """Plan one resolved variant (no sweep); raises PlanRejected with a reason a person understands.
 
-    The sub-group size picks the copy family: 16 = Xe 2D block copies + SIMD16 DPAS (pvc, bmg); 8 = 1D
+    ``issuable(atom) -> bool`` (:meth:`xegemm.lowering.Lowering.issues`) makes the planner prefer the copy
+    atoms the lowering the plan is for can issue.  The sub-group size picks the copy family: 16 = Xe 2D block copies + SIMD16 DPAS (pvc, bmg); 8 = 1D
     sub-group block tiles (xegemm.atoms.block1d) + SIMD8 DPAS (dg2, which has no 2D block IO).  Either way
     every DPAS fragment is located in the copies' registers by comparing lane maps.
     """
@@ -390,7 +399,7 @@ def plan(config: Config) -> Plan:
             a_cands = _candidates("LD", ("T",), abits, bk, sgm)
             a_extent, a_transpose = (bk, sgm), True
         a_plan = _choose("a", config.atoms.a, a_cands, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
-                         transpose=a_transpose)
+                         transpose=a_transpose, issuable=issuable)
         if lay.b == "row":
             layouts = ("V",) if bbits in (8, 16) else ("N",)
             b_cands = _candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
@@ -399,7 +408,7 @@ def plan(config: Config) -> Plan:
             b_cands = _candidates("LD", ("T",), bbits, sgn, bk)
             b_extent, b_transpose = (sgn, bk), True
         b_plan = _choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
-                         transpose=b_transpose)
+                         transpose=b_transpose, issuable=issuable)
     else:
         if min(abits, bbits) < 8:
             raise PlanRejected(f"{mma.name}: xegemm's 1D sub-group block tiles move 8- to 64-bit elements, not "

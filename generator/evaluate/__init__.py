@@ -64,21 +64,22 @@ class PlannedVariant:
         return f"{variant_stem(self.config)}_pf{self.config.pipeline.prefetch}_rejected_{digest}"
 
 
-def plan_variant(variant: Variant) -> PlannedVariant:
-    """Plan one variant: its plan, or why a constraint, the planner or an atom model rejects it."""
+def plan_variant(variant: Variant, lowering: Lowering | None = None) -> PlannedVariant:
+    """Plan one variant (for ``lowering``: preferring the atoms it can issue): its plan, or why a constraint, the
+    planner or an atom model rejects it."""
     if variant.rejected:
         return PlannedVariant(variant, None, variant.rejected)
     try:
-        return PlannedVariant(variant, plan(variant.config), None)
+        return PlannedVariant(variant, plan(variant.config, lowering.issues if lowering else None), None)
     except XegemmError as exc:   # PlanRejected, or an atom the model rejects (AtomError, MmaAtomError, ...)
         return PlannedVariant(variant, None, str(exc))
 
 
-def plan_variants(config: Config) -> list[PlannedVariant]:
-    """Expand a config's sweep and plan every variant (rejections carry their reason)."""
+def plan_variants(config: Config, lowering: Lowering | None = None) -> list[PlannedVariant]:
+    """Expand a config's sweep and plan every variant for ``lowering`` (rejections carry their reason)."""
     out, seen = [], set()
     for variant in expand(config):
-        pv = plan_variant(variant)
+        pv = plan_variant(variant, lowering)
         if pv.plan is not None:
             key = (pv.plan.name, variant.config.problem, variant.config.verify, variant.config.profile)
             if key in seen:   # two sweep points that resolve to the same kernel on the same problem

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES, MODERN_CAPABILITIES
 from xegemm.errors import XegemmError
-from xegemm.lowering.native import NativeCapabilities, native_capabilities
+from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, lower_copy, native_capabilities
 from xegemm.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ
 
 LOWERINGS = ("portable", "native")
@@ -30,6 +30,16 @@ class Lowering(NamedTuple):
     @property
     def capabilities_name(self) -> str | None:
         return self.capabilities.name if self.capabilities is not None else None
+
+    def issues(self, atom) -> bool:
+        """Whether this lowering can issue a copy atom (portable: every atom; native: its capabilities)."""
+        if self.capabilities is None:
+            return True
+        try:
+            lower_copy(atom, self.capabilities)
+        except NativeUnsupported:
+            return False
+        return True
 
 
 def device_lowering(extensions, sub_group_sizes) -> Lowering:
