@@ -24,6 +24,7 @@ from xegemm.evaluate.isolated import TimeLimits
 from xegemm.pipeline import RunInterrupted, build_config, generate, run
 from xegemm.reporting import FORMATS, write_report
 from xegemm.runtime import list_devices, select_sycl_device
+from xegemm.support import markdown as support_markdown
 from xegemm.targets import AOT_TARGETS, GRF_MODES
 from xegemm.tune import STRATEGIES, export, tune
 from xegemm.tune.export import export_all
@@ -291,6 +292,11 @@ def _print_best(best: dict) -> None:
         print(f"{label}: best {winner['kernel']}: {speed}{ratio}, trial {winner['trial']}")
 
 
+def cmd_support(args) -> int:
+    print(support_markdown(), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xegemm", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"xegemm {__version__}")
@@ -401,6 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-timeout", type=float, metavar="S",
                    help="seconds one trial's verification and timing may take (default: from the problem size)")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("support", help="the supported matrix (layouts x types x epilogues x targets) as Markdown, "
+                                       "each cell planned and rendered for its target")
+    p.set_defaults(func=cmd_support)
     return parser
 
 

@@ -1,0 +1,124 @@
+"""The supported matrix: which layouts, types and epilogues xegemm generates for which target, asked of the code.
+
+Nothing here is written by hand: every cell plans a representative variant with the planner
+(:func:`xegemm.plan.plan`, for the target's native lowering) and renders its native kernel for the target (a
+``cl_intel_subgroup_2d_block_io`` driver's compiler capabilities), and shows either "yes" (some sub-group tile
+of :data:`SUBGROUP_TILES` works) or the rule that rejected it.  The README's tables
+are this module's output (``xegemm support --markdown``), and a test keeps them equal.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from xegemm.config import config_from_text
+from xegemm.dtypes import dtype
+from xegemm.epilogue import ACTIVATIONS, OUTPUT_TYPES
+from xegemm.errors import XegemmError
+from xegemm.lowering import named_lowering
+from xegemm.plan import plan
+from xegemm.render import render_kernel
+from xegemm.targets import TARGETS
+
+LAYOUTS = {"RRR": ("row", "row"), "RCR": ("row", "col"), "CRR": ("col", "row"), "CCR": ("col", "col")}
+DRIVER_CAPABILITIES = "cl_intel_subgroup_2d_block_io"
+SIZE = 256          # M = N = K of the representative problem: meets every block-surface rule
+
+
+def type_combinations() -> list[tuple[str, str, str]]:
+    """(A, B, accumulator) of every DPAS input pair the type registry lists, with each accumulator it has."""
+    inputs = ("bf16", "f16", "tf32", "s8", "u8", "s4", "u4")
+    out = []
+    for a, b in itertools.product(inputs, repeat=2):
+        ta, tb = dtype(a), dtype(b)
+        same_kind = ta.is_int == tb.is_int and (ta.is_int or a == b)
+        if same_kind and (not ta.is_int or ta.bits == tb.bits):
+            out += [(a, b, acc) for acc in ta.accumulators]
+    return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell: supported, or the reason it is not."""
+
+    ok: bool
+    reason: str = ""
+
+
+SUBGROUP_TILES = {16: ((32, 32), (64, 32), (32, 64)), 8: ((16, 16), (32, 16), (16, 32))}   # tried in order
+
+
+def _config_text(target: str, a: str, b: str, acc: str, c: str, la: str, lb: str, epilogue: str,
+                 subgroup_tile: tuple[int, int]) -> str:
+    simd = TARGETS[target].simd
+    bk = max(32, 256 // min(dtype(a).bits, dtype(b).bits))
+    sgm, sgn = subgroup_tile
+    return (f"problem: {{m: {SIZE}, n: {SIZE}, k: {SIZE}}}\ntypes: {{a: {a}, b: {b}, acc: {acc}, c: {c}}}\n"
+            f"layout: {{a: {la}, b: {lb}}}\ntile: {{workgroup: [{2 * sgm}, {2 * sgn}, {bk}], subgroups: [2, 2], "
+            f"subgroup_size: {simd}}}\npipeline: {{prefetch: 0}}\n{epilogue}")
+
+
+def check(target: str, a: str, b: str, acc: str, c: str | None = None, layout: str = "RRR",
+          epilogue: str = "") -> Cell:
+    """Plan and render natively for ``target`` a representative variant (2x2 sub-groups of each sub-group tile
+    in :data:`SUBGROUP_TILES` until one works): supported, or the reason the first tile was rejected."""
+    la, lb = LAYOUTS[layout]
+    lowering = named_lowering("native", DRIVER_CAPABILITIES, target)
+    reasons = []
+    for tile in SUBGROUP_TILES[TARGETS[target].simd]:
+        try:
+            p = plan(config_from_text(_config_text(target, a, b, acc, c or acc, la, lb, epilogue, tile)),
+                     lowering.issues)
+            render_kernel(p, lowering)
+        except XegemmError as exc:
+            reasons.append(str(exc).splitlines()[0])
+            continue
+        return Cell(True)
+    return Cell(False, reasons[0])
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+class _Notes:
+    """Footnotes: each distinct reason once, numbered in order of appearance."""
+
+    def __init__(self):
+        self.reasons: dict[str, int] = {}
+
+    def cell(self, cell: Cell) -> str:
+        if cell.ok:
+            return "yes"
+        number = self.reasons.setdefault(cell.reason, len(self.reasons) + 1)
+        return f"no [{number}]"
+
+    def lines(self) -> list[str]:
+        return [f"{n}. {reason}" for reason, n in self.reasons.items()]
+
+
+def markdown() -> str:
+    """The supported matrix as Markdown: layouts x types per target, epilogues per target, output types."""
+    notes = _Notes()
+    targets = list(TARGETS)
+    header = ["A x B -> acc", *(f"{t} {lay}" for t in targets for lay in LAYOUTS)]
+    rows = [[f"{a} x {b} -> {acc}", *(notes.cell(check(t, a, b, acc, layout=lay)) for t in targets for lay in LAYOUTS)]
+            for a, b, acc in type_combinations()]
+    out = ["Layouts and types (C row-major, C type = accumulator type; R/C = row/column-major A, B, C):", "",
+           *_table(header, rows), ""]
+    epilogues = {"alpha, beta (reads C)": "epilogue: {alpha: 2, beta: 0.5}\n",
+                 "bias per row": "epilogue: {bias: row}\n", "bias per column": "epilogue: {bias: col}\n",
+                 **{f"activation {name}": f"epilogue: {{activation: {name}}}\n" for name in ACTIVATIONS if name != "none"}}
+    base = {"f32 accumulator": ("bf16", "bf16", "f32", "f32"), "s32 accumulator": ("s8", "s8", "s32", "s32")}
+    header = ["epilogue", *(f"{t} {kind}" for t in targets for kind in base)]
+    rows = [[name, *(notes.cell(check(t, *base[kind][:3], c=base[kind][3], epilogue=text))
+                     for t in targets for kind in base)] for name, text in epilogues.items()]
+    out += ["Epilogues (RRR, bf16 x bf16 -> f32 or s8 x s8 -> s32):", "", *_table(header, rows), ""]
+    header = ["accumulator", *(f"{t} C = {c}" for t in targets for c in OUTPUT_TYPES)]
+    accs = {"f32": ("bf16", "bf16"), "f16": ("f16", "f16"), "bf16": ("bf16", "bf16"), "s32": ("s8", "s8")}
+    rows = [[acc, *(notes.cell(check(t, a, b, acc, c=c)) for t in targets for c in OUTPUT_TYPES)]
+            for acc, (a, b) in accs.items()]
+    out += ["Output conversions (RRR; f32 -> f16/bf16 round to nearest even, integers saturate):", "",
+            *_table(header, rows), "", "Reasons:", "", *notes.lines()]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,30 @@
+"""The README's supported matrix is the output of `xegemm support`: asked of the planner, never hand-written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from xegemm.support import check, markdown, type_combinations
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_matrix_is_the_generated_one():
+    text = README.read_text()
+    found = re.search(r"<!-- xegemm support: begin -->\n(.*)<!-- xegemm support: end -->", text, re.S)
+    assert found, "README.md lacks the supported-matrix markers"
+    assert found.group(1) == markdown(), "README.md's supported matrix is stale: paste `xegemm support` between the markers"
+
+
+def test_cells_are_the_planners_verdicts():
+    assert check("pvc", "bf16", "bf16", "f32", layout="CCR").ok
+    no_tf32 = check("dg2", "tf32", "tf32", "f32")
+    assert not no_tf32.ok and "tf32 DPAS exists only at SIMD16" in no_tf32.reason
+    assert check("dg2", "s8", "u8", "s32", c="s8", epilogue="epilogue: {beta: 1, activation: gelu_tanh}\n").ok
+
+
+def test_every_dpas_input_pair_is_listed():
+    combos = type_combinations()
+    assert ("s8", "u8", "s32") in combos and ("bf16", "bf16", "bf16") in combos and ("tf32", "tf32", "f32") in combos
+    assert ("s8", "s4", "s32") not in combos and ("bf16", "f16", "f32") not in combos
