@@ -511,12 +511,18 @@ static inline ushort8 xe_put_half8_into_ushort8(ushort8 v, int o, half8 f)
 
 #ifndef XE_F32_TO_F16_RNE
 #define XE_F32_TO_F16_RNE
-/* f32 -> f16 bits, round to nearest even (vstore_half_rte: core OpenCL C, no cl_khr_fp16 needed). */
+/* f32 -> f16 bits, round to nearest even, and f16 bits -> f32 (vstore_half_rte, vload_half: core OpenCL C,
+   no cl_khr_fp16 needed). */
 static inline ushort xe_f32_to_f16_rne(float f)
 {
     ushort h;
     vstore_half_rte(f, 0, (half*)&h);
     return h;
+}
+
+static inline float xe_f16_to_f32(ushort h)
+{
+    return vload_half(0, (const half*)&h);
 }
 #endif
 
