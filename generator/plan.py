@@ -498,20 +498,22 @@ def native_surface_violations(config: Config) -> list[str]:
     if config.tile.subgroup_size != BLOCK2D_SUB_GROUP:
         return block1d_surface_violations(config)
     p, t, lay = config.problem, config.types, config.layout
-    nbytes = {name: max(1, dtype(name).bits // 8) for name in (t.a, t.b, t.c)}
+    c_type = t.acc if config.tile.split_k > 1 else t.c      # split K: the kernel stores the workspace
+    bits = {name: dtype(name).bits for name in (t.a, t.b, c_type)}
     surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, p.m if lay.a == "row" else p.k,
-                 nbytes[t.a]),
+                 bits[t.a]),
                 ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, p.k if lay.b == "row" else p.n,
-                 nbytes[t.b]),
-                ("C", "N", p.n, p.m, nbytes[t.c])]
+                 bits[t.b]),
+                ("C", "N", p.n, p.m, bits[c_type])]
     out = []
     for name, dim, cols, rows, eb in surfaces:
-        width = cols * eb
+        width = -(-cols * eb // 8)                  # bytes (4-bit elements: two per byte)
+        size = f"{eb // 8} B" if eb >= 8 else f"{eb} bits"
         if width < 64:
-            out.append(f"{name} rows are {cols} x {eb} B = {width} B wide: 2D block surfaces must be >= 64 B; "
-                       f"pad {dim} to {-(-64 // eb)}")
-        if width % 16:
-            mult = 16 // math.gcd(16, eb)
+            out.append(f"{name} rows are {cols} x {size} = {width} B wide: 2D block surfaces must be >= 64 B; "
+                       f"pad {dim} to {-(-64 * 8 // eb)}")
+        if (cols * eb) % 128:
+            mult = 128 // math.gcd(128, eb)
             out.append(f"{name} pitch {width} B is not a multiple of 16 B: pad {dim} to a multiple of {mult} "
                        f"({-(-cols // mult) * mult})")
         elif p.batch > 1 and (rows * width) % 64:

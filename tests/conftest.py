@@ -88,3 +88,36 @@ def run_portable(session, p, staged: bool):
     VerifyObserver().built(pv, evaluation, kernel)
     assert evaluation.status == "ok", (staged, evaluation.reason)
     return from_device(kernel.buffers["c"], np.uint8, kernel.buffers["poison"].shape)
+
+
+def one_variant(text: str):
+    """The one planned variant of a config given as YAML text (its plan asserted)."""
+    from xegemm.config import config_from_text
+    from xegemm.evaluate import plan_variants
+
+    (pv,) = plan_variants(config_from_text(text))
+    assert pv.plan is not None, pv.reason
+    return pv
+
+
+def break_kernel(monkeypatch, old: str, new: str) -> None:
+    """Make every rendered kernel replace ``old`` by ``new`` (a generator bug, for mutation tests); the text
+    must be there, so a mutant that no longer applies fails instead of testing an honest kernel."""
+    from xegemm import evaluate
+
+    original = evaluate.render_variant
+
+    def broken(pv, lowering):
+        source = original(pv, lowering)
+        assert old in source, f"the mutant's text {old!r} is not in the kernel"
+        return source.replace(old, new)
+
+    monkeypatch.setattr(evaluate, "render_variant", broken)
+
+
+@pytest.fixture(scope="module")
+def session(sycl_device):
+    """A device session (queue, inputs and references) shared by a module's tests."""
+    from xegemm.pipeline import DeviceSession
+
+    return DeviceSession(sycl_device)

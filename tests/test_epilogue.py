@@ -9,17 +9,15 @@ conversions themselves are checked bit for bit on the device; the native lowerin
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
+from conftest import break_kernel, one_variant
 
-from xegemm import evaluate
 from xegemm.config import ConfigError, config_from_text
 from xegemm.dtypes import _f32_bits_to_bf16
 from xegemm.epilogue import ACTIVATIONS, EpilogueSpec, reference_bounds
-from xegemm.pipeline import DeviceSession, plan_variants, run_variant
-from xegemm.plan import PlanRejected, plan
+from xegemm.pipeline import run_variant
+from xegemm.plan import plan
 from xegemm.render import environment
 
 FAST = "profile: {warmup: 1, repeats: 2}\n"
@@ -56,14 +54,7 @@ CASES = {
 
 
 def _variant(text: str):
-    (pv,) = plan_variants(config_from_text(RAGGED + text + FAST))
-    assert pv.plan is not None, pv.reason
-    return pv
-
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
+    return one_variant(RAGGED + text + FAST)
 
 
 @pytest.mark.device
@@ -91,14 +82,7 @@ MUTANTS = {
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_a_wrong_epilogue_fails_verification(mutant, session, monkeypatch):
     case, (old, new) = MUTANTS[mutant]
-    original = evaluate.render_variant
-
-    def broken(pv, lowering):
-        source = original(pv, lowering)
-        assert old in source, f"the mutant's text {old!r} is not in the kernel"
-        return source.replace(old, new)
-
-    monkeypatch.setattr(evaluate, "render_variant", broken)
+    break_kernel(monkeypatch, old, new)
     res = run_variant(_variant(CASES[case]), session)
     assert res.status == "failed_verify", f"{mutant}: {res.status} {res.reason}"
 

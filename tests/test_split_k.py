@@ -8,10 +8,10 @@ a bf16/f16 accumulator's roundings per slice (xegemm.verify.accumulator_referenc
 from __future__ import annotations
 
 import pytest
+from conftest import break_kernel, one_variant
 
-from xegemm import evaluate
 from xegemm.config import config_from_text
-from xegemm.pipeline import DeviceSession, plan_variants, run_variant
+from xegemm.pipeline import run_variant
 from xegemm.plan import PlanRejected, plan
 
 FAST = "profile: {warmup: 1, repeats: 2}\n"
@@ -37,14 +37,7 @@ CASES = {
 
 
 def _variant(text: str):
-    (pv,) = plan_variants(config_from_text(TALL_SKINNY + text + FAST))
-    assert pv.plan is not None, pv.reason
-    return pv
-
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
+    return one_variant(TALL_SKINNY + text + FAST)
 
 
 @pytest.mark.device
@@ -69,14 +62,7 @@ MUTANTS = {
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_a_wrong_split_fails_verification(mutant, session, monkeypatch):
     case, (old, new) = MUTANTS[mutant]
-    original = evaluate.render_variant
-
-    def broken(pv, lowering):
-        source = original(pv, lowering)
-        assert old in source, f"the mutant's text {old!r} is not in the kernel"
-        return source.replace(old, new)
-
-    monkeypatch.setattr(evaluate, "render_variant", broken)
+    break_kernel(monkeypatch, old, new)
     res = run_variant(_variant(CASES[case]), session)
     assert res.status == "failed_verify", f"{mutant}: {res.status} {res.reason}"
 

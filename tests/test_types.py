@@ -159,8 +159,9 @@ def test_aot_builds_issue_the_predicted_dpas_and_block_loads(target, sg, tmp_pat
         where = f"{target} {a}x{b}->{acc}: {v['reason']}"
         if a in ("s4", "u4") and sg == 8:
             assert v["status"] == "rejected" and "not 4-bit ones" in v["reason"], where
-        elif a in ("s4", "u4") and v["status"] == "rejected":   # Debian's IGC lacks the 4-bit row loads
-            assert "cannot issue" in v["reason"], where
+        elif a in ("s4", "u4") and v["status"] == "rejected":
+            # Debian's IGC lacks the 4-bit row loads; 64 row-major 4-bit columns of B are 32 B, under 64 B
+            assert "cannot issue" in v["reason"] or "2D block surfaces must be >= 64 B" in v["reason"], where
         elif sg == 8 and (a == "tf32" or acc != "f32" and acc != "s32"):
             assert v["status"] == "rejected" and "DG2" in v["reason"], where
         elif a == "tf32":       # Debian's IGC has no 8-wide d32 2D read (README, Compiler capabilities)
