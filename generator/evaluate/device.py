@@ -91,6 +91,7 @@ class DeviceBuilder(Builder):
             evaluation.build_log = exc.log
             return None
         evaluation.build_s = time.perf_counter() - t0
+        evaluation.extra["build_cached"] = bool(getattr(program, "from_cache", False))   # loaded, not compiled
         config = pv.config
         bufs = self.session.buffers(config)
         ops, p = bufs["ops"], config.problem
