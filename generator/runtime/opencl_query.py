@@ -8,6 +8,8 @@ into the process, so this finds exactly the devices dpctl sees on the OpenCL bac
 from __future__ import annotations
 
 import ctypes
+import sys
+from pathlib import Path
 
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_DEVICE_NAME = 0x102B
@@ -18,8 +20,9 @@ CL_DEVICE_TYPE_GPU = 1 << 2
 
 
 def load_loader():
-    """The OpenCL ICD loader (the one already in the process, if dpctl's adapter loaded it), or None."""
-    for name in ("libOpenCL.so.1", "libOpenCL.so"):
+    """The OpenCL ICD loader (the one already in the process, if dpctl's adapter loaded it; else the system's,
+    else the one the runtime wheels put in the environment's lib/), or None."""
+    for name in ("libOpenCL.so.1", "libOpenCL.so", str(Path(sys.prefix) / "lib" / "libOpenCL.so.1")):
         try:
             return ctypes.CDLL(name)
         except OSError:
