@@ -43,9 +43,14 @@ kernels: $(STAMP)
 test: $(STAMP) tools
 	$(PY) -m pytest -q
 
-# pytest-benchmark suite (not part of `make test`): each kernel against references measured in the same run
+# pytest-benchmark suite (not part of `make test`): each kernel against references measured in the same run, and
+# build times.  CONFIG="a.yaml b.yaml" (default configs/default.yaml) and SHAPES=1024x1024x1024,2048x2048x2048
+# (default: each config's own problem) choose what is measured.
+CONFIG ?=
+SHAPES ?=
 bench: $(STAMP)
 	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-columns=median,min,max,iqr,rounds \
+		$(foreach c,$(CONFIG),--bench-config $(c)) $(if $(SHAPES),--bench-shapes $(SHAPES)) \
 		--benchmark-json=runs/bench-$$(date +%Y%m%d-%H%M%S).json
 
 # tuning throughput and convergence on bench/tune_demo.yaml (about half an hour on 2 cores; figures printed)

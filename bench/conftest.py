@@ -1,7 +1,10 @@
-"""Fixtures of the benchmark suite: the real default device, the default config, and this run's results.
+"""Fixtures of the benchmark suite: the real default device, the configs and shapes to measure, this run's results.
 
-Every benchmark of a run records what it measured in a ledger (``config.stash``); the last benchmark
-compares the best xegemm variant with the references from it, and the terminal summary prints that.
+``--bench-config PATH`` (repeatable) and ``--bench-shapes 1024x1024x1024,...`` (or a shapes file, as
+``xegemm tune --shapes``) choose what is measured (:mod:`bench.selection`); without them,
+``configs/default.yaml`` at its own problem.  Every benchmark of a run records what it measured in a ledger
+(``config.stash``); the last benchmark of each problem compares the best xegemm variant with the references
+from it, and the terminal summary prints that.
 """
 
 from __future__ import annotations
@@ -10,13 +13,38 @@ from pathlib import Path
 
 import pytest
 
-from bench import DEFAULT_CONFIG
 from bench.report import comparison_lines
-from xegemm.config import load_config
+from bench.selection import cases, problems
 from xegemm.pipeline import DeviceSession, choose_lowering
 from xegemm.runtime import describe, select_sycl_device
 
 LEDGER = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("xegemm bench")
+    group.addoption("--bench-config", action="append", default=None, metavar="PATH",
+                    help="a config to benchmark (repeatable; default configs/default.yaml)")
+    group.addoption("--bench-shapes", default=None, metavar="MxNxK[xB],...|FILE",
+                    help="problems to run every config at (default: each config's own problem)")
+
+
+def selected_cases(config):
+    """The (config, shape) cases of this run (computed once)."""
+    if "cases" not in config.stash[LEDGER]:
+        config.stash[LEDGER]["cases"] = cases(config.getoption("bench_config"), config.getoption("bench_shapes"))
+    return config.stash[LEDGER]["cases"]
+
+
+def pytest_generate_tests(metafunc):
+    """``case_variant``: every planned variant of every case; ``problem``: every distinct problem."""
+    if "case_variant" in metafunc.fixturenames:
+        pairs = [(case, pv) for case in selected_cases(metafunc.config) for pv in case.variants]
+        metafunc.parametrize("case_variant", pairs, ids=[f"{c.config.name}-{c.shape.label}-{pv.name}"
+                                                         for c, pv in pairs])
+    if "problem" in metafunc.fixturenames:
+        shapes = problems(selected_cases(metafunc.config))
+        metafunc.parametrize("problem", shapes, ids=[s.label for s in shapes])
 
 
 def pytest_configure(config):
@@ -55,14 +83,21 @@ def device_session(sycl_device):
 
 
 @pytest.fixture(scope="session")
-def default_config():
-    return load_config(DEFAULT_CONFIG)
+def bench_cases(request):
+    """Every (config, shape) case of this run."""
+    return selected_cases(request.config)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    comparison = config.stash.get(LEDGER, {}).get("comparison")
-    if comparison is None:
+    builds = config.stash.get(LEDGER, {}).get("build_times")
+    if builds:
+        terminalreporter.section("build_program seconds: cold, and from the cache in a later process")
+        for (target, name, shape, variant), t in builds.items():
+            terminalreporter.write_line(f"{target:5} {t['cold']:7.3f} {t['cached']:7.4f}  {name} {shape} {variant}")
+    comparisons = config.stash.get(LEDGER, {}).get("comparisons")
+    if not comparisons:
         return
     terminalreporter.section("xegemm vs references (measured in this run)")
-    for line in comparison_lines(comparison):
-        terminalreporter.write_line(line)
+    for comparison in comparisons.values():
+        for line in comparison_lines(comparison):
+            terminalreporter.write_line(line)

@@ -1,12 +1,14 @@
-"""The default config's kernels against references measured on the same problem in the same run.
+"""The chosen configs' kernels against references measured on the same problems in the same run.
 
-Every variant of ``configs/default.yaml`` is built and verified by the pipeline (``run_variant``) and only
-then timed, with device profiling events, as a pytest-benchmark.  numpy's float32 matmul is measured twice
-(in this process with the environment as it is, and in a child process without the machine's OpenBLAS
-overrides), CLBlast's SGEMM on the same OpenCL device, and oneMKL through dpnp when installed.  The last
-benchmark times the fastest verified variant again and stores xegemm GFLOP/s / reference GFLOP/s in its
-``extra_info``.  Performance is measured, never asserted: a benchmark fails only when a kernel does not
-build or verify, or a reference computes a wrong result.
+Every variant of each config (``configs/default.yaml`` unless ``--bench-config`` says otherwise), at each
+problem (its own, or those of ``--bench-shapes``), is built and verified by the pipeline (``run_variant``) and
+only then timed, with device profiling events, as a pytest-benchmark.  Per problem, numpy's float32 matmul is
+measured twice (in this process with the environment as it is, and in a child process without the machine's
+OpenBLAS overrides), a plain sub-group SGEMM kernel on the same device (:mod:`bench.plain_sgemm`), CLBlast's
+SGEMM on the same OpenCL device, and oneMKL through dpnp when installed.  The last benchmark of each problem
+times its fastest verified variant again and stores xegemm GFLOP/s / reference GFLOP/s in its ``extra_info``.
+Performance is measured, never asserted: a benchmark fails only when a kernel does not build or verify, or a
+reference computes a wrong result.
 """
 
 from __future__ import annotations
@@ -15,34 +17,36 @@ import time
 
 import numpy as np
 import pytest
-from xegemm.config import load_config
-from xegemm.pipeline import plan_variants, run_variant
+from xegemm.pipeline import run_variant
 from xegemm.profile import gemm_flops
 from xegemm.runtime.devices import dpctl_module
 
-from bench import DEFAULT_CONFIG
 from bench.blas_worker import blas_info, operands, timed_matmul
 from bench.clblast import CLBlastGemm, DeviceNotFound, find_clblast
 from bench.clocks import MeasuredClock, event_seconds
 from bench.fair_numpy import FairNumpyProcess
+from bench.plain_sgemm import PlainSgemm
 from bench.report import build_comparison, comparison_lines, reference_record
 
-PLANNED = plan_variants(load_config(DEFAULT_CONFIG))
-PROBLEM = PLANNED[0].config.problem      # a sweep of the default config varies types and tiles, not the problem
-COMPARE_GROUP = f"GEMM {PROBLEM.m}x{PROBLEM.n}x{PROBLEM.k} batch {PROBLEM.batch}: best xegemm vs references"
+COMPARE_GROUP = "best xegemm vs references, per problem"
 
 VARIANT_ROUNDS = 20     # timed launches per variant (at least the config's profile.repeats)
 BEST_ROUNDS = 50        # timed launches of the best variant
 NUMPY_ROUNDS, NUMPY_WARMUP = 200, 10
-LIBRARY_ROUNDS = 20     # CLBlast, dpnp
+LIBRARY_ROUNDS = 20     # the plain SGEMM, CLBlast, dpnp
 
 DEVICE_EVENTS = MeasuredClock("device_profiling_events")
 HOST_CLOCK = MeasuredClock("host_perf_counter")
 CHILD_CLOCK = MeasuredClock("perf_counter_in_reference_process")
 
 
-def flops() -> int:
-    return gemm_flops(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch)
+def refs(ledger: dict, problem) -> dict:
+    """The references measured for one problem so far."""
+    return ledger.setdefault("references", {}).setdefault(problem.label, {})
+
+
+def flops(problem) -> int:
+    return gemm_flops(problem.m, problem.n, problem.k, problem.batch)
 
 
 def wall_seconds(fn) -> float:
@@ -93,83 +97,98 @@ def check_f32_gemm(c: np.ndarray, a: np.ndarray, b: np.ndarray, what: str) -> No
                     f"max abs error {err.max():.3g}", pytrace=False)
 
 
-def skip_reference(ledger: dict, key: str, label: str, reason: str):
-    ledger[key] = {"label": label, "skipped": reason}
+def skip_reference(found: dict, key: str, label: str, reason: str):
+    found[key] = {"label": label, "skipped": reason}
     pytest.skip(reason)
 
 
-# ---- xegemm: every variant of the default config -----------------------------------------------------
+# ---- xegemm: every variant of every chosen config, at every chosen problem ------------------------------
 
-@pytest.mark.benchmark(group="xegemm: variants of configs/default.yaml", timer=DEVICE_EVENTS)
-@pytest.mark.parametrize("pv", PLANNED, ids=[pv.name for pv in PLANNED])
-def test_variant(pv, benchmark, device_session, lowering, ledger):
+@pytest.mark.benchmark(group="xegemm variants", timer=DEVICE_EVENTS)
+def test_variant(case_variant, benchmark, device_session, lowering, ledger):
+    case, pv = case_variant
+    benchmark.group = f"xegemm: variants of {case.label}"
     if pv.plan is None:
         pytest.skip(f"rejected by the planner (no kernel): {pv.reason}")
     result, timing = run_benchmarked(pv, device_session, lowering, benchmark, VARIANT_ROUNDS)
-    ledger.setdefault("variants", {})[pv.name] = result
-    benchmark.extra_info.update(variant_record(result, timing))
+    ledger.setdefault("variants", {}).setdefault(case.shape.label, {})[(case.config.name, pv.name)] = (pv, result)
+    benchmark.extra_info.update(variant_record(result, timing), config=str(case.path), problem=case.shape.label)
 
 
 # ---- references on the same problem ------------------------------------------------------------------
 
-def measure_numpy_in_process(benchmark=None) -> dict:
-    a, b = operands(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch)
+def measure_numpy_in_process(problem, benchmark=None) -> dict:
+    a, b = operands(problem.m, problem.n, problem.k, problem.batch)
     timing = HOST_CLOCK.measure(lambda: timed_matmul(a, b), NUMPY_ROUNDS, NUMPY_WARMUP, benchmark)
-    return reference_record("numpy float32 matmul in this process, environment as it is", timing, flops(),
+    return reference_record("numpy float32 matmul in this process, environment as it is", timing, flops(problem),
                             "host perf_counter around one np.matmul", **blas_info())
 
 
-def measure_numpy_fair(benchmark=None) -> dict:
-    with FairNumpyProcess(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch) as child:
+def measure_numpy_fair(problem, benchmark=None) -> dict:
+    with FairNumpyProcess(problem.m, problem.n, problem.k, problem.batch) as child:
         timing = CHILD_CLOCK.measure(child.run_once, NUMPY_ROUNDS, NUMPY_WARMUP, benchmark)
     return reference_record(f"numpy float32 matmul in a child process with {' and '.join(child.unset)} unset",
-                            timing, flops(), "perf_counter around one np.matmul inside the child",
+                            timing, flops(problem), "perf_counter around one np.matmul inside the child",
                             unset_in_child=child.unset, **child.info)
 
 
 @pytest.mark.benchmark(group=COMPARE_GROUP, timer=HOST_CLOCK)
-def test_numpy_in_process(benchmark, ledger):
-    ledger["numpy_in_process"] = record = measure_numpy_in_process(benchmark)
+def test_numpy_in_process(problem, benchmark, ledger):
+    refs(ledger, problem)["numpy_in_process"] = record = measure_numpy_in_process(problem, benchmark)
     benchmark.extra_info.update(record)
 
 
 @pytest.mark.benchmark(group=COMPARE_GROUP, timer=CHILD_CLOCK)
-def test_numpy_fair(benchmark, ledger):
-    ledger["numpy_fair"] = record = measure_numpy_fair(benchmark)
+def test_numpy_fair(problem, benchmark, ledger):
+    refs(ledger, problem)["numpy_fair"] = record = measure_numpy_fair(problem, benchmark)
+    benchmark.extra_info.update(record)
+
+
+@pytest.mark.benchmark(group=COMPARE_GROUP, timer=DEVICE_EVENTS)
+def test_plain_subgroup_sgemm(problem, benchmark, ledger, device_session, device_info):
+    a, b = operands(problem.m, problem.n, problem.k, problem.batch)
+    gemm = PlainSgemm(device_session.queue, a, b)
+    gemm.submit().wait()
+    check_f32_gemm(gemm.result(), a, b, "the plain sub-group SGEMM")
+    timing = DEVICE_EVENTS.measure(lambda: event_seconds(gemm.submit()), LIBRARY_ROUNDS, 1, benchmark)
+    refs(ledger, problem)["plain_sgemm"] = record = reference_record(
+        f"plain sub-group SGEMM (bench/plain_sgemm.py) on {device_info.filter_string}", timing, flops(problem),
+        "device profiling events, start to end of each launch")
     benchmark.extra_info.update(record)
 
 
 @pytest.mark.benchmark(group=COMPARE_GROUP, timer=HOST_CLOCK)
-def test_clblast_sgemm(benchmark, ledger, device_info):
+def test_clblast_sgemm(problem, benchmark, ledger, device_info):
     label = f"CLBlast SGEMM on {device_info.filter_string}"
+    found = refs(ledger, problem)
     if find_clblast() is None:
-        skip_reference(ledger, "clblast", label, "CLBlast is not installed (Debian package libclblast1)")
-    a, b = operands(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch)
+        skip_reference(found, "clblast", label, "CLBlast is not installed (Debian package libclblast1)")
+    a, b = operands(problem.m, problem.n, problem.k, problem.batch)
     try:
         gemm = CLBlastGemm(device_info.name, device_info.device_type, a, b)
     except DeviceNotFound as exc:
-        skip_reference(ledger, "clblast", label, f"CLBlast needs an OpenCL device: {exc}")
+        skip_reference(found, "clblast", label, f"CLBlast needs an OpenCL device: {exc}")
     with gemm:
         gemm.run()      # CLBlast compiles its kernels for the device on first use
         check_f32_gemm(gemm.result(), a, b, "CLBlastSgemm")
         timing = HOST_CLOCK.measure(lambda: wall_seconds(gemm.run), LIBRARY_ROUNDS, 1, benchmark)
         record = reference_record(f"CLBlast {gemm.version} SGEMM on {device_info.filter_string} (own context)",
-                                  timing, flops(), "host perf_counter from the CLBlastSgemm call to clFinish",
+                                  timing, flops(problem), "host perf_counter from the CLBlastSgemm call to clFinish",
                                   library=gemm.library)
-    ledger["clblast"] = record
+    found["clblast"] = record
     benchmark.extra_info.update(record)
 
 
 @pytest.mark.benchmark(group=COMPARE_GROUP, timer=HOST_CLOCK)
-def test_onemkl_dpnp_matmul(benchmark, ledger, sycl_device, device_info):
+def test_onemkl_dpnp_matmul(problem, benchmark, ledger, sycl_device, device_info):
     label = f"oneMKL float32 GEMM through dpnp on {device_info.filter_string}"
     try:
         import dpnp  # noqa: PLC0415
     except ImportError as exc:
-        skip_reference(ledger, "onemkl_dpnp", label,
+        skip_reference(refs(ledger, problem), "onemkl_dpnp", label,
                        f"dpnp is not installed ({exc}); it runs next to the pinned 2026.0.0 SYCL runtime when "
                        "installed as dpnp==0.20.0 mkl==2026.0.0 onemkl-sycl-blas==2026.0.0 (about 1.2 GB)")
-    a, b = operands(PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.batch)
+    a, b = operands(problem.m, problem.n, problem.k, problem.batch)
     queue = dpctl_module().SyclQueue(sycl_device)
     da, db = dpnp.asarray(a, sycl_queue=queue), dpnp.asarray(b, sycl_queue=queue)
 
@@ -180,40 +199,38 @@ def test_onemkl_dpnp_matmul(benchmark, ledger, sycl_device, device_info):
 
     check_f32_gemm(dpnp.asnumpy(dpnp.matmul(da, db)), a, b, "dpnp.matmul")
     timing = HOST_CLOCK.measure(once, LIBRARY_ROUNDS, 1, benchmark)
-    ledger["onemkl_dpnp"] = record = reference_record(
-        f"oneMKL through dpnp {dpnp.__version__} on {device_info.filter_string}", timing, flops(),
+    refs(ledger, problem)["onemkl_dpnp"] = record = reference_record(
+        f"oneMKL through dpnp {dpnp.__version__} on {device_info.filter_string}", timing, flops(problem),
         "host perf_counter from the dpnp.matmul call to the queue's wait")
     benchmark.extra_info.update(record)
 
 
-# ---- the best variant against every reference ------------------------------------------------------
+# ---- per problem, the best variant against every reference -----------------------------------------
 
 @pytest.mark.benchmark(group=COMPARE_GROUP, timer=DEVICE_EVENTS)
-def test_best_variant_vs_references(benchmark, device_session, device_info, lowering, ledger):
-    variants = ledger.get("variants")
-    if not variants:   # the variant benchmarks were deselected: run the sweep with the pipeline's own timing
-        variants = {pv.name: run_variant(pv, device_session, lowering)
-                    for pv in PLANNED if pv.plan is not None}
-    verified = [r for r in variants.values() if r.status == "ok"]
+def test_best_variant_vs_references(problem, benchmark, bench_cases, device_session, device_info, lowering,
+                                    ledger):
+    variants = ledger.get("variants", {}).get(problem.label)
+    if not variants:   # the variant benchmarks were deselected: run the sweeps with the pipeline's own timing
+        variants = {(c.config.name, pv.name): (pv, run_variant(pv, device_session, lowering))
+                    for c in bench_cases if c.shape == problem for pv in c.variants if pv.plan is not None}
+    verified = [(pv, r) for pv, r in variants.values() if r.status == "ok"]
     if not verified:
-        pytest.fail("no variant of configs/default.yaml verified", pytrace=False)
-    best = max(verified, key=lambda r: r.gflops)
-    pv = next(p for p in PLANNED if p.name == best.name)
-    if pv.config.problem != PROBLEM:
-        pytest.fail(f"configs/default.yaml sweeps the problem: the references measured {PROBLEM}, "
-                    f"the best variant ran {pv.config.problem}", pytrace=False)
+        pytest.fail(f"no variant verified at {problem.label}", pytrace=False)
+    pv, _ = max(verified, key=lambda item: item[1].gflops)
     result, timing = run_benchmarked(pv, device_session, lowering, benchmark, BEST_ROUNDS)
 
-    references = {"numpy_in_process": ledger.get("numpy_in_process") or measure_numpy_in_process(),
-                  "numpy_fair": ledger.get("numpy_fair") or measure_numpy_fair()}
-    for key in ("clblast", "onemkl_dpnp"):
-        references[key] = ledger.get(key) or {"label": key, "skipped": "its benchmark did not run in this session"}
+    found = refs(ledger, problem)
+    references = {"numpy_in_process": found.get("numpy_in_process") or measure_numpy_in_process(problem),
+                  "numpy_fair": found.get("numpy_fair") or measure_numpy_fair(problem)}
+    for key in ("plain_sgemm", "clblast", "onemkl_dpnp"):
+        references[key] = found.get(key) or {"label": key, "skipped": "its benchmark did not run in this session"}
     t = pv.config.types
-    problem = {"m": PROBLEM.m, "n": PROBLEM.n, "k": PROBLEM.k, "batch": PROBLEM.batch,
-               "types": f"A={t.a} B={t.b} acc={t.acc} C={t.c}"}
-    comparison = build_comparison(problem, f"{device_info.filter_string} ({device_info.name}), "
+    shape = {"m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch,
+             "types": f"A={t.a} B={t.b} acc={t.acc} C={t.c}"}
+    comparison = build_comparison(shape, f"{device_info.filter_string} ({device_info.name}), "
                                   f"{lowering[0]} lowering",
                                   variant_record(result, timing), references)
-    ledger["comparison"] = comparison
+    ledger.setdefault("comparisons", {})[problem.label] = comparison
     benchmark.extra_info.update(comparison)
     print("\n" + "\n".join(comparison_lines(comparison)))

@@ -5,12 +5,18 @@ chromium the ``browser`` marker; this is the one place that decides whether they
 they are skipped with what to install (``make test`` installs both itself when run as root)."""
 
 import importlib.util
+import os
 import shutil
+import tempfile
 
 import pytest
 
 from xegemm.aot.toolchain import find_ocloc
 from xegemm.runtime import describe, select_sycl_device
+
+# Built programs go to a cache of this session (workers and CLI subprocesses inherit it), never the user's.
+_CACHE = tempfile.TemporaryDirectory(prefix="xegemm-test-programs-")
+os.environ["XEGEMM_CACHE_DIR"] = _CACHE.name
 
 OCLOC_MISSING = ("ocloc is not installed: as root, `make test` installs it (Debian's intel-opencl-icd, "
                  ".ci/install-ocloc.sh); otherwise run `sudo bash .ci/install-ocloc.sh`")

@@ -65,7 +65,9 @@ def test_a_kernel_that_never_finishes_times_out_and_the_sweep_goes_on(config, tm
 
 @pytest.mark.parametrize("sig, stage, status", [(signal.SIGSEGV, "build", "failed_build"),
                                                 (signal.SIGKILL, "run", "error")])
-def test_a_worker_killed_by_a_signal_costs_one_variant(config, tmp_path, sig, stage, status):
+def test_a_worker_killed_by_a_signal_costs_one_variant(config, tmp_path, monkeypatch, sig, stage, status):
+    # an empty program cache: a build loaded from it takes milliseconds and the signal would land after it
+    monkeypatch.setenv("XEGEMM_CACHE_DIR", str(tmp_path / "programs"))
     if stage == "run":   # time each kernel for 0.4 s, so that the signal lands while it runs, not after
         config.write_text(CONFIG.replace("repeats: 2}", "repeats: 2, min_time_ms: 400}"))
     killed = []

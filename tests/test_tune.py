@@ -166,7 +166,10 @@ def test_durations_and_budgets_are_checked_on_the_command_line(tiny_tune_config,
     assert "is not a shape" in capsys.readouterr().err
 
 
-def test_a_build_that_overruns_its_limit_is_that_trials_timeout_and_the_study_goes_on(tiny_tune_config, tmp_path):
+def test_a_build_that_overruns_its_limit_is_that_trials_timeout_and_the_study_goes_on(tiny_tune_config, tmp_path,
+                                                                                       monkeypatch):
+    # an empty program cache: a program an earlier test built would load within the limit
+    monkeypatch.setenv("XEGEMM_CACHE_DIR", str(tmp_path / "programs"))
     cache = tmp_path / "c.db"
     result = tune(tiny_tune_config, strategy="model", budget=2, out=tmp_path / "t", cache=cache,
                   limits=TimeLimits(build_s=0.05), progress=False)

@@ -112,6 +112,7 @@ class DeviceBuilder(Builder):
             evaluation.build_log = exc.log
             return None
         evaluation.build_s = time.perf_counter() - t0
+        evaluation.extra["build_cached"] = bool(getattr(program, "from_cache", False))   # loaded, not compiled
         config, plan = pv.config, pv.plan
         bufs = self.session.buffers(config)
         queue = self.session.queue

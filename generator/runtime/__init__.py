@@ -1,4 +1,5 @@
-"""SYCL runtime access: environment set-up, devices, program builds and launches (through dpctl)."""
+"""Device runtime access: environment set-up, devices (through dpctl), program builds, the program cache and launches
+(raw OpenCL on OpenCL devices, dpctl on Level Zero; see program.py)."""
 
 from xegemm.runtime.environment import prepare_opencl_environment
 from xegemm.runtime.devices import (

@@ -8,6 +8,8 @@ into the process, so this finds exactly the devices dpctl sees on the OpenCL bac
 from __future__ import annotations
 
 import ctypes
+import sys
+from pathlib import Path
 
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_DEVICE_NAME = 0x102B
@@ -17,8 +19,10 @@ CL_DEVICE_TYPE_CPU = 1 << 1
 CL_DEVICE_TYPE_GPU = 1 << 2
 
 
-def _load_loader():
-    for name in ("libOpenCL.so.1", "libOpenCL.so"):
+def load_loader():
+    """The OpenCL ICD loader (the one already in the process, if dpctl's adapter loaded it; else the system's,
+    else the one the runtime wheels put in the environment's lib/), or None."""
+    for name in ("libOpenCL.so.1", "libOpenCL.so", str(Path(sys.prefix) / "lib" / "libOpenCL.so.1")):
         try:
             return ctypes.CDLL(name)
         except OSError:
@@ -38,15 +42,16 @@ def _info_bytes(lib, device, param) -> bytes:
 
 def opencl_devices() -> list[dict]:
     """All OpenCL devices the loader reports: ``[{"name", "type": "cpu"|"gpu"|"other", "extensions"}]``."""
-    lib = _load_loader()
+    lib = load_loader()
     if lib is None:
         return []
     return [{"name": name, "type": kind,
              "extensions": tuple(_info_bytes(lib, d, CL_DEVICE_EXTENSIONS).rstrip(b"\0").decode().split())}
-            for d, name, kind in _device_handles(lib)]
+            for d, name, kind in device_handles(lib)]
 
 
-def _device_handles(lib) -> list[tuple[int, str, str]]:
+def device_handles(lib) -> list[tuple[int, str, str]]:
+    """Every OpenCL device the loader reports, in platform order: ``(cl_device_id, name, "cpu"|"gpu"|"other")``."""
     n = ctypes.c_uint()
     if lib.clGetPlatformIDs(0, None, ctypes.byref(n)) or n.value == 0:
         return []
@@ -71,12 +76,12 @@ def build_log(device_name: str, device_type: str, source: str, options: str) -> 
 
     dpctl's compilation error carries no log, so a failed build is repeated here to recover it.
     """
-    lib = _load_loader()
+    lib = load_loader()
     if lib is None:
         return None
     lib.clCreateContext.restype = ctypes.c_void_p
     lib.clCreateProgramWithSource.restype = ctypes.c_void_p
-    for device, name, kind in _device_handles(lib):
+    for device, name, kind in device_handles(lib):
         if name != device_name or kind != device_type:
             continue
         err = ctypes.c_int()

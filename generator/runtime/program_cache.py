@@ -1,0 +1,124 @@
+"""The persistent program cache: device binaries of built programs, one file per build, shared by processes.
+
+A build's key is the sha256 of its OpenCL C source, its build options and the identity of the device and its
+runtime (name, driver and device versions, platform, the runtime library's file, the ``CL_CONFIG_*``
+settings that change the CPU runtime's code generation, and on a CPU device its instruction-set flags): a
+binary is only ever loaded where the same compiler would have produced it.  The directory is
+``$XEGEMM_CACHE_DIR`` (empty: no persistent cache), else ``$XDG_CACHE_HOME/xegemm/programs``
+(``~/.cache/xegemm/programs``).  Entries are written atomically (a temporary file renamed into place) and
+carry a checksum; an entry that is torn, corrupt or refused by the runtime is rebuilt and replaced, never an
+error.  :data:`STATS` counts what happened in this process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+CACHE_VARIABLE = "XEGEMM_CACHE_DIR"
+MAGIC = b"XEGEMM-PROGRAM-1\n"
+STATS = {"hits": 0, "misses": 0, "stores": 0, "discarded": 0}
+
+
+def cache_dir() -> Path | None:
+    """Where binaries are kept, or None when the persistent cache is off (``XEGEMM_CACHE_DIR=``)."""
+    if CACHE_VARIABLE in os.environ:
+        value = os.environ[CACHE_VARIABLE]
+        return Path(value).expanduser() if value else None
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "xegemm" / "programs"
+
+
+def _file_identity(path: str | os.PathLike | None) -> str:
+    if not path:
+        return ""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return str(path)
+    return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _cpu_flags() -> str:
+    """The host CPU's model and instruction-set flags (a CPU device's binary is machine code for them)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return ""
+    wanted = ("model name", "flags")
+    lines = [line for line in text.splitlines() if line.split(":")[0].strip() in wanted]
+    return "\n".join(dict.fromkeys(lines))
+
+
+def runtime_identity(device: dict, library: str | os.PathLike | None) -> list[str]:
+    """The parts of a key that describe the device and its runtime (``device`` from OpenCLDevice.identity)."""
+    parts = [f"{k}={device[k]}" for k in sorted(device)]
+    parts.append(f"library={_file_identity(library)}")
+    parts += [f"{k}={os.environ[k]}" for k in sorted(os.environ) if k.startswith("CL_CONFIG_")]
+    if device.get("type") == "cpu":
+        parts.append(_cpu_flags())
+    return parts
+
+
+def cache_key(source: str, options: str, identity: list[str]) -> str:
+    """sha256 over source, options and the runtime identity."""
+    h = hashlib.sha256()
+    for part in (source, options, *identity):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _path(key: str) -> Path | None:
+    root = cache_dir()
+    return None if root is None else root / key[:2] / f"{key}.bin"
+
+
+def load(key: str) -> bytes | None:
+    """The stored binary for ``key``, or None (absent, cache off, or damaged: a damaged entry is removed)."""
+    path = _path(key)
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    head, digest, payload = data[:len(MAGIC)], data[len(MAGIC):len(MAGIC) + 32], data[len(MAGIC) + 32:]
+    if head != MAGIC or hashlib.sha256(payload).digest() != digest or not payload:
+        discard(key)
+        return None
+    return payload
+
+
+def discard(key: str) -> None:
+    """Remove an entry the runtime refused or that failed its checksum."""
+    path = _path(key)
+    STATS["discarded"] += 1
+    if path is not None:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def store(key: str, binary: bytes) -> bool:
+    """Write an entry atomically; False (and nothing written) when the directory is unusable."""
+    path = _path(key)
+    if path is None or not binary:
+        return False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(MAGIC + hashlib.sha256(binary).digest() + binary)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        return False
+    STATS["stores"] += 1
+    return True
