@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xegemm.config import Config, Variant, expand
+from xegemm.epilogue import EpilogueSpec
 from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering
 from xegemm.plan import Plan, PlanRejected, plan, variant_stem
@@ -97,7 +98,8 @@ def params_of(config: Config) -> dict:
             "a": t.a, "b": t.b, "acc": t.acc, "c": t.c, "layout": f"{lay.a}/{lay.b}/{lay.c}",
             "wg_m": tile.workgroup[0], "wg_n": tile.workgroup[1], "wg_k": tile.workgroup[2],
             "sg_m": tile.subgroups[0], "sg_n": tile.subgroups[1], "subgroup_size": tile.subgroup_size,
-            "prefetch": config.pipeline.prefetch, "grf": config.target.grf,
+            "prefetch": config.pipeline.prefetch, "grf": config.target.grf, "split_k": tile.split_k,
+            "epilogue": EpilogueSpec.of(config).name_suffix()[1:] or "none",
             "atom_mma": config.atoms.mma, "atom_a": config.atoms.a, "atom_b": config.atoms.b,
             "atom_c": config.atoms.c}
 

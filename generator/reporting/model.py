@@ -35,7 +35,7 @@ PROFILER_COLUMNS = (
     "Problem", "Provider", "OperationKind", "Operation", "Disposition", "Status",
     "m", "n", "k", "batch_count", "A", "B", "C", "accum",
     "cta_m", "cta_n", "cta_k", "warps_m", "warps_n", "subgroup_size", "inst_m", "inst_n", "inst_k", "stages", "grf",
-    "atom_a", "atom_b", "atom_c",
+    "split_k_slices", "epilogue", "atom_a", "atom_b", "atom_c",
     "Bytes", "Flops", "Flops/Byte", "Runtime", "GB/s", "GFLOPs", "cv", "xegemm_status", "reason", "source")
 
 # the parameters a sweep or a tuner varies, as the axes of the parameter-effect plots: (title, value of params)
@@ -45,6 +45,8 @@ EFFECT_AXES = (
     ("prefetch", lambda p: p.get("prefetch")),
     ("GRF mode", lambda p: p.get("grf")),
     ("sub-group size", lambda p: p.get("subgroup_size")),
+    ("split K", lambda p: p.get("split_k")),
+    ("epilogue", lambda p: p.get("epilogue")),
     ("atoms", lambda p: " ".join(str(p.get(k)) for k in ("atom_mma", "atom_a", "atom_b", "atom_c")
                                  if p.get(k)) or "planner's choice"),
 )
@@ -56,11 +58,14 @@ def _joined(p: dict, keys) -> str | None:
 
 
 def tile_label(params: dict) -> str:
-    """The tile parameters of a variant in a few characters: ``32x32x16 sg1x2 pf0 grf256``."""
+    """The parameters of a variant in a few characters: ``32x32x16 sg1x2 pf0 grf256`` (plus split K and the
+    epilogue when there are any: ``... splitk4 beta_biascol_relu``)."""
     parts = [_joined(params, ("wg_m", "wg_n", "wg_k")), f"sg{_joined(params, ('sg_m', 'sg_n'))}"
              if params.get("sg_m") is not None else None,
              f"pf{params['prefetch']}" if params.get("prefetch") is not None else None,
-             f"grf{params['grf']}" if params.get("grf") is not None else None]
+             f"grf{params['grf']}" if params.get("grf") is not None else None,
+             f"splitk{params['split_k']}" if (params.get("split_k") or 1) > 1 else None,
+             params["epilogue"] if params.get("epilogue") not in (None, "none") else None]
     atoms = [str(params[k]) for k in ("atom_a", "atom_b", "atom_c") if params.get(k)]
     return " ".join(x for x in parts if x) + (" " + "/".join(atoms) if atoms else "") or "?"
 
@@ -224,6 +229,7 @@ def profiler_rows(group_list: list[Group]) -> list[dict]:
                 "warps_m": p.get("sg_m"), "warps_n": p.get("sg_n"), "subgroup_size": p.get("subgroup_size"),
                 "inst_m": int(mma[1]) if mma else None, "inst_n": int(mma[2]) if mma else None,
                 "inst_k": int(mma[3]) if mma else None, "stages": p.get("prefetch"), "grf": p.get("grf"),
+                "split_k_slices": p.get("split_k"), "epilogue": p.get("epilogue"),
                 "atom_a": plan.get("copy_a") or p.get("atom_a"), "atom_b": plan.get("copy_b") or p.get("atom_b"),
                 "atom_c": plan.get("copy_c") or p.get("atom_c"),
                 **_measures(p, (v.get("time_ms") or {}).get("median"), v.get("gflops")),

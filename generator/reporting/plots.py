@@ -127,7 +127,9 @@ def parameter_effects(group: Group, plot_id: str) -> str:
         xs = [categories.index(str(x)) for x in values]
         colours = [NOISY_COLOUR if noisy(v) else STATUS_COLOURS["ok"] for v in timed]
         ax.scatter(xs, [v["gflops"] for v in timed], c=colours, s=28, gid=f"{plot_id}-points-{j}", zorder=3)
-        ax.set_xticks(range(len(categories)), categories, fontsize=8, rotation=30 if len(categories) > 4 else 0)
+        crowded = len(categories) > 4 or max(len(c) for c in categories) > 12   # slanted labels do not overlap
+        ax.set_xticks(range(len(categories)), categories, fontsize=8, rotation=30 if crowded else 0,
+                      ha="right" if crowded else "center")
         ax.set_title(title, fontsize=10)
         ax.set_xlim(-0.5, len(categories) - 0.5)
         ax.grid(axis="y", alpha=0.3)
