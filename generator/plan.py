@@ -340,13 +340,15 @@ def variant_stem(config: Config) -> str:
 
 
 def kernel_name(config: Config, mma: MmaAtom, a: CopyAtom, b: CopyAtom, c: CopyAtom) -> str:
-    """CUTLASS-style name: types, layouts, tiles, sub-groups, atoms and pipeline; the key for everything."""
+    """CUTLASS-style name: types, layouts, tiles, sub-groups, atoms, pipeline and (when not 1) the work-group
+    swizzle; the key for everything."""
     def short(a):
         if isinstance(a, Block1DAtom):
             return a.short_name
         return f"{'p' if a.packed else ''}{a.type_name.lower()}x{a.rows}x{a.cols}{a.layout.lower()}"
     return (f"{variant_stem(config)}_dpas{mma.m}x{mma.n}x{mma.k}_a{short(a)}_b{short(b)}_c{short(c)}"
-            f"_pf{config.pipeline.prefetch}_grf{config.target.grf}")
+            f"_pf{config.pipeline.prefetch}_grf{config.target.grf}"
+            + (f"_swz{config.tile.swizzle}" if config.tile.swizzle != 1 else ""))
 
 
 def plan(config: Config, issuable=None) -> Plan:

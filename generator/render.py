@@ -27,6 +27,7 @@ from xegemm.lowering.native import NativeUnsupported, lower_copy
 from xegemm.lowering.portable import copy_plan, mma_plan, staged_kstep
 from xegemm.lowering.reorder import plan_reorders
 from xegemm.plan import Plan, PlanRejected, native_surface_violations
+from xegemm.swizzle import c_lines as swizzle_c_lines
 
 
 @lru_cache(maxsize=1)
@@ -239,6 +240,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         fragment_helpers=_fragment_helpers(plan),
         staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue,
         reduction=reduction(plan) if plan.split_k > 1 else None,
+        swizzle=cfg.tile.swizzle, swizzle_lines=swizzle_c_lines(cfg.tile.swizzle) if cfg.tile.swizzle > 1 else [],
         epilogue_tiles=epilogue_tiles(plan, staged_plan), reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
     )

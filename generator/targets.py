@@ -48,6 +48,7 @@ class Target:
     platform_prefix: str           # how IGC's dumps spell the platform (``//.platform PVCXT``)
     extensions: tuple[str, ...]    # what a driver for it reports (of CAPABILITY_EXTENSIONS)
     max_subgroups_per_workgroup: int = 32   # Xe: up to 32 sub-groups (threads) per work-group
+    l2_bytes: int = 16 << 20       # the L2 the work-groups share (the static model's cache, xegemm.tune.model)
     grf_modes: tuple[int, ...] = GRF_MODES
 
 
@@ -55,16 +56,18 @@ _SIMD16_INPUTS = ("bf16", "f16", "tf32", "s8", "u8", "s4", "u4")
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("pvc", "Xe-HPC", simd=16, grf_bytes=64, block2d=True, dpas_inputs=_SIMD16_INPUTS,
            half_accumulators=True, ocloc_device="pvc", platform_prefix="PVC",
-           extensions=(EXT_2D_BLOCK_IO, EXT_DPAS, EXT_DPAS_TF32, EXT_SUBGROUPS, EXT_REQD_SUBGROUP)),
+           extensions=(EXT_2D_BLOCK_IO, EXT_DPAS, EXT_DPAS_TF32, EXT_SUBGROUPS, EXT_REQD_SUBGROUP),
+           l2_bytes=204 << 20),   # one stack of a Max 1550 (408 MB over two stacks)
     # Xe2 (Battlemage, Lunar Lake): same DPAS width and 2D block IO as pvc; Debian's ocloc 22.43 predates it.
     Target("bmg", "Xe2", simd=16, grf_bytes=64, block2d=True, dpas_inputs=_SIMD16_INPUTS,
            half_accumulators=True, ocloc_device=None, platform_prefix="BMG",
-           extensions=(EXT_2D_BLOCK_IO, EXT_DPAS, EXT_DPAS_TF32, EXT_SUBGROUPS, EXT_REQD_SUBGROUP)),
+           extensions=(EXT_2D_BLOCK_IO, EXT_DPAS, EXT_DPAS_TF32, EXT_SUBGROUPS, EXT_REQD_SUBGROUP),
+           l2_bytes=18 << 20),    # Arc B580
     # ocloc 22.43 accepts dg2-g10, acm-g10 and the deprecated dg2 (all the same binary, *_XE_HPG_COREdg2.bin).
     # SIMD8 DPAS without tf32 and with float accumulators only (OCLMMA, OCLTF32); no 2D block messages.
     Target("dg2", "Xe-HPG", simd=8, grf_bytes=32, block2d=False, dpas_inputs=("bf16", "f16", "s8", "u8", "s4", "u4"),
            half_accumulators=False, ocloc_device="dg2-g10", platform_prefix="DG2",
-           extensions=(EXT_DPAS, EXT_SUBGROUPS, EXT_REQD_SUBGROUP)),
+           extensions=(EXT_DPAS, EXT_SUBGROUPS, EXT_REQD_SUBGROUP), l2_bytes=16 << 20),   # Arc A770
 )}
 AOT_TARGETS = tuple(t.name for t in TARGETS.values() if t.ocloc_device)   # what `xegemm build --target` takes
 

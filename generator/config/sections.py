@@ -69,13 +69,15 @@ class Layout:
 
 @dataclass(frozen=True)
 class Tile:
-    """Work-group tile [BM, BN, BK], its sub-group grid [SG_M, SG_N], the sub-group size, and ``split_k``: K cut
-    into that many slices computed by separate work-groups, whose partial sums a second kernel adds in order."""
+    """Work-group tile [BM, BN, BK], its sub-group grid [SG_M, SG_N], the sub-group size, ``split_k``: K cut
+    into that many slices computed by separate work-groups, whose partial sums a second kernel adds in order,
+    and ``swizzle``: work-groups walk groups of that many tile rows column-major (1: row by row; xegemm.swizzle)."""
 
     workgroup: tuple[int, int, int] = _key(positive_ints(3, "[BM, BN, BK]"), (256, 256, 32))
     subgroups: tuple[int, int] = _key(positive_ints(2, "[SG_M, SG_N]"), (8, 4))
     subgroup_size: int = _key(int_choice("sub-group size", (8, 16, 32)), 16)
     split_k: int = _key(positive_int, 1)
+    swizzle: int = _key(positive_int, 1)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ class DeviceInfo:
     global_mem_bytes: int
     extensions: tuple[str, ...] = field(repr=False)
     extensions_source: str = "opencl"
+    global_mem_cache_bytes: int = 0     # CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (a CPU reports one core's L2); 0: unknown
 
     @property
     def block_2d_io(self) -> bool:
@@ -135,6 +136,7 @@ def describe(sycl_device) -> DeviceInfo:
         global_mem_bytes=int(sycl_device.global_mem_size),
         extensions=tuple(extensions),
         extensions_source=source,
+        global_mem_cache_bytes=int(sycl_device.global_mem_cache_size),
     )
 
 

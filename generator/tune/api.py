@@ -30,6 +30,7 @@ from xegemm.report import writable_dir
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.tune.cache import MeasurementCache, default_cache_path
 from xegemm.tune.export import META, export
+from xegemm.tune.model import Machine
 from xegemm.tune.objective import AotObjective, DeviceObjective
 from xegemm.tune.runner import ShapeRun, Tally
 from xegemm.tune.shapes import Shape, config_shapes, parse_shapes
@@ -96,7 +97,7 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
         lowering = named_lowering("native", capabilities, target)
         objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, retime) for _ in range(jobs)]
         admit = AotBuilder(target, out_dir / "aot").admit
-        compute_units = 1
+        machine = Machine.of_target(target)
         meta_common.update(target=target, objective="aot score")
     else:
         info = describe(select_sycl_device(device))
@@ -104,7 +105,7 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
         objectives = [DeviceObjective(info, lowering, out_dir / "logs", limits, measurements, retime)
                       for _ in range(jobs)]
         admit = None
-        compute_units = info.compute_units
+        machine = Machine.of_device(info)
         meta_common.update(device={"filter": info.filter_string, "name": info.name, "driver": info.driver_version},
                            objective="GFLOP/s")
     # capabilities: the set the kernels were spelled for; capabilities_named: how to get it again for the
@@ -128,7 +129,7 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
             elif META in s.user_attrs:
                 meta["reference"] = s.user_attrs[META].get("reference")
             s.set_user_attr(META, meta)
-            run = ShapeRun(s, rdb, space, ClaimBook(rdb, sname), chosen, budget, deadline, seed, compute_units,
+            run = ShapeRun(s, rdb, space, ClaimBook(rdb, sname), chosen, budget, deadline, seed, machine,
                            lambda summary: _advance(bar, tallies, summary), heartbeat_s)
             tallies[shape.label] = run.tally
             run.run(objectives)

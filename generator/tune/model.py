@@ -1,6 +1,6 @@
 """The static performance model: a plan's predicted efficiency, from the plan alone (nothing is built or run).
 
-It multiplies five factors, each in (0, 1]:
+It multiplies six factors, each in (0, 1]:
 
 - intensity: a sub-group's flops per byte it loads per k-step, ``2 sgM sgN BK / (sgM BK a_bytes + BK sgN
   b_bytes)``, against a ridge point (``RIDGE_FLOPS_PER_BYTE``): more work per loaded byte until the loads hide;
@@ -8,11 +8,16 @@ It multiplies five factors, each in (0, 1]:
   mode), and the register estimate's headroom (a plan near its budget is more likely to spill);
 - waves: how evenly the work-groups fill the device's compute units (a last partial wave idles the rest);
 - edges: the share of the padded tiles (M, N and K rounded up to the tile) that is real work;
-- prefetch: a small bonus for k-tiles prefetched ahead (latency hidden), none beyond two.
+- prefetch: a small bonus for k-tiles prefetched ahead (latency hidden), none beyond two;
+- locality: the problem's flops per byte fetched from beyond the cache (:func:`memory_traffic`: the
+  work-groups in their swizzled order, ``tile.swizzle``, against the machine's cache) against a memory ridge
+  point (``MEMORY_RIDGE_FLOPS_PER_BYTE``): a swizzle whose group keeps its A panels and the B panel in cache
+  fetches B once per group of tile rows instead of once per tile row.
 
-What it does not know: caches and memory bandwidth, the compiler's scheduling, instruction latencies, and
-anything about the CPU runtime's vectoriser.  ``model`` uses it to evaluate the best-predicted points first;
-``--target`` (no device) uses it, gated by the machine code, as its score.
+What it does not know: the cache's associativity and the hardware prefetchers, which work-groups run at the
+same time on different compute units, the compiler's scheduling, instruction latencies, and anything about the
+CPU runtime's vectoriser.  ``model`` uses it to evaluate the best-predicted points first; ``--target`` (no
+device) uses it, gated by the machine code, as its score.
 """
 
 from __future__ import annotations
@@ -20,10 +25,32 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from xegemm.plan import Plan
+from xegemm.dtypes import dtype
+from xegemm.plan import Plan, k_slice
+from xegemm.targets import get_target
 
 RIDGE_FLOPS_PER_BYTE = 32.0
+MEMORY_RIDGE_FLOPS_PER_BYTE = 32.0
 THREADS_PER_CORE = {128: 8, 256: 4}
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the model knows of the machine: compute units, and the bytes of the cache that consecutive
+    work-groups share (a CPU device reports its per-core L2 as its global memory cache; a GPU's L2)."""
+
+    compute_units: int
+    cache_bytes: int
+
+    @classmethod
+    def of_target(cls, name: str) -> "Machine":
+        """An ahead-of-time target (no device): one compute unit (waves are not modelled), its L2."""
+        return cls(1, get_target(name).l2_bytes)
+
+    @classmethod
+    def of_device(cls, info) -> "Machine":
+        """A device (:class:`xegemm.runtime.DeviceInfo`): its compute units and global memory cache."""
+        return cls(info.compute_units, info.global_mem_cache_bytes)
 
 
 @dataclass(frozen=True)
@@ -35,19 +62,48 @@ class Prediction:
     waves: float
     edges: float
     prefetch: float
+    locality: float = 1.0
 
     @property
     def score(self) -> float:
-        return self.intensity * self.occupancy * self.waves * self.edges * self.prefetch
+        return self.intensity * self.occupancy * self.waves * self.edges * self.prefetch * self.locality
 
     def as_dict(self) -> dict:
         return {"intensity": round(self.intensity, 4), "occupancy": round(self.occupancy, 4),
                 "waves": round(self.waves, 4), "edges": round(self.edges, 4), "prefetch": round(self.prefetch, 4),
-                "score": round(self.score, 6)}
+                "locality": round(self.locality, 4), "score": round(self.score, 6)}
 
 
-def predict(plan: Plan, compute_units: int) -> Prediction:
-    """Predict a plan's efficiency on a device with ``compute_units`` compute units."""
+def memory_traffic(plan: Plan, cache_bytes: int) -> float:
+    """Bytes a problem fetches from beyond a cache of ``cache_bytes``, walking the work-groups in their swizzled
+    order (xegemm.swizzle; split-K slices and batches one after another, as work-group z enumerates them).
+
+    Per group of G tile rows (the last one may have fewer), walked column-major: the group's A panels
+    (BM x K each) are fetched once if they fit in the cache beside one B panel (K x BN), else once per tile;
+    every column's B panel is fetched once per group (G consecutive work-groups share it) unless the whole of
+    B fits beside the group's A panels, in which case only the first group fetches it.  G = 1 is the plain
+    row-by-row order: B is fetched again for every tile row unless all of it stays in the cache.  C (or the
+    split-K workspace, written and read back) is moved once."""
+    config = plan.config
+    p, (bm, bn, _) = config.problem, config.tile.workgroup
+    kk = k_slice(config) if plan.split_k > 1 else p.k
+    a_panel = bm * kk * plan.mma.a_type.bits / 8
+    b_panel = kk * bn * plan.mma.b_type.bits / 8
+    ny, nx = math.ceil(p.m / bm), math.ceil(p.n / bn)
+    group = min(config.tile.swizzle, ny)
+    per_slice = 0.0
+    for first in range(0, ny, group):
+        rows = min(group, ny - first)
+        per_slice += rows * a_panel if rows * a_panel + b_panel <= cache_bytes else rows * nx * a_panel
+        if first == 0 or nx * b_panel + rows * a_panel > cache_bytes:
+            per_slice += nx * b_panel
+    acc_bytes, c_bytes = plan.mma.c_type.bits / 8, dtype(config.types.c).bits / 8
+    out = p.m * p.n * (c_bytes + (2 * plan.split_k * acc_bytes if plan.split_k > 1 else 0))
+    return p.batch * (plan.split_k * per_slice + out)
+
+
+def predict(plan: Plan, machine: Machine) -> Prediction:
+    """Predict a plan's efficiency on ``machine``."""
     config = plan.config
     p, (bm, bn, bk) = config.problem, config.tile.workgroup
     sgm, sgn = plan.subgroup_tile
@@ -61,8 +117,12 @@ def predict(plan: Plan, compute_units: int) -> Prediction:
     headroom = 1.0 - plan.registers["total_grf"] / plan.registers["budget_grf"]
     occupancy = (threads / max(THREADS_PER_CORE.values())) * (0.75 + 0.25 * min(1.0, headroom * 4))
     workgroups = math.ceil(p.m / bm) * math.ceil(p.n / bn) * p.batch
-    slots = max(1, compute_units)
+    slots = max(1, machine.compute_units)
     waves = workgroups / (math.ceil(workgroups / slots) * slots)
     edges = (p.m * p.n * p.k) / (math.ceil(p.m / bm) * bm * math.ceil(p.n / bn) * bn * math.ceil(p.k / bk) * bk)
     prefetch = 1.0 + 0.05 * min(config.pipeline.prefetch, 2)
-    return Prediction(intensity, occupancy, waves, edges, prefetch / 1.1)
+    locality = 1.0                  # a cache of unknown size: not modelled
+    if machine.cache_bytes > 0:
+        mem_ai = 2.0 * p.m * p.n * p.k * p.batch / memory_traffic(plan, machine.cache_bytes)
+        locality = mem_ai / (mem_ai + MEMORY_RIDGE_FLOPS_PER_BYTE)
+    return Prediction(intensity, occupancy, waves, edges, prefetch / 1.1, locality)

@@ -23,7 +23,7 @@ from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering
 from xegemm.runtime.devices import DeviceInfo
 from xegemm.tune.cache import MeasurementCache, measurement_key
-from xegemm.tune.model import predict
+from xegemm.tune.model import Machine, predict
 from xegemm.tune.space import Candidate
 
 
@@ -105,7 +105,7 @@ class AotObjective(_CachedObjective):
 
     def evaluate(self, candidate: Candidate) -> dict:
         result = super().evaluate(candidate)
-        result.setdefault("extra", {})["score"] = predict(candidate.planned.plan, 1).score
+        result.setdefault("extra", {})["score"] = predict(candidate.planned.plan, Machine.of_target(self.target)).score
         return result
 
 

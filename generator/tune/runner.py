@@ -25,6 +25,7 @@ from typing import Callable
 import optuna
 from optuna.trial import TrialState
 
+from xegemm.tune.model import Machine
 from xegemm.tune.objective import failure
 from xegemm.tune.space import Candidate, TuneSpace
 from xegemm.tune.strategies import Strategy
@@ -54,14 +55,14 @@ class ShapeRun:
 
     def __init__(self, study: optuna.Study, storage: optuna.storages.RDBStorage, space: TuneSpace,
                  claims: ClaimBook, strategy: Strategy,
-                 budget: int | None, deadline: float | None, seed: int | None, compute_units: int,
+                 budget: int | None, deadline: float | None, seed: int | None, machine: Machine,
                  on_trial: Callable[[dict], None], heartbeat_s: int):
         self.study, self.space, self.claims, self.strategy = study, space, claims, strategy
         self.budget, self.deadline = budget, deadline
         self.on_trial = on_trial
         self.heartbeat_s = heartbeat_s
         self.rng = random.Random(seed)
-        self.order = strategy.order(space, compute_units) if strategy.order else []
+        self.order = strategy.order(space, machine) if strategy.order else []
         self.enqueued: set[str] = set()
         self.stop = threading.Event()
         self.tally = Tally()

@@ -14,7 +14,7 @@ from typing import Callable
 import optuna
 
 from xegemm.errors import XegemmError
-from xegemm.tune.model import predict
+from xegemm.tune.model import Machine, predict
 from xegemm.tune.space import Label, TuneSpace
 
 Order = Callable[[TuneSpace, int], list[dict[str, Label]]]
@@ -22,7 +22,7 @@ Order = Callable[[TuneSpace, int], list[dict[str, Label]]]
 
 @dataclass(frozen=True)
 class Strategy:
-    """One search strategy: ``sampler(space, seed)``; ``order(space, compute_units)`` or None."""
+    """One search strategy: ``sampler(space, seed)``; ``order(space, machine)`` (a :class:`xegemm.tune.model.Machine`) or None."""
 
     name: str
     summary: str
@@ -53,7 +53,7 @@ class StudyGridSampler(optuna.samplers.GridSampler):
         return None
 
 
-def model_order(space: TuneSpace, compute_units: int) -> list[dict[str, Label]]:
+def model_order(space: TuneSpace, machine: Machine) -> list[dict[str, Label]]:
     """Every point, pruned ones first (recorded with their reason, never built: they cost no budget), then
     the legal ones by the static model's predicted efficiency, best first (ties: sweep order)."""
     pruned, ranked = [], []
@@ -62,7 +62,7 @@ def model_order(space: TuneSpace, compute_units: int) -> list[dict[str, Label]]:
         if candidate.pruned:
             pruned.append(params)
         else:
-            ranked.append((-predict(candidate.planned.plan, compute_units).score, index, params))
+            ranked.append((-predict(candidate.planned.plan, machine).score, index, params))
     return pruned + [params for _, _, params in sorted(ranked, key=lambda item: item[:2])]
 
 

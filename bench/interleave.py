@@ -1,0 +1,113 @@
+"""Variants of one config timed against each other and numpy in interleaved rounds (README "Benchmarks").
+
+``python -m bench.interleave CONFIG [--rounds R] [--launches L] [--json FILE]``: per problem of the config's
+sweep, every variant is built and verified first (as ``xegemm run`` does), then the variants and numpy's
+float32 matmul are timed round-robin: each round pauses (the runtime's and OpenBLAS's threads busy-wait
+after their work), launches each variant once untimed and ``L`` times timed, then runs numpy as often.  Load
+from other processes thus falls on all of them alike, which comparing two ``xegemm run`` rows (each measured
+at its own moment) does not give.  Prints, per problem, each variant's median GFLOP/s (and its best: the fastest run, what load from
+other processes disturbs least), its ratio to numpy and to the variant of the same tile and split with ``tile.swizzle`` = 1, and the conditions (load average, CPU code
+path).  Performance is printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+from xegemm.config import load_config
+from xegemm.evaluate import Evaluation, plan_variants, render_variant
+from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
+from xegemm.lowering import choose_lowering
+from xegemm.profile import SETTLE_S, NumpyReference, conditions, gemm_flops, launch_ms
+from xegemm.runtime import describe, select_sycl_device
+
+
+def _built(session, lowering, pvs):
+    """(variant, kernel) for every planned variant that builds and verifies; the others are printed."""
+    out = []
+    for pv in pvs:
+        evaluation = Evaluation(pv.name, "ok", "", {})
+        kernel = DeviceBuilder(session, lowering).build(pv, render_variant(pv, lowering), evaluation)
+        if kernel is not None:
+            VerifyObserver().built(pv, evaluation, kernel)
+        if evaluation.status != "ok":
+            print(f"  {pv.name}: {evaluation.status} {evaluation.reason}")
+            continue
+        out.append((pv, kernel))
+    return out
+
+
+def measure(config_path: str, rounds: int, launches: int) -> list[dict]:
+    device = select_sycl_device()
+    lowering = choose_lowering(describe(device))
+    session = DeviceSession(device)
+    by_problem: dict = {}
+    for pv in plan_variants(load_config(config_path), lowering):
+        if pv.plan is not None:
+            by_problem.setdefault(pv.config.problem, []).append(pv)
+    rows = []
+    for problem, pvs in by_problem.items():
+        built = _built(session, lowering, pvs)
+        reference = NumpyReference(problem.m, problem.n, problem.k, problem.batch)
+        times: dict[str, list[float]] = {pv.name: [] for pv, _ in built}
+        numpy_ms: list[float] = []
+        before = conditions()
+        for _ in range(rounds):
+            for pv, kernel in built:
+                time.sleep(SETTLE_S)
+                launch_ms(kernel.submit)
+                times[pv.name] += [launch_ms(kernel.submit) for _ in range(launches)]
+            time.sleep(SETTLE_S)
+            reference.sample()
+            numpy_ms += [reference.sample() for _ in range(launches)]
+        flops = gemm_flops(problem.m, problem.n, problem.k, problem.batch)
+        numpy_gflops = flops / statistics.median(numpy_ms) * 1e-6
+        base: dict = {}
+        for pv, _ in built:
+            tile = pv.config.tile
+            gflops = flops / statistics.median(times[pv.name]) * 1e-6
+            best = flops / min(times[pv.name]) * 1e-6
+            key = (tile.workgroup, tile.subgroups, tile.split_k)
+            if tile.swizzle == 1:
+                base.setdefault(key, (gflops, best))
+            rows.append({"problem": f"{problem.m}x{problem.n}x{problem.k}", "kernel": pv.name,
+                         "workgroup": list(tile.workgroup), "subgroups": list(tile.subgroups),
+                         "swizzle": tile.swizzle, "split_k": tile.split_k, "gflops": gflops, "numpy_gflops": numpy_gflops,
+                         "vs_numpy": gflops / numpy_gflops, "vs_swizzle1": gflops / base[key][0] if key in base else None,
+                         "gflops_best": best, "numpy_gflops_best": flops / min(numpy_ms) * 1e-6,
+                         "vs_swizzle1_best": best / base[key][1] if key in base else None,
+                         "runs": len(times[pv.name]),
+                         "cv": statistics.pstdev(times[pv.name]) / statistics.mean(times[pv.name]),
+                         "loadavg_before": before["loadavg"], "loadavg_after": conditions()["loadavg"],
+                         "cpu_target_arch": os.environ.get("CL_CONFIG_CPU_TARGET_ARCH", "")})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--launches", type=int, default=3)
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args(argv)
+    rows = measure(args.config, args.rounds, args.launches)
+    for r in rows:
+        rel = (f"{r['vs_swizzle1']:.2f} (best {r['vs_swizzle1_best']:.2f})" if r["vs_swizzle1"] is not None
+               else "-")
+        print(f"{r['problem']:>15} {r['workgroup'][0]}x{r['workgroup'][1]}x{r['workgroup'][2]} "
+              f"sg{r['subgroups'][0]}x{r['subgroups'][1]} swz{r['swizzle']}"
+              + (f" splitk{r['split_k']}" if r["split_k"] > 1 else "") + f": {r['gflops']:6.1f} GFLOP/s (best {r['gflops_best']:.1f}) "
+              f"(CV {r['cv']:.1%}, {r['runs']} runs) {r['vs_numpy']:.2f}x numpy ({r['numpy_gflops']:.0f}) "
+              f"{rel}x swizzle 1; load {r['loadavg_before'][0]:.2f}->{r['loadavg_after'][0]:.2f} "
+              f"arch {r['cpu_target_arch'] or 'default'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
