@@ -113,6 +113,13 @@ class Plan:
         return k_slice(self.config)
 
     @property
+    def register_block(self) -> tuple[int, int]:
+        """(accumulator rows, N-fragments) of one register block of the portable k loop (``tile.register_block``,
+        0 resolved to the whole sub-group tile)."""
+        rows, fragments = self.config.tile.register_block
+        return (rows or self.subgroup_tile[0], fragments or self.mma_grid[1])
+
+    @property
     def kernel_epilogue(self) -> EpilogueSpec:
         """What the GEMM kernel's own epilogue does: the epilogue, or (split) storing the accumulator."""
         if self.split_k == 1:
@@ -348,7 +355,8 @@ def kernel_name(config: Config, mma: MmaAtom, a: CopyAtom, b: CopyAtom, c: CopyA
         return f"{'p' if a.packed else ''}{a.type_name.lower()}x{a.rows}x{a.cols}{a.layout.lower()}"
     return (f"{variant_stem(config)}_dpas{mma.m}x{mma.n}x{mma.k}_a{short(a)}_b{short(b)}_c{short(c)}"
             f"_pf{config.pipeline.prefetch}_grf{config.target.grf}"
-            + (f"_swz{config.tile.swizzle}" if config.tile.swizzle != 1 else ""))
+            + (f"_swz{config.tile.swizzle}" if config.tile.swizzle != 1 else "")
+            + ("_rb{}x{}".format(*config.tile.register_block) if any(config.tile.register_block) else ""))
 
 
 def plan(config: Config, issuable=None) -> Plan:
@@ -448,6 +456,10 @@ def plan(config: Config, issuable=None) -> Plan:
             + f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
             + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
+    rows, fragments = tile.register_block
+    if rows > sgm or fragments > grid[1]:
+        raise PlanRejected(f"tile.register_block [{rows}, {fragments}] exceeds the sub-group tile's {sgm} rows x "
+                           f"{grid[1]} N-fragments of {mma.name} (0 = all)")
     k_tiles = math.ceil(config.problem.k / bk)
     if tile.split_k > k_tiles:
         raise PlanRejected(f"tile.split_k = {tile.split_k} slices but K = {config.problem.k} has {k_tiles} k-tiles of "

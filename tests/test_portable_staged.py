@@ -19,7 +19,8 @@ from xegemm.config import config_from_text, load_config
 from xegemm.config.schema import Problem
 from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
-from xegemm.plan import plan
+from xegemm.lowering.portable import register_blocks
+from xegemm.plan import PlanRejected, plan
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 
@@ -61,6 +62,13 @@ TYPED = {
     "simd8_u8_mma_m4": "types: {a: u8, b: u8, acc: s32, c: s32}\n"
                        "tile: {workgroup: [4, 16, 32], subgroups: [1, 2], subgroup_size: 8}",
     "simd8_f16": "types: {a: f16, b: f16}\ntile: {workgroup: [16, 16, 16], subgroups: [1, 2], subgroup_size: 8}",
+    # register blocks that cut across fragments (3 of 8 rows) and a half-precision accumulator's rounding
+    "register_block_3x1": "tile: {workgroup: [32, 64, 32], subgroups: [1, 2], register_block: [3, 1]}",
+    "f16_acc_f16_register_block_8x1": "types: {a: f16, b: f16, acc: f16, c: f16}\n"
+                                      "tile: {workgroup: [16, 64, 32], subgroups: [1, 2], register_block: [8, 1]}",
+    "simd8_s8_register_block_2x2": "types: {a: s8, b: s8, acc: s32, c: s32}\n"
+                                   "tile: {workgroup: [16, 32, 32], subgroups: [1, 2], subgroup_size: 8, "
+                                   "register_block: [2, 2]}",
 }
 VARIANTS = _variants() + [pytest.param(_ragged(config_from_text(f"problem: {{m: 8, n: 8, k: 8}}\n{text}\n")), id=name)
                           for name, text in TYPED.items()]
@@ -85,3 +93,18 @@ def test_every_shipped_config_is_covered():
     for path in CONFIGS:
         assert any(pv.plan is not None and _main_loop(pv.name) in ids
                    for pv in plan_variants(load_config(path))), path
+
+
+def test_register_blocks_cover_every_accumulator_once():
+    blocks = register_blocks(8, 4, 2, (3, 1))        # 32 rows x 2 fragments in blocks of 3 rows x 1 fragment
+    cells = [(i, r, j) for rows, frags in blocks for i, r in rows for j in frags]
+    assert sorted(cells) == [(i, r, j) for i in range(4) for r in range(8) for j in range(2)]
+    assert blocks[0] == (((0, 0), (0, 1), (0, 2)), (0,)) and blocks[-1] == (((3, 6), (3, 7)), (1,))
+    assert register_blocks(8, 2, 2, (16, 2)) == ((tuple((g // 8, g % 8) for g in range(16)), (0, 1)),)
+
+
+def test_register_block_larger_than_the_subgroup_tile_is_rejected():
+    config = config_from_text("problem: {m: 64, n: 64, k: 64}\n"
+                              "tile: {workgroup: [32, 64, 32], subgroups: [1, 2], register_block: [8, 3]}\n")
+    with pytest.raises(PlanRejected, match=r"register_block \[8, 3\] exceeds the sub-group tile's 32 rows x 2 N"):
+        plan(config)

@@ -158,15 +158,24 @@ def config_name(value: Any) -> str:
     raise expected("a name made of letters, digits, '_', '.' and '-'", value)
 
 
-def positive_ints(count: int, meaning: str) -> Check:
-    what = f"a list of {count} positive integers {meaning}"
+def int_list(count: int, meaning: str, minimum: int) -> Check:
+    """A list of ``count`` integers, each at least ``minimum`` (0 or 1)."""
+    what = f"a list of {count} {('non-negative', 'positive')[minimum]} integers {meaning}"
 
     def check(value: Any) -> tuple[int, ...]:
         if isinstance(value, (list, tuple)) and len(value) == count and all(
-                is_int(item) and item > 0 for item in value):
+                is_int(item) and item >= minimum for item in value):
             return tuple(value)
         raise expected(what, value)
     return check
+
+
+def positive_ints(count: int, meaning: str) -> Check:
+    return int_list(count, meaning, 1)
+
+
+def non_negative_ints(count: int, meaning: str) -> Check:
+    return int_list(count, meaning, 0)
 
 
 def _word(what: str, words: tuple[str, ...], aliases: Mapping[str, str]) -> Check:

@@ -21,6 +21,7 @@ from xegemm.config.checks import (
     layout,
     mma_atom,
     non_negative_int,
+    non_negative_ints,
     non_negative_number,
     number,
     number_range,
@@ -71,13 +72,17 @@ class Layout:
 class Tile:
     """Work-group tile [BM, BN, BK], its sub-group grid [SG_M, SG_N], the sub-group size, ``split_k``: K cut
     into that many slices computed by separate work-groups, whose partial sums a second kernel adds in order,
-    and ``swizzle``: work-groups walk groups of that many tile rows column-major (1: row by row; xegemm.swizzle)."""
+    ``swizzle``: work-groups walk groups of that many tile rows column-major (1: row by row; xegemm.swizzle),
+    and ``register_block`` [R, J]: the portable lowering runs each DPAS k-chunk's k loop once per block of R
+    accumulator rows x J N-fragments of the sub-group tile, so a CPU keeps that block in vector registers
+    (0: the whole tile; the results are the same bit for bit; native builds ignore it)."""
 
     workgroup: tuple[int, int, int] = _key(positive_ints(3, "[BM, BN, BK]"), (256, 256, 32))
     subgroups: tuple[int, int] = _key(positive_ints(2, "[SG_M, SG_N]"), (8, 4))
     subgroup_size: int = _key(int_choice("sub-group size", (8, 16, 32)), 16)
     split_k: int = _key(positive_int, 1)
     swizzle: int = _key(positive_int, 1)
+    register_block: tuple[int, int] = _key(non_negative_ints(2, "[R rows, J N-fragments], 0 = all"), (0, 0))
 
 
 @dataclass(frozen=True)

@@ -320,6 +320,7 @@ class StagedKstep:
     a_stage: tuple[tuple[str, ...], ...]          # per chunk ki: the lines staging A fragments (i, ki)
     b_stage: tuple[tuple[str, ...], ...]          # per chunk ki: the lines staging B fragments (ki, j)
     acc_ctype: str                                # the DPAS accumulator register's type
+    blocks: tuple[tuple[tuple[tuple[int, int], ...], tuple[int, ...]], ...]   # register blocks: ((i, row)s, js)
     round_row: str | None                         # C expression rounding row {x} to the accumulator type
     pack_row: str                                 # C expression of row {x} as the accumulator's component
 
@@ -428,4 +429,16 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
            "BF16": "as_short((ushort)(as_uint({x}) >> 16))"}[atom.c]
     return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=mt * rm * k,
                        b_size=k * nt * sub_group, a_stage=tuple(a_stage), b_stage=tuple(b_stage),
-                       acc_ctype=atom.c_ctype, round_row=round_row, pack_row=row)
+                       acc_ctype=atom.c_ctype, blocks=register_blocks(atom.m, mt, nt, plan.register_block),
+                       round_row=round_row, pack_row=row)
+
+
+def register_blocks(rows: int, mt: int, nt: int, block: tuple[int, int]):
+    """The accumulators of a sub-group tile (mt x nt fragments of ``rows`` rows) cut into register blocks of
+    block = (R rows, J fragments), row-major, the last ones smaller: per block, its (fragment i, row r) pairs
+    in increasing row and its fragments j.  Each block's k loop updates only its own accumulators, each in
+    increasing k, so any blocking gives the same sums bit for bit."""
+    all_rows = [(g // rows, g % rows) for g in range(mt * rows)]
+    block_rows, block_frags = block
+    return tuple((tuple(all_rows[g:g + block_rows]), tuple(range(j, min(j + block_frags, nt))))
+                 for g in range(0, len(all_rows), block_rows) for j in range(0, nt, block_frags))
