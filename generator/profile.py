@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xegemm.runtime.cpu_path import cpu_code_path
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -132,8 +134,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 
 def conditions() -> dict:
-    """What else ran and how many threads could run, now: load average, CPUs, thread and CPU-target settings."""
-    return {"loadavg": list(os.getloadavg()), "cpu_count": os.cpu_count(),
+    """What else ran and how many threads could run, now: load average, CPUs, the CPU runtime's code path
+    (xegemm.runtime.cpu_path), thread and CPU-target settings."""
+    return {"loadavg": list(os.getloadavg()), "cpu_count": os.cpu_count(), "cpu_code_path": cpu_code_path().name,
             "affinity_cpus": len(os.sched_getaffinity(0)), "machine": platform.machine(),
             "threads_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ}}
 

@@ -278,7 +278,8 @@ def _reference_line(ref: dict, problems: int) -> str:
     return (f"- reference: numpy {ref['numpy']} float32 matmul, {how}: median {ref['time_ms']['median']:.3f} ms = "
             f"{ref['gflops']:.1f} GFLOP/s (OPENBLAS_CORETYPE={ref['openblas_coretype']}, load average "
             f"{_fmt((cond.get('loadavg') or [None])[0], '.2f')}, {cond.get('affinity_cpus')} CPUs, "
-            f"CV {ref['time_ms']['cv']:.1%})"
+            + (f"CPU code path {cond['cpu_code_path']}, " if cond.get("cpu_code_path") else "")
+            + f"CV {ref['time_ms']['cv']:.1%})"
             + (f"; {problems} problems, each with its own reference (results.json)" if problems > 1 else ""))
 
 

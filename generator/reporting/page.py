@@ -68,6 +68,7 @@ def _conditions(src: Source) -> list[tuple[str, str]]:
              f"{min(loads):.2f} to {max(loads):.2f}" if loads else "not recorded"),
             ("CPUs (online / this process may use)", f"{c.get('cpu_count', '?')} / {c.get('affinity_cpus', '?')}"
              if c else "not recorded"),
+            ("CPU runtime code path", c.get("cpu_code_path") or "not recorded"),
             ("thread settings", ", ".join(f"{k}={v}" for k, v in (c.get("threads_env") or {}).items())
              or ("none set" if c else "not recorded")),
             ("CV of the timings", f"{min(cvs):.1%} to {max(cvs):.1%} (each over one variant's timed launches)" if cvs else "-")]

@@ -1,6 +1,6 @@
 """The static performance model: a plan's predicted efficiency, from the plan alone (nothing is built or run).
 
-It multiplies seven factors, each in (0, 1]:
+It multiplies six factors, each in (0, 1]:
 
 - intensity: a sub-group's flops per byte it loads per k-step, ``2 sgM sgN BK / (sgM BK a_bytes + BK sgN
   b_bytes)``, against a ridge point (``RIDGE_FLOPS_PER_BYTE``): more work per loaded byte until the loads hide;
@@ -12,16 +12,12 @@ It multiplies seven factors, each in (0, 1]:
 - locality: the problem's flops per byte fetched from beyond the cache (:func:`memory_traffic`: the
   work-groups in their swizzled order, ``tile.swizzle``, against the machine's cache) against a memory ridge
   point (``MEMORY_RIDGE_FLOPS_PER_BYTE``): a swizzle whose group keeps its A panels and the B panel in cache
-  fetches B once per group of tile rows instead of once per tile row;
-- registers (CPU devices, portable lowering): whether one register block of the emulated DPAS k loop
-  (``tile.register_block``: its accumulators, its B rows and the broadcast A element, each a sub-group-wide
-  vector of ``ceil(sub-group / lanes)`` registers) fits the code path's vector registers
-  (xegemm.runtime.cpu_path), and its loads per FMA (a broadcast per row and a B vector per fragment, per k)
-  against one load per FMA: a block that spills or that loads more than it computes runs slower.
+  fetches B once per group of tile rows instead of once per tile row.
 
 What it does not know: the cache's associativity and the hardware prefetchers, which work-groups run at the
 same time on different compute units, the compiler's scheduling, instruction latencies, and anything about the
-CPU runtime's vectoriser.  ``model`` uses it to evaluate the best-predicted points first; ``--target`` (no
+CPU runtime's vectoriser (so ``tile.register_block`` choices score alike: which block keeps its
+accumulators in registers depends on how the runtime unrolls the block's k loop, README "Register blocks").  ``model`` uses it to evaluate the best-predicted points first; ``--target`` (no
 device) uses it, gated by the machine code, as its score.
 """
 
@@ -32,7 +28,6 @@ from dataclasses import dataclass
 
 from xegemm.dtypes import dtype
 from xegemm.plan import Plan, k_slice
-from xegemm.runtime.cpu_path import cpu_code_path
 from xegemm.targets import get_target
 
 RIDGE_FLOPS_PER_BYTE = 32.0
@@ -47,8 +42,6 @@ class Machine:
 
     compute_units: int
     cache_bytes: int
-    vector_registers: int = 0         # a CPU's code path (xegemm.runtime.cpu_path); 0: not a CPU, not modelled
-    vector_lanes: int = 0             # 32-bit lanes per vector register
 
     @classmethod
     def of_target(cls, name: str) -> "Machine":
@@ -57,12 +50,8 @@ class Machine:
 
     @classmethod
     def of_device(cls, info) -> "Machine":
-        """A device (:class:`xegemm.runtime.DeviceInfo`): its compute units and global memory cache, and for a
-        CPU the vector registers of the code path its runtime generates in this process."""
-        if info.device_type.lower() != "cpu":
-            return cls(info.compute_units, info.global_mem_cache_bytes)
-        path = cpu_code_path()
-        return cls(info.compute_units, info.global_mem_cache_bytes, path.vector_registers, path.f32_lanes)
+        """A device (:class:`xegemm.runtime.DeviceInfo`): its compute units and global memory cache."""
+        return cls(info.compute_units, info.global_mem_cache_bytes)
 
 
 @dataclass(frozen=True)
@@ -75,18 +64,15 @@ class Prediction:
     edges: float
     prefetch: float
     locality: float = 1.0
-    registers: float = 1.0
 
     @property
     def score(self) -> float:
-        return (self.intensity * self.occupancy * self.waves * self.edges * self.prefetch * self.locality
-                * self.registers)
+        return self.intensity * self.occupancy * self.waves * self.edges * self.prefetch * self.locality
 
     def as_dict(self) -> dict:
         return {"intensity": round(self.intensity, 4), "occupancy": round(self.occupancy, 4),
                 "waves": round(self.waves, 4), "edges": round(self.edges, 4), "prefetch": round(self.prefetch, 4),
-                "locality": round(self.locality, 4), "registers": round(self.registers, 4),
-                "score": round(self.score, 6)}
+                "locality": round(self.locality, 4), "score": round(self.score, 6)}
 
 
 def memory_traffic(plan: Plan, cache_bytes: int) -> float:
@@ -140,16 +126,4 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     if machine.cache_bytes > 0:
         mem_ai = 2.0 * p.m * p.n * p.k * p.batch / memory_traffic(plan, machine.cache_bytes)
         locality = mem_ai / (mem_ai + MEMORY_RIDGE_FLOPS_PER_BYTE)
-    return Prediction(intensity, occupancy, waves, edges, prefetch / 1.1, locality, register_block_fit(plan, machine))
-
-
-def register_block_fit(plan: Plan, machine: Machine) -> float:
-    """The registers factor (module docstring): 1 on a machine whose vector registers are not modelled."""
-    if not machine.vector_registers:
-        return 1.0
-    rows, fragments = plan.register_block
-    width = math.ceil(plan.config.tile.subgroup_size / machine.vector_lanes)   # registers per sub-group vector
-    live = (rows * fragments + fragments + 1) * width
-    fits = min(1.0, machine.vector_registers / live)
-    loads_per_fma = (rows + fragments * width) / (rows * fragments * width)
-    return fits * min(1.0, 1.0 / loads_per_fma)
+    return Prediction(intensity, occupancy, waves, edges, prefetch / 1.1, locality)
