@@ -25,6 +25,7 @@ from xegemm.errors import XegemmError
 from xegemm.targets import dpas_widths, targets_at
 
 RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
+GATHER_TILE_BYTES = 64       # per lane: larger 1D block tiles are a reorder's last resort (see _choose)
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
 
 
@@ -296,8 +297,15 @@ def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int
 
 def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, transpose,
             max_cost: int = 2, issuable=None) -> OperandPlan:
-    """The named atom, or the cheapest candidate: a contiguous run (largest atom first) before a per-lane
-    permutation before a cross-lane gather (``max_cost`` bounds what a plan may need, :func:`reorder_cost`).
+    """The named atom, or the cheapest candidate: a contiguous run (the first candidate that gives one) before a
+    per-lane permutation before a cross-lane gather (``max_cost`` bounds what a plan may need,
+    :func:`reorder_cost`); among reorders of one kind, the fewest copy tiles, 1D block tiles of at most
+    GATHER_TILE_BYTES per lane first.  Measured on dg2 with Debian's IGC (16x16 sub-group tiles, 256 GRF):
+    one-row 1D tiles of 4-bit B (a uchar each) spilled 4-9 KB, 32-row tiles of the same bytes nothing (their
+    shuffles packing four rows, xegemm.lowering.reorder), and column-major bf16 took half the instructions
+    with 16- and 32-row tiles; but a 128-byte 1D tile (XE_1D_U16x16x32's ulong16, XE_1D_U4x16x128's)
+    spilled 15-30 KB where two 64-byte tiles of the same bytes did not.  (2D candidates come largest first,
+    so for them this keeps the order they are tried in.)
     ``issuable(atom)``: whether the lowering the plan is for can issue an atom; the cheapest of those is taken
     when one fits, else the cheapest of all (whose rendering then says what the compiler lacks)."""
     if issuable is not None and not explicit:
@@ -323,9 +331,10 @@ def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, t
         cost = reorder_cost(found.fragments)
         if cost == 0:
             return found
-        reordered.append((cost, len(reordered), found))
+        oversized = isinstance(atom, Block1DAtom) and atom.register_bytes > GATHER_TILE_BYTES
+        reordered.append((cost, oversized, len(found.tiles), len(reordered), found))
     if reordered:
-        return min(reordered)[2]
+        return min(reordered)[-1]
     raise PlanRejected(f"no legal copy atom moves the {operand.upper()} tile {extent[0]}x{extent[1]} into "
                        f"{mma.name} operands" + (f" (last tried: {reasons[-1]})" if reasons else ""))
 
