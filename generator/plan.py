@@ -421,9 +421,6 @@ def plan(config: Config, issuable=None) -> Plan:
         b_plan = _choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
                          transpose=b_transpose, issuable=issuable)
     else:
-        if min(abits, bbits) < 8:
-            raise PlanRejected(f"{mma.name}: xegemm's 1D sub-group block tiles move 8- to 64-bit elements, not "
-                               "4-bit ones (the SIMD8 int4 DPAS exists, OCLMMA); plan 4-bit types at sub-group size 16")
         for operand in ("a", "b", "c"):
             named = getattr(config.atoms, operand)
             if named and not named.startswith("XE_1D_"):
@@ -490,13 +487,15 @@ def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid
     try:
         return _choose(operand, named, candidates, mma, extent, frag_shape, frag_grid, transpose, max_cost)
     except PlanRejected as exc:
-        if not transpose or candidates:
+        if named or candidates:
             raise
-        rows_of = {"a": "M", "b": "N"}[operand]
+        major = "column" if transpose else "row"
+        across = {("a", False): "K", ("a", True): "M", ("b", False): "N", ("b", True): "K", ("c", False): "N"}[
+            (operand, transpose)]
         raise PlanRejected(
-            f"{exc}: column-major {operand.upper()} has memory rows of {extent[1]} x {bits} bits (the sub-group "
-            f"tile's {rows_of}), but a 1D sub-group block message moves a row of {lanes} chunks of at least 8 "
-            f"bits (OCLSG); use a sub-group tile with {rows_of} >= {-(-lanes * 8 // bits)}") from None
+            f"{exc}: {major}-major {operand.upper()} has memory rows of {extent[1]} x {bits} bits (the sub-group "
+            f"tile's {across}), but a 1D sub-group block message moves a row of {lanes} chunks of at least 8 "
+            f"bits (OCLSG); use a sub-group tile with {across} >= {-(-lanes * 8 // bits)}") from None
 
 
 def native_surface_violations(config: Config) -> list[str]:
@@ -523,7 +522,7 @@ def native_surface_violations(config: Config) -> list[str]:
         if width < 64:
             out.append(f"{name} rows are {cols} x {size} = {width} B wide: 2D block surfaces must be >= 64 B; "
                        f"pad {dim} to {-(-64 * 8 // eb)}")
-        if (cols * eb) % 128:
+        if width % 16:
             mult = 128 // math.gcd(128, eb)
             out.append(f"{name} pitch {width} B is not a multiple of 16 B: pad {dim} to a multiple of {mult} "
                        f"({-(-cols // mult) * mult})")
@@ -541,17 +540,17 @@ def block1d_surface_violations(config: Config) -> list[str]:
     (batch strides are multiples of them).  Tiles over an edge use element accesses: no width minimum.
     """
     p, t, lay = config.problem, config.types, config.layout
-    nbytes = {name: max(1, dtype(name).bits // 8) for name in (t.a, t.b, t.c)}
-    surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, nbytes[t.a],
+    bits = {name: dtype(name).bits for name in (t.a, t.b, t.c)}
+    surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, bits[t.a],
                  READ_ALIGN_BYTES, "reads"),
-                ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, nbytes[t.b],
+                ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, bits[t.b],
                  READ_ALIGN_BYTES, "reads"),
-                ("C", "N", p.n, nbytes[t.c], WRITE_ALIGN_BYTES, "writes")]
+                ("C", "N", p.n, bits[t.c], WRITE_ALIGN_BYTES, "writes")]
     out = []
     for name, dim, cols, eb, align, verb in surfaces:
-        pitch = cols * eb
+        pitch = -(-cols * eb // 8)                  # bytes (4-bit elements: two per byte, odd rows padded)
         if pitch % align:
-            mult = align // math.gcd(align, eb)
+            mult = align * 8 // math.gcd(align * 8, eb)
             out.append(f"{name} pitch {pitch} B is not a multiple of {align} B (1D sub-group block {verb} need "
                        f"{align}-byte aligned rows): pad {dim} to a multiple of {mult} ({-(-cols // mult) * mult})")
     return out
