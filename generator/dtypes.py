@@ -173,6 +173,12 @@ UNSIGNED_CTYPE = {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}
 OPENCL_VECTOR_SIZES = (2, 3, 4, 8, 16)   # OpenCL C 6.1.2; wider vectors need a clang ext_vector typedef
 
 
+def c_byte_offset(index: str, bits: int) -> str:
+    """The C expression of the byte offset of element ``index`` in a row of ``bits``-bit elements (4-bit
+    elements: two per byte, so element 2i + 1 lies in byte i)."""
+    return f"(long){index} * {bits // 8}" if bits >= 8 else f"(long){index} / {8 // bits}"
+
+
 def ctype_shape(ctype: str) -> tuple[int, int]:
     """(component bits, component count) of an OpenCL C scalar or vector type name, e.g. ``short8`` -> (16, 8)."""
     base = ctype.rstrip("0123456789")

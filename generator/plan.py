@@ -25,6 +25,7 @@ from xegemm.errors import XegemmError
 from xegemm.targets import dpas_widths, targets_at
 
 RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
+GATHER_TILE_BYTES = 64       # per lane: larger 1D block tiles are a reorder's last resort (see _choose)
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
 
 
@@ -303,8 +304,15 @@ def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int
 
 def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, transpose,
             max_cost: int = 2, issuable=None) -> OperandPlan:
-    """The named atom, or the cheapest candidate: a contiguous run (largest atom first) before a per-lane
-    permutation before a cross-lane gather (``max_cost`` bounds what a plan may need, :func:`reorder_cost`).
+    """The named atom, or the cheapest candidate: a contiguous run (the first candidate that gives one) before a
+    per-lane permutation before a cross-lane gather (``max_cost`` bounds what a plan may need,
+    :func:`reorder_cost`); among reorders of one kind, the fewest copy tiles, 1D block tiles of at most
+    GATHER_TILE_BYTES per lane first.  Measured on dg2 with Debian's IGC (16x16 sub-group tiles, 256 GRF):
+    one-row 1D tiles of 4-bit B (a uchar each) spilled 4-9 KB, 32-row tiles of the same bytes nothing (their
+    shuffles packing four rows, xegemm.lowering.reorder), and column-major bf16 took half the instructions
+    with 16- and 32-row tiles; but a 128-byte 1D tile (XE_1D_U16x16x32's ulong16, XE_1D_U4x16x128's)
+    spilled 15-30 KB where two 64-byte tiles of the same bytes did not.  (2D candidates come largest first,
+    so for them this keeps the order they are tried in.)
     ``issuable(atom)``: whether the lowering the plan is for can issue an atom; the cheapest of those is taken
     when one fits, else the cheapest of all (whose rendering then says what the compiler lacks)."""
     if issuable is not None and not explicit:
@@ -330,9 +338,10 @@ def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, t
         cost = reorder_cost(found.fragments)
         if cost == 0:
             return found
-        reordered.append((cost, len(reordered), found))
+        oversized = isinstance(atom, Block1DAtom) and atom.register_bytes > GATHER_TILE_BYTES
+        reordered.append((cost, oversized, len(found.tiles), len(reordered), found))
     if reordered:
-        return min(reordered)[2]
+        return min(reordered)[-1]
     raise PlanRejected(f"no legal copy atom moves the {operand.upper()} tile {extent[0]}x{extent[1]} into "
                        f"{mma.name} operands" + (f" (last tried: {reasons[-1]})" if reasons else ""))
 
@@ -420,9 +429,6 @@ def plan(config: Config, issuable=None) -> Plan:
         b_plan = _choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
                          transpose=b_transpose, issuable=issuable)
     else:
-        if min(abits, bbits) < 8:
-            raise PlanRejected(f"{mma.name}: xegemm's 1D sub-group block tiles move 8- to 64-bit elements, not "
-                               "4-bit ones (the SIMD8 int4 DPAS exists, OCLMMA); plan 4-bit types at sub-group size 16")
         for operand in ("a", "b", "c"):
             named = getattr(config.atoms, operand)
             if named and not named.startswith("XE_1D_"):
@@ -493,13 +499,15 @@ def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid
     try:
         return _choose(operand, named, candidates, mma, extent, frag_shape, frag_grid, transpose, max_cost)
     except PlanRejected as exc:
-        if not transpose or candidates:
+        if named or candidates:
             raise
-        rows_of = {"a": "M", "b": "N"}[operand]
+        major = "column" if transpose else "row"
+        across = {("a", False): "K", ("a", True): "M", ("b", False): "N", ("b", True): "K", ("c", False): "N"}[
+            (operand, transpose)]
         raise PlanRejected(
-            f"{exc}: column-major {operand.upper()} has memory rows of {extent[1]} x {bits} bits (the sub-group "
-            f"tile's {rows_of}), but a 1D sub-group block message moves a row of {lanes} chunks of at least 8 "
-            f"bits (OCLSG); use a sub-group tile with {rows_of} >= {-(-lanes * 8 // bits)}") from None
+            f"{exc}: {major}-major {operand.upper()} has memory rows of {extent[1]} x {bits} bits (the sub-group "
+            f"tile's {across}), but a 1D sub-group block message moves a row of {lanes} chunks of at least 8 "
+            f"bits (OCLSG); use a sub-group tile with {across} >= {-(-lanes * 8 // bits)}") from None
 
 
 def native_surface_violations(config: Config) -> list[str]:
@@ -526,7 +534,7 @@ def native_surface_violations(config: Config) -> list[str]:
         if width < 64:
             out.append(f"{name} rows are {cols} x {size} = {width} B wide: 2D block surfaces must be >= 64 B; "
                        f"pad {dim} to {-(-64 * 8 // eb)}")
-        if (cols * eb) % 128:
+        if width % 16:
             mult = 128 // math.gcd(128, eb)
             out.append(f"{name} pitch {width} B is not a multiple of 16 B: pad {dim} to a multiple of {mult} "
                        f"({-(-cols // mult) * mult})")
@@ -544,17 +552,17 @@ def block1d_surface_violations(config: Config) -> list[str]:
     (batch strides are multiples of them).  Tiles over an edge use element accesses: no width minimum.
     """
     p, t, lay = config.problem, config.types, config.layout
-    nbytes = {name: max(1, dtype(name).bits // 8) for name in (t.a, t.b, t.c)}
-    surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, nbytes[t.a],
+    bits = {name: dtype(name).bits for name in (t.a, t.b, t.c)}
+    surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, bits[t.a],
                  READ_ALIGN_BYTES, "reads"),
-                ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, nbytes[t.b],
+                ("B", "N" if lay.b == "row" else "K", p.n if lay.b == "row" else p.k, bits[t.b],
                  READ_ALIGN_BYTES, "reads"),
-                ("C", "N", p.n, nbytes[t.c], WRITE_ALIGN_BYTES, "writes")]
+                ("C", "N", p.n, bits[t.c], WRITE_ALIGN_BYTES, "writes")]
     out = []
     for name, dim, cols, eb, align, verb in surfaces:
-        pitch = cols * eb
+        pitch = -(-cols * eb // 8)                  # bytes (4-bit elements: two per byte, odd rows padded)
         if pitch % align:
-            mult = align // math.gcd(align, eb)
+            mult = align * 8 // math.gcd(align * 8, eb)
             out.append(f"{name} pitch {pitch} B is not a multiple of {align} B (1D sub-group block {verb} need "
                        f"{align}-byte aligned rows): pad {dim} to a multiple of {mult} ({-(-cols // mult) * mult})")
     return out

@@ -56,10 +56,39 @@ def test_lane_maps_are_the_simd8_dpas_layouts_of_the_facts():
     assert c.lane_map == bf16.lane_map("c")
 
 
+def test_4bit_tiles_deal_nibbles_in_memory_order():
+    """4-bit elements lie two to a byte, the lower column in the low nibble; a uint block read of a row of 64
+    nibbles gives lane l the columns 8l .. 8l + 7, which is the SIMD8 int4 DPAS A operand: "each lane
+    contributes 32 bits per row (... 8 int4)" (xe_atoms.md §3.4, OCLMMA).  Row-major 4-bit B has no such
+    tile: a byte holds two columns of B, the DPAS gives each lane one column (a gather, tests/test_layouts.py)."""
+    a = Block1DAtom.parse("XE_1D_U4x8x64_LD_SG8")
+    assert (a.chunk_bits, a.register_type, a.builtin, a.row_bytes) == (32, "uint8", "intel_sub_group_block_read", 32)
+    assert (a.unit_bits, a.chunk_units, a.x_bytes) == (8, 4, "(long)x / 2")
+    for lane in range(8):
+        assert a.lane_map.map[lane] == tuple((r, 8 * lane + j) for r in range(8) for j in range(8))
+    for types in (("S4", "S4", "S32"), ("U4", "S4", "S32")):
+        assert a.lane_map == MmaAtom.of(*types, m=8, n=8).lane_map("a")
+    b = Block1DAtom.parse("XE_1D_U4x32x16_LD_SG8")      # 32 rows of 16 nibbles: one uchar per lane and row
+    assert (b.chunk_bits, b.register_type, b.chunk_units) == (8, "uchar32", 1)
+    assert b.lane_map.map[3][:4] == ((0, 6), (0, 7), (1, 6), (1, 7))
+    with pytest.raises(Block1DError, match="8/16/32/64-bit chunks"):
+        Block1DAtom.parse("XE_1D_U4x8x8_LD_SG8").check()      # 4 bits per lane
+
+
+def _register_image(atom: Block1DAtom, bits) -> np.ndarray:
+    """Per lane, the bytes of a tile's registers holding the element bit patterns ``bits`` (rows x cols), from
+    its lane map: elements little-endian, 4-bit ones two per byte with the first in the low nibble."""
+    elems = np.array([[bits[r, c] for r, c in lane] for lane in atom.lane_map.map], np.uint64)
+    if atom.elem_bits == 4:
+        return (elems[:, 0::2] | elems[:, 1::2] << np.uint64(4)).astype(np.uint8)
+    return elems.astype(f"<u{atom.elem_bits // 8}").view(np.uint8).reshape(atom.lanes, -1)
+
+
 @pytest.mark.parametrize("types, a_name, b_name", [
     (("BF16", "BF16", "F32"), "XE_1D_U16x8x16_LD_SG8", "XE_1D_U16x16x8_LD_SG8"),
     (("F16", "F16", "F32"), "XE_1D_U16x8x16_LD_SG8", "XE_1D_U16x16x8_LD_SG8"),
     (("S8", "U8", "S32"), "XE_1D_U8x8x32_LD_SG8", "XE_1D_U8x32x8_LD_SG8"),
+    (("U4", "S4", "S32"), "XE_1D_U4x8x64_LD_SG8", None),
 ])
 def test_tile_registers_are_the_dpas_operand_bit_for_bit(types, a_name, b_name):
     """Rows r and r+1 (r+3 for 8-bit data) of consecutive block reads, one element per lane each, are the
@@ -67,25 +96,25 @@ def test_tile_registers_are_the_dpas_operand_bit_for_bit(types, a_name, b_name):
     atom = MmaAtom.of(*types, m=8, n=8)
     rng = np.random.default_rng(1)
     for operand, name in (("a", a_name), ("b", b_name)):
+        if name is None:
+            continue
         tile = Block1DAtom.parse(name)
         shape = atom.operand_shape(operand)
         if atom.is_integer:
-            lo, hi = (-128, 128) if atom.element(operand).signed else (0, 256)
-            matrix = rng.integers(lo, hi, size=shape)
+            lo, hi = atom.element(operand).value_range
+            matrix = rng.integers(lo, hi + 1, size=shape)
         else:
             matrix = rng.uniform(-1, 1, size=shape)
         want = pack_operand(atom, operand, matrix)
         # the tile's registers: element k of lane l is matrix[lane_map[l][k]], little-endian elements
-        bits = encode(atom.element(operand).code, matrix)
-        dtype = f"<u{tile.elem_bits // 8}"
-        image = np.array([[bits[r, c] for r, c in lane] for lane in tile.lane_map.map]).astype(dtype)
+        image = _register_image(tile, encode(atom.element(operand).code, matrix))
         assert tile.register_bytes == atom.register_bytes(operand)
-        assert np.array_equal(image.view(np.uint8).reshape(8, -1), want), (name, operand)
+        assert np.array_equal(image, want), (name, operand)
 
 
 def test_every_tile_deals_each_element_to_exactly_one_lane():
     for lanes in (8, 16):
-        for bits in (8, 16, 32, 64):
+        for bits in (4, 8, 16, 32, 64):
             for atom in enumerate_block1d_atoms(lanes, "LD", bits):
                 coords = [c for lane in atom.lane_map.map for c in lane]
                 assert sorted(coords) == [(r, c) for r in range(atom.rows) for c in range(atom.cols)], atom.name
@@ -137,6 +166,8 @@ def test_subgroup_size_8_plans_simd8_dpas_over_1d_block_tiles():
      "registers: accumulators 128 \\+ A 64 \\+ B 64 \\+ 16 reserved = 272 GRF > 128 GRF per thread of 32 B "
      "at sub-group size 8"),
     ("tile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 32}", "sub-group size 32: DPAS"),
+    ("types: {a: s4, b: u4, acc: s32, c: s32}\ntile: {workgroup: [16, 16, 128], subgroups: [1, 2], "
+     "subgroup_size: 8}", "row-major B has memory rows of 8 x 4 bits .* use a sub-group tile with N >= 16"),
 ])
 def test_simd8_rejections_name_the_rule(text, rule):
     base = SG8 if "tile:" not in text else ""
@@ -153,6 +184,12 @@ def test_native_1d_surfaces_need_aligned_rows():
                "pad N to a multiple of 4 (32)" in m for m in msgs)
     assert not any(m.startswith("B") for m in msgs)       # 60 B rows of B are 4-byte aligned
     assert native_surface_violations(config_from_text("problem: {m: 70, n: 52, k: 40}\n" + SG8)) == []
+    # 4-bit rows are padded to whole bytes: K = 263 nibbles is a 132 B pitch, K = 261 one of 131 B
+    s4 = "types: {a: s4, b: s4, acc: s32, c: s32}\nlayout: {b: col}\n" + SG8
+    assert native_surface_violations(config_from_text("problem: {m: 64, n: 32, k: 263}\n" + s4)) == []
+    msgs = native_surface_violations(config_from_text("problem: {m: 64, n: 32, k: 261}\n" + s4))
+    assert msgs == [f"{x} pitch 131 B is not a multiple of 4 B (1D sub-group block reads need 4-byte aligned "
+                    "rows): pad K to a multiple of 8 (264)" for x in "AB"]
 
 
 def test_native_lowering_predicts_one_message_per_row():
@@ -184,7 +221,7 @@ def test_isa_counts_1d_block_reads_apart_from_the_payload_prologue():
 
 ROWS, PITCH = 40, 256
 ATTRS = "__attribute__((intel_reqd_sub_group_size(8))) __attribute__((reqd_work_group_size(8, 1, 1)))"
-DEVICE_ATOMS = [a for bits in (8, 16, 32, 64) for op in ("LD", "ST")
+DEVICE_ATOMS = [a for bits in (4, 8, 16, 32, 64) for op in ("LD", "ST")
                 for a in enumerate_block1d_atoms(8, op, bits) if a.rows in (1, 8, 16, 32)]
 
 
@@ -214,16 +251,26 @@ __kernel void t_{a.fn_name}(global uchar* dst, int w, int h, int pitch, int x, i
 
 
 def _elements(raw, bits):
+    """The elements of rows of bytes (4-bit ones two per byte, the lower column in the low nibble)."""
+    if bits == 4:
+        out = np.empty(raw.shape[:-1] + (2 * raw.shape[-1],), np.uint64)
+        out[..., 0::2], out[..., 1::2] = raw & 15, raw >> 4
+        return out
     return raw.view({8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[bits]).astype(np.uint64)
+
+
+def _inside(atom, width, col) -> bool:
+    """Whether column ``col`` lies inside a surface ``width`` bytes wide: its first byte does (4-bit elements
+    share a byte, which the element accesses move whole)."""
+    return col * atom.elem_bits // 8 < width
 
 
 def _cases(atom):
     """(surface width in bytes, x, y): inside, over the right edge (as in the 2D tests, an element whose
     first byte lies inside the width counts as inside), over the bottom edge."""
-    eb = atom.elem_bits // 8
     x_right = (PITCH // 2 // atom.row_bytes) * atom.cols       # the tile starts inside, ends outside
     yield PITCH, atom.cols if atom.row_bytes * 2 <= PITCH else 0, 0
-    yield x_right * eb + atom.row_bytes // 2 + (1 if eb > 1 else 0), x_right, 1
+    yield x_right * atom.elem_bits // 8 + atom.row_bytes // 2 + (1 if atom.elem_bits > 8 else 0), x_right, 1
     yield PITCH, 0, ROWS - max(1, atom.rows // 2)
 
 
@@ -251,7 +298,6 @@ def test_1d_tiles_match_their_lane_maps_on_the_device(lowering, copy_programs):
     for atom in DEVICE_ATOMS:
         rng = np.random.default_rng(zlib.crc32(atom.name.encode()))
         kernel = programs[lowering].get_sycl_kernel(f"t_{atom.fn_name}")
-        eb = atom.elem_bits // 8
         for width, x, y in _cases(atom):
             where = f"{atom.name} ({lowering}), surface width {width} B, x={x}, y={y}"
             if atom.is_load:
@@ -262,7 +308,7 @@ def test_1d_tiles_match_their_lane_maps_on_the_device(lowering, copy_programs):
                                        out], [8], [8]).wait()
                 got = _elements(from_device(out, np.uint8, (8, atom.register_bytes)), atom.elem_bits)
                 for lane, coords in enumerate(atom.lane_map.map):
-                    want = [int(elems[y + r, x + c]) if y + r < ROWS and (x + c) * eb < width else 0
+                    want = [int(elems[y + r, x + c]) if y + r < ROWS and _inside(atom, width, x + c) else 0
                             for r, c in coords]
                     assert list(got[lane]) == want, f"{where}, lane {lane}"
             else:
@@ -273,13 +319,13 @@ def test_1d_tiles_match_their_lane_maps_on_the_device(lowering, copy_programs):
                 launch(queue, kernel, [dst, _i(width), _i(ROWS), _i(PITCH), _i(x), _i(y), to_device(queue, regs)],
                        [8], [8]).wait()
                 got = from_device(dst, np.uint8, sentinel.shape)
-                want = sentinel.copy()
+                want = _elements(sentinel, atom.elem_bits)
                 for lane, coords in enumerate(atom.lane_map.map):
                     for k, (r, c) in enumerate(coords):
-                        if y + r < ROWS and (x + c) * eb < width:
-                            want[y + r, (x + c) * eb:(x + c + 1) * eb] = np.frombuffer(
-                                int(values[lane][k]).to_bytes(eb, "little"), np.uint8)
-                assert np.array_equal(got, want), f"{where}: {int((got != want).sum())} bytes differ"
+                        if y + r < ROWS and _inside(atom, width, x + c):
+                            want[y + r, x + c] = values[lane][k]
+                got = _elements(got, atom.elem_bits)
+                assert np.array_equal(got, want), f"{where}: {int((got != want).sum())} elements differ"
 
 
 # ---- on the device: whole GEMMs ------------------------------------------------------------------------
@@ -295,6 +341,12 @@ GEMMS = {
     "u8_mma_m4": "problem: {m: 21, n: 30, k: 65}\ntypes: {a: u8, b: u8, acc: s32, c: s32}\n"
                  "tile: {workgroup: [4, 16, 32], subgroups: [1, 2], subgroup_size: 8}\n",
 }
+# ... and with the native 1D copies: packed 4-bit, A in uint reads of 8 nibbles per lane, B gathered nibble by
+# nibble (an odd K: a zero nibble ends each row of A; its portable GEMMs are tests/test_types.py's and
+# tests/test_layouts.py's)
+NATIVE_GEMMS = {"bf16_edges": GEMMS["bf16_edges"], "s8_u8": GEMMS["s8_u8"],
+                "s4_u4_batched": "problem: {m: 37, n: 40, k: 135, batch: 2}\ntypes: {a: s4, b: u4, acc: s32, c: s32}\n"
+                                 "tile: {workgroup: [16, 32, 64], subgroups: [1, 2], subgroup_size: 8}\n"}
 
 
 @pytest.fixture(scope="module")
@@ -319,12 +371,12 @@ def test_portable_simd8_gemm_verifies(name, session):
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("name", ["bf16_edges", "s8_u8"])
+@pytest.mark.parametrize("name", sorted(NATIVE_GEMMS))
 def test_native_1d_copies_verify_with_portable_dpas(name, session, monkeypatch):
     """The native copy code (sub-group block reads/writes inside the surface, element accesses at its edges)
     on the device's cl_intel_subgroups, with the portable DPAS (the device has none), verified; then the
     same kernel with one interior block read aimed at the wrong row must fail: the block path is exercised."""
-    pv = _one(GEMMS[name].replace("problem:", "pipeline: {prefetch: 0}\nproblem:"))
+    pv = _one(NATIVE_GEMMS[name].replace("problem:", "pipeline: {prefetch: 0}\nproblem:"))
     assert native_surface_violations(pv.config) == []
     source = render_kernel(pv.plan, Lowering("native", DG2), mma_lowering="portable")
     assert "intel_sub_group_block_read" in source and "intel_sub_group_shuffle" in source

@@ -36,7 +36,7 @@ TYPES = {
     "u8_s8": ("{a: u8, b: s8, acc: s32, c: s32}", "[16, 32, 32]", None),
     "u8_u8": ("{a: u8, b: u8, acc: s32, c: s32}", "[4, 32, 32]", "[8, 16, 64]"),
     "s4_s4": ("{a: s4, b: s4, acc: s32, c: s32}", "[16, 32, 64]", None),
-    "u4_s4": ("{a: u4, b: s4, acc: s32, c: s32}", "[8, 32, 128]", None),
+    "u4_s4": ("{a: u4, b: s4, acc: s32, c: s32}", "[8, 32, 128]", "[16, 32, 64]"),
 }
 
 
@@ -105,6 +105,8 @@ def test_every_layout_plans_and_its_fragments_hold_the_operand(name, layout, sg)
         assert reorder_cost(p.a.fragments) == 0
     if four_bit and layout in ("rrr", "crr"):   # no 4-bit VNNI: lane n gathers its column from a packed load
         assert reorder_cost(p.b.fragments) == 2
+    if four_bit and sg == 8 and layout in ("rrr", "rcr"):   # a uint block read per row: 8 nibbles per lane
+        assert reorder_cost(p.a.fragments) == 0 and p.a.atom.name == "XE_1D_U4x8x64_LD_SG8"
 
 
 def test_reorder_kinds_follow_the_lane_maps():
@@ -187,6 +189,14 @@ sweep:
   types: [{a: bf16, b: bf16, acc: f32, c: f32}, {a: s8, b: u8, acc: s32, c: s32}]
   layout: [{a: row, b: row}, {a: row, b: col}, {a: col, b: row}, {a: col, b: col}]
 """
+# packed 4-bit on dg2: B (and column-major A) gathered nibble by nibble from 1D block tiles
+AOT_DG2_S4 = """name: layouts_dg2_s4
+problem: {m: 512, n: 512, k: 512}
+types: {a: s4, b: u4, acc: s32, c: s32}
+tile: {workgroup: [32, 32, 64], subgroups: [2, 2], subgroup_size: 8}
+sweep:
+  layout: [{a: row, b: row}, {a: row, b: col}, {a: col, b: row}, {a: col, b: col}]
+"""
 REFERENCE = """name: layouts_reference
 problem: {m: 5120, n: 4096, k: 4096}
 tile: {workgroup: [256, 256, 32], subgroups: [8, 4], subgroup_size: 16}
@@ -230,6 +240,9 @@ def test_every_layout_builds_for_pvc_with_the_planned_messages(tmp_path):
 def test_every_layout_builds_for_dg2_with_the_planned_messages(tmp_path):
     built = _build(tmp_path, AOT_DG2, "dg2", 8)
     assert {v["name"].split("_")[5] for v in built} == {"ttt", "tnt", "ntt", "nnt"}
+    s4 = _build(tmp_path / "s4", AOT_DG2_S4, "dg2", 4)
+    assert {v["name"].split("_")[5] for v in s4} == {"ttt", "tnt", "ntt", "nnt"}
+    assert all(v["isa"]["dpas"] == 4 for v in s4)      # 16x16x64 per sub-group: 2 x 2 x 1 XE_8x8x64
 
 
 @pytest.mark.ocloc

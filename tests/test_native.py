@@ -16,7 +16,7 @@ from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, count_
 from xegemm.lowering import Lowering
 from xegemm.pipeline import build_config, choose_lowering
 from xegemm.plan import native_surface_violations, plan
-from xegemm.render import render_kernel
+from xegemm.render import render_copy_atoms, render_kernel
 from xegemm.runtime import DeviceInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +81,11 @@ def test_old_compiler_splits_the_reference_atoms():
     assert [(m.kind, m.builtin) for m in c] == [("store_block1d", "intel_sub_group_block_write")]
     p = lower_copy(CopyAtom.parse("XE_2D_U16x32x32_PF_N"), OLD)
     assert p[0].kind == "prefetch" and count_messages(p)["prefetch"] == 2   # 32 rows x 1 line / 16 lanes
+    # the LSC prefetch of 4-bit data starts at byte x / 2 (two elements per byte), of 16-bit data at x * 2
+    source = render_copy_atoms([CopyAtom.parse("XE_2D_Packed_U4x16x64_PF_N"), CopyAtom.parse("XE_2D_U16x32x32_PF_N")],
+                               Lowering("native", OLD))
+    assert [line.strip() for line in source.splitlines() if "const long xb" in line] == [
+        "const long xb = (long)x / 2;", "const long xb = (long)x * 2;"]
 
 
 def test_a_profile_without_the_message_says_so():

@@ -6,10 +6,18 @@ One such message moves ONE row segment of S consecutive chunks, S = the sub-grou
 l (``p[sub_group_local_id]``), a chunk being a uchar, ushort, uint or ulong.  A tile of R rows is R such
 messages, so a work-item holds one chunk per row, rows in register order.
 
-``XE_1D_<U8|U16|U32|U64>x<rows>x<cols>_<LD|ST|PF>_SG<S>`` names a tile like the 2D atoms: the element type
-(the lane map's granularity), the rows and the columns of the tile as it lies in memory; the chunk is
+``XE_1D_<U4|U8|U16|U32|U64>x<rows>x<cols>_<LD|ST|PF>_SG<S>`` names a tile like the 2D atoms: the element
+type (the lane map's granularity), the rows and the columns of the tile as it lies in memory; the chunk is
 ``cols * bits / S`` bits.  ``XE_1D_U16x8x16_LD_SG8`` = 8 rows of 16 bf16, each row one uint block read, so
 lane l holds ``(r, 2l), (r, 2l + 1)`` of every row r.
+
+4-bit elements (``U4``: packed s4/u4) lie two to a byte, the lower column in the low nibble (xegemm's
+storage of 4-bit data, xegemm.verify; the little-endian packing of every lane map, xegemm.atoms.lanemap).
+The messages move bytes, so a chunk of 8 to 64 bits holds 2 to 16 whole nibbles in memory order:
+``XE_1D_U4x8x64_LD_SG8`` = 8 rows of 64 nibbles, each row one uint block read, lane l holding columns
+8l .. 8l + 7 of every row, which is the SIMD8 int4 DPAS A operand (OCLMMA: 32 bits of each row per lane).
+A nibble is never split from its byte: the element accesses at a surface's edges move whole bytes, with
+the bounds checked per byte as for the 2D atoms (an odd row's last byte carries a zero padding nibble).
 
 The lane map is in the same form as every other layout in xegemm (xegemm.atoms.lanemap), so the planner
 composes these tiles with DPAS operands exactly as it does 2D blocks: e.g. 16 rows of ushort reads hold,
@@ -32,10 +40,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from xegemm.atoms.lanemap import LaneMap
-from xegemm.dtypes import UNSIGNED_CTYPE
+from xegemm.dtypes import UNSIGNED_CTYPE, c_byte_offset
 from xegemm.errors import XegemmError
 
-TYPE_BITS = {"U8": 8, "U16": 16, "U32": 32, "U64": 64}
+TYPE_BITS = {"U4": 4, "U8": 8, "U16": 16, "U32": 32, "U64": 64}
 READ_BUILTIN = {8: "intel_sub_group_block_read_uc", 16: "intel_sub_group_block_read_us",
                 32: "intel_sub_group_block_read", 64: "intel_sub_group_block_read_ul"}
 WRITE_BUILTIN = {8: "intel_sub_group_block_write_uc", 16: "intel_sub_group_block_write_us",
@@ -46,7 +54,7 @@ READ_ALIGN_BYTES = 4      # OCLSG "Restrictions": reads 32-bit aligned
 WRITE_ALIGN_BYTES = 16    # OCLSG "Restrictions": writes 128-bit aligned
 SUB_GROUP_SIZES = (8, 16, 32)
 MAX_ROWS = 32
-NAME_RE = re.compile(r"^XE_1D_(U8|U16|U32|U64)x(\d+)x(\d+)_(LD|ST|PF)_SG(\d+)$")
+NAME_RE = re.compile(r"^XE_1D_(U4|U8|U16|U32|U64)x(\d+)x(\d+)_(LD|ST|PF)_SG(\d+)$")
 
 
 class Block1DError(XegemmError):
@@ -61,7 +69,7 @@ def _is_pow2(n: int) -> bool:
 class Block1DAtom:
     """``rows`` rows of ``cols`` elements of ``type_name``, each row one 1D sub-group block message."""
 
-    type_name: str      # U8 U16 U32 U64: the element granularity of the lane map
+    type_name: str      # U4 U8 U16 U32 U64: the element granularity of the lane map
     rows: int
     cols: int
     op: str             # LD ST PF
@@ -73,7 +81,7 @@ class Block1DAtom:
         m = NAME_RE.match(name.strip())
         if not m:
             raise Block1DError(f"'{name}' is not a 1D block atom name: expected "
-                               "XE_1D_<U8|U16|U32|U64>x<rows>x<cols>_<LD|ST|PF>_SG<S>, e.g. XE_1D_U16x8x16_LD_SG8")
+                               "XE_1D_<U4|U8|U16|U32|U64>x<rows>x<cols>_<LD|ST|PF>_SG<S>, e.g. XE_1D_U16x8x16_LD_SG8")
         t, rows, cols, op, lanes = m.groups()
         return cls(t, int(rows), int(cols), op, int(lanes))
 
@@ -114,9 +122,29 @@ class Block1DAtom:
         return self.chunk_bits // self.elem_bits
 
     @property
+    def unit_bits(self) -> int:
+        """Bits one element access moves at a surface's edge: an element, or for 4-bit data its byte (two
+        elements)."""
+        return max(8, self.elem_bits)
+
+    @property
+    def unit_bytes(self) -> int:
+        return self.unit_bits // 8
+
+    @property
+    def chunk_units(self) -> int:
+        """Element accesses per chunk (:attr:`unit_bits` each)."""
+        return self.chunk_bits // self.unit_bits
+
+    @property
     def elem_ctype(self) -> str:
-        """The unsigned OpenCL C scalar of one element."""
-        return UNSIGNED_CTYPE[self.elem_bits]
+        """The unsigned OpenCL C scalar one element access moves (a uchar of two 4-bit elements)."""
+        return UNSIGNED_CTYPE[self.unit_bits]
+
+    @property
+    def x_bytes(self) -> str:
+        """The C byte offset of column ``x`` (in elements of the tile's type) within a row."""
+        return c_byte_offset("x", self.elem_bits)
 
     @property
     def chunk_ctype(self) -> str:

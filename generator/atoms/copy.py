@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from xegemm.atoms.lanemap import LaneMap
-from xegemm.dtypes import UNSIGNED_CTYPE, vector_ctype
+from xegemm.dtypes import UNSIGNED_CTYPE, c_byte_offset, vector_ctype
 from xegemm.errors import XegemmError
 
 SUB_GROUP = 16  # 2D block messages need a full sub-group of 16 (OCL2D, SPV2D)
@@ -346,6 +346,11 @@ class CopyAtom:
     def row_bytes(self) -> int:
         """Bytes of one memory row of the block."""
         return self.cols * self.elem_bits // 8
+
+    @property
+    def x_bytes(self) -> str:
+        """The C byte offset of column ``x`` (in elements of the atom's type) within a row."""
+        return c_byte_offset("x", self.elem_bits)
 
     @property
     def ib_builtin(self) -> str:

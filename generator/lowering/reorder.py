@@ -1,11 +1,16 @@
 """The C of a reorder: an MMA fragment gathered from copy registers (xegemm.plan.Reorder), in both lowerings.
 
-Per fragment component, per element: the copy register component and bit offset holding it, read in the
-lane itself or fetched with ``intel_sub_group_shuffle`` (cl_intel_subgroups; IGC turns it into moves with
-register regioning) from a source lane written as an affine expression of the lane; where lanes differ in
-the register they need, each register is fetched once and the lane picks its own (a mask test of the lane).
+Per fragment component, per element: the copy register word and bit offset holding it, read in the lane
+itself or fetched with ``intel_sub_group_shuffle`` (cl_intel_subgroups, which shuffles 32- and 64-bit
+integers; IGC turns it into moves with register regioning) from a source lane written as an affine
+expression of the lane; where lanes differ in the register they need, each register is fetched once and the
+lane picks its own (a mask test of the lane).
 Every shuffle is issued by every lane (temporaries, never inside a condition).  Everything comes from
-``Reorder.sources``, which the planner derived from the two lane maps.
+``Reorder.sources``, which the planner derived from the two lane maps.  A word is what one shuffle moves: a
+uint of consecutive register components (four uchar, two ushort or one uint) or one ulong component, so
+that a lane gathering 4-bit B columns from byte registers takes four rows per shuffle instead of one
+(measured with Debian's IGC for dg2: a 16x16x64 sub-group tile of s4 with column-major A and row-major B
+spilled 736 B with one shuffle per component).
 """
 
 from __future__ import annotations
@@ -50,27 +55,38 @@ def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, 
     registers are arrays of their components (the portable staged k-step's 2D copies)."""
     copy = operand.atom
     reg_bits = copy.register_elem_bits
-    per_reg = reg_bits // elem_bits
+    word_bits = max(32, reg_bits)        # a shuffle moves a uint (a ulong for 64-bit components) ...
+    per_word = word_bits // elem_bits
+    comps_per_word = word_bits // reg_bits   # ... so narrower components travel packed, q consecutive per word
     frag_bits, frag_n = ctype_shape(frag_ctype)
     per_frag = frag_bits // elem_bits
     mask = hex((1 << elem_bits) - 1)
+    fetch_ctype = UNSIGNED_CTYPE[word_bits]
     var = operand.operand
     lines = []
     fetched: dict = {}
 
-    def fetch(tile: int, comp: int, lanes_src: dict[int, int]) -> str:
-        """A temporary holding component ``comp`` of tile ``tile`` from the lane ``lanes_src[lane]``."""
+    def word_of(tile: int, w: int) -> str:
+        """Word ``w`` of tile ``tile``'s registers in this lane: its components, the first in the low bits."""
+        comps = range(w * comps_per_word, min((w + 1) * comps_per_word, copy.register_length))
+        refs = [f"({fetch_ctype}){var}{tile}" if copy.register_length == 1 and not arrays else
+                f"({fetch_ctype}){var}{tile}[{c}]" for c in comps]
+        parts = [ref if not i else f"({ref} << {i * reg_bits})" for i, ref in enumerate(refs)]
+        return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
+
+    def fetch(tile: int, w: int, lanes_src: dict[int, int]) -> str:
+        """A temporary holding word ``w`` of tile ``tile`` from the lane ``lanes_src[lane]``."""
         same = all(src == lane for lane, src in lanes_src.items())
         source = "" if same else lane_fit(lanes_src, sub_group)
         if source is None:           # no affine form: one broadcast per source lane, picked below
             return None
-        key = (tile, comp, source)
+        key = (tile, w, source)
         if key not in fetched:
             t = f"{name}_t{len(fetched)}"
-            value = f"(uint){var}{tile}" if copy.register_length == 1 and not arrays else f"(uint){var}{tile}[{comp}]"
+            value = word_of(tile, w)
             if source:
                 value = f"intel_sub_group_shuffle({value}, ({source}) & {sub_group - 1})"
-            lines.append(f"const uint {t} = {value};")
+            lines.append(f"const {fetch_ctype} {t} = {value};")
             fetched[key] = t
         return fetched[key]
 
@@ -79,16 +95,16 @@ def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, 
         parts = []
         for s in range(per_frag):
             e = c * per_frag + s
-            groups: dict = {}            # (tile, component) -> {lane: (source lane, bit shift)}
+            groups: dict = {}            # (tile, word) -> {lane: (source lane, bit shift)}
             for lane in range(sub_group):
                 src = reorder.sources[lane][e]
                 if src is not None:
                     tile, elem, src_lane = src
-                    groups.setdefault((tile, elem // per_reg), {})[lane] = (src_lane, elem % per_reg * elem_bits)
+                    groups.setdefault((tile, elem // per_word), {})[lane] = (src_lane, elem % per_word * elem_bits)
             if not groups:
                 continue
             choices = []                 # (lanes, expression) in any order
-            for (tile, comp), lanes_at in groups.items():
+            for (tile, w), lanes_at in groups.items():
                 shifts = {lane: at[1] for lane, at in lanes_at.items()}
                 shift = str(next(iter(shifts.values()))) if len(set(shifts.values())) == 1 else \
                     lane_fit(shifts, sub_group)
@@ -96,10 +112,10 @@ def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, 
                     [{x: at for x, at in lanes_at.items() if at[1] == v} for v in sorted(set(shifts.values()))]
                 for part in parts_by:
                     sources = {lane: at[0] for lane, at in part.items()}
-                    split = [sources] if fetch(tile, comp, sources) is not None else \
+                    split = [sources] if fetch(tile, w, sources) is not None else \
                         [{x: v for x, v in sources.items() if v == src} for src in sorted(set(sources.values()))]
                     for lanes in split:
-                        t = fetch(tile, comp, lanes)
+                        t = fetch(tile, w, lanes)
                         bits = shift if shift is not None else str(next(iter(part.values()))[1])
                         value = t if bits == "0" else f"({t} >> ({bits}))"
                         if elem_bits < 32:
