@@ -36,12 +36,14 @@ _ARCH_WORDS = (("avx512", "avx512"), ("skx", "avx512"), ("icelake", "avx512"), (
                ("avx2", "avx2"), ("haswell", "avx2"), ("corei7-avx", "avx"), ("corei7", "sse4.2"))
 
 
-def _host_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return set()
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+def host_flags(cpuinfo: str | None = None) -> set[str]:
+    """The instruction-set flags of the host's first CPU (``/proc/cpuinfo``, or its text; empty if unreadable)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return set()
+    line = next((line for line in cpuinfo.splitlines() if line.split(":")[0].strip() == "flags"), "")
     return set(line.partition(":")[2].split())
 
 
@@ -52,7 +54,7 @@ def cpu_code_path(environ=None, flags: set[str] | None = None) -> CpuCodePath:
     for word, path in _ARCH_WORDS:
         if word in arch:
             return PATHS[path]
-    flags = _host_flags() if flags is None else flags
+    flags = host_flags() if flags is None else flags
     for flag, path in (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx")):
         if flag in flags:
             return PATHS[path]
