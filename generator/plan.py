@@ -10,6 +10,7 @@ anything else is rejected with the rule and the numbers that fail.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -186,11 +187,13 @@ def _to_memory(coord, transpose: bool):
     return (coord[1], coord[0]) if transpose else coord
 
 
-def _holders(copy, tiles, bits: int) -> dict:
-    """Memory coordinate (relative to the operand tile) -> [(tile, lane, element)] over every copy tile, with the
-    copy's lane map read at ``bits`` granularity."""
+def _holders(copy, tiles, only=None) -> dict:
+    """Memory coordinate (relative to the operand tile) -> [(tile, lane, element)] over the copy tiles (those
+    in the set ``only``, when given), elements at the copy's element granularity."""
     out: dict = {}
     for t, (r0, c0) in enumerate(tiles):
+        if only is not None and t not in only:
+            continue
         for lane, coords in enumerate(copy.lane_map.map):
             for e, c in enumerate(coords):
                 if c is not None:
@@ -230,6 +233,16 @@ def locate_fragment(holders: dict, frag_map, origin: tuple[int, int], transpose:
     return Reorder(tuple(sources))
 
 
+def _shift_tiles(found: Fragment | Reorder, shift: int) -> Fragment | Reorder:
+    """The same fragment ``shift`` copy tiles further on."""
+    if not shift:
+        return found
+    if isinstance(found, Fragment):
+        return Fragment(found.tile + shift, found.offset)
+    return Reorder(tuple(tuple(None if s is None else (s[0] + shift, s[1], s[2]) for s in row)
+                         for row in found.sources))
+
+
 def reorder_cost(fragments: dict) -> int:
     """0 when every fragment is a contiguous run, 1 when some need a per-lane permutation, 2 for a gather."""
     return max((0 if isinstance(f, Fragment) else 2 if f.cross_lane else 1 for f in fragments.values()), default=0)
@@ -258,17 +271,25 @@ def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int,
                            f"holds {elem_bits}-bit elements")
     else:
         frag_bits = ctype_shape(mma.ctype(operand))[0]   # fragments are addressed in the operand's components
-    holders = _holders(copy, tiles, elem_bits)
+    # the tiles repeat every copy block: a fragment is located once per origin within a block (among the
+    # tiles it can reach from there) and moved to the other blocks by renumbering the tiles
+    reach = _to_memory(frag_shape, transpose)
+    near = {t for t, (r0, c0) in enumerate(tiles) if r0 < copy.rows + reach[0] and c0 < copy.cols + reach[1]}
+    holders = _holders(copy, tiles, near)
+    per_row = cols // copy.cols
+    located: dict = {}
     fragments = {}
     fr, fc = frag_shape
     for i in range(frag_grid[0]):
         for j in range(frag_grid[1]):
-            origin = _to_memory((i * fr, j * fc), transpose)
-            found = locate_fragment(holders, frag_map, origin, transpose, frag_bits, elem_bits)
-            if found is None:
+            r, c = _to_memory((i * fr, j * fc), transpose)
+            base = (r % copy.rows, c % copy.cols)
+            if base not in located:
+                located[base] = locate_fragment(holders, frag_map, base, transpose, frag_bits, elem_bits)
+            if located[base] is None:
                 raise PlanRejected(f"{copy.name} tiles do not hold every element of {operand.upper()} fragment "
                                    f"({i},{j}) of {mma.name}")
-            fragments[(i, j)] = found
+            fragments[(i, j)] = _shift_tiles(located[base], r // copy.rows * per_row + c // copy.cols)
     cost = reorder_cost(fragments)
     if cost > max_cost:
         what = ("a contiguous run of its registers" if max_cost == 0 else
@@ -284,10 +305,17 @@ def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int,
 COPY_TYPE_OF_BITS = {bits: name for name, bits in COPY_TYPE_BITS.items() if name.startswith("U")}
 
 
+@functools.cache
+def _legal_copy_atoms() -> tuple[CopyAtom, ...]:
+    """Every legal copy atom, enumerated once (checking the 2D block rules of every candidate is most of a
+    plan's time otherwise)."""
+    return tuple(enumerate_copy_atoms(include_quirks=False))
+
+
 def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int, max_cols: int,
                 type_name: str | None = None):
     """Legal copy atoms of a family, biggest first (fewest messages)."""
-    pool = [a for a in enumerate_copy_atoms(include_quirks=False)
+    pool = [a for a in _legal_copy_atoms()
             if a.op == op and a.layout in layouts and a.elem_bits == elem_bits
             and (type_name is None or a.type_name == type_name)
             and a.rows <= max_rows and a.cols <= max_cols]
