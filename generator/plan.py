@@ -248,10 +248,12 @@ def reorder_cost(fragments: dict) -> int:
     return max((0 if isinstance(f, Fragment) else 2 if f.cross_lane else 1 for f in fragments.values()), default=0)
 
 
+@functools.lru_cache(maxsize=1024)
 def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int, int], frag_shape,
                   frag_grid, transpose: bool, max_cost: int = 2) -> OperandPlan:
     """Cover an operand tile (memory rows x cols) with ``copy`` and locate every MMA fragment in it: a
-    contiguous run where the lane maps allow, else a reorder (at most ``max_cost``, see :func:`reorder_cost`)."""
+    contiguous run where the lane maps allow, else a reorder (at most ``max_cost``, see :func:`reorder_cost`).
+    Remembered: variants of a sweep share most operand tiles (the plan never changes the fragments)."""
     rows, cols = extent
     if rows % copy.rows or cols % copy.cols:
         raise PlanRejected(f"{operand.upper()} tile {rows}x{cols} (memory rows x cols) is not a multiple of "
