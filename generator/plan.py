@@ -25,7 +25,12 @@ from xegemm.epilogue import EpilogueSpec
 from xegemm.errors import XegemmError
 from xegemm.targets import dpas_widths, targets_at
 
-RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
+# The register estimate (:func:`_register_estimate`), fitted to what Debian's IGC allocates for the native k-step
+# on pvc (README "Registers"; the measured table is tests/data/register_spills.tsv):
+RESERVED_GRF = {128: 20, 256: 18}   # by GRF mode: kernel arguments, loop counters, addresses beside the tiles
+SUBGROUPS_GRF = 8                   # more reserved when a work-group has several sub-groups (their positions)
+NEXT_CHUNK_SHARE = 8                # 1/8 of the copy tiles the next k-chunk adds are live early (hoisted loads)
+PREFETCH_GRF = 2                    # per 2D block copy tile of a k-step, when prefetching: the prefetch's addresses
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
 
 
@@ -80,6 +85,24 @@ class OperandPlan:
     def per_kstep(self) -> int:
         """Copy tiles per k-step (for C: per epilogue)."""
         return len(self.tiles)
+
+    def chunk_spans(self) -> dict[int, tuple[int, int]]:
+        """A or B: copy tile -> the first and last DPAS k-chunk reading it (fragments are keyed (i, k-chunk)
+        for A, (k-chunk, j) for B)."""
+        spans: dict[int, tuple[int, int]] = {}
+        for key, frag in self.fragments.items():
+            ki = key[1] if self.operand == "a" else key[0]
+            for tile in (frag.tiles if isinstance(frag, Reorder) else (frag.tile,)):
+                first, last = spans.get(tile, (ki, ki))
+                spans[tile] = (min(first, ki), max(last, ki))
+        return spans
+
+    def live_tiles(self, chunks: int) -> int:
+        """The most copy tiles read within any ``chunks`` consecutive k-chunks (the tiles live then)."""
+        spans = self.chunk_spans()
+        last_chunk = max(last for _, last in spans.values())
+        return max(sum(1 for first, last in spans.values() if first < ki + chunks and last >= ki)
+                   for ki in range(last_chunk + 1))
 
     @property
     def messages_per_kstep(self) -> int:
@@ -153,16 +176,10 @@ class Plan:
     def load_chunks(self, operand: str) -> dict[int, tuple[int, ...]]:
         """DPAS k-chunk -> the copy tiles of ``operand`` ("a" or "b") first used by it: the native k-step
         loads each tile just before that chunk, so tiles of later chunks are not live during earlier ones."""
-        op = getattr(self, operand)
-        first: dict[int, int] = {}
-        for key in sorted(op.fragments, key=lambda k: (k[1], k[0]) if operand == "a" else k):
-            frag = op.fragments[key]
-            ki = key[1] if operand == "a" else key[0]
-            for tile in (frag.tiles if isinstance(frag, Reorder) else (frag.tile,)):
-                first.setdefault(tile, ki)
+        spans = getattr(self, operand).chunk_spans()
         out: dict[int, list[int]] = {}
-        for tile in range(len(op.tiles)):
-            out.setdefault(first[tile], []).append(tile)
+        for tile in range(len(spans)):
+            out.setdefault(spans[tile][0], []).append(tile)
         return {ki: tuple(tiles) for ki, tiles in out.items()}
 
     def summary(self) -> dict:
@@ -381,11 +398,12 @@ def kernel_name(config: Config, mma: MmaAtom, a: CopyAtom, b: CopyAtom, c: CopyA
             + (f"_swz{config.tile.swizzle}" if config.tile.swizzle != 1 else ""))
 
 
-def plan(config: Config, issuable=None) -> Plan:
+def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
     """Plan one resolved variant (no sweep); raises PlanRejected with a reason a person understands.
 
     ``issuable(atom) -> bool`` (:meth:`xegemm.lowering.Lowering.issues`) makes the planner prefer the copy
-    atoms the lowering the plan is for can issue.  The sub-group size picks the copy family: 16 = Xe 2D block copies + SIMD16 DPAS (pvc, bmg); 8 = 1D
+    atoms the lowering the plan is for can issue.  ``check_registers=False`` keeps a plan whose register
+    estimate exceeds ``target.grf`` (to build it and compare the estimate with the ISA, :mod:`xegemm.evaluate.spills`).  The sub-group size picks the copy family: 16 = Xe 2D block copies + SIMD16 DPAS (pvc, bmg); 8 = 1D
     sub-group block tiles (xegemm.atoms.block1d) + SIMD8 DPAS (dg2, which has no 2D block IO).  Either way
     every DPAS fragment is located in the copies' registers by comparing lane maps.
     """
@@ -470,12 +488,13 @@ def plan(config: Config, issuable=None) -> Plan:
         b_plan = _with_prefetch(b_plan)
     registers = _register_estimate(config, mma, a_plan, b_plan, sgm, sgn)
     budget = config.target.grf
-    if registers["total_grf"] > budget:
+    if check_registers and registers["total_grf"] > budget:
         width = _grf_bytes(mma.n)
         raise PlanRejected(
             f"registers: accumulators {registers['acc_grf']} + A {registers['a_grf']} + B {registers['b_grf']} + "
+            + (f"prefetches {registers['prefetch_grf']} + " if registers["prefetch_grf"] else "")
             + (f"reorders {registers['reorder_grf']} + " if registers["reorder_grf"] else "")
-            + f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
+            + f"{registers['reserved_grf']} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
             + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
     k_tiles = math.ceil(config.problem.k / bk)
@@ -600,22 +619,30 @@ def _grf_bytes(simd: int) -> int:
 
 
 def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
-    """GRFs per thread: accumulators + every A and B copy tile of a k-step + reorder temporaries + reserved.
-
-    All copy tiles count as live (measured with Debian's IGC on pvc: its scheduler keeps them live even when
-    the k-step loads each just before its k-chunk, e.g. 16x128x32 sub-group tiles spill in every layout).  A
-    reordered fragment is built before its DPAS: one A fragment, or a k-chunk's B fragments, live beside the
-    tiles, twice that for a cross-lane gather (its shuffled registers).
+    """GRFs per thread of the native k-step, as Debian's IGC allocates them on pvc (fitted to the ISA's spills,
+    README "Registers"): accumulators; for A and B, the copy tiles one DPAS k-chunk reads (the k-step loads
+    each tile just before its first chunk; the last chunk reading it frees it) plus an eighth of those the
+    next chunk adds (loads the scheduler hoists); the address state of each 2D block tile's prefetch; reorder
+    temporaries (one A fragment, or a k-chunk's B fragments, built before their DPAS; twice that for a
+    cross-lane gather); and the registers kept beside them (more with several sub-groups per work-group).
     """
     lanes, width = config.tile.subgroup_size, _grf_bytes(mma.n)
     grf = lambda nbytes: -(-nbytes // width)  # noqa: E731
     acc = grf(sgm * sgn * mma.d_type.bits // 8)
-    a = grf(a_plan.per_kstep * a_plan.atom.register_bytes * lanes)
-    b = grf(b_plan.per_kstep * b_plan.atom.register_bytes * lanes)
+    live = {}
+    for op in (a_plan, b_plan):
+        tile = grf(op.atom.register_bytes * lanes)
+        one, two = op.live_tiles(1), op.live_tiles(2)
+        live[op.operand] = tile * one + -(-tile * (two - one) // NEXT_CHUNK_SHARE)
+    # measured for 2D block tiles only: dg2's 1D block tiles (up to one per row) are not counted
+    block2d = not isinstance(a_plan.atom, Block1DAtom)
+    prefetch = PREFETCH_GRF * (a_plan.per_kstep + b_plan.per_kstep) if config.pipeline.prefetch and block2d else 0
     reorder = 0
-    for op, live in ((a_plan, 1), (b_plan, sgn // mma.n)):
+    for op, fragments in ((a_plan, 1), (b_plan, sgn // mma.n)):
         cost = reorder_cost(op.fragments)
         if cost:
-            reorder += cost * live * grf(mma.register_bytes(op.operand) * lanes)
-    return {"acc_grf": acc, "a_grf": a, "b_grf": b, "reorder_grf": reorder, "reserved_grf": RESERVED_GRF,
-            "total_grf": acc + a + b + reorder + RESERVED_GRF, "budget_grf": config.target.grf}
+            reorder += cost * fragments * grf(mma.register_bytes(op.operand) * lanes)
+    reserved = RESERVED_GRF[config.target.grf] + (SUBGROUPS_GRF if math.prod(config.tile.subgroups) > 1 else 0)
+    total = acc + live["a"] + live["b"] + prefetch + reorder + reserved
+    return {"acc_grf": acc, "a_grf": live["a"], "b_grf": live["b"], "prefetch_grf": prefetch, "reorder_grf": reorder,
+            "reserved_grf": reserved, "total_grf": total, "budget_grf": config.target.grf}
