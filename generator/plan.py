@@ -403,9 +403,10 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
 
     ``issuable(atom) -> bool`` (:meth:`xegemm.lowering.Lowering.issues`) makes the planner prefer the copy
     atoms the lowering the plan is for can issue.  ``check_registers=False`` keeps a plan whose register
-    estimate exceeds ``target.grf`` (to build it and compare the estimate with the ISA, :mod:`xegemm.evaluate.spills`).  The sub-group size picks the copy family: 16 = Xe 2D block copies + SIMD16 DPAS (pvc, bmg); 8 = 1D
-    sub-group block tiles (xegemm.atoms.block1d) + SIMD8 DPAS (dg2, which has no 2D block IO).  Either way
-    every DPAS fragment is located in the copies' registers by comparing lane maps.
+    estimate exceeds ``target.grf`` (to build it and compare the estimate with the ISA,
+    :mod:`xegemm.evaluate.spills`).  The sub-group size picks the copy family: 16 = Xe 2D block copies +
+    SIMD16 DPAS (pvc, bmg); 8 = 1D sub-group block tiles (xegemm.atoms.block1d) + SIMD8 DPAS (dg2, which has
+    no 2D block IO).  Either way every DPAS fragment is located in the copies' registers by comparing lane maps.
     """
     t, lay, tile = config.types, config.layout, config.tile
     bm, bn, bk = tile.workgroup
