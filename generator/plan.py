@@ -10,6 +10,7 @@ anything else is rejected with the rule and the numbers that fail.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -24,8 +25,13 @@ from xegemm.epilogue import EpilogueSpec
 from xegemm.errors import XegemmError
 from xegemm.targets import dpas_widths, targets_at
 
-RESERVED_GRF = 16            # addresses, loop counters and temporaries kept beside the tiles
 GATHER_TILE_BYTES = 64       # per lane: larger 1D block tiles are a reorder's last resort (see _choose)
+# The register estimate (:func:`_register_estimate`), fitted to what Debian's IGC allocates for the native k-step
+# on pvc (README "Registers"; the measured table is tests/data/register_spills.tsv):
+RESERVED_GRF = {128: 20, 256: 18}   # by GRF mode: kernel arguments, loop counters, addresses beside the tiles
+SUBGROUPS_GRF = 8                   # more reserved when a work-group has several sub-groups (their positions)
+NEXT_CHUNK_SHARE = 8                # 1/8 of the copy tiles the next k-chunk adds are live early (hoisted loads)
+PREFETCH_GRF = 2                    # per 2D block copy tile of a k-step, when prefetching: the prefetch's addresses
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
 
 
@@ -80,6 +86,24 @@ class OperandPlan:
     def per_kstep(self) -> int:
         """Copy tiles per k-step (for C: per epilogue)."""
         return len(self.tiles)
+
+    def chunk_spans(self) -> dict[int, tuple[int, int]]:
+        """A or B: copy tile -> the first and last DPAS k-chunk reading it (fragments are keyed (i, k-chunk)
+        for A, (k-chunk, j) for B)."""
+        spans: dict[int, tuple[int, int]] = {}
+        for key, frag in self.fragments.items():
+            ki = key[1] if self.operand == "a" else key[0]
+            for tile in (frag.tiles if isinstance(frag, Reorder) else (frag.tile,)):
+                first, last = spans.get(tile, (ki, ki))
+                spans[tile] = (min(first, ki), max(last, ki))
+        return spans
+
+    def live_tiles(self, chunks: int) -> int:
+        """The most copy tiles read within any ``chunks`` consecutive k-chunks (the tiles live then)."""
+        spans = self.chunk_spans()
+        last_chunk = max(last for _, last in spans.values())
+        return max(sum(1 for first, last in spans.values() if first < ki + chunks and last >= ki)
+                   for ki in range(last_chunk + 1))
 
     @property
     def messages_per_kstep(self) -> int:
@@ -160,16 +184,10 @@ class Plan:
     def load_chunks(self, operand: str) -> dict[int, tuple[int, ...]]:
         """DPAS k-chunk -> the copy tiles of ``operand`` ("a" or "b") first used by it: the native k-step
         loads each tile just before that chunk, so tiles of later chunks are not live during earlier ones."""
-        op = getattr(self, operand)
-        first: dict[int, int] = {}
-        for key in sorted(op.fragments, key=lambda k: (k[1], k[0]) if operand == "a" else k):
-            frag = op.fragments[key]
-            ki = key[1] if operand == "a" else key[0]
-            for tile in (frag.tiles if isinstance(frag, Reorder) else (frag.tile,)):
-                first.setdefault(tile, ki)
+        spans = getattr(self, operand).chunk_spans()
         out: dict[int, list[int]] = {}
-        for tile in range(len(op.tiles)):
-            out.setdefault(first[tile], []).append(tile)
+        for tile in range(len(spans)):
+            out.setdefault(spans[tile][0], []).append(tile)
         return {ki: tuple(tiles) for ki, tiles in out.items()}
 
     def summary(self) -> dict:
@@ -194,11 +212,13 @@ def _to_memory(coord, transpose: bool):
     return (coord[1], coord[0]) if transpose else coord
 
 
-def _holders(copy, tiles, bits: int) -> dict:
-    """Memory coordinate (relative to the operand tile) -> [(tile, lane, element)] over every copy tile, with the
-    copy's lane map read at ``bits`` granularity."""
+def _holders(copy, tiles, only=None) -> dict:
+    """Memory coordinate (relative to the operand tile) -> [(tile, lane, element)] over the copy tiles (those
+    in the set ``only``, when given), elements at the copy's element granularity."""
     out: dict = {}
     for t, (r0, c0) in enumerate(tiles):
+        if only is not None and t not in only:
+            continue
         for lane, coords in enumerate(copy.lane_map.map):
             for e, c in enumerate(coords):
                 if c is not None:
@@ -238,15 +258,27 @@ def locate_fragment(holders: dict, frag_map, origin: tuple[int, int], transpose:
     return Reorder(tuple(sources))
 
 
+def _shift_tiles(found: Fragment | Reorder, shift: int) -> Fragment | Reorder:
+    """The same fragment ``shift`` copy tiles further on."""
+    if not shift:
+        return found
+    if isinstance(found, Fragment):
+        return Fragment(found.tile + shift, found.offset)
+    return Reorder(tuple(tuple(None if s is None else (s[0] + shift, s[1], s[2]) for s in row)
+                         for row in found.sources))
+
+
 def reorder_cost(fragments: dict) -> int:
     """0 when every fragment is a contiguous run, 1 when some need a per-lane permutation, 2 for a gather."""
     return max((0 if isinstance(f, Fragment) else 2 if f.cross_lane else 1 for f in fragments.values()), default=0)
 
 
+@functools.lru_cache(maxsize=1024)
 def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int, int], frag_shape,
                   frag_grid, transpose: bool, max_cost: int = 2) -> OperandPlan:
     """Cover an operand tile (memory rows x cols) with ``copy`` and locate every MMA fragment in it: a
-    contiguous run where the lane maps allow, else a reorder (at most ``max_cost``, see :func:`reorder_cost`)."""
+    contiguous run where the lane maps allow, else a reorder (at most ``max_cost``, see :func:`reorder_cost`).
+    Remembered: variants of a sweep share most operand tiles (the plan never changes the fragments)."""
     rows, cols = extent
     if rows % copy.rows or cols % copy.cols:
         raise PlanRejected(f"{operand.upper()} tile {rows}x{cols} (memory rows x cols) is not a multiple of "
@@ -266,17 +298,25 @@ def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int,
                            f"holds {elem_bits}-bit elements")
     else:
         frag_bits = ctype_shape(mma.ctype(operand))[0]   # fragments are addressed in the operand's components
-    holders = _holders(copy, tiles, elem_bits)
+    # the tiles repeat every copy block: a fragment is located once per origin within a block (among the
+    # tiles it can reach from there) and moved to the other blocks by renumbering the tiles
+    reach = _to_memory(frag_shape, transpose)
+    near = {t for t, (r0, c0) in enumerate(tiles) if r0 < copy.rows + reach[0] and c0 < copy.cols + reach[1]}
+    holders = _holders(copy, tiles, near)
+    per_row = cols // copy.cols
+    located: dict = {}
     fragments = {}
     fr, fc = frag_shape
     for i in range(frag_grid[0]):
         for j in range(frag_grid[1]):
-            origin = _to_memory((i * fr, j * fc), transpose)
-            found = locate_fragment(holders, frag_map, origin, transpose, frag_bits, elem_bits)
-            if found is None:
+            r, c = _to_memory((i * fr, j * fc), transpose)
+            base = (r % copy.rows, c % copy.cols)
+            if base not in located:
+                located[base] = locate_fragment(holders, frag_map, base, transpose, frag_bits, elem_bits)
+            if located[base] is None:
                 raise PlanRejected(f"{copy.name} tiles do not hold every element of {operand.upper()} fragment "
                                    f"({i},{j}) of {mma.name}")
-            fragments[(i, j)] = found
+            fragments[(i, j)] = _shift_tiles(located[base], r // copy.rows * per_row + c // copy.cols)
     cost = reorder_cost(fragments)
     if cost > max_cost:
         what = ("a contiguous run of its registers" if max_cost == 0 else
@@ -292,10 +332,17 @@ def _plan_operand(operand: str, copy: CopyAtom, mma: MmaAtom, extent: tuple[int,
 COPY_TYPE_OF_BITS = {bits: name for name, bits in COPY_TYPE_BITS.items() if name.startswith("U")}
 
 
+@functools.cache
+def _legal_copy_atoms() -> tuple[CopyAtom, ...]:
+    """Every legal copy atom, enumerated once (checking the 2D block rules of every candidate is most of a
+    plan's time otherwise)."""
+    return tuple(enumerate_copy_atoms(include_quirks=False))
+
+
 def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int, max_cols: int,
                 type_name: str | None = None):
     """Legal copy atoms of a family, biggest first (fewest messages)."""
-    pool = [a for a in enumerate_copy_atoms(include_quirks=False)
+    pool = [a for a in _legal_copy_atoms()
             if a.op == op and a.layout in layouts and a.elem_bits == elem_bits
             and (type_name is None or a.type_name == type_name)
             and a.rows <= max_rows and a.cols <= max_cols]
@@ -368,13 +415,15 @@ def kernel_name(config: Config, mma: MmaAtom, a: CopyAtom, b: CopyAtom, c: CopyA
             + ("_rb{}x{}".format(*config.tile.register_block) if any(config.tile.register_block) else ""))
 
 
-def plan(config: Config, issuable=None) -> Plan:
+def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
     """Plan one resolved variant (no sweep); raises PlanRejected with a reason a person understands.
 
     ``issuable(atom) -> bool`` (:meth:`xegemm.lowering.Lowering.issues`) makes the planner prefer the copy
-    atoms the lowering the plan is for can issue.  The sub-group size picks the copy family: 16 = Xe 2D block copies + SIMD16 DPAS (pvc, bmg); 8 = 1D
-    sub-group block tiles (xegemm.atoms.block1d) + SIMD8 DPAS (dg2, which has no 2D block IO).  Either way
-    every DPAS fragment is located in the copies' registers by comparing lane maps.
+    atoms the lowering the plan is for can issue.  ``check_registers=False`` keeps a plan whose register
+    estimate exceeds ``target.grf`` (to build it and compare the estimate with the ISA,
+    :mod:`xegemm.evaluate.spills`).  The sub-group size picks the copy family: 16 = Xe 2D block copies +
+    SIMD16 DPAS (pvc, bmg); 8 = 1D sub-group block tiles (xegemm.atoms.block1d) + SIMD8 DPAS (dg2, which has
+    no 2D block IO).  Either way every DPAS fragment is located in the copies' registers by comparing lane maps.
     """
     t, lay, tile = config.types, config.layout, config.tile
     bm, bn, bk = tile.workgroup
@@ -454,12 +503,13 @@ def plan(config: Config, issuable=None) -> Plan:
         b_plan = _with_prefetch(b_plan)
     registers = _register_estimate(config, mma, a_plan, b_plan, sgm, sgn)
     budget = config.target.grf
-    if registers["total_grf"] > budget:
+    if check_registers and registers["total_grf"] > budget:
         width = _grf_bytes(mma.n)
         raise PlanRejected(
             f"registers: accumulators {registers['acc_grf']} + A {registers['a_grf']} + B {registers['b_grf']} + "
+            + (f"prefetches {registers['prefetch_grf']} + " if registers["prefetch_grf"] else "")
             + (f"reorders {registers['reorder_grf']} + " if registers["reorder_grf"] else "")
-            + f"{RESERVED_GRF} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
+            + f"{registers['reserved_grf']} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
             + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}); use a smaller tile" + (" or target.grf: 256" if budget < 256 else ""))
     rows, fragments = tile.register_block
@@ -590,22 +640,30 @@ def _grf_bytes(simd: int) -> int:
 
 
 def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
-    """GRFs per thread: accumulators + every A and B copy tile of a k-step + reorder temporaries + reserved.
-
-    All copy tiles count as live (measured with Debian's IGC on pvc: its scheduler keeps them live even when
-    the k-step loads each just before its k-chunk, e.g. 16x128x32 sub-group tiles spill in every layout).  A
-    reordered fragment is built before its DPAS: one A fragment, or a k-chunk's B fragments, live beside the
-    tiles, twice that for a cross-lane gather (its shuffled registers).
+    """GRFs per thread of the native k-step, as Debian's IGC allocates them on pvc (fitted to the ISA's spills,
+    README "Registers"): accumulators; for A and B, the copy tiles one DPAS k-chunk reads (the k-step loads
+    each tile just before its first chunk; the last chunk reading it frees it) plus an eighth of those the
+    next chunk adds (loads the scheduler hoists); the address state of each 2D block tile's prefetch; reorder
+    temporaries (one A fragment, or a k-chunk's B fragments, built before their DPAS; twice that for a
+    cross-lane gather); and the registers kept beside them (more with several sub-groups per work-group).
     """
     lanes, width = config.tile.subgroup_size, _grf_bytes(mma.n)
     grf = lambda nbytes: -(-nbytes // width)  # noqa: E731
     acc = grf(sgm * sgn * mma.d_type.bits // 8)
-    a = grf(a_plan.per_kstep * a_plan.atom.register_bytes * lanes)
-    b = grf(b_plan.per_kstep * b_plan.atom.register_bytes * lanes)
+    live = {}
+    for op in (a_plan, b_plan):
+        tile = grf(op.atom.register_bytes * lanes)
+        one, two = op.live_tiles(1), op.live_tiles(2)
+        live[op.operand] = tile * one + -(-tile * (two - one) // NEXT_CHUNK_SHARE)
+    # measured for 2D block tiles only: dg2's 1D block tiles (up to one per row) are not counted
+    block2d = not isinstance(a_plan.atom, Block1DAtom)
+    prefetch = PREFETCH_GRF * (a_plan.per_kstep + b_plan.per_kstep) if config.pipeline.prefetch and block2d else 0
     reorder = 0
-    for op, live in ((a_plan, 1), (b_plan, sgn // mma.n)):
+    for op, fragments in ((a_plan, 1), (b_plan, sgn // mma.n)):
         cost = reorder_cost(op.fragments)
         if cost:
-            reorder += cost * live * grf(mma.register_bytes(op.operand) * lanes)
-    return {"acc_grf": acc, "a_grf": a, "b_grf": b, "reorder_grf": reorder, "reserved_grf": RESERVED_GRF,
-            "total_grf": acc + a + b + reorder + RESERVED_GRF, "budget_grf": config.target.grf}
+            reorder += cost * fragments * grf(mma.register_bytes(op.operand) * lanes)
+    reserved = RESERVED_GRF[config.target.grf] + (SUBGROUPS_GRF if math.prod(config.tile.subgroups) > 1 else 0)
+    total = acc + live["a"] + live["b"] + prefetch + reorder + reserved
+    return {"acc_grf": acc, "a_grf": live["a"], "b_grf": live["b"], "prefetch_grf": prefetch, "reorder_grf": reorder,
+            "reserved_grf": reserved, "total_grf": total, "budget_grf": config.target.grf}

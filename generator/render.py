@@ -169,7 +169,9 @@ def reduction(plan: Plan) -> dict:
             "element": spec.element("sum", load_float(t.c, "c_bits"), "b"), "definitions": spec.definitions()}
 
 
-def _fragment_helpers(plan: Plan) -> str:
+def fragment_helpers(plan: Plan) -> list[str]:
+    """The C functions that move a plan's contiguous-run fragments out of copy registers (A, B) and
+    accumulators into C's store registers, each once."""
     macros = environment().get_template("fragments.cl.j2").module
     out = []
     for operand in (plan.a, plan.b):
@@ -184,7 +186,7 @@ def _fragment_helpers(plan: Plan) -> str:
         dst_bits, dst_n = ctype_shape(plan.c.atom.register_type)
         out.append(str(macros.put(acc, UNSIGNED_CTYPE[bits], acc_n, plan.c.atom.register_type,
                                   dst_n * dst_bits // bits)))
-    return "\n".join(dict.fromkeys(out))
+    return list(dict.fromkeys(out))
 
 
 def _row_bytes(bits: int) -> str:
@@ -237,7 +239,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
         mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
-        fragment_helpers=_fragment_helpers(plan),
+        fragment_helpers="\n".join(fragment_helpers(plan)),
         staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue,
         reduction=reduction(plan) if plan.split_k > 1 else None,
         swizzle=cfg.tile.swizzle, swizzle_lines=swizzle_c_lines(cfg.tile.swizzle) if cfg.tile.swizzle > 1 else [],

@@ -19,7 +19,6 @@ from conftest import run_portable
 from xegemm.dtypes import ctype_shape
 from xegemm.config import config_from_text
 from xegemm.config.schema import Problem
-from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
 from xegemm.plan import Fragment, PlanRejected, Reorder, plan, reorder_cost
 
@@ -250,45 +249,3 @@ def test_reference_tiles_do_not_spill_in_any_layout(tmp_path):
     """sycl-tla's PVC tiles (xe_atoms.md §5.1), 32x64 per sub-group: 32 DPAS per k-step, 0 spill bytes."""
     for v in _build(tmp_path, REFERENCE, "pvc", 8):
         assert v["isa"]["dpas"] == 32 and v["isa"]["grf"] == 256
-
-
-LIMIT = """name: limit
-problem: {m: 1024, n: 1024, k: 1024}
-tile: {workgroup: [64, 32, 32], subgroups: [1, 1], subgroup_size: 16}
-target: {grf: 256}
-sweep:
-  tile: [{workgroup: [64, 32, 32], subgroups: [1, 1]}, {workgroup: [32, 64, 32], subgroups: [1, 1]},
-         {workgroup: [16, 128, 32], subgroups: [1, 1]}, {workgroup: [48, 64, 32], subgroups: [1, 1]},
-         {workgroup: [32, 80, 32], subgroups: [1, 1]}]
-  layout: [{a: row, b: row}, {a: col, b: col}]
-"""
-
-
-@pytest.mark.ocloc
-def test_register_estimate_predicts_the_spills_of_the_isa(tmp_path, monkeypatch):
-    """Tiles around the 256-GRF limit, built even where the plan would reject them: the plan's verdict
-    (estimate > budget) is the ISA's (spill bytes > 0)."""
-    import xegemm.plan as plan_module
-    from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
-    from xegemm.pipeline import build_config
-
-    estimate, verdicts = plan_module._register_estimate, {}
-
-    def record(config, mma, a, b, sgm, sgn):
-        regs = estimate(config, mma, a, b, sgm, sgn)
-        verdicts[(sgm, sgn, config.layout.a, config.layout.b)] = regs["total_grf"] > regs["budget_grf"]
-        return {**regs, "total_grf": 0}          # let the plan through to measure it
-
-    monkeypatch.setattr(plan_module, "_register_estimate", record)
-    path = tmp_path / "limit.yaml"
-    path.write_text(LIMIT)
-    result = build_config(path, "pvc", out_dir=tmp_path / "out", capabilities_name=DEBIAN_CAPABILITIES)
-    seen = set()
-    for v in result["variants"]:
-        assert v["status"] == "ok", v["reason"]
-        cfg = next(pv.config for pv in plan_variants(config_from_text(LIMIT)) if pv.name == v["name"])
-        sgm, sgn = plan_module.plan(cfg).subgroup_tile
-        key = (sgm, sgn, cfg.layout.a, cfg.layout.b)
-        assert verdicts[key] == (v["isa"]["spill_bytes"] > 0), (v["name"], v["isa"]["spill_bytes"])
-        seen.add(verdicts[key])
-    assert seen == {True, False}

@@ -11,6 +11,7 @@ The atom models describe; the lowerings emit; the templates print (templates/cop
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES, MODERN_CAPABILITIES
@@ -33,13 +34,18 @@ class Lowering(NamedTuple):
 
     def issues(self, atom) -> bool:
         """Whether this lowering can issue a copy atom (portable: every atom; native: its capabilities)."""
-        if self.capabilities is None:
-            return True
-        try:
-            lower_copy(atom, self.capabilities)
-        except NativeUnsupported:
-            return False
-        return True
+        return self.capabilities is None or _lowers(atom, self.capabilities)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lowers(atom, capabilities: NativeCapabilities) -> bool:
+    """Whether ``capabilities`` lower ``atom`` to messages (remembered: the planner asks for every candidate
+    atom of every plan, and trying the splits of an atom a compiler cannot issue whole is slow)."""
+    try:
+        lower_copy(atom, capabilities)
+    except NativeUnsupported:
+        return False
+    return True
 
 
 def device_lowering(extensions, sub_group_sizes) -> Lowering:
