@@ -21,6 +21,7 @@ CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU = 1 << 1, 1 << 2
 CL_MEM_READ_WRITE, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 5
 CL_TRUE = 1
 CLBLAST_ROW_MAJOR, CLBLAST_TRANSPOSE_NO = 101, 111
+CLBLAST_PRECISION_SINGLE = 32
 
 
 class OpenCLError(RuntimeError):
@@ -41,7 +42,7 @@ def _check(code: int, what: str) -> None:
         raise OpenCLError(f"{what} failed with status {code}")
 
 
-def _loaded_path(fragment: str) -> str | None:
+def loaded_library_path(fragment: str) -> str | None:
     """Real path of the first library mapped into this process whose path contains ``fragment``."""
     with open("/proc/self/maps", encoding="utf-8") as maps:
         for line in maps:
@@ -59,7 +60,7 @@ class CLBlastGemm:
         self._blas = ctypes.CDLL(find_clblast() or "libclblast.so.1")
         self._declare()
         self.device = self._find_device(device_name, device_type)
-        path = _loaded_path("libclblast")
+        path = loaded_library_path("libclblast")
         match = re.search(r"\.so\.(\d+(?:\.\d+)*)$", path or "")
         self.version = match.group(1) if match else "unknown"
         self.library = path
@@ -102,6 +103,18 @@ class CLBlastGemm:
         sgemm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, sz, sz, sz, ctypes.c_float,
                           vp, sz, sz, vp, sz, sz, ctypes.c_float, vp, sz, sz,
                           ctypes.POINTER(vp), ctypes.POINTER(vp)]
+
+    def override(self, kernel: str, parameters: dict[str, int]) -> None:
+        """Use these tuning parameters for ``kernel`` (e.g. ``Xgemm``, single precision) on this device from the
+        next call on (``CLBlastOverrideParameters``; CLBlast compiles the kernel again with them)."""
+        names = (ctypes.c_char_p * len(parameters))(*(name.encode() for name in parameters))
+        values = (ctypes.c_size_t * len(parameters))(*parameters.values())
+        fn = self._blas.CLBlastOverrideParameters
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t,
+                       ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
+        _check(fn(self.device, kernel.encode(), CLBLAST_PRECISION_SINGLE, len(parameters), names, values),
+               f"CLBlastOverrideParameters({kernel})")
 
     def _info(self, device: int, param: int) -> bytes:
         size = ctypes.c_size_t()
