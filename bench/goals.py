@@ -1,0 +1,115 @@
+"""The goals run (``make bench-goals``; README "Benchmarks"): issue 10's performance goals measured in one run.
+
+``python -m bench.goals [--budget N] [--install-dpnp] [--out DIR] ...``:
+
+1. installs the library references it can (:mod:`bench.provision`: CLBlast as root; dpnp only with
+   ``--install-dpnp``) and notes why the others are skipped;
+2. per CPU code path of the host (:mod:`bench.code_paths`: AVX-512 when the CPU has it, and always AVX2),
+   runs :mod:`bench.goals_child` in a process started with that path's environment: it tunes bf16 and f16
+   at each goal shape, tunes CLBlast, and times the winners interleaved with every reference;
+3. writes ``DIR/goals.json`` (every measurement, the conditions, each goal's verdict) and ``DIR/goals.md``
+   (a table per code path, :mod:`bench.goals_table`), and prints the tables.
+
+Goals are reported, never asserted: the exit status is 0 when every code path was measured, whatever the
+ratios, and 1 when one could not be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from bench import REPO
+from bench.code_paths import CODE_PATHS, host_code_paths
+from bench.goals_child import LAUNCHES, ROUNDS, SPACE
+from bench.goals_table import GOALS, INPUT_TYPES, SHAPES, evaluate_row, markdown
+from bench.provision import ensure_clblast, ensure_dpnp
+
+
+def reference_skips(install: bool, install_dpnp: bool) -> dict[str, str]:
+    """The references this run cannot measure, and why (after installing what it may)."""
+    skipped = {}
+    clblast = ensure_clblast(install)
+    if clblast["library"]:
+        skipped["clblast"] = clblast["library"]
+    dpnp = ensure_dpnp(install_dpnp)
+    if dpnp:
+        skipped["onemkl"] = dpnp
+    return skipped
+
+
+def child_command(path: str, out: Path, args, skipped: dict[str, str]) -> list[str]:
+    command = [sys.executable, "-m", "bench.goals_child", "--code-path", path, "--out", str(out),
+               "--space", str(args.space), "--types", args.types, "--shapes", args.shapes,
+               "--rounds", str(args.rounds), "--launches", str(args.launches), "--clblast", args.clblast]
+    command += ["--budget", str(args.budget)] if args.budget else []
+    for key, reason in skipped.items():
+        command += ["--skip", f"{key}={reason}"]
+    return command
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="default runs/bench-goals-<timestamp>")
+    parser.add_argument("--space", type=Path, default=SPACE, help="the search space (default bench/goals.yaml)")
+    parser.add_argument("--types", default=",".join(INPUT_TYPES))
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--budget", type=int, default=None, help="tuning points per type and shape (default all)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--launches", type=int, default=LAUNCHES)
+    parser.add_argument("--code-paths", default=None, help="comma list of avx512,avx2 (default: the host's)")
+    parser.add_argument("--clblast", choices=("tune", "cached", "untuned"), default="tune",
+                        help="tune CLBlast per code path (cached across runs), use the cache only, or its defaults")
+    parser.add_argument("--install-dpnp", action="store_true", help="pip install the mkl extra (about 1.2 GB)")
+    parser.add_argument("--no-install", action="store_true", help="install nothing (skip what is missing)")
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    out = args.out or REPO / "runs" / f"bench-goals-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    paths, left_out = host_code_paths()
+    if args.code_paths:
+        wanted = args.code_paths.split(",")
+        unknown = sorted(set(wanted) - set(CODE_PATHS))
+        if unknown:
+            parser.error(f"unknown code paths {unknown}; known: {sorted(CODE_PATHS)}")
+        left_out.update({p.name: "not asked for (--code-paths)" for p in paths if p.name not in wanted})
+        paths = [p for p in paths if p.name in wanted]
+    skipped = reference_skips(not args.no_install, args.install_dpnp)
+    for key, reason in skipped.items():
+        print(f"skipping {key}: {reason}", flush=True)
+    for name, reason in left_out.items():
+        print(f"not measuring the {name} code path: {reason}", flush=True)
+    results = []
+    for path in paths:
+        command = child_command(path.name, out / path.name, args, skipped)
+        done = subprocess.run(command, env=path.environment(dict(os.environ)), cwd=REPO)
+        result_file = out / path.name / "result.json"
+        if not result_file.exists():
+            left_out[path.name] = f"its process failed (exit status {done.returncode}; output above)"
+            continue
+        result = json.loads(result_file.read_text())
+        if done.returncode:
+            result["incomplete"] = f"its process failed (exit status {done.returncode}; output above)"
+        for row in result["rows"]:
+            row["goals"] = evaluate_row(path.name, row)
+        results.append(result)
+    header = {"started": started, "seconds": time.monotonic() - t0, "command": " ".join(sys.argv)}
+    report = markdown(results, left_out, header)
+    (out / "goals.json").write_text(json.dumps({"header": header, "goals": [asdict(g) for g in GOALS],
+                                                "results": results, "left_out": left_out}, indent=1))
+    (out / "goals.md").write_text(report + "\n")
+    print("\n" + report)
+    print(f"\nwrote {out / 'goals.md'} and {out / 'goals.json'}")
+    failed = any(p.name in left_out for p in paths) or any(r.get("incomplete") for r in results)
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
