@@ -113,6 +113,9 @@ def open_references(shape: Shape, device, info, queue, tuning: dict, skipped: di
         except WrongResult as exc:
             skipped[key] = f"WRONG RESULT, not timed: {exc}"
             say(f"  warning: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a library that fails here is a reference not measured, with why
+            skipped[key] = f"failed to set up: {exc!r}"
+            say(f"  warning: {key} failed to set up: {exc!r}")
     return refs
 
 
