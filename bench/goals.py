@@ -54,6 +54,19 @@ def child_command(path: str, out: Path, args, skipped: dict[str, str]) -> list[s
     return command
 
 
+def write_report(data: dict, out: Path) -> str:
+    """Judge every row by :data:`bench.goals_table.GOALS`, write ``goals.json`` and ``goals.md`` into ``out``;
+    return the markdown."""
+    for result in data["results"]:
+        for row in result["rows"]:
+            row["goals"] = evaluate_row(result["code_path"], row)
+    data["goals"] = [asdict(g) for g in GOALS]
+    report = markdown(data["results"], data["left_out"], data["header"])
+    (out / "goals.json").write_text(json.dumps(data, indent=1))
+    (out / "goals.md").write_text(report + "\n")
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="default runs/bench-goals-<timestamp>")
@@ -68,7 +81,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="tune CLBlast per code path (cached across runs), use the cache only, or its defaults")
     parser.add_argument("--install-dpnp", action="store_true", help="pip install the mkl extra (about 1.2 GB)")
     parser.add_argument("--no-install", action="store_true", help="install nothing (skip what is missing)")
+    parser.add_argument("--render", type=Path, metavar="RUN_DIR",
+                        help="measure nothing: judge a run's goals.json again with this checkout's goals, rewrite "
+                             "its goals.md and print it")
     args = parser.parse_args(argv)
+    if args.render:
+        print(write_report(json.loads((args.render / "goals.json").read_text()), args.render))
+        return 0
     t0 = time.monotonic()
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     out = args.out or REPO / "runs" / f"bench-goals-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -97,14 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         result = json.loads(result_file.read_text())
         if done.returncode:
             result["incomplete"] = f"its process failed (exit status {done.returncode}; output above)"
-        for row in result["rows"]:
-            row["goals"] = evaluate_row(path.name, row)
         results.append(result)
     header = {"started": started, "seconds": time.monotonic() - t0, "command": " ".join(sys.argv)}
-    report = markdown(results, left_out, header)
-    (out / "goals.json").write_text(json.dumps({"header": header, "goals": [asdict(g) for g in GOALS],
-                                                "results": results, "left_out": left_out}, indent=1))
-    (out / "goals.md").write_text(report + "\n")
+    report = write_report({"header": header, "results": results, "left_out": left_out}, out)
     print("\n" + report)
     print(f"\nwrote {out / 'goals.md'} and {out / 'goals.json'}")
     failed = any(p.name in left_out for p in paths) or any(r.get("incomplete") for r in results)

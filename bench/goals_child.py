@@ -174,13 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     for t in types:
         winners[t], result["tuning"][t] = tune_type(args.space, t, shapes, args.out, args.budget, info.filter_string)
     result["tuning_seconds"] = time.monotonic() - t_start
-    t_measure = time.monotonic()
+    t_clblast = time.monotonic()
     tuning = {"status": "not used", "parameters": None}
     if "clblast" not in skipped:
         say(f"[{path.name}] CLBlast: tuning its Xgemm for this code path (or taking it from the cache)")
         tuning = clblast_tuning(info, args.clblast)
         say(f"  CLBlast: {tuning['status']}" + (f" ({tuning['reason']})" if tuning.get("reason") else ""))
-    result["clblast_tuning"] = tuning
+    result.update(clblast_tuning=tuning, clblast_seconds=time.monotonic() - t_clblast)
+    t_measure = time.monotonic()
     sessions = {t: DeviceSession(device) for t in types}
     rows = []
     result.update(rows=rows, skipped=skipped, incomplete="the process stopped before it measured every shape")
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             x = ({"kernel": winners[t][shape.label].name, **measured["stats"][f"xegemm {t}"]} if t in kernels
                  else {"failed": failures[t]})
             references = {key: {"label": ref.label, "timer": ref.timer, **measured["stats"][key],
-                                **{k: v for k, v in ref.details.items() if k in ("parameters", "tuning", "dtype")}}
+                                **{k: v for k, v in ref.details.items() if k in ("parameters", "tuning", "call", "call_trial_ms", "dtype")}}
                           for key, ref in refs.items()}
             references.update({key: {"skipped": reason} for key, reason in skipped.items()})
             rows.append({"type": t, "shape": shape.label, "xegemm": x, "references": references,

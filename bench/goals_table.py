@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xegemm.profile import CV_LIMIT
+
 INPUT_TYPES = ("bf16", "f16")                         # A and B; accumulator and C are f32
 SHAPES = ("1024x1024x1024", "2048x2048x2048", "4096x4096x1024")
 
@@ -138,15 +140,19 @@ def conditions_lines(result: dict) -> list[str]:
             else "unknown")
     tuning = result.get("clblast_tuning") or {}
     settings = ", ".join(f"{k}={'(unset)' if v is None else v}" for k, v in (result.get("settings") or {}).items())
+    calls = {row["shape"]: ((row.get("references") or {}).get("clblast") or {}).get("call") for row in result["rows"]}
+    calls_text = "; ".join(f"{shape}: {call}" for shape, call in calls.items() if call)
     lines = [f"- CPU: {cpu.get('name', '?')} (family {cpu.get('family', '?')}, model {cpu.get('model', '?')}), "
              f"{before.get('affinity_cpus', '?')} CPUs; device {dev.get('filter', '?')} "
              f"({dev.get('compute_units', '?')} compute units), runtime {dev.get('driver', '?')}; {settings}",
              f"- numpy {(result.get('numpy_blas') or {}).get('numpy', '?')}: {blas_text}; thread and code-path "
              f"variables: {', '.join(f'{k}={v}' for k, v in (before.get('threads_env') or {}).items()) or 'none set'}",
              f"- load average (1 min) {load} over the measurements; "
-             f"tuning {result.get('tuning_seconds', 0):.0f} s, measuring {result.get('measure_seconds', 0):.0f} s",
-             f"- CLBlast: {tuning.get('status', 'not used')}"
-             + (f" ({tuning['reason']})" if tuning.get("reason") else "")]
+             f"tuning {result.get('tuning_seconds', 0):.0f} s, CLBlast's tuning {result.get('clblast_seconds', 0):.0f} s "
+             f"({tuning.get('status', 'not used')}), measuring {result.get('measure_seconds', 0):.0f} s",
+             f"- CLBlast: Xgemm parameters {tuning.get('status', 'not used')}"
+             + (f" ({tuning['reason']})" if tuning.get("reason") else "")
+             + (f"; called {calls_text}, the faster of the two equivalent forms" if calls_text else "")]
     if result.get("incomplete"):
         lines.append(f"- INCOMPLETE: {result['incomplete']}")
     for key, reason in (result.get("skipped") or {}).items():
@@ -161,11 +167,16 @@ def conditions_lines(result: dict) -> list[str]:
 def markdown(results: list[dict], left_out: dict[str, str], header: dict) -> str:
     """The whole report: a table per measured code path, its conditions, the goals met, paths left out."""
     met, missed, unmeasured = _verdicts(results)
+    noisy = [f"{r['code_path']} {row['type']} {row['shape']}" for r in results for row in r["rows"] if row.get("high_cv")]
     out = [f"# xegemm goals run ({header.get('started', '')})", "",
            f"Run time {header.get('seconds', 0) / 60:.1f} min; goals met {met}, not met {missed}, "
            f"not measured {unmeasured}. GFLOP/s are medians (in parentheses the fastest run) of runs interleaved "
            "round by round with every reference; a ratio is xegemm's median over the reference's. Performance is "
            "measured, never asserted.", ""]
+    if noisy:
+        out += [f"**Warning**: {len(noisy)} of {sum(len(r['rows']) for r in results)} rows kept a CV above "
+                f"{CV_LIMIT:.0%} after a second measurement (HIGH in the last column): other load on the machine; "
+                "measure again on a quiet one before trusting their ratios.", ""]
     for result in results:
         out += [f"## {PATH_TITLES.get(result['code_path'], result['code_path'])}", "", *path_table(result), "",
                 *conditions_lines(result), ""]

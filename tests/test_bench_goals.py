@@ -1,6 +1,6 @@
 """The goals run's logic (``make bench-goals``, bench/goals*.py): goals and their verdicts, the tables, the code
-paths and their environments, the round-robin timing, CLBlast's tuning results and cache, the references'
-skip reasons, and the run's orchestration with a stand-in for the measuring process.  Nothing here times a
+paths and their environments, the round-robin timing, CLBlast's tuning results and cache and its two call
+forms, the references' skip reasons, and the run's orchestration with a stand-in for the measuring process.  Nothing here times a
 kernel: speed is the real run's business, and no test has a timing threshold."""
 
 import json
@@ -14,8 +14,11 @@ import bench.clblast_tuning as clblast_tuning
 import bench.goals as goals
 import bench.interleave as interleave
 import bench.provision as provision
+from bench.blas_worker import operands
+from bench.clblast import CALLS, CLBlastGemm, find_clblast
 from bench.code_paths import AVX2, AVX512, cpu_flags, cpu_model, host_code_paths
 from bench.goals_table import evaluate_row, goal, markdown, path_table, tile_of
+from bench.references import check_f32_gemm
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "xegemm_bf16_bf16_f32_f32_ttt_16x32x32_sg1x1_dpas8x16x16_au16x16x32n_bu16x32x32v_cu32x8x16n_pf0_grf256"
@@ -77,9 +80,12 @@ def test_the_report_counts_goals_and_says_what_was_skipped_or_left_out():
     # 2048^3: no variant verified, so none of its four goals is measured
     assert "goals met 2, not met 0, not measured 6" in text
     assert "oneMKL f16 (dpnp): skipped - dpnp is not installed" in text
-    assert "CLBlast: untuned defaults (the tuner failed)" in text
+    assert "CLBlast: Xgemm parameters untuned defaults (the tuner failed)" in text
     assert "bf16 2048x2048x2048: no xegemm variant - failed_verify: 3 elements" in text
     assert "Not measured: its process failed" in text and "load average (1 min) 0.50 -> 0.70" in text
+    assert "Warning" not in text
+    noisy = result("avx512", [{**row(numpy=100.0), "high_cv": ["numpy"], "worst_cv": 0.4}, row(numpy=90.0)])
+    assert "**Warning**: 1 of 2 rows kept a CV above 10% after a second measurement" in markdown([noisy], {}, {})
 
 
 def test_code_paths_follow_the_host_and_set_each_library_alike():
@@ -200,6 +206,9 @@ def test_the_run_measures_each_code_path_in_its_own_process_and_writes_the_table
     assert "| bf16 | 1024x1024x1024 | 16x32x32 sg1x1 | 100 | 100 | 1.00 (goal 0.8: met)" in text
     assert "| 100 | 300 | 0.33 (goal 0.5: not met)" in text and "INCOMPLETE: its process failed (exit status 3" in text
     assert "skipping onemkl: dpnp is not installed" in capsys.readouterr().out
+    (tmp_path / "goals.md").unlink()                  # --render judges a run again without measuring anything
+    assert goals.main(["--render", str(tmp_path)]) == 0 and (tmp_path / "goals.md").read_text() == text
+    assert len(started) == 2
 
 
 def test_make_bench_goals_passes_its_options_through():
@@ -208,3 +217,16 @@ def test_make_bench_goals_passes_its_options_through():
     assert done.returncode == 0, done.stderr
     command = " ".join(done.stdout.split())
     assert "-m bench.goals" in command and "--install-dpnp" in command and "--budget 3" in command
+
+
+@pytest.mark.device
+@pytest.mark.skipif(find_clblast() is None, reason="CLBlast is not installed (Debian package libclblast1; "
+                    "make bench-goals installs it as root)")
+def test_clblast_computes_the_row_major_product_in_both_call_forms(device_info):
+    """The goals run times CLBlast in whichever of its two call forms is faster: both must compute C = A B."""
+    a, b = operands(48, 80, 32, 2)
+    with CLBlastGemm(device_info.name, device_info.device_type, a, b) as gemm:
+        for call in CALLS:
+            gemm.call = call
+            gemm.run()
+            check_f32_gemm(gemm.result(), a, b, call)
