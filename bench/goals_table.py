@@ -140,8 +140,12 @@ def conditions_lines(result: dict) -> list[str]:
             else "unknown")
     tuning = result.get("clblast_tuning") or {}
     settings = ", ".join(f"{k}={'(unset)' if v is None else v}" for k, v in (result.get("settings") or {}).items())
-    calls = {row["shape"]: ((row.get("references") or {}).get("clblast") or {}).get("call") for row in result["rows"]}
-    calls_text = "; ".join(f"{shape}: {call}" for shape, call in calls.items() if call)
+    calls: dict[str, list[str]] = {}
+    for row in result["rows"]:
+        call = ((row.get("references") or {}).get("clblast") or {}).get("call")
+        if call and row["shape"] not in calls.setdefault(call, []):
+            calls[call].append(row["shape"])
+    calls_text = "; ".join(f"{call} at {', '.join(shapes)}" for call, shapes in calls.items())
     lines = [f"- CPU: {cpu.get('name', '?')} (family {cpu.get('family', '?')}, model {cpu.get('model', '?')}), "
              f"{before.get('affinity_cpus', '?')} CPUs; device {dev.get('filter', '?')} "
              f"({dev.get('compute_units', '?')} compute units), runtime {dev.get('driver', '?')}; {settings}",
@@ -152,7 +156,7 @@ def conditions_lines(result: dict) -> list[str]:
              f"({tuning.get('status', 'not used')}), measuring {result.get('measure_seconds', 0):.0f} s",
              f"- CLBlast: Xgemm parameters {tuning.get('status', 'not used')}"
              + (f" ({tuning['reason']})" if tuning.get("reason") else "")
-             + (f"; called {calls_text}, the faster of the two equivalent forms" if calls_text else "")]
+             + (f"; called (the faster of two equivalent forms) {calls_text}" if calls_text else "")]
     if result.get("incomplete"):
         lines.append(f"- INCOMPLETE: {result['incomplete']}")
     for key, reason in (result.get("skipped") or {}).items():
