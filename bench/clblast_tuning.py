@@ -30,6 +30,9 @@ KERNEL = "Xgemm"
 FRACTION = 512           # the tuner's random fraction (as shared/facts/portable_perf.md): its random phases try
                          # 120800 / 512 = 235 and 16566 / 512 = 32 points, about 16 min on 2 loaded cores
 TIMEOUT_S = 1800         # after this the tuner is stopped and the phases that finished are used
+# how a benchmark gets CLBlast's parameters: the cache, else the tuner; the tuner even when cached (on a quieter
+# machine, say); the cache only; or none (Debian's defaults)
+MODES = ("tune", "retune", "cached", "untuned")
 
 
 def cache_root() -> Path:
@@ -97,13 +100,14 @@ def run_tuner(workdir: Path, fraction: int, timeout_s: float) -> dict:
 
 
 def tuned_parameters(device_info, library: str | None, run: bool = True, fraction: int = FRACTION,
-                     timeout_s: float = TIMEOUT_S) -> dict:
+                     timeout_s: float = TIMEOUT_S, refresh: bool = False) -> dict:
     """CLBlast's Xgemm parameters for this device and code path: ``{"status": "tuned" | "from the cache" |
     "untuned defaults", "parameters": {...} or None, "reason", "tuner"}``.  ``run``: run the tuner when
-    nothing is cached (else only look the cache up)."""
+    nothing is cached (else only look the cache up); ``refresh``: run it even then, replacing the entry."""
     path = cache_root() / f"{cache_key(device_info, library, fraction)}.json"
     try:
-        return {**json.loads(path.read_text()), "status": "from the cache", "cache": str(path)}
+        if not refresh:
+            return {**json.loads(path.read_text()), "status": "from the cache", "cache": str(path)}
     except (OSError, ValueError):
         pass
     if not run:

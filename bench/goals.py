@@ -26,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench import REPO
+from bench.clblast_tuning import MODES
 from bench.code_paths import CODE_PATHS, host_code_paths
 from bench.goals_child import LAUNCHES, ROUNDS, SPACE
 from bench.goals_table import GOALS, INPUT_TYPES, SHAPES, evaluate_row, markdown
@@ -77,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--launches", type=int, default=LAUNCHES)
     parser.add_argument("--code-paths", default=None, help="comma list of avx512,avx2 (default: the host's)")
-    parser.add_argument("--clblast", choices=("tune", "cached", "untuned"), default="tune",
-                        help="tune CLBlast per code path (cached across runs), use the cache only, or its defaults")
+    parser.add_argument("--clblast", choices=MODES, default="tune",
+                        help="CLBlast's Xgemm parameters per code path: from the cache, else its tuner (tune); its "
+                             "tuner even when cached (retune); the cache only (cached); Debian's defaults (untuned)")
     parser.add_argument("--install-dpnp", action="store_true", help="pip install the mkl extra (about 1.2 GB)")
     parser.add_argument("--no-install", action="store_true", help="install nothing (skip what is missing)")
     parser.add_argument("--render", type=Path, metavar="RUN_DIR",

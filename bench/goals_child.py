@@ -28,7 +28,7 @@ import yaml
 
 from bench import REPO
 from bench.clblast import find_clblast, loaded_library_path
-from bench.clblast_tuning import tuned_parameters
+from bench.clblast_tuning import MODES, tuned_parameters
 from bench.code_paths import CODE_PATHS, TARGET_ARCH, cpu_model
 from bench.goals_table import INPUT_TYPES, SHAPES
 from bench.interleave import build_verified, measure_sides
@@ -89,11 +89,11 @@ def tune_type(space: Path, input_type: str, shapes: list[Shape], out: Path, budg
 
 
 def clblast_tuning(info, mode: str) -> dict:
-    """CLBlast's tuning for this code path (``mode``: tune, cached = use the cache only, untuned)."""
+    """CLBlast's tuning for this code path (``mode``: one of :data:`bench.clblast_tuning.MODES`)."""
     if mode == "untuned":
         return {"status": "untuned defaults", "parameters": None, "reason": "--clblast untuned"}
     ctypes.CDLL(find_clblast())
-    return tuned_parameters(info, loaded_library_path("libclblast"), run=mode == "tune")
+    return tuned_parameters(info, loaded_library_path("libclblast"), run=mode != "cached", refresh=mode == "retune")
 
 
 def open_references(shape: Shape, device, info, queue, tuning: dict, skipped: dict) -> dict:
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="points per type and shape (default: all)")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--launches", type=int, default=LAUNCHES)
-    parser.add_argument("--clblast", choices=("tune", "cached", "untuned"), default="tune")
+    parser.add_argument("--clblast", choices=MODES, default="tune")
     parser.add_argument("--skip", action="append", default=[], metavar="KEY=REASON",
                         help="a reference not to measure, and why")
     parser.add_argument("--device", default="opencl:cpu")

@@ -145,6 +145,7 @@ def test_clblast_tuning_takes_the_fastest_phase_and_keeps_it_per_device(tmp_path
     assert first["status"] == "tuned" and first["parameters"]["MWG"] == 32 and first["from_phase"].endswith("2_32.json")
     again = clblast_tuning.tuned_parameters(device, None)
     assert again["status"] == "from the cache" and again["parameters"] == first["parameters"] and len(runs) == 1
+    assert clblast_tuning.tuned_parameters(device, None, refresh=True)["status"] == "tuned" and len(runs) == 2
     monkeypatch.setenv("CL_CONFIG_CPU_TARGET_ARCH", "core-avx2")          # the AVX2 code path: tuned apart
     assert clblast_tuning.tuned_parameters(device, None, run=False)["status"] == "untuned defaults"
     other = SimpleNamespace(name="Other CPU", driver_version="1.0", device_type="cpu")
@@ -212,11 +213,11 @@ def test_the_run_measures_each_code_path_in_its_own_process_and_writes_the_table
 
 
 def test_make_bench_goals_passes_its_options_through():
-    done = subprocess.run(["make", "-n", "bench-goals", "DPNP=1", "BUDGET=3"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(["make", "-n", "bench-goals", "DPNP=1", "BUDGET=3", "CLBLAST=retune"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     command = " ".join(done.stdout.split())
-    assert "-m bench.goals" in command and "--install-dpnp" in command and "--budget 3" in command
+    assert "-m bench.goals --install-dpnp --budget 3 --clblast retune" in command
 
 
 @pytest.mark.device
