@@ -26,10 +26,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench import REPO
-from bench.clblast_tuning import MODES
 from bench.code_paths import CODE_PATHS, host_code_paths
-from bench.goals_child import LAUNCHES, ROUNDS, SPACE
-from bench.goals_table import GOALS, INPUT_TYPES, SHAPES, evaluate_row, markdown
+from bench.goals_child import add_run_options, run_arguments
+from bench.goals_table import GOALS, evaluate_row, markdown
 from bench.provision import ensure_clblast, ensure_dpnp
 
 
@@ -47,9 +46,7 @@ def reference_skips(install: bool, install_dpnp: bool) -> dict[str, str]:
 
 def child_command(path: str, out: Path, args, skipped: dict[str, str]) -> list[str]:
     command = [sys.executable, "-m", "bench.goals_child", "--code-path", path, "--out", str(out),
-               "--space", str(args.space), "--types", args.types, "--shapes", args.shapes,
-               "--rounds", str(args.rounds), "--launches", str(args.launches), "--clblast", args.clblast]
-    command += ["--budget", str(args.budget)] if args.budget else []
+               *run_arguments(args)]
     for key, reason in skipped.items():
         command += ["--skip", f"{key}={reason}"]
     return command
@@ -71,16 +68,8 @@ def write_report(data: dict, out: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="default runs/bench-goals-<timestamp>")
-    parser.add_argument("--space", type=Path, default=SPACE, help="the search space (default bench/goals.yaml)")
-    parser.add_argument("--types", default=",".join(INPUT_TYPES))
-    parser.add_argument("--shapes", default=",".join(SHAPES))
-    parser.add_argument("--budget", type=int, default=None, help="tuning points per type and shape (default all)")
-    parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--launches", type=int, default=LAUNCHES)
+    add_run_options(parser)
     parser.add_argument("--code-paths", default=None, help="comma list of avx512,avx2 (default: the host's)")
-    parser.add_argument("--clblast", choices=MODES, default="tune",
-                        help="CLBlast's Xgemm parameters per code path: from the cache, else its tuner (tune); its "
-                             "tuner even when cached (retune); the cache only (cached); Debian's defaults (untuned)")
     parser.add_argument("--install-dpnp", action="store_true", help="pip install the mkl extra (about 1.2 GB)")
     parser.add_argument("--no-install", action="store_true", help="install nothing (skip what is missing)")
     parser.add_argument("--render", type=Path, metavar="RUN_DIR",

@@ -138,17 +138,40 @@ def measure_shape(shape: Shape, kernels: dict, refs: dict, rounds: int, launches
             "loadavg_before": before["loadavg"], "loadavg_after": after["loadavg"]}
 
 
+# what a code path's process measures: (option, argparse keywords); python -m bench.goals takes the same and
+# passes them on
+RUN_OPTIONS = {
+    "--space": {"type": Path, "default": SPACE, "help": "the search space (default bench/goals.yaml)"},
+    "--types": {"default": ",".join(INPUT_TYPES), "help": "input types of A and B, comma-separated"},
+    "--shapes": {"default": ",".join(SHAPES), "help": "problems, as xegemm tune --shapes takes them"},
+    "--budget": {"type": int, "default": None, "help": "tuning points per type and shape (default all)"},
+    "--rounds": {"type": int, "default": ROUNDS, "help": "rounds of the interleaved timing"},
+    "--launches": {"type": int, "default": LAUNCHES, "help": "timed runs per side and round"},
+    "--clblast": {"choices": MODES, "default": "tune",
+                  "help": "CLBlast's Xgemm parameters per code path: from the cache, else its tuner (tune); its "
+                          "tuner even when cached (retune); the cache only (cached); Debian's defaults (untuned)"},
+}
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    for option, keywords in RUN_OPTIONS.items():
+        parser.add_argument(option, **keywords)
+
+
+def run_arguments(args: argparse.Namespace) -> list[str]:
+    """The :data:`RUN_OPTIONS` of ``args`` as command-line arguments (those left at None are left out)."""
+    out = []
+    for option in RUN_OPTIONS:
+        value = getattr(args, option[2:])
+        out += [] if value is None else [option, str(value)]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--code-path", required=True, choices=sorted(CODE_PATHS))
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--space", type=Path, default=SPACE)
-    parser.add_argument("--types", default=",".join(INPUT_TYPES))
-    parser.add_argument("--shapes", default=",".join(SHAPES))
-    parser.add_argument("--budget", type=int, default=None, help="points per type and shape (default: all)")
-    parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--launches", type=int, default=LAUNCHES)
-    parser.add_argument("--clblast", choices=MODES, default="tune")
+    add_run_options(parser)
     parser.add_argument("--skip", action="append", default=[], metavar="KEY=REASON",
                         help="a reference not to measure, and why")
     parser.add_argument("--device", default="opencl:cpu")
