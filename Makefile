@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-tune kernels clean tools
+.PHONY: demo test bench bench-goals bench-tune kernels clean tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,18 @@ bench: $(STAMP)
 	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-columns=median,min,max,iqr,rounds \
 		$(foreach c,$(CONFIG),--bench-config $(c)) $(if $(SHAPES),--bench-shapes $(SHAPES)) \
 		--benchmark-json=runs/bench-$$(date +%Y%m%d-%H%M%S).json
+
+# issue 10's performance goals in one run (README "Benchmarks"; not part of `make test`): on each CPU code path,
+# `xegemm tune` finds the best bf16 and f16 variant at 1024^3, 2048^3 and 4096x4096x1024, and each winner is timed
+# interleaved with numpy, the plain sub-group SGEMM, CLBlast (installed as root, tuned per code path) and oneMKL
+# through dpnp; writes runs/bench-goals-<timestamp>/goals.{md,json}.  DPNP=1 installs dpnp for the oneMKL
+# reference (pip install -e '.[mkl]', about 1.2 GB); BUDGET=N tunes N points per type and shape instead of all;
+# CLBLAST=retune runs CLBlast's tuner even when its parameters are cached (tune, retune, cached, untuned).
+DPNP ?=
+BUDGET ?=
+CLBLAST ?=
+bench-goals: $(STAMP)
+	$(PY) -m bench.goals $(if $(DPNP),--install-dpnp) $(if $(BUDGET),--budget $(BUDGET)) $(if $(CLBLAST),--clblast $(CLBLAST))
 
 # tuning throughput and convergence on bench/tune_demo.yaml (about half an hour on 2 cores; figures printed)
 bench-tune: $(STAMP)

@@ -20,7 +20,14 @@ CL_DEVICE_NAME = 0x102B
 CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU = 1 << 1, 1 << 2
 CL_MEM_READ_WRITE, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 5
 CL_TRUE = 1
-CLBLAST_ROW_MAJOR, CLBLAST_TRANSPOSE_NO = 101, 111
+CLBLAST_ROW_MAJOR, CLBLAST_COL_MAJOR, CLBLAST_TRANSPOSE_NO = 101, 102, 111
+CLBLAST_PRECISION_SINGLE = 32
+# Two calls that compute the same row-major C = A B.  CLBlast's indirect GEMM copies and transposes operands
+# into the layout its Xgemm kernel wants (src/routines/level3/xgemm.hpp: A not rotated, B rotated, C not,
+# for GEMMK=0; all rotated for GEMMK=1), so which call needs fewer copies depends on the kernel's parameters.
+ROW_MAJOR = "row-major"
+SWAPPED = "column-major with A and B swapped (C^T = B^T A^T)"
+CALLS = (ROW_MAJOR, SWAPPED)
 
 
 class OpenCLError(RuntimeError):
@@ -41,7 +48,7 @@ def _check(code: int, what: str) -> None:
         raise OpenCLError(f"{what} failed with status {code}")
 
 
-def _loaded_path(fragment: str) -> str | None:
+def loaded_library_path(fragment: str) -> str | None:
     """Real path of the first library mapped into this process whose path contains ``fragment``."""
     with open("/proc/self/maps", encoding="utf-8") as maps:
         for line in maps:
@@ -59,7 +66,7 @@ class CLBlastGemm:
         self._blas = ctypes.CDLL(find_clblast() or "libclblast.so.1")
         self._declare()
         self.device = self._find_device(device_name, device_type)
-        path = _loaded_path("libclblast")
+        path = loaded_library_path("libclblast")
         match = re.search(r"\.so\.(\d+(?:\.\d+)*)$", path or "")
         self.version = match.group(1) if match else "unknown"
         self.library = path
@@ -67,6 +74,7 @@ class CLBlastGemm:
         self.batch, self.m, self.k = a3.shape
         self.n = b3.shape[2]
         self._c_shape = (*a.shape[:-1], self.n)
+        self.call = ROW_MAJOR
         self._handles: list[tuple[str, ctypes.c_void_p]] = []
         try:
             self._setup(a3, b3)
@@ -102,6 +110,18 @@ class CLBlastGemm:
         sgemm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, sz, sz, sz, ctypes.c_float,
                           vp, sz, sz, vp, sz, sz, ctypes.c_float, vp, sz, sz,
                           ctypes.POINTER(vp), ctypes.POINTER(vp)]
+
+    def override(self, kernel: str, parameters: dict[str, int]) -> None:
+        """Use these tuning parameters for ``kernel`` (e.g. ``Xgemm``, single precision) on this device from the
+        next call on (``CLBlastOverrideParameters``; CLBlast compiles the kernel again with them)."""
+        names = (ctypes.c_char_p * len(parameters))(*(name.encode() for name in parameters))
+        values = (ctypes.c_size_t * len(parameters))(*parameters.values())
+        fn = self._blas.CLBlastOverrideParameters
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t,
+                       ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
+        _check(fn(self.device, kernel.encode(), CLBLAST_PRECISION_SINGLE, len(parameters), names, values),
+               f"CLBlastOverrideParameters({kernel})")
 
     def _info(self, device: int, param: int) -> bytes:
         size = ctypes.c_size_t()
@@ -143,13 +163,16 @@ class CLBlastGemm:
         return mem
 
     def run(self) -> None:
-        """One GEMM (``batch`` SGEMM calls), waited for with ``clFinish``."""
+        """One GEMM (``batch`` SGEMM calls in the form :attr:`call`, one of :data:`CALLS`), waited for with
+        ``clFinish``."""
         m, n, k = self.m, self.n, self.k
         for i in range(self.batch):
+            a, b = (self._a, i * m * k, k), (self._b, i * k * n, n)
+            layout, (m1, n1), (x, y) = ((CLBLAST_ROW_MAJOR, (m, n), (a, b)) if self.call == ROW_MAJOR
+                                        else (CLBLAST_COL_MAJOR, (n, m), (b, a)))
             event = ctypes.c_void_p()
-            status = self._blas.CLBlastSgemm(CLBLAST_ROW_MAJOR, CLBLAST_TRANSPOSE_NO, CLBLAST_TRANSPOSE_NO,
-                                             m, n, k, 1.0, self._a, i * m * k, k, self._b, i * k * n, n,
-                                             0.0, self._c, i * m * n, n, ctypes.byref(self._queue),
+            status = self._blas.CLBlastSgemm(layout, CLBLAST_TRANSPOSE_NO, CLBLAST_TRANSPOSE_NO, m1, n1, k, 1.0,
+                                             *x, *y, 0.0, self._c, i * m * n, n, ctypes.byref(self._queue),
                                              ctypes.byref(event))
             _check(status, "CLBlastSgemm")
             if event.value:

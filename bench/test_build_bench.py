@@ -19,9 +19,10 @@ import pytest
 
 from bench import REPO
 from bench.clocks import MeasuredClock
+from bench.code_paths import AVX2, TARGET_ARCH
 
 BUILD_CLOCK = MeasuredClock("build_program_seconds")
-TARGETS = {"host": None, "avx2": "core-avx2"}
+TARGETS = {"host": None, "avx2": AVX2.cpu_target_arch}     # the runtime's own choice for the host, and AVX2
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +41,7 @@ def build_times(request, device_info):
         with tempfile.TemporaryDirectory(prefix="xegemm-bench-programs-") as cache:
             env = {**os.environ, "XEGEMM_CACHE_DIR": cache}
             if TARGETS[target]:
-                env["CL_CONFIG_CPU_TARGET_ARCH"] = TARGETS[target]
+                env[TARGET_ARCH] = TARGETS[target]
             command = [sys.executable, "-m", "bench.build_child", *configs, *(["--shapes", shapes] if shapes else [])]
             runs = []
             for _ in ("cold", "cached"):

@@ -4,8 +4,9 @@ Every variant of each config (``configs/default.yaml`` unless ``--bench-config``
 problem (its own, or those of ``--bench-shapes``), is built and verified by the pipeline (``run_variant``) and
 only then timed, with device profiling events, as a pytest-benchmark.  Per problem, numpy's float32 matmul is
 measured twice (in this process with the environment as it is, and in a child process without the machine's
-OpenBLAS overrides), a plain sub-group SGEMM kernel on the same device (:mod:`bench.plain_sgemm`), CLBlast's
-SGEMM on the same OpenCL device, and oneMKL through dpnp when installed.  The last benchmark of each problem
+OpenBLAS overrides), then the references of :mod:`bench.references`: a plain sub-group SGEMM kernel on the same
+device, CLBlast's SGEMM on the same OpenCL device (with the parameters a ``make bench-goals`` tuned for it, if
+any), and oneMKL through dpnp when installed.  The last benchmark of each problem
 times its fastest verified variant again and stores xegemm GFLOP/s / reference GFLOP/s in its ``extra_info``.
 Performance is measured, never asserted: a benchmark fails only when a kernel does not build or verify, or a
 reference computes a wrong result.
@@ -13,19 +14,17 @@ reference computes a wrong result.
 
 from __future__ import annotations
 
-import time
+import ctypes
 
-import numpy as np
 import pytest
 from xegemm.pipeline import run_variant
 from xegemm.profile import gemm_flops
-from xegemm.runtime.devices import dpctl_module
 
-from bench.blas_worker import blas_info, operands, timed_matmul
-from bench.clblast import CLBlastGemm, DeviceNotFound, find_clblast
+from bench.clblast import find_clblast, loaded_library_path
+from bench.clblast_tuning import tuned_parameters
 from bench.clocks import MeasuredClock, event_seconds
 from bench.fair_numpy import FairNumpyProcess
-from bench.plain_sgemm import PlainSgemm
+from bench.references import ReferenceSkipped, WrongResult, clblast_sgemm, numpy_f32, onemkl_dpnp, plain_sgemm
 from bench.report import build_comparison, comparison_lines, reference_record
 
 COMPARE_GROUP = "best xegemm vs references, per problem"
@@ -47,12 +46,6 @@ def refs(ledger: dict, problem) -> dict:
 
 def flops(problem) -> int:
     return gemm_flops(problem.m, problem.n, problem.k, problem.batch)
-
-
-def wall_seconds(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def run_benchmarked(pv, session, lowering, benchmark, rounds: int):
@@ -87,19 +80,28 @@ def variant_record(result, timing) -> dict:
             "params": result.params}
 
 
-def check_f32_gemm(c: np.ndarray, a: np.ndarray, b: np.ndarray, what: str) -> None:
-    """Fail unless C = A B within xegemm's own bound |C - ref| <= 2 (K + 1) u_f32 (|A| |B|)."""
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    err = np.abs(c.astype(np.float64) - np.matmul(a64, b64))
-    tol = 2 * (a.shape[-1] + 1) * 2.0 ** -24 * np.matmul(np.abs(a64), np.abs(b64))
-    if not (err <= tol).all():
-        pytest.fail(f"{what} computed a wrong result: {(err > tol).sum()} elements beyond 2 (K+1) u |A||B|, "
-                    f"max abs error {err.max():.3g}", pytrace=False)
-
-
 def skip_reference(found: dict, key: str, label: str, reason: str):
     found[key] = {"label": label, "skipped": reason}
     pytest.skip(reason)
+
+
+def measure_reference(ledger, problem, key: str, make, clock, rounds: int, warmup: int, benchmark) -> dict:
+    """Set up a :class:`bench.references.Reference` with ``make()`` and time it through ``benchmark``; a
+    reference that cannot run here is skipped with its reason, one that computes a wrong result fails."""
+    found = refs(ledger, problem)
+    try:
+        ref = make()
+    except ReferenceSkipped as exc:
+        skip_reference(found, key, key, str(exc))
+    except WrongResult as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        timing = clock.measure(lambda: ref.sample() * 1e-3, rounds, warmup, benchmark)
+    finally:
+        ref.close()
+    found[key] = record = reference_record(ref.label, timing, flops(problem), ref.timer, **ref.details)
+    benchmark.extra_info.update(record)
+    return record
 
 
 # ---- xegemm: every variant of every chosen config, at every chosen problem ------------------------------
@@ -118,10 +120,9 @@ def test_variant(case_variant, benchmark, device_session, lowering, ledger):
 # ---- references on the same problem ------------------------------------------------------------------
 
 def measure_numpy_in_process(problem, benchmark=None) -> dict:
-    a, b = operands(problem.m, problem.n, problem.k, problem.batch)
-    timing = HOST_CLOCK.measure(lambda: timed_matmul(a, b), NUMPY_ROUNDS, NUMPY_WARMUP, benchmark)
-    return reference_record("numpy float32 matmul in this process, environment as it is", timing, flops(problem),
-                            "host perf_counter around one np.matmul", **blas_info())
+    ref = numpy_f32(problem)
+    timing = HOST_CLOCK.measure(lambda: ref.sample() * 1e-3, NUMPY_ROUNDS, NUMPY_WARMUP, benchmark)
+    return reference_record(f"{ref.label}, environment as it is", timing, flops(problem), ref.timer, **ref.details)
 
 
 def measure_numpy_fair(problem, benchmark=None) -> dict:
@@ -146,63 +147,31 @@ def test_numpy_fair(problem, benchmark, ledger):
 
 @pytest.mark.benchmark(group=COMPARE_GROUP, timer=DEVICE_EVENTS)
 def test_plain_subgroup_sgemm(problem, benchmark, ledger, device_session, device_info):
-    a, b = operands(problem.m, problem.n, problem.k, problem.batch)
-    gemm = PlainSgemm(device_session.queue, a, b)
-    gemm.submit().wait()
-    check_f32_gemm(gemm.result(), a, b, "the plain sub-group SGEMM")
-    timing = DEVICE_EVENTS.measure(lambda: event_seconds(gemm.submit()), LIBRARY_ROUNDS, 1, benchmark)
-    refs(ledger, problem)["plain_sgemm"] = record = reference_record(
-        f"plain sub-group SGEMM (bench/plain_sgemm.py) on {device_info.filter_string}", timing, flops(problem),
-        "device profiling events, start to end of each launch")
-    benchmark.extra_info.update(record)
+    measure_reference(ledger, problem, "plain_sgemm",
+                      lambda: plain_sgemm(device_session.queue, device_info.filter_string, problem),
+                      DEVICE_EVENTS, LIBRARY_ROUNDS, 1, benchmark)
+
+
+@pytest.fixture(scope="session")
+def clblast_tuning(device_info) -> dict | None:
+    """CLBlast's parameters tuned by an earlier ``make bench-goals`` for this device and code path, if any
+    (this suite does not run the tuner)."""
+    if find_clblast() is None:
+        return None
+    ctypes.CDLL(find_clblast())
+    return tuned_parameters(device_info, loaded_library_path("libclblast"), run=False)
 
 
 @pytest.mark.benchmark(group=COMPARE_GROUP, timer=HOST_CLOCK)
-def test_clblast_sgemm(problem, benchmark, ledger, device_info):
-    label = f"CLBlast SGEMM on {device_info.filter_string}"
-    found = refs(ledger, problem)
-    if find_clblast() is None:
-        skip_reference(found, "clblast", label, "CLBlast is not installed (Debian package libclblast1)")
-    a, b = operands(problem.m, problem.n, problem.k, problem.batch)
-    try:
-        gemm = CLBlastGemm(device_info.name, device_info.device_type, a, b)
-    except DeviceNotFound as exc:
-        skip_reference(found, "clblast", label, f"CLBlast needs an OpenCL device: {exc}")
-    with gemm:
-        gemm.run()      # CLBlast compiles its kernels for the device on first use
-        check_f32_gemm(gemm.result(), a, b, "CLBlastSgemm")
-        timing = HOST_CLOCK.measure(lambda: wall_seconds(gemm.run), LIBRARY_ROUNDS, 1, benchmark)
-        record = reference_record(f"CLBlast {gemm.version} SGEMM on {device_info.filter_string} (own context)",
-                                  timing, flops(problem), "host perf_counter from the CLBlastSgemm call to clFinish",
-                                  library=gemm.library)
-    found["clblast"] = record
-    benchmark.extra_info.update(record)
+def test_clblast_sgemm(problem, benchmark, ledger, device_info, clblast_tuning):
+    measure_reference(ledger, problem, "clblast", lambda: clblast_sgemm(device_info, problem, clblast_tuning),
+                      HOST_CLOCK, LIBRARY_ROUNDS, 1, benchmark)
 
 
 @pytest.mark.benchmark(group=COMPARE_GROUP, timer=HOST_CLOCK)
 def test_onemkl_dpnp_matmul(problem, benchmark, ledger, sycl_device, device_info):
-    label = f"oneMKL float32 GEMM through dpnp on {device_info.filter_string}"
-    try:
-        import dpnp  # noqa: PLC0415
-    except ImportError as exc:
-        skip_reference(refs(ledger, problem), "onemkl_dpnp", label,
-                       f"dpnp is not installed ({exc}); it runs next to the pinned 2026.0.0 SYCL runtime when "
-                       "installed as dpnp==0.20.0 mkl==2026.0.0 onemkl-sycl-blas==2026.0.0 (about 1.2 GB)")
-    a, b = operands(problem.m, problem.n, problem.k, problem.batch)
-    queue = dpctl_module().SyclQueue(sycl_device)
-    da, db = dpnp.asarray(a, sycl_queue=queue), dpnp.asarray(b, sycl_queue=queue)
-
-    def once() -> float:
-        t0 = time.perf_counter()
-        dpnp.matmul(da, db).sycl_queue.wait()
-        return time.perf_counter() - t0
-
-    check_f32_gemm(dpnp.asnumpy(dpnp.matmul(da, db)), a, b, "dpnp.matmul")
-    timing = HOST_CLOCK.measure(once, LIBRARY_ROUNDS, 1, benchmark)
-    refs(ledger, problem)["onemkl_dpnp"] = record = reference_record(
-        f"oneMKL through dpnp {dpnp.__version__} on {device_info.filter_string}", timing, flops(problem),
-        "host perf_counter from the dpnp.matmul call to the queue's wait")
-    benchmark.extra_info.update(record)
+    measure_reference(ledger, problem, "onemkl_dpnp", lambda: onemkl_dpnp(sycl_device, device_info, problem),
+                      HOST_CLOCK, LIBRARY_ROUNDS, 1, benchmark)
 
 
 # ---- per problem, the best variant against every reference -----------------------------------------

@@ -17,7 +17,8 @@ from xegemm.errors import XegemmError
 from xegemm.evaluate.isolated import TimeLimits
 from xegemm.pipeline import run
 from xegemm.tune import STRATEGIES, Shape, Strategy, parse_shapes, register, tune
-from xegemm.tune.cache import MeasurementCache
+from xegemm.config import load_config
+from xegemm.tune.cache import MeasurementCache, measurement_key
 from xegemm.tune.export import owned_trials
 from xegemm.tune.study import mask_url, open_storage
 
@@ -155,6 +156,16 @@ def test_the_cache_keeps_only_deterministic_outcomes(tmp_path):
         cache.put(key, evaluation)
     assert [k for k in ("ok", "bad", "slow", "err", "died") if cache.get(k)] == ["ok", "bad"]
     assert cache.get("ok") == {"status": "ok", "gflops": 1.0}
+
+
+def test_the_cpu_code_path_is_part_of_a_measurement_key(tiny_tune_config, monkeypatch):
+    """The CPU runtime's AVX2 code path (CL_CONFIG_CPU_TARGET_ARCH) runs other machine code for the same source
+    on the same device: tuning it must not be given the AVX-512 path's measurements."""
+    config = load_config(tiny_tune_config)
+    monkeypatch.delenv("CL_CONFIG_CPU_TARGET_ARCH", raising=False)
+    key = measurement_key("src", "-O", "cpu", "1.0", "portable", config)
+    monkeypatch.setenv("CL_CONFIG_CPU_TARGET_ARCH", "core-avx2")
+    assert measurement_key("src", "-O", "cpu", "1.0", "portable", config) != key
 
 
 def test_durations_and_budgets_are_checked_on_the_command_line(tiny_tune_config, capsys):

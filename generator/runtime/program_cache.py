@@ -52,11 +52,16 @@ def _cpu_flags() -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
+def code_generation_settings() -> list[str]:
+    """The ``CL_CONFIG_*`` settings of this process (``CL_CONFIG_CPU_TARGET_ARCH`` chooses the CPU code path)."""
+    return [f"{k}={os.environ[k]}" for k in sorted(os.environ) if k.startswith("CL_CONFIG_")]
+
+
 def runtime_identity(device: dict, library: str | os.PathLike | None) -> list[str]:
     """The parts of a key that describe the device and its runtime (``device`` from OpenCLDevice.identity)."""
     parts = [f"{k}={device[k]}" for k in sorted(device)]
     parts.append(f"library={_file_identity(library)}")
-    parts += [f"{k}={os.environ[k]}" for k in sorted(os.environ) if k.startswith("CL_CONFIG_")]
+    parts += code_generation_settings()
     if device.get("type") == "cpu":
         parts.append(_cpu_flags())
     return parts

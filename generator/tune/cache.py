@@ -1,6 +1,7 @@
 """The measurement cache: a kernel's evaluation, keyed by what determines it, kept across studies and runs.
 
 The key hashes the rendered kernel source, its build options, the device name and driver version, the
+runtime's ``CL_CONFIG_*`` settings (the CPU runtime's AVX2 code path is another kernel on the same device), the
 lowering, and the problem, input seed and timing settings.  A hit skips the build and the timing: a second
 ``tune`` of the same shapes (into any output directory) builds and times nothing unless ``--retime``.
 Only deterministic outcomes are kept (``ok``, ``failed_build``, ``failed_verify``); an ``error``, a
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 from xegemm.config import Config
+from xegemm.runtime.program_cache import code_generation_settings
 
 CACHED_STATUSES = ("ok", "failed_build", "failed_verify")
 SCHEMA = 1
@@ -36,7 +38,7 @@ def measurement_key(source: str, build_options: str, device_name: str, driver: s
     """The cache key of one kernel measured on one device for one problem."""
     p, prof = config.problem, config.profile
     parts = {"schema": SCHEMA, "source": hashlib.sha256(source.encode()).hexdigest(), "options": build_options,
-             "device": device_name, "driver": driver, "lowering": lowering,
+             "device": device_name, "driver": driver, "settings": code_generation_settings(), "lowering": lowering,
              "problem": [p.m, p.n, p.k, p.batch], "seed": config.verify.seed,
              "profile": [prof.warmup, prof.repeats, prof.min_time_ms]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
