@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.blas_worker import OPENBLAS_VARIABLES
+from xegemm.runtime.cpu_path import TARGET_ARCH_VARIABLE as TARGET_ARCH
+from xegemm.runtime.cpu_path import host_flags
 
-TARGET_ARCH = "CL_CONFIG_CPU_TARGET_ARCH"
 MKL_INSTRUCTIONS = "MKL_ENABLE_INSTRUCTIONS"
 
 
@@ -54,14 +55,6 @@ def _cpuinfo() -> str:
         return ""
 
 
-def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The instruction-set flags of the host's first CPU (``/proc/cpuinfo``; empty when unreadable)."""
-    for line in (_cpuinfo() if cpuinfo is None else cpuinfo).splitlines():
-        if line.split(":")[0].strip() == "flags":
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def cpu_model(cpuinfo: str | None = None) -> dict:
     """The host CPU's model name, family and model number (``/proc/cpuinfo``)."""
     wanted = {"model name": "name", "cpu family": "family", "model": "model"}
@@ -75,7 +68,7 @@ def cpu_model(cpuinfo: str | None = None) -> dict:
 
 def host_code_paths(flags: set[str] | None = None) -> tuple[list[CodePath], dict[str, str]]:
     """The code paths to measure on this host, and why any is left out."""
-    flags = cpu_flags() if flags is None else flags
+    flags = host_flags() if flags is None else flags
     if "avx512f" in flags:
         return [AVX512, AVX2], {}
     return [AVX2], {"avx512": "the host CPU has no AVX-512 (no avx512f in /proc/cpuinfo)"}

@@ -16,7 +16,8 @@ import bench.interleave as interleave
 import bench.provision as provision
 from bench.blas_worker import operands
 from bench.clblast import CALLS, CLBlastGemm, find_clblast
-from bench.code_paths import AVX2, AVX512, cpu_flags, cpu_model, host_code_paths
+from bench.code_paths import AVX2, AVX512, cpu_model, host_code_paths
+from xegemm.runtime.cpu_path import host_flags
 from bench.goals_table import evaluate_row, goal, markdown, path_table, tile_of
 from bench.references import check_f32_gemm
 
@@ -98,7 +99,7 @@ def test_code_paths_follow_the_host_and_set_each_library_alike():
     assert AVX2.environment(machine) == {"PATH": "/bin", "CL_CONFIG_CPU_TARGET_ARCH": "core-avx2",
                                          "OPENBLAS_CORETYPE": "Haswell", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
     cpuinfo = "processor\t: 0\ncpu family\t: 6\nmodel\t\t: 167\nmodel name\t: Xeon\nflags\t\t: fpu avx2 avx512f\n" * 2
-    assert cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512f"}
+    assert host_flags(cpuinfo) == {"fpu", "avx2", "avx512f"}
     assert cpu_model(cpuinfo) == {"family": "6", "model": "167", "name": "Xeon"}
 
 
