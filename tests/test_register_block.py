@@ -5,7 +5,9 @@ rejection, and the CPU code path the runtime generates (xegemm.runtime.cpu_path)
 
 from xegemm.config import SearchSpace, config_from_text
 from xegemm.lowering import Lowering
+from xegemm.evaluate import params_of
 from xegemm.profile import conditions
+from xegemm.reporting.model import Group, tile_label
 from xegemm.runtime.cpu_path import PATHS, cpu_code_path
 from xegemm.tune.shapes import Shape
 from xegemm.tune.space import TuneSpace
@@ -39,3 +41,14 @@ def test_a_block_beyond_the_tile_is_pruned_with_the_reason():
     space = TuneSpace(config_from_text(SWEEP), Shape(1024, 1024, 1024), Lowering("portable"))
     assert "exceeds the sub-group tile's 32 rows x 2 N-fragments" in space.candidate(
         {"tile.register_block": "[8,4]"}).reason
+
+
+def test_reports_tell_register_blocks_apart():
+    space = TuneSpace(config_from_text(SWEEP), Shape(1024, 1024, 1024), Lowering("portable"))
+    blocked = params_of(space.candidate({"tile.register_block": "[4,2]"}).planned.config)
+    whole = params_of(space.candidate({"tile.register_block": "[0,0]"}).planned.config)
+    assert (blocked["register_block"], whole["register_block"]) == ("4x2", "all")
+    assert tile_label(blocked).endswith("rb4x2") and "rb" not in tile_label(whole)
+    axes = dict(Group(("r",), variants=[{"params": p, "gflops": g, "status": "ok"}
+                                    for p, g in ((blocked, 2.0), (whole, 1.0))]).swept_axes())
+    assert axes["register block"] == ["4x2", "all"]
