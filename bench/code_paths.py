@@ -10,11 +10,10 @@ instructions: OpenBLAS by ``OPENBLAS_CORETYPE`` (unset: its kernels for the real
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench.blas_worker import OPENBLAS_VARIABLES
 from xegemm.runtime.cpu_path import TARGET_ARCH_VARIABLE as TARGET_ARCH
-from xegemm.runtime.cpu_path import host_flags
+from xegemm.runtime.cpu_path import cpuinfo_fields, host_flags
 
 MKL_INSTRUCTIONS = "MKL_ENABLE_INSTRUCTIONS"
 
@@ -48,22 +47,11 @@ AVX2 = CodePath("avx2", "core-avx2", "Haswell", "AVX2")
 CODE_PATHS = {p.name: p for p in (AVX512, AVX2)}
 
 
-def _cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return ""
-
-
 def cpu_model(cpuinfo: str | None = None) -> dict:
     """The host CPU's model name, family and model number (``/proc/cpuinfo``)."""
+    fields = cpuinfo_fields(cpuinfo)
     wanted = {"model name": "name", "cpu family": "family", "model": "model"}
-    out: dict = {}
-    for line in (_cpuinfo() if cpuinfo is None else cpuinfo).splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in wanted and wanted[key.strip()] not in out:
-            out[wanted[key.strip()]] = value.strip()
-    return out
+    return {short: fields[key] for key, short in wanted.items() if key in fields}
 
 
 def host_code_paths(flags: set[str] | None = None) -> tuple[list[CodePath], dict[str, str]]:

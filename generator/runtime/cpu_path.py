@@ -36,15 +36,24 @@ _ARCH_WORDS = (("avx512", "avx512"), ("skx", "avx512"), ("icelake", "avx512"), (
                ("avx2", "avx2"), ("haswell", "avx2"), ("corei7-avx", "avx"), ("corei7", "sse4.2"))
 
 
-def host_flags(cpuinfo: str | None = None) -> set[str]:
-    """The instruction-set flags of the host's first CPU (``/proc/cpuinfo``, or its text; empty if unreadable)."""
+def cpuinfo_fields(cpuinfo: str | None = None) -> dict[str, str]:
+    """The first CPU's ``key: value`` fields of ``/proc/cpuinfo`` (or of its text; empty if unreadable)."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
         except OSError:
-            return set()
-    line = next((line for line in cpuinfo.splitlines() if line.split(":")[0].strip() == "flags"), "")
-    return set(line.partition(":")[2].split())
+            return {}
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def host_flags(cpuinfo: str | None = None) -> set[str]:
+    """The instruction-set flags of the host's first CPU."""
+    return set(cpuinfo_fields(cpuinfo).get("flags", "").split())
 
 
 def cpu_code_path(environ=None, flags: set[str] | None = None) -> CpuCodePath:

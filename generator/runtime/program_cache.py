@@ -17,6 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from xegemm.runtime.cpu_path import cpuinfo_fields
+
 CACHE_VARIABLE = "XEGEMM_CACHE_DIR"
 MAGIC = b"XEGEMM-PROGRAM-1\n"
 STATS = {"hits": 0, "misses": 0, "stores": 0, "discarded": 0}
@@ -43,13 +45,8 @@ def _file_identity(path: str | os.PathLike | None) -> str:
 
 def _cpu_flags() -> str:
     """The host CPU's model and instruction-set flags (a CPU device's binary is machine code for them)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return ""
-    wanted = ("model name", "flags")
-    lines = [line for line in text.splitlines() if line.split(":")[0].strip() in wanted]
-    return "\n".join(dict.fromkeys(lines))
+    fields = cpuinfo_fields()
+    return "\n".join(f"{k}: {fields[k]}" for k in ("model name", "flags") if k in fields)
 
 
 def code_generation_settings() -> list[str]:
