@@ -14,11 +14,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests, Debian's chromium and
-# chromium-driver for the report's browser tests, PostgreSQL's server binaries for the shared-study test.  As root
-# they are installed (quietly, once); otherwise the note says what to install and those tests are skipped with
-# the reason.
+# chromium-driver for the report's browser tests, PostgreSQL's server binaries for the shared-study test, CLBlast
+# for the CLBlast reference test.  As root they are installed (quietly, once); otherwise the note says what to
+# install and those tests are skipped with the reason.
 tools:
-	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh && bash .ci/install-chromium.sh && bash .ci/install-postgresql.sh; \
+	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh && bash .ci/install-chromium.sh && bash .ci/install-postgresql.sh \
+	    && bash .ci/install-clblast.sh; \
 	else \
 	  if ! command -v ocloc >/dev/null 2>&1; then echo "note: ocloc is not installed and this is not root: the ahead-of-time tests will be skipped;" \
 	     "install it with: sudo bash .ci/install-ocloc.sh"; fi; \
@@ -27,6 +28,8 @@ tools:
 	  if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 	     echo "note: PostgreSQL is not installed and this is not root: the PostgreSQL study test will be skipped;" \
 	     "install it with: sudo bash .ci/install-postgresql.sh"; fi; \
+	  if ! ldconfig -p | grep -q 'libclblast\.so\.1 '; then echo "note: CLBlast is not installed and this is not root: the CLBlast reference test will be skipped;" \
+	     "install it with: sudo bash .ci/install-clblast.sh"; fi; \
 	fi
 
 demo: $(STAMP) tools
