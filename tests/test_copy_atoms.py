@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from xegemm.atoms.copy import AtomError, CopyAtom, copy_atom, enumerate_copy_atoms, message_violations, Message
+from xegemm.atoms.mma import MmaAtom
 
 CATALOG = Path(__file__).parent / "data" / "sycl_tla_copy_catalog.tsv"
 CTYPE_BYTES = {"uchar": 1, "ushort": 2, "uint": 4, "ulong": 8}
@@ -115,6 +116,17 @@ def test_one_row_of_eight_dwords_leaves_lanes_8_to_15_empty():
     assert all(m[lane] == (None,) for lane in range(8, 16))
 
 
+def test_u4_row_load_is_the_8_bit_message_that_deals_the_int4_dpas_a_operand():
+    # xe_atoms.md §1.2: sycl-tla's XE_2D_U4x32x64_LD_N is IB_read_flat_u8_m32k32v1 -> ushort32; each ushort holds
+    # bytes 2l, 2l+1 of a 32-byte row = nibbles 4l..4l+3, low first: the s4/u4 DPAS A operand (lane l: k 4l..4l+3)
+    a = CopyAtom.parse("XE_2D_U4x32x64_LD_N")
+    assert a.message == Message("load", 8, 32, 32, 1) and a.register_type == "ushort32"
+    for lane in range(16):
+        assert list(a.lane_map.map[lane]) == [(r, 4 * lane + j) for r in range(32) for j in range(4)]
+    mma = MmaAtom.parse("XE_8x16x64_S32S4S4S32_TT")
+    assert CopyAtom.parse("XE_2D_U4x8x64_LD_N").lane_map.map == mma.lane_map("a").map
+
+
 def test_u4_nibbles_are_little_endian_in_their_dword():
     m = lanes("XE_2D_Packed_U4x1x128_LD_N")  # u32 message, 8 nibbles per lane, low nibble first
     for lane in range(16):
@@ -164,7 +176,7 @@ def test_catalog_messages_and_register_sizes_agree_unless_flagged():
 
 def test_flagged_atoms_are_exactly_the_known_deviations():
     flagged = {a.name for a in enumerate_copy_atoms() if a.quirk}
-    assert {"XE_2D_U8x32x32_LD_N", "XE_2D_U8x8x32_ST_N", "XE_2D_U64x8x4_LD_T", "XE_2D_U4x32x64_LD_N"} <= flagged
+    assert {"XE_2D_U8x32x32_LD_N", "XE_2D_U8x8x32_ST_N", "XE_2D_U64x8x4_LD_T", "XE_2D_U4x32x16_LD_T"} <= flagged
     catalog = {row["name"] for row in _catalog()}
     assert flagged <= catalog
 
@@ -187,7 +199,7 @@ def test_builtin_spellings():
     ("XE_2D_U32x16x16_LD_V", "VNNI (LD_V) packs 8- and 16-bit data only"),
     ("XE_2D_U32x16x16_LD_T", "d32 transpose width 16"),
     ("XE_2D_U16x8x16_ST_T", "stores write row-major blocks only"),
-    ("XE_2D_U4x8x32_LD_N", "no 4-bit 2D block message"),
+    ("XE_2D_U4x8x64_LD_V", "VNNI (LD_V) packs 8- and 16-bit data only"),
     ("XE_2D_Packed_U32x8x16_LD_N", "Packed_ copies exist for U4, U8 and U16 only"),
     ("XE_2D_U64x16x2_LD_T", "d64 transpose"),
     ("XE_2D_U16x8x48_LD_N", "powers of two"),

@@ -100,8 +100,8 @@ def test_every_layout_plans_and_its_fragments_hold_the_operand(name, layout, sg)
     if sg == 16 and (layout in ("rcr", "ccr") or not four_bit):
         # col-major B: the d32 transpose gives lane = n, dwords along k; row-major B: VNNI loads (8/16-bit)
         assert reorder_cost(p.b.fragments) == 0, p.b.atom.name
-    if layout in ("rrr", "rcr") and not four_bit:
-        assert reorder_cost(p.a.fragments) == 0
+    if layout in ("rrr", "rcr"):   # row-major A: 16-bit rows, packed 8-bit rows, 4-bit rows as 8-bit messages
+        assert reorder_cost(p.a.fragments) == 0, p.a.atom.name
     if four_bit and layout in ("rrr", "crr"):   # no 4-bit VNNI: lane n gathers its column from a packed load
         assert reorder_cost(p.b.fragments) == 2
     if four_bit and sg == 8 and layout in ("rrr", "rcr"):   # a uint block read per row: 8 nibbles per lane
@@ -173,13 +173,15 @@ sweep:
   types: [{a: s8, b: u8, acc: s32, c: s32}, {a: u8, b: s8, acc: s32, c: s32}]
   layout: [{a: col, b: row}, {a: col, b: col}]
 """
-# Debian's IGC has no 32-bit plain 2D read and only the 16-row d32 transpose: int4 goes through LD_T there
+# int4 in every layout: row-major data moves as 8-bit messages of the same bytes (XE_2D_U4x32x64_LD_N is the
+# DPAS A operand as loaded; row-major B is gathered from XE_2D_U4x32x32_LD_N), column-major data through the
+# 16-row d32 transpose, the only one Debian's IGC has; the planner picks these by itself
 AOT_PVC_S4 = """name: layouts_pvc_s4
 problem: {m: 512, n: 512, k: 512}
 types: {a: s4, b: s4, acc: s32, c: s32}
-layout: {a: col, b: col}
 tile: {workgroup: [128, 32, 64], subgroups: [2, 1], subgroup_size: 16}
-atoms: {a: XE_2D_U4x16x64_LD_T, b: XE_2D_U4x16x64_LD_T}
+sweep:
+  layout: [{a: row, b: row}, {a: row, b: col}, {a: col, b: row}, {a: col, b: col}]
 """
 AOT_DG2 = """name: layouts_dg2
 problem: {m: 512, n: 512, k: 512}
@@ -230,8 +232,10 @@ def _build(tmp_path, text, target, count):
 @pytest.mark.ocloc
 def test_every_layout_builds_for_pvc_with_the_planned_messages(tmp_path):
     built = _build(tmp_path, AOT_PVC, "pvc", 8) + _build(tmp_path / "s8", AOT_PVC_S8, "pvc", 4)
-    (s4,) = _build(tmp_path / "s4", AOT_PVC_S4, "pvc", 1)
-    assert s4["isa"]["dpas"] == 16
+    s4 = _build(tmp_path / "s4", AOT_PVC_S4, "pvc", 4)
+    assert all(v["isa"]["dpas"] == 16 for v in s4)      # 64x32x64 per sub-group: 8 x 2 x 1 XE_8x16x64
+    assert {v["name"].split("_")[5] for v in s4} == {"ttt", "tnt", "ntt", "nnt"}
+    assert "_au4x32x64n_" in s4[0]["name"]             # row-major A: the 8-bit load is the operand, no reorder
     assert {v["name"].split("_")[5] for v in built} == {"ttt", "tnt", "ntt", "nnt"}
 
 

@@ -39,7 +39,13 @@ NAME_RE = re.compile(r"^XE_2D_(Packed_)?(U4|U8|U16|U32|U64|TF32)x(\d+)x(\d+)_(LD
 
 # Unpacked copies: one column per work-item per block of 16 columns (seed 004); TF32 blocks are 8 wide,
 # which deals two rows over the sub-group (the tf32 DPAS A operand, xe_atoms.md §1.2 TF32 rows).
-UNPACKED_BLOCK_COLS = {"U8": 16, "U16": 16, "U32": 16, "U64": 16, "TF32": 8}
+# There is no 4-bit message: U4 rows move as the 8-bit message of the same bytes, 64 nibbles (32 bytes) per
+# block, two bytes (four nibbles) per work-item: sycl-tla's XE_2D_U4x32x64_LD_N and XE_2D_U4x16x64_LD_N
+# are exactly these loads (IB_read_flat_u8_m32k32v1 -> ushort32, xe_atoms.md §1.2; sycl-tla then shuffles
+# the nibbles into its own fragment order, xegemm uses the registers as loaded).  Work-item l then holds
+# nibbles 4l..4l+3 of each 64-nibble row: the packed int4 DPAS A operand (OCLMMA).
+UNPACKED_BLOCK_COLS = {"U4": 64, "U8": 16, "U16": 16, "U32": 16, "U64": 16, "TF32": 8}
+UNPACKED_MESSAGE_BITS = {"U4": 8}
 # Packed copies (seed 004 "Data Distribution (Packed Copies)", sycl-tla catalog xe_atoms.md §1.2):
 # the message element and the block width in columns of the named type.
 #   Packed_U8:  8-bit message, 32 columns per block (each work-item 2 adjacent bytes; blocks 32 apart)
@@ -57,10 +63,6 @@ SYCL_TLA_QUIRKS = {
                           "layout); read as named it needs a block count of 2, which stores do not have",
     "XE_2D_U8x8x32_ST_N": "sycl-tla uses a count-2 store <1,16,8,2>, which OCL2D and ESIMD do not allow "
                           "(stores have block count 1)",
-    "XE_2D_U4x32x64_LD_N": "sycl-tla emulates it with an 8-bit load plus sub-group shuffles (marked FIXME, "
-                           "slow); there is no 4-bit 2D block message",
-    "XE_2D_U4x16x64_LD_N": "sycl-tla emulates it with an 8-bit load plus sub-group shuffles (marked FIXME, "
-                           "slow); there is no 4-bit 2D block message",
     "XE_2D_U4x32x16_LD_T": "sycl-tla reads 16 rows x 32 nibbles (Transpose<4,4,16,1>): its name gives "
                            "cols x rows, unlike every other LD_T atom; xegemm reads it as 32 rows x 16 nibbles",
     "XE_2D_U8x32x4_LD_T": "sycl-tla uses an IGC-emulated 8-bit transpose (load + moves); the hardware "
@@ -183,7 +185,7 @@ class CopyAtom:
             mbits = PACKED_MESSAGE_BITS.get(self.type_name, e)
             block_cols = min(self.cols, PACKED_BLOCK_COLS.get(self.type_name, self.cols))
         else:
-            mbits = e
+            mbits = UNPACKED_MESSAGE_BITS.get(self.type_name, e)
             block_cols = min(self.cols, UNPACKED_BLOCK_COLS.get(self.type_name, 16))
         return Message(kind, mbits, block_cols * e // mbits, self.rows, max(1, self.cols // block_cols))
 
@@ -308,8 +310,6 @@ class CopyAtom:
             out.append(f"Packed_ copies exist for U4, U8 and U16 only, not {t} (seed 004, sycl-tla catalog)")
         if self.packed and self.layout != "N":
             out.append("Packed_ copies are row-major (_N) loads/stores; no message packs a transpose or VNNI load")
-        if t == "U4" and not self.packed and self.layout != "T":
-            out.append("there is no 4-bit 2D block message: U4 data must be moved Packed_ or transposed (LD_T)")
         if self.layout == "T" and self.op == "LD" and (self.cols * e) % (64 if e == 64 else 32):
             out.append(f"LD_T moves whole dwords: cols x {e} bits = {self.cols * e} bits is not a multiple of 32")
         if out:
