@@ -341,12 +341,12 @@ def _legal_copy_atoms() -> tuple[CopyAtom, ...]:
 
 def _candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows: int, max_cols: int,
                 type_name: str | None = None):
-    """Legal copy atoms of a family, biggest first (fewest messages)."""
+    """Legal copy atoms of a family, biggest first (fewest messages), then in the order of ``layouts``."""
     pool = [a for a in _legal_copy_atoms()
             if a.op == op and a.layout in layouts and a.elem_bits == elem_bits
             and (type_name is None or a.type_name == type_name)
             and a.rows <= max_rows and a.cols <= max_cols]
-    return sorted(pool, key=lambda a: (-a.rows * a.cols, a.packed, a.name))
+    return sorted(pool, key=lambda a: (-a.rows * a.cols, layouts.index(a.layout), a.packed, a.name))
 
 
 def _choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, transpose,
@@ -469,7 +469,10 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         a_plan = _choose("a", config.atoms.a, a_cands, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
                          transpose=a_transpose, issuable=issuable)
         if lay.b == "row":
-            layouts = ("V",) if bbits in (8, 16) else ("N",)
+            # 4-bit B has no DPAS-ready load: a gather from the 8-bit VNNI load of its bytes or, for tiles
+            # narrower than its 16 bytes, from plain rows (VNNI first: on pvc with Debian's IGC, 128x32x64 over
+            # 2x1 sub-groups, 7248 instructions and 10 block loads against 7446 and 16 from plain rows)
+            layouts = {4: ("V", "N"), 8: ("V",), 16: ("V",)}.get(bbits, ("N",))
             b_cands = _candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
             b_extent, b_transpose = (bk, sgn), False
         else:

@@ -46,7 +46,7 @@ class Cell:
     reason: str = ""
 
 
-SUBGROUP_TILES = {16: ((32, 32), (64, 32), (32, 64), (16, 64)), 8: ((16, 16), (32, 16), (16, 32))}   # tried in order
+SUBGROUP_TILES = {16: ((32, 32), (64, 32), (32, 64)), 8: ((16, 16), (32, 16), (16, 32))}   # tried in order
 
 
 def _config_text(target: str, a: str, b: str, acc: str, c: str, la: str, lb: str, epilogue: str,

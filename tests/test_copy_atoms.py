@@ -127,6 +127,15 @@ def test_u4_row_load_is_the_8_bit_message_that_deals_the_int4_dpas_a_operand():
     assert CopyAtom.parse("XE_2D_U4x8x64_LD_N").lane_map.map == mma.lane_map("a").map
 
 
+def test_u4_vnni_load_is_the_d8_vnni_load_of_the_same_bytes():
+    # the d8 VNNI rule above (dword i = rows 4i..4i+3 of byte column l, row 4i in byte 0) on 4-bit data: byte
+    # column l holds nibble columns 2l (low nibble) and 2l + 1
+    a = CopyAtom.parse("XE_2D_U4x32x32_LD_V")
+    assert a.message == Message("transform", 8, 16, 32, 1) and a.register_type == "uint8"
+    for lane in range(16):
+        assert list(a.lane_map.map[lane]) == [(4 * i + j, 2 * lane + h) for i in range(8) for j in range(4) for h in range(2)]
+
+
 def test_u4_nibbles_are_little_endian_in_their_dword():
     m = lanes("XE_2D_Packed_U4x1x128_LD_N")  # u32 message, 8 nibbles per lane, low nibble first
     for lane in range(16):
@@ -199,7 +208,6 @@ def test_builtin_spellings():
     ("XE_2D_U32x16x16_LD_V", "VNNI (LD_V) packs 8- and 16-bit data only"),
     ("XE_2D_U32x16x16_LD_T", "d32 transpose width 16"),
     ("XE_2D_U16x8x16_ST_T", "stores write row-major blocks only"),
-    ("XE_2D_U4x8x64_LD_V", "VNNI (LD_V) packs 8- and 16-bit data only"),
     ("XE_2D_Packed_U32x8x16_LD_N", "Packed_ copies exist for U4, U8 and U16 only"),
     ("XE_2D_U64x16x2_LD_T", "d64 transpose"),
     ("XE_2D_U16x8x48_LD_N", "powers of two"),

@@ -36,6 +36,7 @@ TYPES = {
     "u8_u8": ("{a: u8, b: u8, acc: s32, c: s32}", "[4, 32, 32]", "[8, 16, 64]"),
     "s4_s4": ("{a: s4, b: s4, acc: s32, c: s32}", "[16, 32, 64]", None),
     "u4_s4": ("{a: u4, b: s4, acc: s32, c: s32}", "[8, 32, 128]", "[16, 32, 64]"),
+    "s4_u4_n32": ("{a: s4, b: u4, acc: s32, c: s32}", "[16, 64, 64]", None),   # row-major B from 8-bit VNNI loads
 }
 
 
@@ -104,6 +105,8 @@ def test_every_layout_plans_and_its_fragments_hold_the_operand(name, layout, sg)
         assert reorder_cost(p.a.fragments) == 0, p.a.atom.name
     if four_bit and layout in ("rrr", "crr"):   # no 4-bit VNNI: lane n gathers its column from a packed load
         assert reorder_cost(p.b.fragments) == 2
+    if four_bit and sg == 16 and layout in ("rrr", "crr"):   # B rows of 16 bytes: the 8-bit VNNI load's bytes
+        assert p.b.atom.layout == ("V" if p.subgroup_tile[1] >= 32 else "N"), p.b.atom.name
     if four_bit and sg == 8 and layout in ("rrr", "rcr"):   # a uint block read per row: 8 nibbles per lane
         assert reorder_cost(p.a.fragments) == 0 and p.a.atom.name == "XE_1D_U4x8x64_LD_SG8"
 
@@ -235,7 +238,7 @@ def test_every_layout_builds_for_pvc_with_the_planned_messages(tmp_path):
     s4 = _build(tmp_path / "s4", AOT_PVC_S4, "pvc", 4)
     assert all(v["isa"]["dpas"] == 16 for v in s4)      # 64x32x64 per sub-group: 8 x 2 x 1 XE_8x16x64
     assert {v["name"].split("_")[5] for v in s4} == {"ttt", "tnt", "ntt", "nnt"}
-    assert "_au4x32x64n_" in s4[0]["name"]             # row-major A: the 8-bit load is the operand, no reorder
+    assert "_au4x32x64n_bu4x32x32v_" in s4[0]["name"]  # row-major A: the 8-bit load is the operand, no reorder
     assert {v["name"].split("_")[5] for v in built} == {"ttt", "tnt", "ntt", "nnt"}
 
 

@@ -173,9 +173,13 @@ class CopyAtom:
         e = self.elem_bits
         kind = {"LD": "load", "ST": "store", "PF": "prefetch"}[self.op]
         if self.layout == "V":
-            # VNNI: 8/16-bit data, one column per work-item; 32/e rows packed per dword (SPV2D, OCL2D).
-            block = min(self.cols, 16)
-            return Message("transform", e, block, self.rows, max(1, self.cols // block))
+            # VNNI: 8/16-bit data, one column per work-item; 32/e rows packed per dword (SPV2D, OCL2D).  4-bit
+            # data moves as the 8-bit VNNI load of the same bytes: a work-item's byte column is two nibble
+            # columns, its dword four rows of that byte column.
+            mbits = UNPACKED_MESSAGE_BITS.get(self.type_name, e)
+            width = self.cols * e // mbits                    # 0: narrower than a byte (a violation)
+            block = min(width, 16)
+            return Message("transform", mbits, block, self.rows, max(1, width // max(block, 1)))
         if self.layout == "T":
             # The hardware transposes 32- and 64-bit data only; narrower data moves as the d32 transpose
             # of the same bytes (sycl-tla LD_T of U4/U8/U16, xe_atoms.md §1.2, §1.4).
@@ -193,7 +197,7 @@ class CopyAtom:
     def sub_elements(self) -> int:
         """Elements of the named type per message element (per dword for VNNI)."""
         if self.message.kind == "transform":
-            return 32 // self.elem_bits
+            return 32 // self.elem_bits          # rows per dword x elements of the named type per row element
         return max(1, self.message.elem_bits // self.elem_bits)
 
     # -- registers --------------------------------------------------------------------------------------
@@ -202,7 +206,7 @@ class CopyAtom:
         """(rows, row length, blocks) of the block as the hardware deals it to lanes."""
         msg = self.message
         if msg.kind == "transform":
-            return msg.height * self.elem_bits // 32, _pow2ceil(msg.width), msg.count
+            return msg.height * msg.elem_bits // 32, _pow2ceil(msg.width), msg.count
         if msg.kind == "transpose":
             return msg.width, _pow2ceil(msg.height), msg.count
         return msg.height, _pow2ceil(msg.width), msg.count
@@ -278,8 +282,9 @@ class CopyAtom:
             r, c = t * (SUB_GROUP // rowlen) + lane // rowlen, lane % rowlen
             if r >= rows:
                 return None
-        if msg.kind == "transform":      # dword (r, c) packs rows r*sub .. r*sub+sub-1 of column c
-            row, col = r * sub + s, block * msg.width + c
+        if msg.kind == "transform":      # dword (r, c) packs rows r*rows .. of message column c, low row first
+            per = msg.elem_bits // self.elem_bits          # named-type columns in one message element (U4: 2)
+            row, col = r * (sub // per) + s // per, (block * msg.width + c) * per + s % per
         elif msg.kind == "transpose":    # dealt row r = memory column r, dealt column c = memory row c
             row, col = c, (block * msg.width + r) * sub + s
             if row >= msg.height:
@@ -303,9 +308,9 @@ class CopyAtom:
             out.append("stores write row-major blocks only: use _ST_N (seed 004 'Storing Result Matrix')")
         if self.op == "PF" and self.layout != "N":
             out.append("prefetches take row-major blocks only: use _PF_N")
-        if self.layout == "V" and t not in ("U8", "U16"):
-            out.append(f"VNNI (LD_V) packs 8- and 16-bit data only, not {t} (xe_atoms.md §2 'VNNI transform'; "
-                       "seed 004: use LD_N for U32)")
+        if self.layout == "V" and t not in ("U4", "U8", "U16"):
+            out.append(f"VNNI (LD_V) packs 8- and 16-bit data only (4-bit data as its bytes), not {t} (xe_atoms.md §2 "
+                       "'VNNI transform'; seed 004: use LD_N for U32)")
         if self.packed and t not in PACKED_MESSAGE_BITS:
             out.append(f"Packed_ copies exist for U4, U8 and U16 only, not {t} (seed 004, sycl-tla catalog)")
         if self.packed and self.layout != "N":
