@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from xegemm.atoms.block1d import READ_ALIGN_BYTES, WRITE_ALIGN_BYTES, Block1DAtom, enumerate_block1d_atoms
+from xegemm.atoms.block1d import TYPE_BITS as BLOCK1D_TYPE_BITS
 from xegemm.atoms.copy import SUB_GROUP as BLOCK2D_SUB_GROUP
 from xegemm.atoms.copy import TYPE_BITS as COPY_TYPE_BITS
 from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
@@ -500,7 +501,7 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         c_plan = _choose_block1d("c", "ST", c_bits, sg, mma, (sgm, sgn), (mma.m, mma.n), (grid[0], grid[1]),
                                  False, config.atoms.c, max_cost=0)   # the epilogue moves whole fragments
     epilogue = EpilogueSpec.of(config)
-    c_in = _load_twin(c_plan.atom) if epilogue.reads_c and tile.split_k == 1 else None
+    c_in = _load_twin(c_plan.atom, issuable) if epilogue.reads_c and tile.split_k == 1 else None
     if config.pipeline.prefetch:
         a_plan = _with_prefetch(a_plan)
         b_plan = _with_prefetch(b_plan)
@@ -528,9 +529,12 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
     return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in)
 
 
-def _load_twin(store):
+def _load_twin(store, issuable=None):
     """The load atom of the same block as C's store atom, holding every element where the store takes it (the
-    epilogue reads C element by element beside the accumulator); PlanRejected naming the rule otherwise."""
+    epilogue reads C element by element beside the accumulator); PlanRejected naming the rule otherwise.
+    When the lowering cannot issue that 2D block read (``issuable``: Debian's IGC has no 32-bit plain 2D
+    read) but can issue 1D sub-group block reads of the same rows with the same lane map (a row of 16
+    elements, lane l holding column l), those are taken."""
     if isinstance(store, Block1DAtom):
         twin = Block1DAtom(store.type_name, store.rows, store.cols, "LD", store.lanes)
     else:
@@ -538,6 +542,10 @@ def _load_twin(store):
         if not twin.legal:
             raise PlanRejected(f"beta != 0 reads C with {twin.name}, which breaks a 2D block rule: "
                                f"{twin.violations()[0]}")
+        if issuable is not None and not issuable(twin) and store.type_name in BLOCK1D_TYPE_BITS:
+            rows = Block1DAtom(store.type_name, store.rows, store.cols, "LD", BLOCK2D_SUB_GROUP)
+            if rows.legal and issuable(rows) and rows.lane_map == store.lane_map:
+                return rows
     if twin.lane_map != store.lane_map:
         raise PlanRejected(f"beta != 0 reads C with {twin.name}, whose registers do not hold C as {store.name} "
                            "stores it (compare `xegemm atoms show` of both)")

@@ -228,7 +228,7 @@ def test_native_epilogue_builds_with_the_predicted_messages(target, tile, tmp_pa
     from xegemm.pipeline import build_config
     path = tmp_path / "ep.yaml"
     path.write_text("problem: {m: 64, n: 64, k: 64, batch: 2}\n" + tile +
-                    "sweep:\n  types: [{c: bf16}, {a: s8, b: s8, acc: s32, c: s8}]\n"
+                    "sweep:\n  types: [{c: bf16}, {c: f32}, {a: s8, b: s8, acc: s32, c: s8}]\n"
                     "  epilogue: [{beta: 0.5, bias: col, activation: gelu_tanh}, {alpha: 2}]\n"
                     "constraints: [\"types.a != 's8' or tile.workgroup[2] % 32 == 0\"]\n")
     result = build_config(path, target=target, out_dir=tmp_path / "out")
@@ -236,3 +236,11 @@ def test_native_epilogue_builds_with_the_predicted_messages(target, tile, tmp_pa
     for v in result["variants"]:
         assert v["status"] == "ok", (v["name"], v["reason"])
         assert v["isa"]["spill_bytes"] == 0
+    # an f32 C read: Debian's IGC has no 32-bit plain 2D read, so C is read by 1D sub-group block reads of its
+    # rows (the same lane map); a compiler with the 2D read uses that
+    if target == "pvc":
+        (f32,) = [v for v in result["variants"] if "_f32_f32_" in v["name"] and "_beta" in v["name"]]
+        source = (tmp_path / "out" / f32["name"] / "kernel.cl").read_text()
+        rows_1d = "= xe_copy_1d_u32x8x16_ld_sg16(Cin," in source
+        assert rows_1d or "= xe_copy_u32x8x16_ld_n(Cin," in source
+        assert rows_1d == ("igc-1.0.12504" in result["capabilities"])
