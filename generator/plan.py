@@ -656,7 +656,9 @@ def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
     each tile just before its first chunk; the last chunk reading it frees it) plus an eighth of those the
     next chunk adds (loads the scheduler hoists); the address state of each 2D block tile's prefetch; reorder
     temporaries (one A fragment, or a k-chunk's B fragments, built before their DPAS; twice that for a
-    cross-lane gather); and the registers kept beside them (more with several sub-groups per work-group).
+    cross-lane gather, which on dg2's 1D block tiles is built for every fragment of the k-step at once); and
+    the registers kept beside them (more with several sub-groups per work-group).  On dg2 the same constants
+    hold with 32-byte GRFs (measured: tests/data/register_spills.tsv has dg2 rows too).
     """
     lanes, width = config.tile.subgroup_size, _grf_bytes(mma.n)
     grf = lambda nbytes: -(-nbytes // width)  # noqa: E731
@@ -666,14 +668,17 @@ def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
         tile = grf(op.atom.register_bytes * lanes)
         one, two = op.live_tiles(1), op.live_tiles(2)
         live[op.operand] = tile * one + -(-tile * (two - one) // NEXT_CHUNK_SHARE)
-    # measured for 2D block tiles only: dg2's 1D block tiles (up to one per row) are not counted
+    # 2D block tiles only: dg2's 1D block prefetches carry no per-tile address payload (its rows fit without it)
     block2d = not isinstance(a_plan.atom, Block1DAtom)
     prefetch = PREFETCH_GRF * (a_plan.per_kstep + b_plan.per_kstep) if config.pipeline.prefetch and block2d else 0
     reorder = 0
-    for op, fragments in ((a_plan, 1), (b_plan, sgn // mma.n)):
+    grid_m, grid_n, chunks = sgm // mma.m, sgn // mma.n, config.tile.workgroup[2] // mma.k
+    for op, fragments, kstep in ((a_plan, 1, grid_m * chunks), (b_plan, grid_n, grid_n * chunks)):
         cost = reorder_cost(op.fragments)
         if cost:
-            reorder += cost * fragments * grf(mma.register_bytes(op.operand) * lanes)
+            # dg2: IGC builds every cross-lane gather of the k-step before its first DPAS (measured)
+            built = kstep if cost == 2 and not block2d else fragments
+            reorder += cost * built * grf(mma.register_bytes(op.operand) * lanes)
     reserved = RESERVED_GRF[config.target.grf] + (SUBGROUPS_GRF if math.prod(config.tile.subgroups) > 1 else 0)
     total = acc + live["a"] + live["b"] + prefetch + reorder + reserved
     return {"acc_grf": acc, "a_grf": live["a"], "b_grf": live["b"], "prefetch_grf": prefetch, "reorder_grf": reorder,

@@ -1,15 +1,18 @@
-"""The plan's register estimate against the ISA: which variants spill when ocloc builds them for pvc.
+"""The plan's register estimate against the ISA: which variants spill when ocloc builds them.
 
-A table row names a variant (types, layout, sub-group tile, sub-groups, prefetch distance, GRF mode) and the
-spill bytes ocloc reported for its native kernel.  tests/data/register_spills.tsv is the table measured with
-Debian's compiler; a test compares the estimate's verdict (:func:`xegemm.plan.plan` rejects the variant)
-with every row, and README "Registers" says how well they agree.  ``python -m xegemm.evaluate.spills TABLE``
-rebuilds every row with the installed ocloc and rewrites the spill bytes (about a second per row).
+A table row names a variant (target, types, layout, sub-group tile, sub-groups, prefetch distance, GRF mode)
+and the spill bytes ocloc reported for its native kernel.  tests/data/register_spills.tsv is the table measured
+with Debian's compiler for pvc and dg2; a test compares the estimate's verdict with every row, and README
+"Registers" says how well they agree.  ``python -m xegemm.evaluate.spills TABLE`` rebuilds every row with the
+installed ocloc and rewrites the spill bytes (about a second per row); ``--sample N --target T`` appends N
+fresh variants drawn at random near the estimate's limit, measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import random
 import sys
 import tempfile
 from dataclasses import dataclass, replace
@@ -19,21 +22,24 @@ from xegemm.aot.build import compile_kernel
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.aot.toolchain import compiler_version
 from xegemm.config import Config, config_from_text
+from xegemm.dtypes import dtype
 from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering, named_lowering
-from xegemm.plan import Plan, plan
+from xegemm.plan import Plan, PlanRejected, plan
 from xegemm.render import render_kernel
+from xegemm.targets import get_target
 
-TARGET = "pvc"
-COLUMNS = ("types", "layout", "subgroup_tile", "subgroups", "prefetch", "grf", "spill_bytes")
+COLUMNS = ("target", "types", "layout", "subgroup_tile", "subgroups", "prefetch", "grf", "spill_bytes")
 LAYOUTS = {"R": "row", "C": "col"}
 PROBLEM = 1024          # M = N = K: meets the 2D block surface rules; registers do not depend on it
+REGENERATE = "regenerate: python -m xegemm.evaluate.spills tests/data/register_spills.tsv"
 
 
 @dataclass(frozen=True)
 class SpillCase:
-    """One variant and the spill bytes of its pvc build (None: not measured)."""
+    """One variant and the spill bytes of its build for ``target`` (None: not measured)."""
 
+    target: str                             # pvc (SIMD16, 2D block copies) or dg2 (SIMD8, 1D block copies)
     types: tuple[str, str, str, str]        # A, B, accumulator, C
     layout: str                             # CUTLASS letters of A, B, C: "RCR" = A row-, B column-major
     subgroup_tile: tuple[int, int, int]     # M, N, K of one sub-group's tile
@@ -49,18 +55,19 @@ class SpillCase:
             f"problem: {{m: {PROBLEM}, n: {PROBLEM}, k: {PROBLEM}}}\n"
             f"types: {{a: {a}, b: {b}, acc: {acc}, c: {c}}}\n"
             f"layout: {{a: {LAYOUTS[self.layout[0]]}, b: {LAYOUTS[self.layout[1]]}, c: {LAYOUTS[self.layout[2]]}}}\n"
-            f"tile: {{workgroup: [{m * sm}, {n * sn}, {k}], subgroups: [{sm}, {sn}], subgroup_size: 16}}\n"
+            f"tile: {{workgroup: [{m * sm}, {n * sn}, {k}], subgroups: [{sm}, {sn}], "
+            f"subgroup_size: {get_target(self.target).simd}}}\n"
             f"pipeline: {{prefetch: {self.prefetch}}}\ntarget: {{grf: {self.grf}}}\n")
 
-    def plan(self, lowering: Lowering) -> Plan:
-        """The variant's plan for ``lowering``, kept even where the register estimate exceeds the budget."""
-        return plan(self.config(), lowering.issues, check_registers=False)
+    def plan(self) -> Plan:
+        """The variant's plan for Debian's compiler, kept even where the estimate exceeds the budget."""
+        return plan(self.config(), debian_lowering(self.target).issues, check_registers=False)
 
-    def measure(self, lowering: Lowering, workdir: Path) -> int:
-        """Spill bytes of the variant's native kernel built for pvc (XegemmError when the build fails or its
-        machine code does not issue the plan's dpas: a kernel missing work would prove nothing)."""
-        p = self.plan(lowering)
-        build = compile_kernel(render_kernel(p, lowering), TARGET, grf=self.grf, workdir=workdir)
+    def measure(self, workdir: Path) -> int:
+        """Spill bytes of the variant's native kernel built for its target (XegemmError when the build fails or
+        its machine code does not issue the plan's dpas: a kernel missing work would prove nothing)."""
+        p, lowering = self.plan(), debian_lowering(self.target)
+        build = compile_kernel(render_kernel(p, lowering), self.target, grf=self.grf, workdir=workdir)
         if not build.ok:
             raise XegemmError(f"{p.name}: ocloc failed: {build.log[-300:]}")
         if build.stats.dpas != p.dpas_per_kstep:
@@ -68,53 +75,125 @@ class SpillCase:
         return build.stats.spill_bytes
 
     def row(self) -> str:
-        return "\t".join((",".join(self.types), self.layout, "x".join(map(str, self.subgroup_tile)),
+        return "\t".join((self.target, ",".join(self.types), self.layout, "x".join(map(str, self.subgroup_tile)),
                           "x".join(map(str, self.subgroups)), str(self.prefetch), str(self.grf),
                           "" if self.spill_bytes is None else str(self.spill_bytes)))
 
     @classmethod
     def parse(cls, line: str) -> "SpillCase":
-        types, layout, tile, subgroups, prefetch, grf, spill = line.rstrip("\n").split("\t")
-        return cls(tuple(types.split(",")), layout, tuple(int(x) for x in tile.split("x")),
+        target, types, layout, tile, subgroups, prefetch, grf, spill = line.rstrip("\n").split("\t")
+        return cls(target, tuple(types.split(",")), layout, tuple(int(x) for x in tile.split("x")),
                    tuple(int(x) for x in subgroups.split("x")), int(prefetch), int(grf),
                    int(spill) if spill else None)
 
 
-def debian_lowering() -> Lowering:
+@functools.cache
+def debian_lowering(target: str = "pvc") -> Lowering:
     """The native lowering with the capabilities of Debian's compiler (the one the table was measured with)."""
-    return named_lowering("native", DEBIAN_CAPABILITIES, TARGET)
+    return named_lowering("native", DEBIAN_CAPABILITIES, target)
 
 
-def read_table(path: Path | str) -> list[SpillCase]:
-    """The rows of a table (``#`` lines are comments; the first other line names the columns)."""
-    lines = [ln for ln in Path(path).read_text().splitlines() if ln and not ln.startswith("#")]
+@dataclass
+class SpillTable:
+    """A table's comment lines (where its rows come from) and rows."""
+
+    comments: list[str]
+    cases: list[SpillCase]
+
+
+def read_table(path: Path | str) -> SpillTable:
+    """A table (``#`` lines are comments; the first other line names the columns)."""
+    text = Path(path).read_text().splitlines()
+    comments = [ln[2:] for ln in text if ln.startswith("# ")]
+    lines = [ln for ln in text if ln and not ln.startswith("#")]
     if tuple(lines[0].split("\t")) != COLUMNS:
         raise XegemmError(f"{path}: the first row must name the columns {', '.join(COLUMNS)}")
-    return [SpillCase.parse(ln) for ln in lines[1:]]
+    return SpillTable(comments, [SpillCase.parse(ln) for ln in lines[1:]])
 
 
-def write_table(path: Path | str, cases: list[SpillCase], comment: str) -> None:
-    text = "".join(f"# {ln}\n" for ln in comment.splitlines()) + "\t".join(COLUMNS) + "\n"
-    Path(path).write_text(text + "".join(c.row() + "\n" for c in cases))
+def write_table(path: Path | str, table: SpillTable) -> None:
+    text = "".join(f"# {ln}\n" for ln in table.comments) + "\t".join(COLUMNS) + "\n"
+    Path(path).write_text(text + "".join(c.row() + "\n" for c in table.cases))
+
+
+# what a random draw varies (README "Registers" lists the measured ranges)
+TYPE_FAMILIES = (("bf16", "bf16", "f32", "f32"), ("f16", "f16", "f32", "f32"), ("bf16", "bf16", "bf16", "bf16"),
+                 ("f16", "f16", "f16", "f16"),
+                 *((a, b, "s32", "s32") for a in ("s8", "u8") for b in ("s8", "u8")),
+                 *((a, b, "s32", "s32") for a in ("s4", "u4") for b in ("s4", "u4")))
+SUBGROUP_LAYOUTS = ((1, 1), (1, 2), (2, 1), (2, 2), (4, 2), (2, 4), (4, 4), (8, 4), (4, 8))
+ACC_SHARE = 0.15        # drawn variants' accumulators take at least this share of the budget (nearer the limit)
+
+
+def estimate_margin(case: SpillCase) -> float:
+    """How far the estimate lies from the budget, as a fraction of it (> 0: over, the planner rejects)."""
+    return case.plan().registers["total_grf"] / case.grf - 1
+
+
+def draw(target: str, count: int, band: tuple[float, float], seed: int, exclude=()) -> list[SpillCase]:
+    """``count`` distinct random variants for ``target`` whose estimate lies within ``band`` of the budget
+    (margins as :func:`estimate_margin`), none of ``exclude``: types, layout, sub-group tile (1 to 8 DPAS
+    k-chunks), sub-groups, prefetch distance and GRF mode drawn uniformly from what the planner accepts, among
+    tiles whose accumulators take :data:`ACC_SHARE` to all of the budget."""
+    t, rng = get_target(target), random.Random(seed)
+    families = [f for f in TYPE_FAMILIES if f[0] in t.dpas_inputs and (f[2] != f[0] or t.half_accumulators)]
+    seen = {replace(c, spill_bytes=None) for c in exclude}
+    out: list[SpillCase] = []
+    for _ in range(200 * count):
+        if len(out) == count:
+            break
+        types = rng.choice(families)
+        k = 256 // dtype(types[0]).bits            # one DPAS's K
+        case = SpillCase(target, types, rng.choice(("RRR", "RCR", "CRR", "CCR")),
+                         (8 * rng.randint(1, 16), t.simd * rng.randint(1, 256 // t.simd), k * rng.randint(1, 8)),
+                         rng.choice(SUBGROUP_LAYOUTS), rng.randint(0, 3), rng.choice(t.grf_modes))
+        acc = case.subgroup_tile[0] * case.subgroup_tile[1] * dtype(types[2]).bits // 8 / t.grf_bytes
+        if case in seen or not ACC_SHARE <= acc / case.grf <= 1 + band[1]:   # planning costs up to 0.4 s
+            continue
+        try:
+            margin = estimate_margin(case)
+        except PlanRejected:
+            continue
+        if band[0] <= margin <= band[1]:
+            seen.add(case)
+            out.append(case)
+    return out
+
+
+def _measure_into(path: Path, table: SpillTable, todo: list[int]) -> None:
+    """Measure the rows ``todo`` of ``table`` one by one, rewriting the file after each (builds are slow)."""
+    for n, i in enumerate(todo):
+        with tempfile.TemporaryDirectory(prefix="xegemm-spills-") as tmp:   # a build's dumps take megabytes
+            table.cases[i] = replace(table.cases[i], spill_bytes=table.cases[i].measure(Path(tmp)))
+        write_table(path, table)
+        print(f"{n + 1}/{len(todo)} {table.cases[i].row()}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m xegemm.evaluate.spills",
-                                     description="Rebuild every row of a spill table for pvc with ocloc and "
-                                                 "rewrite its spill bytes.")
+                                     description="Rebuild every row of a spill table with ocloc and rewrite its "
+                                                 "spill bytes, or append fresh variants drawn near the limit.")
     parser.add_argument("table", type=Path)
     parser.add_argument("--out", type=Path, help="write here instead of over the table")
+    parser.add_argument("--sample", type=int, metavar="N", help="append N new variants, measured")
+    parser.add_argument("--target", default="pvc", help="target of the new variants (pvc, dg2)")
+    parser.add_argument("--band", type=float, nargs=2, default=(-0.12, 0.15), metavar=("LOW", "HIGH"),
+                        help="estimate margins the new variants lie within (fractions of the budget)")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    cases, lowering, version = read_table(args.table), debian_lowering(), compiler_version()
-    measured = []
-    for i, case in enumerate(cases):
-        with tempfile.TemporaryDirectory(prefix="xegemm-spills-") as tmp:   # a build's dumps take megabytes
-            measured.append(replace(case, spill_bytes=case.measure(lowering, Path(tmp))))
-        print(f"{i + 1}/{len(cases)} {measured[-1].row()}", file=sys.stderr)
-    write_table(args.out or args.table, measured,
-                f"spill bytes of each variant's native kernel built for {TARGET} with ocloc {version.driver} "
-                f"(IGC {version.igc}), capabilities {DEBIAN_CAPABILITIES}\n"
-                "regenerate: python -m xegemm.evaluate.spills tests/data/register_spills.tsv")
+    table, version = read_table(args.table), compiler_version()
+    out = args.out or args.table
+    built_with = f"ocloc {version.driver} (IGC {version.igc}), capabilities {DEBIAN_CAPABILITIES}"
+    if args.sample:
+        new = draw(args.target, args.sample, tuple(args.band), args.seed, exclude=table.cases)
+        first = len(table.cases) + 1
+        table.comments.append(f"rows {first}-{first + len(new) - 1}: {args.target}, drawn with seed {args.seed} within "
+                              f"{args.band[0]:+.0%} to {args.band[1]:+.0%} of the budget, built with {built_with}")
+        table.cases += new
+        _measure_into(out, table, list(range(first - 1, len(table.cases))))
+    else:
+        table.comments = [f"spill bytes of each variant's native kernel built with {built_with}", REGENERATE]
+        _measure_into(out, table, list(range(len(table.cases))))
     return 0
 
 
