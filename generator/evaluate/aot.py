@@ -111,10 +111,17 @@ class IsaObserver(Observer):
         if wrong:
             evaluation.fail("failed_build", "machine code does not match the plan (a message dropped, split or "
                             "unrolled by the compiler): " + "; ".join(wrong))
+        registers = pv.plan.registers
+        notes = []
+        if registers["verdict"] != "fits":     # the estimate could not tell (README "Registers"): the ISA decides
+            notes.append(f"register estimate {registers['total_grf']} GRF > {registers['budget_grf']}: "
+                         f"{registers['verdict']}")
         if measured["spill_bytes"]:
-            grf = evaluation.extra["grf"]
-            evaluation.reason = ((evaluation.reason + "; ") if evaluation.reason else "") + \
-                f"spills {measured['spill_bytes']} bytes in {grf}-GRF mode"
+            notes.append(f"spills {measured['spill_bytes']} bytes in {evaluation.extra['grf']}-GRF mode")
+        elif notes:
+            notes.append("the ISA does not spill")
+        if notes:
+            evaluation.reason = "; ".join(([evaluation.reason] if evaluation.reason else []) + notes)
 
 
 def aot_evaluator(lowering: Lowering, target: str, out_dir: Path | str, grf: int | None = None,

@@ -116,8 +116,8 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     intensity = ai / (ai + RIDGE_FLOPS_PER_BYTE)
     grf = config.target.grf
     threads = THREADS_PER_CORE.get(grf, 4)
-    headroom = 1.0 - plan.registers["total_grf"] / plan.registers["budget_grf"]
-    occupancy = (threads / max(THREADS_PER_CORE.values())) * (0.75 + 0.25 * min(1.0, headroom * 4))
+    headroom = 1.0 - plan.registers["total_grf"] / plan.registers["budget_grf"]    # < 0: "may spill"
+    occupancy = (threads / max(THREADS_PER_CORE.values())) * (0.75 + 0.25 * max(-1.0, min(1.0, headroom * 4)))
     workgroups = math.ceil(p.m / bm) * math.ceil(p.n / bn) * p.batch
     slots = max(1, machine.compute_units)
     waves = workgroups / (math.ceil(workgroups / slots) * slots)
