@@ -155,7 +155,8 @@ def accumulator_reference(config: Config, ops: Operands) -> tuple[np.ndarray, np
             running = np.zeros_like(total[:, rows, cols])
             peak = np.zeros_like(running)
             for k0 in range(start, end, chunk):
-                running = acc.round(running + np.matmul(a[:, :, k0:min(k0 + chunk, end)], b[:, k0:min(k0 + chunk, end), :]))
+                k1 = min(k0 + chunk, end)
+                running = acc.round(running + np.matmul(a[:, :, k0:k1], b[:, k0:k1, :]))
                 peak = np.maximum(peak, np.abs(running))
             total[:, rows, cols] += running
             tolerance[:, rows, cols] += -(-(end - start) // chunk) * 2 * acc.unit_roundoff * peak
