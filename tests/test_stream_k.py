@@ -13,8 +13,10 @@ from conftest import assert_fails_verification, assert_verifies, one_variant
 
 from xegemm import stream_k
 from xegemm.config import ConfigError, config_from_text
-from xegemm.evaluate import plan_variants
+from xegemm.evaluate import params_of, plan_variants
 from xegemm.plan import PlanRejected, plan
+from xegemm.reporting.model import tile_label
+from xegemm.tune.model import Machine, predict
 
 FAST = "profile: {warmup: 1, repeats: 2}\n"
 # ragged M and N: 4 x 3 tiles of 32x64, 10 k-tiles of 32 (the last one short): I = 120 iterations per batch
@@ -93,6 +95,14 @@ def test_plan_names_and_grid():
     assert p.global_size() == (5 * 32, 2, 2)                    # G work-groups along x, batches along z
     assert p.partial.atom.name == "XE_2D_U32x8x16_ST_N"          # pieces are stored as the f32 accumulator
     assert p.c.atom.name == "XE_2D_U32x8x16_ST_N"
+
+
+def test_params_labels_and_the_model_know_stream_k():
+    config = config_from_text(RAGGED + _tile(5))
+    params = params_of(config)
+    assert params["stream_k"] == 5 and "streamk5" in tile_label(params).split()
+    # 2 batches x 5 work-groups of 24 iterations on 8 compute units: two waves of 24, 240 of 384 slots busy
+    assert predict(plan(config), Machine(8, 0)).waves == pytest.approx(240 / 384)
 
 
 def test_more_work_groups_than_iterations_is_rejected_with_the_numbers():
