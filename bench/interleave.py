@@ -6,7 +6,7 @@ float32 matmul are timed round-robin: each round pauses (the runtime's and OpenB
 after their work), launches each variant once untimed and ``L`` times timed, then runs numpy as often.  Load
 from other processes thus falls on all of them alike, which comparing two ``xegemm run`` rows (each measured
 at its own moment) does not give.  Prints, per problem, each variant's median GFLOP/s (and its best: the fastest run, what load from
-other processes disturbs least), its ratio to numpy and to the variant of the same tile and split with ``tile.swizzle`` = 1, and the conditions (load average, CPU code
+other processes disturbs least), its ratio to numpy and to the variant of the same tile, split K and stream-K with ``tile.swizzle`` = 1, and the conditions (load average, CPU code
 path).  Performance is printed, never asserted.
 
 :func:`round_robin` and :func:`measure_sides` (the same rounds, measured again when a CV stays high) are the
@@ -109,12 +109,12 @@ def measure(config_path: str, rounds: int, launches: int) -> list[dict]:
             tile = pv.config.tile
             gflops = flops / statistics.median(times[pv.name]) * 1e-6
             best = flops / min(times[pv.name]) * 1e-6
-            key = (tile.workgroup, tile.subgroups, tile.split_k)
+            key = (tile.workgroup, tile.subgroups, tile.split_k, tile.stream_k)
             if tile.swizzle == 1:
                 base.setdefault(key, (gflops, best))
             rows.append({"problem": f"{problem.m}x{problem.n}x{problem.k}", "kernel": pv.name,
                          "workgroup": list(tile.workgroup), "subgroups": list(tile.subgroups),
-                         "swizzle": tile.swizzle, "split_k": tile.split_k, "gflops": gflops, "numpy_gflops": numpy_gflops,
+                         "swizzle": tile.swizzle, "split_k": tile.split_k, "stream_k": tile.stream_k, "gflops": gflops, "numpy_gflops": numpy_gflops,
                          "vs_numpy": gflops / numpy_gflops, "vs_swizzle1": gflops / base[key][0] if key in base else None,
                          "gflops_best": best, "numpy_gflops_best": flops / min(numpy_ms) * 1e-6,
                          "vs_swizzle1_best": best / base[key][1] if key in base else None,
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
                else "-")
         print(f"{r['problem']:>15} {r['workgroup'][0]}x{r['workgroup'][1]}x{r['workgroup'][2]} "
               f"sg{r['subgroups'][0]}x{r['subgroups'][1]} swz{r['swizzle']}"
-              + (f" splitk{r['split_k']}" if r["split_k"] > 1 else "") + f": {r['gflops']:6.1f} GFLOP/s (best {r['gflops_best']:.1f}) "
+              + (f" splitk{r['split_k']}" if r["split_k"] > 1 else "")
+              + (f" streamk{r['stream_k']}" if r["stream_k"] else "") + f": {r['gflops']:6.1f} GFLOP/s (best {r['gflops_best']:.1f}) "
               f"(CV {r['cv']:.1%}, {r['runs']} runs) {r['vs_numpy']:.2f}x numpy ({r['numpy_gflops']:.0f}) "
               f"{rel}x swizzle 1; load {r['loadavg_before'][0]:.2f}->{r['loadavg_after'][0]:.2f} "
               f"arch {r['cpu_target_arch'] or 'default'}")

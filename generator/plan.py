@@ -23,7 +23,9 @@ from xegemm.atoms.mma import MmaAtom
 from xegemm.config import Config
 from xegemm.dtypes import ctype_shape, dtype
 from xegemm.epilogue import EpilogueSpec
+from xegemm.config.sections import tile_conflict
 from xegemm.errors import XegemmError
+from xegemm.stream_k import iterations as stream_k_iterations
 from xegemm.targets import dpas_widths, targets_at
 
 GATHER_TILE_BYTES = 64       # per lane: larger 1D block tiles are a reorder's last resort (see _choose)
@@ -134,6 +136,7 @@ class Plan:
     name: str = ""
     epilogue: EpilogueSpec | None = None
     c_in: CopyAtom | Block1DAtom | None = None   # the load twin of C's store atom, when the epilogue reads C
+    partial: OperandPlan | None = None           # stream-K: how pieces of tiles are stored, as accumulators
 
     @property
     def split_k(self) -> int:
@@ -146,6 +149,18 @@ class Plan:
         return k_slice(self.config)
 
     @property
+    def stream_k(self) -> int:
+        """Stream-K work-groups per batch (0: off; xegemm.stream_k).  On, the GEMM kernel stores the tiles its
+        work-groups cover whole through the epilogue, the pieces of the others to a workspace, and a second
+        kernel adds each cut tile's pieces in order and applies the epilogue."""
+        return self.config.tile.stream_k
+
+    @property
+    def reduces(self) -> bool:
+        """True when a second kernel (``<name>_reduce``) finishes D: split K or stream-K."""
+        return self.split_k > 1 or self.stream_k > 0
+
+    @property
     def register_block(self) -> tuple[int, int]:
         """(accumulator rows, N-fragments) of one register block of the portable k loop (``tile.register_block``,
         0 resolved to the whole sub-group tile)."""
@@ -155,8 +170,11 @@ class Plan:
     @property
     def kernel_epilogue(self) -> EpilogueSpec:
         """What the GEMM kernel's own epilogue does: the epilogue, or (split) storing the accumulator."""
-        if self.split_k == 1:
-            return self.epilogue
+        return self.epilogue if self.split_k == 1 else self.partial_epilogue
+
+    @property
+    def partial_epilogue(self) -> EpilogueSpec:
+        """Storing partial sums: the accumulator as it is, in the accumulator type."""
         acc = self.config.types.acc
         return EpilogueSpec(1.0, 0.0, "none", "none", (0.0, 0.0), acc, acc)
 
@@ -167,9 +185,12 @@ class Plan:
         return (sgn * self.config.tile.subgroup_size, sgm, 1)
 
     def global_size(self) -> tuple[int, int, int]:
-        """OpenCL global size covering the problem (edges included); z = batch x split-K slice."""
+        """OpenCL global size covering the problem (edges included); z = batch x split-K slice.  Stream-K: G
+        work-groups along x per batch."""
         p, (bm, bn, _) = self.config.problem, self.config.tile.workgroup
         lx, ly, _ = self.workgroup_size
+        if self.stream_k:
+            return (self.stream_k * lx, ly, p.batch)
         return (math.ceil(p.n / bn) * lx, math.ceil(p.m / bm) * ly, p.batch * self.config.tile.split_k)
 
     @property
@@ -501,12 +522,9 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         b_extent, b_transpose = ((bk, sgn), False) if lay.b == "row" else ((sgn, bk), True)
         b_plan = _choose_block1d("b", "LD", bbits, sg, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
                                  b_transpose, config.atoms.b)
-    if block2d:
-        c_plan = _choose("c", config.atoms.c, _candidates("ST", ("N",), c_bits, 8, sgn), mma, (sgm, sgn),
-                         (mma.m, mma.n), (grid[0], grid[1]), transpose=False, max_cost=0)
-    else:
-        c_plan = _choose_block1d("c", "ST", c_bits, sg, mma, (sgm, sgn), (mma.m, mma.n), (grid[0], grid[1]),
-                                 False, config.atoms.c, max_cost=0)   # the epilogue moves whole fragments
+    c_plan = _plan_store(config.atoms.c, c_bits, mma, (sgm, sgn), grid, block2d)
+    # stream-K: pieces of tiles are stored as the accumulator, with the planner's own atom
+    partial = _plan_store(None, dtype(t.acc).bits, mma, (sgm, sgn), grid, block2d) if tile.stream_k else None
     epilogue = EpilogueSpec.of(config)
     c_in = _load_twin(c_plan.atom, issuable) if epilogue.reads_c and tile.split_k == 1 else None
     if config.pipeline.prefetch:
@@ -535,9 +553,29 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
     if tile.split_k > k_tiles:
         raise PlanRejected(f"tile.split_k = {tile.split_k} slices but K = {config.problem.k} has {k_tiles} k-tiles of "
                            f"{bk}: a slice would be empty; split K at most {k_tiles} ways")
+    conflict = tile_conflict(tile.split_k, tile.stream_k)
+    if conflict:
+        raise PlanRejected(conflict)
+    iters = stream_k_iterations(config.problem.m, config.problem.n, config.problem.k, tile.workgroup)
+    if tile.stream_k > iters:
+        raise PlanRejected(f"tile.stream_k = {tile.stream_k} work-groups but a batch has {iters} MAC-loop iterations "
+                           f"({math.ceil(config.problem.m / bm)} x {math.ceil(config.problem.n / bn)} tiles of "
+                           f"{bm}x{bn} x {k_tiles} k-tiles of {bk}): a work-group would get none; use at most {iters}")
     name = kernel_name(config, mma, a_plan.atom, b_plan.atom, c_plan.atom) + epilogue.name_suffix() \
-        + (f"_splitk{tile.split_k}" if tile.split_k > 1 else "")
-    return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in)
+        + (f"_splitk{tile.split_k}" if tile.split_k > 1 else "") \
+        + (f"_streamk{tile.stream_k}" if tile.stream_k else "")
+    return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in, partial)
+
+
+def _plan_store(explicit: str | None, bits: int, mma: MmaAtom, subgroup_tile, grid, block2d: bool) -> OperandPlan:
+    """The store of a sub-group tile of ``bits``-bit elements (``explicit``: the atom named by atoms.c): whole
+    accumulator fragments per store register, as the epilogue moves them."""
+    sgm, sgn = subgroup_tile
+    if block2d:
+        return _choose("c", explicit, _candidates("ST", ("N",), bits, 8, sgn), mma, (sgm, sgn),
+                       (mma.m, mma.n), (grid[0], grid[1]), transpose=False, max_cost=0)
+    return _choose_block1d("c", "ST", bits, mma.n, mma, (sgm, sgn), (mma.m, mma.n), (grid[0], grid[1]),
+                           False, explicit, max_cost=0)
 
 
 def _load_twin(store, issuable=None):
@@ -612,6 +650,11 @@ def native_surface_violations(config: Config) -> list[str]:
                        f"({-(-cols // mult) * mult})")
         elif p.batch > 1 and (rows * width) % 64:
             out.append(f"{name} batch stride {rows * width} B breaks the 64-byte base alignment of every batch")
+    if config.tile.stream_k:
+        bn, acc = config.tile.workgroup[1], dtype(t.acc)
+        if bn * acc.bits // 8 < 64:
+            out.append(f"stream-K workspace tiles are BN = {bn} x {acc.bits // 8} B = {bn * acc.bits // 8} B wide: "
+                       f"2D block surfaces must be >= 64 B; use BN >= {64 * 8 // acc.bits}")
     return out
 
 

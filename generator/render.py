@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jinja2
 
-from xegemm import __version__
+from xegemm import __version__, stream_k
 from xegemm.aot.call_check import check_calls
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.mma import MmaAtom
@@ -114,11 +114,12 @@ def _plus(base: str, origin: int, offset: str) -> str:
     return f"{base} + {origin} + {offset}" if origin else f"{base} + {offset}"
 
 
-def epilogue_tiles(plan: Plan, staged) -> list[dict]:
+def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
     """Per C tile: its origin, and each element of its store register computed from the accumulator (and C,
-    and the bias) as xegemm.epilogue spells the element function."""
-    spec, sg = plan.kernel_epilogue, plan.config.tile.subgroup_size
-    store = plan.c.atom
+    and the bias) as xegemm.epilogue spells the element function.  ``partial``: stream-K's store of a piece
+    of a tile, the accumulator as it is (plan.partial)."""
+    spec, operand = (plan.partial_epilogue, plan.partial) if partial else (plan.kernel_epilogue, plan.c)
+    sg, store = plan.config.tile.subgroup_size, operand.atom
     cmap = store.lane_map.map
     frag_rows = plan.mma.lane_map("c").map[0]
     count = store.register_length
@@ -129,13 +130,13 @@ def epilogue_tiles(plan: Plan, staged) -> list[dict]:
         acc = plan.mma.ctype("c")
         return [{"origin": origin, "puts": [
             (frag.offset, staged.packed(i, j) if staged else f"acc_{i}_{j}")
-            for (i, j), frag in plan.c.fragments.items() if frag.tile == t],
+            for (i, j), frag in operand.fragments.items() if frag.tile == t],
             "put": f"xe_put_{acc}_into_{store.register_type}", "biases": [], "uses_lane": False}
-            for t, origin in enumerate(plan.c.tiles)]
+            for t, origin in enumerate(operand.tiles)]
     tiles = []
-    for t, (r0, c0) in enumerate(plan.c.tiles):
+    for t, (r0, c0) in enumerate(operand.tiles):
         values, biases = ["0"] * count, {}     # biases: the tile's bias loads, one per distinct index
-        for (i, j), frag in plan.c.fragments.items():
+        for (i, j), frag in operand.fragments.items():
             if frag.tile != t:
                 continue
             for r, cell in enumerate(frag_rows):
@@ -157,8 +158,8 @@ def epilogue_tiles(plan: Plan, staged) -> list[dict]:
 
 
 def reduction(plan: Plan) -> dict:
-    """What the split-K reduction kernel (templates/reduce.cl.j2) needs: the partial sums' type and how one
-    element of D is computed from their sum, as xegemm.epilogue spells the epilogue."""
+    """What the reduction kernel (templates/reduce.cl.j2) of split K or stream-K needs: the partial sums' type
+    and how one element of D is computed from their sum, as xegemm.epilogue spells the epilogue."""
     spec, t = plan.epilogue, plan.config.types
     acc = dtype(t.acc)
     exact = spec.exact_integer
@@ -166,7 +167,22 @@ def reduction(plan: Plan) -> dict:
                "f16": "vload_half({i}, (const global half*)w)", "bf16": "as_float((uint)w[{i}] << 16)"}[acc.name]
     return {"name": plan.name + "_reduce", "w_ctype": UNSIGNED_CTYPE[acc.bits], "sum_ctype": "int" if exact else "float",
             "partial": partial, "c_ctype": UNSIGNED_CTYPE[dtype(t.c).bits],
-            "element": spec.element("sum", load_float(t.c, "c_bits"), "b"), "definitions": spec.definitions()}
+            "element": spec.element("sum", load_float(t.c, "c_bits"), "b"),
+            # stream-K's GEMM kernel applies the epilogue to whole tiles: its definitions are there already
+            "definitions": spec.definitions() if plan.split_k > 1 else ""}
+
+
+def stream_k_lines(plan: Plan) -> dict:
+    """The C of stream-K's formulas (xegemm.stream_k) for both kernels, and the workspace's tile size."""
+    tile = plan.config.tile
+
+    def lines(steps):
+        return stream_k.c_lines(steps, tile.workgroup, tile.stream_k)
+    bm, bn, _ = tile.workgroup
+    return {"groups": tile.stream_k, "grid": lines(stream_k.GRID), "range": lines(stream_k.RANGE),
+            "segment": lines(stream_k.SEGMENT), "fixup": lines(stream_k.FIXUP), "piece": lines(stream_k.PIECE),
+            "tile": stream_k.tile_lines(tile.swizzle), "slots": stream_k.SLOTS,
+            "slot_elements": bm * bn, "row_bytes": bn * dtype(plan.config.types.acc).bits // 8}
 
 
 def fragment_helpers(plan: Plan) -> list[str]:
@@ -180,12 +196,14 @@ def fragment_helpers(plan: Plan) -> list[str]:
         src_bits, src_n = ctype_shape(operand.atom.register_type)
         out.append(str(macros.take(dst, UNSIGNED_CTYPE[bits], dst_n, operand.atom.register_type,
                                    src_n * src_bits // bits)))
-    if plan.kernel_epilogue.identity and plan.kernel_epilogue.out == plan.kernel_epilogue.acc:  # see epilogue_tiles
-        acc = plan.mma.ctype("c")
-        bits, acc_n = ctype_shape(acc)
-        dst_bits, dst_n = ctype_shape(plan.c.atom.register_type)
-        out.append(str(macros.put(acc, UNSIGNED_CTYPE[bits], acc_n, plan.c.atom.register_type,
-                                  dst_n * dst_bits // bits)))
+    stores = [(plan.c, plan.kernel_epilogue)] + ([(plan.partial, plan.partial_epilogue)] if plan.partial else [])
+    for store, spec in stores:
+        if spec.identity and spec.out == spec.acc:  # see epilogue_tiles
+            acc = plan.mma.ctype("c")
+            bits, acc_n = ctype_shape(acc)
+            dst_bits, dst_n = ctype_shape(store.atom.register_type)
+            out.append(str(macros.put(acc, UNSIGNED_CTYPE[bits], acc_n, store.atom.register_type,
+                                      dst_n * dst_bits // bits)))
     return list(dict.fromkeys(out))
 
 
@@ -218,7 +236,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     bm, bn, bk = cfg.tile.workgroup
     sgm_count, sgn_count = cfg.tile.subgroups
     copies = [plan.a.atom, plan.b.atom, plan.c.atom] + [p.prefetch for p in (plan.a, plan.b) if p.prefetch] \
-        + ([plan.c_in] if plan.c_in else [])
+        + ([plan.c_in] if plan.c_in else []) + ([plan.partial.atom] if plan.partial else [])
     mt, nt, kt = plan.mma_grid
     # the staged k-step takes portable 2D copies into arrays of register components (scalars per lane)
     copy_arrays = staged and lowering.name == "portable" and not plan.uses_block1d
@@ -241,7 +259,9 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
         fragment_helpers="\n".join(fragment_helpers(plan)),
         staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue,
-        reduction=reduction(plan) if plan.split_k > 1 else None,
+        reduction=reduction(plan) if plan.reduces else None,
+        stream_k=stream_k_lines(plan) if plan.stream_k else None,
+        partial_tiles=epilogue_tiles(plan, staged_plan, partial=True) if plan.stream_k else [],
         swizzle=cfg.tile.swizzle, swizzle_lines=swizzle_c_lines(cfg.tile.swizzle) if cfg.tile.swizzle > 1 else [],
         epilogue_tiles=epilogue_tiles(plan, staged_plan), reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),

@@ -20,6 +20,7 @@ from xegemm.config import Config
 from xegemm.dtypes import dtype
 from xegemm.epilogue import EpilogueSpec, reference_bounds
 from xegemm.plan import k_slice
+from xegemm.stream_k import tile_pieces
 
 GUARD_BYTES = 4096
 GUARD_BYTE = 0xA5
@@ -97,6 +98,30 @@ def reference(config: Config, ops: Operands) -> Reference:
     return Reference(bounds.expected, bounds.low, bounds.high)
 
 
+def k_pieces(config: Config) -> list[tuple[slice, slice, list[tuple[int, int]], int]]:
+    """How the kernel sums K, per region of D: (rows, columns, the [k_begin, k_end) ranges summed from zero
+    one by one and added in order, additions per element beside the K products).  One region and piece
+    unsplit (K + 1 additions); split K: one region, the slices (K + S); stream-K: each work-group tile with
+    the pieces its work-groups computed (xegemm.stream_k.tile_pieces; K + pieces)."""
+    p, tile = config.problem, config.tile
+    everything = (slice(0, p.m), slice(0, p.n))
+    if tile.stream_k:
+        bm, bn, _ = tile.workgroup
+        return [(slice(tm * bm, (tm + 1) * bm), slice(tn * bn, (tn + 1) * bn), pieces, p.k + len(pieces))
+                for (tm, tn), pieces in tile_pieces(config)]
+    if tile.split_k > 1:
+        step = k_slice(config)
+        return [(*everything, [(s, min(p.k, s + step)) for s in range(0, p.k, step)], p.k + tile.split_k)]
+    return [(*everything, [(0, p.k)], p.k + 1)]
+
+
+def reference_key(config: Config) -> tuple:
+    """What of a config besides the problem, types, layouts and epilogue its reference depends on: how the
+    kernel cuts K (the same key, the same reference)."""
+    tile = config.tile
+    return (tile.split_k,) + ((tile.stream_k, tile.workgroup, tile.swizzle) if tile.stream_k else ())
+
+
 def accumulator_reference(config: Config, ops: Operands) -> tuple[np.ndarray, np.ndarray | float]:
     """The numpy reference of a config's GEMM with its tolerance, derived from the types and K.
 
@@ -107,30 +132,34 @@ def accumulator_reference(config: Config, ops: Operands) -> tuple[np.ndarray, np
     accumulator type), and an element passes when it is within one rounding per DPAS of that sum:
     ceil(K / K_atom) * 2 u_acc * max_j |S_j| (the running sums S_j), plus the f32 term above.
     Integers: exact.
-    Split K (``tile.split_k`` = S slices): each slice's running sum starts from zero and the slices' sums are
-    added in f32, so the f32 term counts K + S additions and the roundings are those of every slice.
+    Split K and stream-K (:func:`k_pieces`): each piece's running sum starts from zero and the pieces' sums are
+    added in f32, so the f32 term counts K + pieces additions and the roundings are those of every piece.
     """
     acc = dtype(config.types.acc)
     exact = np.matmul(ops.a, ops.b)
     if acc.is_int:
         return exact, 0.0
-    k, split = config.problem.k, config.tile.split_k
+    k = config.problem.k
     magnitude = np.matmul(np.abs(ops.a), np.abs(ops.b))
-    additions = k + 1 if split == 1 else k + split
+    additions = np.zeros_like(exact)
+    for rows, cols, _, count in k_pieces(config):
+        additions[:, rows, cols] = count
     f32_term = 2 * additions * dtype("f32").unit_roundoff * magnitude + np.finfo(np.float32).tiny
     if acc.name == "f32":
         return exact, f32_term
     chunk = 256 // max(dtype(config.types.a).bits, dtype(config.types.b).bits)
-    step = k_slice(config) if split > 1 else k
     total, tolerance = np.zeros_like(exact), f32_term
-    for start in range(0, k, step):
-        running, peak = np.zeros_like(exact), np.zeros_like(exact)
-        for k0 in range(start, min(k, start + step), chunk):
-            k1 = min(k0 + chunk, start + step)
-            running = acc.round(running + np.matmul(ops.a[:, :, k0:k1], ops.b[:, k0:k1, :]))
-            peak = np.maximum(peak, np.abs(running))
-        total = total + running
-        tolerance = tolerance + -(-(min(k, start + step) - start) // chunk) * 2 * acc.unit_roundoff * peak
+    for rows, cols, pieces, _ in k_pieces(config):
+        a, b = ops.a[:, rows, :], ops.b[:, :, cols]
+        for start, end in pieces:
+            running = np.zeros_like(total[:, rows, cols])
+            peak = np.zeros_like(running)
+            for k0 in range(start, end, chunk):
+                k1 = min(k0 + chunk, end)
+                running = acc.round(running + np.matmul(a[:, :, k0:k1], b[:, k0:k1, :]))
+                peak = np.maximum(peak, np.abs(running))
+            total[:, rows, cols] += running
+            tolerance[:, rows, cols] += -(-(end - start) // chunk) * 2 * acc.unit_roundoff * peak
     return total, tolerance
 
 

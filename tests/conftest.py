@@ -121,6 +121,24 @@ def break_kernel(monkeypatch, old: str, new: str) -> None:
     monkeypatch.setattr(evaluate, "render_variant", broken)
 
 
+def assert_verifies(pv, session) -> None:
+    """Run a planned variant on the session's device: it must verify, every element within its bound."""
+    from xegemm.pipeline import run_variant
+
+    res = run_variant(pv, session)
+    assert res.status == "ok", res.reason
+    assert res.bad_elements == 0
+
+
+def assert_fails_verification(monkeypatch, mutation: tuple[str, str], pv, session) -> None:
+    """The variant's kernels with ``mutation`` (old, new text; :func:`break_kernel`) must fail verification."""
+    from xegemm.pipeline import run_variant
+
+    break_kernel(monkeypatch, *mutation)
+    res = run_variant(pv, session)
+    assert res.status == "failed_verify", f"{mutation}: {res.status} {res.reason}"
+
+
 @pytest.fixture(scope="module")
 def session(sycl_device):
     """A device session (queue, inputs and references) shared by a module's tests."""

@@ -8,10 +8,9 @@ a bf16/f16 accumulator's roundings per slice (xegemm.verify.accumulator_referenc
 from __future__ import annotations
 
 import pytest
-from conftest import break_kernel, one_variant
+from conftest import assert_fails_verification, assert_verifies, one_variant
 
 from xegemm.config import config_from_text
-from xegemm.pipeline import run_variant
 from xegemm.plan import PlanRejected, plan
 
 FAST = "profile: {warmup: 1, repeats: 2}\n"
@@ -45,9 +44,7 @@ def _variant(text: str):
 def test_split_k_verifies_on_the_device(name, session):
     pv = _variant(CASES[name])
     assert pv.plan.split_k > 1 and pv.name.endswith(f"_splitk{pv.plan.split_k}")
-    res = run_variant(pv, session)
-    assert res.status == "ok", res.reason
-    assert res.bad_elements == 0
+    assert_verifies(pv, session)
 
 
 MUTANTS = {
@@ -61,10 +58,8 @@ MUTANTS = {
 @pytest.mark.device
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_a_wrong_split_fails_verification(mutant, session, monkeypatch):
-    case, (old, new) = MUTANTS[mutant]
-    break_kernel(monkeypatch, old, new)
-    res = run_variant(_variant(CASES[case]), session)
-    assert res.status == "failed_verify", f"{mutant}: {res.status} {res.reason}"
+    case, mutation = MUTANTS[mutant]
+    assert_fails_verification(monkeypatch, mutation, _variant(CASES[case]), session)
 
 
 def test_slices_are_whole_k_tiles_and_the_grid_covers_them():

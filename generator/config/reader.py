@@ -23,7 +23,15 @@ from xegemm.config.checks import (
 )
 from xegemm.config.expressions import compile_expression
 from xegemm.config.schema import Config, Constraint, assemble
-from xegemm.config.sections import LEAF_CHECKS, SECTION_KEYS, SECTIONS, SWEEPABLE, TOP_KEYS, TOP_LEAVES
+from xegemm.config.sections import (
+    LEAF_CHECKS,
+    SECTION_KEYS,
+    SECTIONS,
+    SWEEPABLE,
+    TOP_KEYS,
+    TOP_LEAVES,
+    tile_conflict,
+)
 
 KeyPath = tuple[Any, ...]
 _PLAIN_SCALAR_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null")}
@@ -176,6 +184,10 @@ class _Reader:
                                                      or f"; expected one of {', '.join(TOP_KEYS)}"))
         if "problem" not in document:
             self.report(("problem",), "missing required key; expected a mapping {m, n, k} (batch optional)")
+        if not self.issues:
+            conflict = tile_conflict(values["tile.split_k"], values["tile.stream_k"])
+            if conflict:
+                self.report(("tile", "stream_k"), conflict)
         if self.issues:
             return None
         return assemble(values, sweep, constraints, self.source)

@@ -72,6 +72,8 @@ class Layout:
 class Tile:
     """Work-group tile [BM, BN, BK], its sub-group grid [SG_M, SG_N], the sub-group size, ``split_k``: K cut
     into that many slices computed by separate work-groups, whose partial sums a second kernel adds in order,
+    ``stream_k`` G: the G work-groups of a batch share its tiles x k-tiles MAC-loop iterations in even ranges,
+    tiles cut between work-groups finished by a second kernel (0: off; xegemm.stream_k; not with split_k),
     ``swizzle``: work-groups walk groups of that many tile rows column-major (1: row by row; xegemm.swizzle),
     and ``register_block`` [R, J]: the portable lowering runs each DPAS k-chunk's k loop once per block of R
     accumulator rows x J N-fragments of the sub-group tile, so a CPU keeps that block in vector registers
@@ -81,8 +83,17 @@ class Tile:
     subgroups: tuple[int, int] = _key(positive_ints(2, "[SG_M, SG_N]"), (8, 4))
     subgroup_size: int = _key(int_choice("sub-group size", (8, 16, 32)), 16)
     split_k: int = _key(positive_int, 1)
+    stream_k: int = _key(non_negative_int, 0)
     swizzle: int = _key(positive_int, 1)
     register_block: tuple[int, int] = _key(non_negative_ints(2, "[R rows, J N-fragments], 0 = all"), (0, 0))
+
+
+def tile_conflict(split_k: int, stream_k: int) -> str | None:
+    """Why ``tile.split_k`` and ``tile.stream_k`` cannot go together, or None when they can."""
+    if stream_k and split_k > 1:
+        return (f"tile.stream_k = {stream_k} with tile.split_k = {split_k}: stream-K and split K are two ways of "
+                "cutting K between work-groups, choose one (split_k: 1 or stream_k: 0)")
+    return None
 
 
 @dataclass(frozen=True)

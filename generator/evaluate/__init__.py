@@ -99,7 +99,7 @@ def params_of(config: Config) -> dict:
             "wg_m": tile.workgroup[0], "wg_n": tile.workgroup[1], "wg_k": tile.workgroup[2],
             "sg_m": tile.subgroups[0], "sg_n": tile.subgroups[1], "subgroup_size": tile.subgroup_size,
             "prefetch": config.pipeline.prefetch, "grf": config.target.grf, "split_k": tile.split_k,
-            "swizzle": tile.swizzle,
+            "stream_k": tile.stream_k, "swizzle": tile.swizzle,
             "register_block": "x".join(map(str, tile.register_block)) if any(tile.register_block) else "all",
             "epilogue": EpilogueSpec.of(config).name_suffix()[1:] or "none",
             "atom_mma": config.atoms.mma, "atom_a": config.atoms.a, "atom_b": config.atoms.b,

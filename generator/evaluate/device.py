@@ -20,7 +20,8 @@ from xegemm.lowering import Lowering
 from xegemm.lowering.native import build_options
 from xegemm.profile import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
-from xegemm.verify import check, make_operands, poison_c, reference
+from xegemm import stream_k
+from xegemm.verify import check, make_operands, poison_c, reference, reference_key
 
 BUILD_OPTIONS = "-cl-std=CL3.0 -cl-mad-enable"
 
@@ -33,9 +34,13 @@ def device_build_options(lowering: Lowering, config: Config) -> str:
 
 
 def workspace_bytes(config: Config) -> int:
-    """Split K: the partial sums, one accumulator per element of D per slice; else 0."""
-    p, split = config.problem, config.tile.split_k
-    return 0 if split == 1 else p.batch * split * p.m * p.n * dtype(config.types.acc).bits // 8
+    """Split K: the partial sums, one accumulator per element of D per slice.  Stream-K: per work-group, its
+    slots of one work-group tile of accumulators each (xegemm.stream_k).  Else 0."""
+    p, tile, acc_bytes = config.problem, config.tile, dtype(config.types.acc).bits // 8
+    if tile.stream_k:
+        bm, bn, _ = tile.workgroup
+        return p.batch * tile.stream_k * stream_k.SLOTS * bm * bn * acc_bytes
+    return 0 if tile.split_k == 1 else p.batch * tile.split_k * p.m * p.n * acc_bytes
 
 
 def epilogue_arguments(config: Config) -> list:
@@ -56,7 +61,8 @@ class DeviceSession:
 
     def buffers(self, config: Config):
         """Device buffers and reference for the config's problem and types (rebuilt when they change)."""
-        key = (config.problem, config.types, config.layout, config.epilogue, config.tile.split_k, config.verify.seed)
+        key = (config.problem, config.types, config.layout, config.epilogue, reference_key(config), config.verify.seed,
+               workspace_bytes(config))
         if key != self._problem_key:
             ops = make_operands(config)
             poison = poison_c(config)
@@ -102,7 +108,7 @@ class DeviceBuilder(Builder):
         t0 = time.perf_counter()
         try:
             program = build_program(self.session.queue, source, options)
-            names = [pv.plan.name] + ([pv.plan.name + "_reduce"] if pv.plan.split_k > 1 else [])
+            names = [pv.plan.name] + ([pv.plan.name + "_reduce"] if pv.plan.reduces else [])
             for name in names:
                 if not program.has_sycl_kernel(name):    # dpctl would crash the process looking it up
                     raise BuildError(f"the program defines no kernel named {name}", source)
@@ -117,13 +123,14 @@ class DeviceBuilder(Builder):
         bufs = self.session.buffers(config)
         queue = self.session.queue
         launches = [(kernels[0], gemm_arguments(plan, bufs), plan.global_size(), plan.workgroup_size)]
-        if plan.split_k > 1:
+        if plan.reduces:
             launches.append((kernels[1], reduce_arguments(plan, bufs), reduce_global_size(config), (16, 1, 1)))
         return DeviceKernel(self.session, config, bufs, lambda: submit_in_order(queue, launches))
 
 
 def gemm_arguments(plan, bufs) -> list:
-    """The GEMM kernel's arguments (templates/gemm.cl.j2); split K: C is the workspace of partial sums."""
+    """The GEMM kernel's arguments (templates/gemm.cl.j2); split K: C is the workspace of partial sums;
+    stream-K: the workspace comes last."""
     config = plan.config
     ops, p = bufs["ops"], config.problem
     out, ldc = (bufs["workspace"], p.n * dtype(config.types.acc).bits // 8) if plan.split_k > 1 else (bufs["c"], ops.ldc)
@@ -131,19 +138,26 @@ def gemm_arguments(plan, bufs) -> list:
             ctypes.c_int(ops.lda), ctypes.c_int(ops.ldb), ctypes.c_int(ldc), ctypes.c_long(ops.a_bytes[0].nbytes),
             ctypes.c_long(ops.b_bytes[0].nbytes), ctypes.c_long(p.m * ldc), bufs["c_in"], bufs["bias"]] \
         + epilogue_arguments(config)
+    if plan.stream_k:
+        return args + [bufs["workspace"]]
     return args + ([ctypes.c_int(plan.k_slice())] if plan.split_k > 1 else [])
 
 
 def reduce_arguments(plan, bufs) -> list:
-    """The split-K reduction kernel's arguments (templates/reduce.cl.j2)."""
+    """The reduction kernel's arguments (templates/reduce.cl.j2; stream-K: K last)."""
     ops, p = bufs["ops"], plan.config.problem
     return [bufs["workspace"], bufs["c"], ctypes.c_int(p.m), ctypes.c_int(p.n), ctypes.c_int(ops.ldc),
-            ctypes.c_long(p.m * ops.ldc), bufs["c_in"], bufs["bias"]] + epilogue_arguments(plan.config)
+            ctypes.c_long(p.m * ops.ldc), bufs["c_in"], bufs["bias"]] + epilogue_arguments(plan.config) \
+        + ([ctypes.c_int(p.k)] if plan.stream_k else [])
 
 
 def reduce_global_size(config: Config) -> tuple[int, int, int]:
-    """One work-item per element of D (N rounded up to the work-group of 16)."""
-    p = config.problem
+    """One work-item per element of D (N rounded up to the work-group of 16).  Stream-K: one per element of a
+    work-group tile (BN rounded up to 16) per tile per batch; those of whole tiles return at once."""
+    p, tile = config.problem, config.tile
+    if tile.stream_k:
+        bm, bn, _ = tile.workgroup
+        return (-(-bn // 16) * 16, bm, p.batch * stream_k.tiles(p.m, p.n, tile.workgroup))
     return (-(-p.n // 16) * 16, p.m, p.batch)
 
 

@@ -46,6 +46,7 @@ EFFECT_AXES = (
     ("GRF mode", lambda p: p.get("grf")),
     ("sub-group size", lambda p: p.get("subgroup_size")),
     ("split K", lambda p: p.get("split_k")),
+    ("stream-K work-groups", lambda p: p.get("stream_k")),
     ("swizzle", lambda p: p.get("swizzle")),
     ("register block", lambda p: p.get("register_block")),
     ("epilogue", lambda p: p.get("epilogue")),
@@ -60,13 +61,14 @@ def _joined(p: dict, keys) -> str | None:
 
 
 def tile_label(params: dict) -> str:
-    """The parameters of a variant in a few characters: ``32x32x16 sg1x2 pf0 grf256`` (plus split K, the
-    swizzle, the register block and the epilogue when there are any: ``... splitk4 swz4 rb4x2 beta_biascol_relu``)."""
+    """The parameters of a variant in a few characters: ``32x32x16 sg1x2 pf0 grf256`` (plus split K or stream-K,
+    the swizzle, the register block and the epilogue when there are any: ``... splitk4 swz4 rb4x2 beta_biascol_relu``)."""
     parts = [_joined(params, ("wg_m", "wg_n", "wg_k")), f"sg{_joined(params, ('sg_m', 'sg_n'))}"
              if params.get("sg_m") is not None else None,
              f"pf{params['prefetch']}" if params.get("prefetch") is not None else None,
              f"grf{params['grf']}" if params.get("grf") is not None else None,
              f"splitk{params['split_k']}" if (params.get("split_k") or 1) > 1 else None,
+             f"streamk{params['stream_k']}" if params.get("stream_k") else None,
              f"swz{params['swizzle']}" if (params.get("swizzle") or 1) > 1 else None,
              f"rb{params['register_block']}" if params.get("register_block") not in (None, "all") else None,
              params["epilogue"] if params.get("epilogue") not in (None, "none") else None]

@@ -6,7 +6,8 @@ It multiplies six factors, each in (0, 1]:
   b_bytes)``, against a ridge point (``RIDGE_FLOPS_PER_BYTE``): more work per loaded byte until the loads hide;
 - occupancy: threads an Xe core keeps resident in the plan's GRF mode (8 in 128-GRF mode, 4 in 256-GRF
   mode), and the register estimate's headroom (a plan near its budget is more likely to spill);
-- waves: how evenly the work-groups fill the device's compute units (a last partial wave idles the rest);
+- waves: how evenly the work-groups fill the device's compute units (a last partial wave idles the rest;
+  stream-K, ``tile.stream_k``: its G work-groups per batch of about I / G MAC-loop iterations each);
 - edges: the share of the padded tiles (M, N and K rounded up to the tile) that is real work;
 - prefetch: a small bonus for k-tiles prefetched ahead (latency hidden), none beyond two;
 - locality: the problem's flops per byte fetched from beyond the cache (:func:`memory_traffic`: the
@@ -27,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from xegemm import stream_k
 from xegemm.dtypes import dtype
 from xegemm.plan import Plan, k_slice
 from xegemm.targets import get_target
@@ -85,7 +87,8 @@ def memory_traffic(plan: Plan, cache_bytes: int) -> float:
     every column's B panel is fetched once per group (G consecutive work-groups share it) unless the whole of
     B fits beside the group's A panels, in which case only the first group fetches it.  G = 1 is the plain
     row-by-row order: B is fetched again for every tile row unless all of it stays in the cache.  C (or the
-    split-K workspace, written and read back) is moved once."""
+    split-K workspace, written and read back) is moved once; stream-K adds its pieces of cut tiles, written and
+    read back (its work-groups cover each tile's k-tiles once, as unsplit)."""
     config = plan.config
     p, (bm, bn, _) = config.problem, config.tile.workgroup
     kk = k_slice(config) if plan.split_k > 1 else p.k
@@ -101,6 +104,10 @@ def memory_traffic(plan: Plan, cache_bytes: int) -> float:
             per_slice += nx * b_panel
     acc_bytes, c_bytes = plan.mma.c_type.bits / 8, dtype(config.types.c).bits / 8
     out = p.m * p.n * (c_bytes + (2 * plan.split_k * acc_bytes if plan.split_k > 1 else 0))
+    if plan.stream_k:
+        cut = sum(not piece["whole"] for pieces in stream_k.schedule(p.m, p.n, p.k, config.tile.workgroup,
+                                                                      plan.stream_k) for piece in pieces)
+        out += 2 * cut * bm * bn * acc_bytes
     return p.batch * (plan.split_k * per_slice + out)
 
 
@@ -121,6 +128,9 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     workgroups = math.ceil(p.m / bm) * math.ceil(p.n / bn) * p.batch
     slots = max(1, machine.compute_units)
     waves = workgroups / (math.ceil(workgroups / slots) * slots)
+    if plan.stream_k:       # work-groups of ceil(I / G) iterations: the time of that many, per wave
+        iters, workgroups = stream_k.iterations(p.m, p.n, p.k, config.tile.workgroup), plan.stream_k * p.batch
+        waves = iters * p.batch / (math.ceil(workgroups / slots) * slots * math.ceil(iters / plan.stream_k))
     edges = (p.m * p.n * p.k) / (math.ceil(p.m / bm) * bm * math.ceil(p.n / bn) * bn * math.ceil(p.k / bk) * bk)
     prefetch = 1.0 + 0.05 * min(config.pipeline.prefetch, 2)
     locality = 1.0                  # a cache of unknown size: not modelled
