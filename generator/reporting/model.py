@@ -35,7 +35,7 @@ PROFILER_COLUMNS = (
     "Problem", "Provider", "OperationKind", "Operation", "Disposition", "Status",
     "m", "n", "k", "batch_count", "A", "B", "C", "accum",
     "cta_m", "cta_n", "cta_k", "warps_m", "warps_n", "subgroup_size", "inst_m", "inst_n", "inst_k", "stages", "grf",
-    "split_k_slices", "epilogue", "atom_a", "atom_b", "atom_c",
+    "split_k_mode", "split_k_slices", "epilogue", "atom_a", "atom_b", "atom_c",
     "Bytes", "Flops", "Flops/Byte", "Runtime", "GB/s", "GFLOPs", "cv", "xegemm_status", "reason", "source")
 
 # the parameters a sweep or a tuner varies, as the axes of the parameter-effect plots: (title, value of params)
@@ -53,6 +53,15 @@ EFFECT_AXES = (
     ("atoms", lambda p: " ".join(str(p.get(k)) for k in ("atom_mma", "atom_a", "atom_b", "atom_c")
                                  if p.get(k)) or "planner's choice"),
 )
+
+
+def k_decomposition(params: dict) -> tuple[str, int]:
+    """How a variant splits the K loop, as CUTLASS's profiler names it: ("serial", 1); ("parallel", S) for split K
+    (slices reduced by a second kernel); ("stream_k", G) for stream-K over G work-groups."""
+    if params.get("stream_k"):
+        return "stream_k", params["stream_k"]
+    split = params.get("split_k") or 1
+    return ("parallel" if split > 1 else "serial"), split
 
 
 def _joined(p: dict, keys) -> str | None:
@@ -235,7 +244,8 @@ def profiler_rows(group_list: list[Group]) -> list[dict]:
                 "warps_m": p.get("sg_m"), "warps_n": p.get("sg_n"), "subgroup_size": p.get("subgroup_size"),
                 "inst_m": int(mma[1]) if mma else None, "inst_n": int(mma[2]) if mma else None,
                 "inst_k": int(mma[3]) if mma else None, "stages": p.get("prefetch"), "grf": p.get("grf"),
-                "split_k_slices": p.get("split_k"), "epilogue": p.get("epilogue"),
+                "split_k_mode": k_decomposition(p)[0], "split_k_slices": k_decomposition(p)[1],
+                "epilogue": p.get("epilogue"),
                 "atom_a": plan.get("copy_a") or p.get("atom_a"), "atom_b": plan.get("copy_b") or p.get("atom_b"),
                 "atom_c": plan.get("copy_c") or p.get("atom_c"),
                 **_measures(p, (v.get("time_ms") or {}).get("median"), v.get("gflops")),

@@ -17,7 +17,7 @@ from markupsafe import Markup
 from xegemm import __version__
 from xegemm.evaluate import PASSED, STATUSES
 from xegemm.reporting import plots
-from xegemm.reporting.model import CV_LIMIT, Group, compare, noisy, shape_of, tile_label
+from xegemm.reporting.model import CV_LIMIT, Group, compare, k_decomposition, noisy, shape_of, tile_label
 from xegemm.reporting.sources import Source
 
 
@@ -80,7 +80,7 @@ def _row(v: dict) -> dict:
             "tile": "x".join(str(p.get(k, "?")) for k in ("wg_m", "wg_n", "wg_k")),
             "sg": f"{p.get('sg_m', '?')}x{p.get('sg_n', '?')}", "sgsize": p.get("subgroup_size"),
             "prefetch": p.get("prefetch"), "grf": p.get("grf"), "mma": plan.get("mma") or p.get("atom_mma") or "-",
-            "epilogue": p.get("epilogue") or "-", "split_k": p.get("split_k") or 1,
+            "epilogue": p.get("epilogue") or "-", "k_split": " ".join(map(str, k_decomposition(p))) if k_decomposition(p)[1] > 1 else "-",
             "copies": [f"{x.upper()}: {plan.get('copy_' + x) or p.get('atom_' + x) or '-'}" for x in "abc"],
             "gflops": v.get("gflops"), "median": t.get("median"), "min": t.get("min"), "max": t.get("max"),
             "cv": t.get("cv"), "noisy": noisy(v), "load1": v.get("load1"), "err": v.get("max_abs_err"),
