@@ -36,11 +36,11 @@ SUBGROUPS_GRF = 8                   # more reserved when a work-group has severa
 NEXT_CHUNK_SHARE = 8                # 1/8 of the copy tiles the next k-chunk adds are live early (hoisted loads)
 PREFETCH_GRF = 2                    # per 2D block copy tile of a k-step, when prefetching: the prefetch's addresses
 # How far over the budget the estimate cannot tell: measured builds that far over did not spill, others as far
-# over did (IGC's allocation is not monotonic in the tile).  By GRF mode and DPAS k-chunks per k-step (a power of
-# two or the next one up; 8 and more alike), the largest excess of a pvc build without spills in the table
-# (tests/test_registers.py keeps these equal to it).  Within it a plan is kept with the verdict "may spill" and
-# the ISA decides; beyond it every measured build spilled and the plan is rejected.
-MAY_SPILL_GRF = {128: {1: 14, 2: 23, 4: 34, 8: 27}, 256: {1: 10, 2: 23, 4: 60, 8: 44}}
+# over did (IGC's allocation is not monotonic in the tile).  By GRF mode and DPAS k-chunks per k-step (1, 2, 3 or
+# more), the largest excess of a pvc build without spills in the table (tests/test_registers.py keeps these
+# equal to it).  Within it a plan is kept with the verdict "may spill" and the ISA decides; beyond it every
+# measured build spilled and the plan is rejected.
+MAY_SPILL_GRF = {128: {1: 14, 2: 23, 3: 34}, 256: {1: 10, 2: 23, 3: 60}}
 REGISTER_VERDICTS = ("fits", "may spill", "spills")     # the estimate's word on a plan, README "Registers"
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
 
@@ -707,7 +707,7 @@ def _grf_bytes(simd: int) -> int:
 def may_spill_margin(budget: int, chunks: int) -> int:
     """GRFs over ``budget`` within which the estimate cannot tell whether IGC spills (:data:`MAY_SPILL_GRF`)."""
     bands = MAY_SPILL_GRF.get(budget, MAY_SPILL_GRF[256])
-    return bands[min(8, 1 << max(0, chunks - 1).bit_length())]
+    return bands[min(chunks, max(bands))]
 
 
 def register_verdict(total: int, budget: int, chunks: int) -> str:

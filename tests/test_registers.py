@@ -20,7 +20,7 @@ from xegemm.plan import MAY_SPILL_GRF, PlanRejected, plan
 TABLE = Path(__file__).parent / "data" / "register_spills.tsv"
 CASES = read_table(TABLE).cases
 # README "Registers" quotes these: update both together.  target -> verdict -> (ISA clean, ISA spilled)
-COUNTS = {"pvc": {"fits": (683, 0), "may spill": (243, 215), "spills": (0, 432)},
+COUNTS = {"pvc": {"fits": (685, 0), "may spill": (267, 233), "spills": (0, 446)},
           "dg2": {"fits": (8, 0), "may spill": (0, 0), "spills": (0, 8)}}
 
 
@@ -57,7 +57,7 @@ def test_may_spill_margins_are_the_largest_excesses_built_without_spills(verdict
     largest = {}
     for c, total, _, chunks in verdicts:
         if c.target == "pvc" and not c.spill_bytes and total > c.grf:
-            key = (c.grf, min(8, 1 << max(0, chunks - 1).bit_length()))
+            key = (c.grf, min(chunks, 3))
             largest[key] = max(largest.get(key, 0), total - c.grf)
     assert largest == {(grf, chunks): m for grf, bands in MAY_SPILL_GRF.items() for chunks, m in bands.items()}
 

@@ -162,13 +162,23 @@ def draw(target: str, count: int, band: tuple[float, float], seed: int, exclude=
     return out
 
 
-def _measure_into(path: Path, table: SpillTable, todo: list[int]) -> None:
-    """Measure the rows ``todo`` of ``table`` one by one, rewriting the file after each (builds are slow)."""
+def _measure_into(path: Path, table: SpillTable, todo: list[int]) -> int:
+    """Measure the rows ``todo`` of ``table`` one by one, rewriting the file after each (builds are slow); a row
+    whose build fails is said on stderr and dropped.  Returns how many were dropped."""
+    failed = set()
     for n, i in enumerate(todo):
         with tempfile.TemporaryDirectory(prefix="xegemm-spills-") as tmp:   # a build's dumps take megabytes
-            table.cases[i] = replace(table.cases[i], spill_bytes=table.cases[i].measure(Path(tmp)))
+            try:
+                table.cases[i] = replace(table.cases[i], spill_bytes=table.cases[i].measure(Path(tmp)))
+            except XegemmError as exc:
+                failed.add(i)
+                print(f"{n + 1}/{len(todo)} not measured, dropped: {exc}", file=sys.stderr)
+                continue
         write_table(path, table)
         print(f"{n + 1}/{len(todo)} {table.cases[i].row()}", file=sys.stderr)
+    table.cases = [c for i, c in enumerate(table.cases) if i not in failed]
+    write_table(path, table)
+    return len(failed)
 
 
 def main(argv=None) -> int:
@@ -192,7 +202,11 @@ def main(argv=None) -> int:
         table.comments.append(f"rows {first}-{first + len(new) - 1}: {args.target}, drawn with seed {args.seed} within "
                               f"{args.band[0]:+.0%} to {args.band[1]:+.0%} of the budget, built with {built_with}")
         table.cases += new
-        _measure_into(out, table, list(range(first - 1, len(table.cases))))
+        dropped = _measure_into(out, table, list(range(first - 1, len(table.cases))))
+        if dropped:     # the comment names the rows that are in the table
+            table.comments[-1] = table.comments[-1].replace(f"-{first + len(new) - 1}:", f"-{len(table.cases)}:") \
+                + f"; {dropped} drawn more did not build and are not here"
+            write_table(out, table)
     else:
         table.comments = [f"spill bytes of each variant's native kernel built with {built_with}", REGENERATE]
         _measure_into(out, table, list(range(len(table.cases))))
