@@ -543,7 +543,7 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
             + f"{registers['reserved_grf']} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
             + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}), more than the {margin} GRF over at which measured builds of "
-            + f"{grid[2]} k-chunk{'s' if grid[2] > 1 else ''} still fit; use a smaller tile"
+            + {1: "1 k-chunk", 2: "2 k-chunks"}.get(grid[2], "3 or more k-chunks") + " still fit; use a smaller tile"
             + (" or target.grf: 256" if budget < 256 else ""))
     rows, fragments = tile.register_block
     if rows > sgm or fragments > grid[1]:

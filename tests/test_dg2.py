@@ -148,7 +148,7 @@ def test_subgroup_size_8_plans_simd8_dpas_over_1d_block_tiles():
     # the two the next chunk adds = 18 GRF (B likewise); no prefetch term for 1D tiles (measured for 2D block
     # tiles only); 18 reserved in 256-GRF mode + 8 for the work-group's two sub-groups
     assert p.registers == {"acc_grf": 32, "a_grf": 18, "b_grf": 18, "prefetch_grf": 0, "reorder_grf": 0,
-                           "reserved_grf": 26, "total_grf": 94, "budget_grf": 256}
+                           "reserved_grf": 26, "total_grf": 94, "budget_grf": 256, "verdict": "fits"}
     # a fragment that is not a whole tile: M = 4 rows of A per DPAS, 8 rows per tile, both halves found
     s8 = _plan("types: {a: s8, b: u8, acc: s32, c: s32}\n"
                "tile: {workgroup: [4, 16, 64], subgroups: [1, 2], subgroup_size: 8}\n")
