@@ -112,3 +112,16 @@ def test_variants_nearest_the_limit_spill_as_recorded_and_as_estimated(verdicts,
     for i, (case, total, verdict, _) in enumerate(picks):
         spill = case.measure(tmp_path / str(i))
         assert (spill > 0) == (case.spill_bytes > 0) == (verdict == "spills"), (case.row(), spill, total)
+
+
+@pytest.mark.ocloc
+def test_a_may_spill_variant_is_built_and_the_isa_decides(tmp_path):
+    """32x64x64 bf16 CRR at 256 GRF: the estimate (260 GRF) may spill, the ISA does not; `xegemm build` says both."""
+    from xegemm.pipeline import build_config
+
+    (case,) = [c for c in CASES if c.row().startswith("pvc\tbf16,bf16,f32,f32\tCRR\t32x64x64\t1x1\t2\t256\t")]
+    path = tmp_path / "c.yaml"
+    path.write_text(case.config_text())
+    (v,) = build_config(path, "pvc", out_dir=tmp_path / "out")["variants"]
+    assert v["status"] == "ok" and v["isa"]["spill_bytes"] == case.spill_bytes == 0, v["reason"]
+    assert "register estimate 260 GRF > 256: may spill; the ISA does not spill" in v["reason"]

@@ -49,9 +49,14 @@ class SpillCase:
     spill_bytes: int | None = None
 
     def config(self) -> Config:
+        """The variant as a config."""
+        return config_from_text(self.config_text())
+
+    def config_text(self) -> str:
+        """The variant as config YAML."""
         (m, n, k), (sm, sn) = self.subgroup_tile, self.subgroups
         a, b, acc, c = self.types
-        return config_from_text(
+        return (
             f"problem: {{m: {PROBLEM}, n: {PROBLEM}, k: {PROBLEM}}}\n"
             f"types: {{a: {a}, b: {b}, acc: {acc}, c: {c}}}\n"
             f"layout: {{a: {LAYOUTS[self.layout[0]]}, b: {LAYOUTS[self.layout[1]]}, c: {LAYOUTS[self.layout[2]]}}}\n"
