@@ -41,9 +41,9 @@ PREFETCH_GRF = 2                    # per 2D block copy tile of a k-step, when p
 # up to MAY it "may spill" (MAY: the largest excess of a measured build without spills, at least 0) and is kept
 # for the ISA to decide; beyond MAY every measured build spilled and the plan is rejected.  Fitted to
 # tests/data/register_spills.tsv (tests/test_registers.py keeps them equal to it): pvc by 1, 2, 3+ k-chunks, all
-# at FITS 0; dg2 with its own rows (fewer, one group), where builds estimated up to 41 GRF under the budget spilled.
+# at FITS 0; dg2 with its own rows (fewer, one group), where builds estimated up to 80 GRF under the budget spilled.
 MAY_SPILL_GRF = {16: {128: {1: (0, 14), 2: (0, 23), 3: (0, 34)}, 256: {1: (0, 10), 2: (0, 23), 3: (0, 60)}},
-                 8: {128: {1: (-16, 0)}, 256: {1: (-42, 69)}}}
+                 8: {128: {1: (-16, 0)}, 256: {1: (-81, 69)}}}
 REGISTER_VERDICTS = ("fits", "may spill", "spills")     # the estimate's word on a plan, README "Registers"
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
 
