@@ -27,7 +27,7 @@ COUNTS = {"pvc": {"fits": (685, 0), "may spill": (267, 233), "spills": (0, 446)}
 
 @pytest.fixture(scope="module")
 def verdicts():
-    """(case, estimated total GRF, the estimate's verdict, DPAS k-chunks) for every row (about 4 s)."""
+    """(case, estimated total GRF, the estimate's verdict, DPAS k-chunks) for every row (about 11 s here)."""
     out = []
     for case in CASES:
         p = case.plan()
