@@ -35,12 +35,15 @@ RESERVED_GRF = {128: 20, 256: 18}   # by GRF mode: kernel arguments, loop counte
 SUBGROUPS_GRF = 8                   # more reserved when a work-group has several sub-groups (their positions)
 NEXT_CHUNK_SHARE = 8                # 1/8 of the copy tiles the next k-chunk adds are live early (hoisted loads)
 PREFETCH_GRF = 2                    # per 2D block copy tile of a k-step, when prefetching: the prefetch's addresses
-# How far over the budget the estimate cannot tell: measured builds that far over did not spill, others as far
-# over did (IGC's allocation is not monotonic in the tile).  By GRF mode and DPAS k-chunks per k-step (1, 2, 3 or
-# more), the largest excess of a pvc build without spills in the table (tests/test_registers.py keeps these
-# equal to it).  Within it a plan is kept with the verdict "may spill" and the ISA decides; beyond it every
-# measured build spilled and the plan is rejected.
-MAY_SPILL_GRF = {128: {1: 14, 2: 23, 3: 34}, 256: {1: 10, 2: 23, 3: 60}}
+# Where the estimate cannot tell: IGC's allocation is not monotonic in the tile, so builds estimated alike spill
+# or not.  By DPAS width (16: pvc, 8: dg2), GRF mode and DPAS k-chunks per k-step (the largest key takes more), the
+# band (FITS, MAY) of estimate minus budget: up to FITS a plan "fits" (below every measured build that spilled),
+# up to MAY it "may spill" (MAY: the largest excess of a measured build without spills, at least 0) and is kept
+# for the ISA to decide; beyond MAY every measured build spilled and the plan is rejected.  Fitted to
+# tests/data/register_spills.tsv (tests/test_registers.py keeps them equal to it): pvc by 1, 2, 3+ k-chunks, all
+# at FITS 0; dg2 with its own rows (fewer, one group), where builds estimated up to 80 GRF under the budget spilled.
+MAY_SPILL_GRF = {16: {128: {1: (0, 14), 2: (0, 23), 3: (0, 34)}, 256: {1: (0, 10), 2: (0, 23), 3: (0, 60)}},
+                 8: {128: {1: (-16, 0)}, 256: {1: (-81, 69)}}}
 REGISTER_VERDICTS = ("fits", "may spill", "spills")     # the estimate's word on a plan, README "Registers"
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
 
@@ -532,8 +535,8 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         b_plan = _with_prefetch(b_plan)
     registers = _register_estimate(config, mma, a_plan, b_plan, sgm, sgn)
     budget = config.target.grf
-    margin = may_spill_margin(budget, grid[2])
-    registers["verdict"] = register_verdict(registers["total_grf"], budget, grid[2])
+    margin = may_spill_band(mma.n, budget, grid[2])[1]
+    registers["verdict"] = register_verdict(registers["total_grf"], budget, grid[2], mma.n)
     if check_registers and registers["verdict"] == "spills":
         width = _grf_bytes(mma.n)
         raise PlanRejected(
@@ -543,7 +546,7 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
             + f"{registers['reserved_grf']} reserved = {registers['total_grf']} GRF > {budget} GRF per thread "
             + (f"of {width} B at sub-group size {sg} " if width != _grf_bytes(max(dpas_widths())) else "")
             + f"(sub-group tile {sgm}x{sgn}x{bk}), more than the {margin} GRF over at which measured builds of "
-            + {1: "1 k-chunk", 2: "2 k-chunks"}.get(grid[2], "3 or more k-chunks") + " still fit; use a smaller tile"
+            + chunk_group(mma.n, budget, grid[2]) + " still fit; use a smaller tile"
             + (" or target.grf: 256" if budget < 256 else ""))
     rows, fragments = tile.register_block
     if rows > sgm or fragments > grid[1]:
@@ -704,17 +707,30 @@ def _grf_bytes(simd: int) -> int:
     return width
 
 
-def may_spill_margin(budget: int, chunks: int) -> int:
-    """GRFs over ``budget`` within which the estimate cannot tell whether IGC spills (:data:`MAY_SPILL_GRF`)."""
-    bands = MAY_SPILL_GRF.get(budget, MAY_SPILL_GRF[256])
+def may_spill_band(simd: int, budget: int, chunks: int) -> tuple[int, int]:
+    """(FITS, MAY): how far from ``budget`` an estimate still fits / may spill, at DPAS width ``simd`` with
+    ``chunks`` DPAS k-chunks per k-step (:data:`MAY_SPILL_GRF`)."""
+    modes = MAY_SPILL_GRF[simd]
+    bands = modes.get(budget, modes[256])
     return bands[min(chunks, max(bands))]
 
 
-def register_verdict(total: int, budget: int, chunks: int) -> str:
-    """"fits" (estimate within the budget), "may spill" (within :func:`may_spill_margin` over it) or "spills"."""
-    if total <= budget:
-        return REGISTER_VERDICTS[0]
-    return REGISTER_VERDICTS[1] if total - budget <= may_spill_margin(budget, chunks) else REGISTER_VERDICTS[2]
+def chunk_group(simd: int, budget: int, chunks: int) -> str:
+    """The k-chunk group whose band :func:`may_spill_band` takes, in words ("2 k-chunks", "3 or more k-chunks")."""
+    modes = MAY_SPILL_GRF[simd]
+    keys = sorted(modes.get(budget, modes[256]))
+    group = min(chunks, keys[-1])
+    if len(keys) == 1:
+        return "any number of k-chunks"
+    if group == keys[-1]:
+        return f"{group} or more k-chunks"
+    return f"{group} k-chunk{'s' if group > 1 else ''}"
+
+
+def register_verdict(total: int, budget: int, chunks: int, simd: int) -> str:
+    """"fits", "may spill" or "spills": where ``total - budget`` lies against :func:`may_spill_band`."""
+    fits, may = may_spill_band(simd, budget, chunks)
+    return REGISTER_VERDICTS[0 if total - budget <= fits else 1 if total - budget <= may else 2]
 
 
 def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:

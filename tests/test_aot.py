@@ -227,6 +227,12 @@ def test_syntax_error_gives_failed_build_with_log(ocloc, tmp_path):
     assert build.stats is None and build.binary is None and build.kernel_asm == {}
 
 
+def test_a_build_past_its_time_limit_is_stopped_and_says_so(ocloc, tmp_path):
+    build = compile_kernel("kernel void k(global int *p) { p[0] = 1; }\n", "dg2", timeout=0.001, workdir=tmp_path)
+    assert build.status == "timed_out" and not build.ok and build.binary is None and build.stats is None
+    assert build.log.endswith("ocloc stopped after 0.001 s")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Compiler profile
 

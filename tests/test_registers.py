@@ -16,17 +16,18 @@ import pytest
 
 from xegemm.evaluate.spills import SpillCase, debian_lowering, read_table
 from xegemm.plan import MAY_SPILL_GRF, PlanRejected, plan
+from xegemm.targets import get_target
 
 TABLE = Path(__file__).parent / "data" / "register_spills.tsv"
 CASES = read_table(TABLE).cases
 # README "Registers" quotes these: update both together.  target -> verdict -> (ISA clean, ISA spilled)
 COUNTS = {"pvc": {"fits": (685, 0), "may spill": (267, 233), "spills": (0, 446)},
-          "dg2": {"fits": (8, 0), "may spill": (0, 0), "spills": (0, 8)}}
+          "dg2": {"fits": (8, 0), "may spill": (38, 93), "spills": (0, 23)}}
 
 
 @pytest.fixture(scope="module")
 def verdicts():
-    """(case, estimated total GRF, the estimate's verdict, DPAS k-chunks) for every row (about 4 s)."""
+    """(case, estimated total GRF, the estimate's verdict, DPAS k-chunks) for every row (about 11 s here)."""
     out = []
     for case in CASES:
         p = case.plan()
@@ -42,7 +43,7 @@ def test_the_table_parses_back_and_covers_the_space():
         assert {c.layout for c in rows} == {"RRR", "RCR", "CRR", "CCR"} and {c.grf for c in rows} == {128, 256}
         assert {c.types[0] for c in rows} >= {"bf16", "f16", "s8", "u8"} and {c.prefetch for c in rows} == {0, 1, 2, 3}
         spilled = sum(c.spill_bytes > 0 for c in rows)
-        assert 0.2 < spilled / len(rows) < 0.7            # around the limit: both verdicts, in numbers
+        assert 0.2 < spilled / len(rows) < 0.8            # around the limit: both verdicts, in numbers (dg2: 72%)
     assert {c.subgroups for c in CASES if c.target == "pvc"} > {(1, 1), (8, 4), (4, 8)}
     assert "s4" in {c.types[0] for c in CASES if c.target == "dg2"}
 
@@ -53,13 +54,17 @@ def test_estimate_never_says_fits_where_the_isa_spills_nor_spills_where_it_does_
     assert not wrong, wrong
 
 
-def test_may_spill_margins_are_the_largest_excesses_built_without_spills(verdicts):
-    largest = {}
+def test_may_spill_bands_lie_just_below_the_deepest_spill_and_at_the_largest_excess_without_one(verdicts):
+    """Per DPAS width, GRF mode and k-chunk group: "fits" up to one GRF below the lowest estimate (minus budget)
+    of a build that spilled, at most 0; "may spill" up to the largest of a build that did not, at least 0."""
+    found = {}
     for c, total, _, chunks in verdicts:
-        if c.target == "pvc" and not c.spill_bytes and total > c.grf:
-            key = (c.grf, min(chunks, 3))
-            largest[key] = max(largest.get(key, 0), total - c.grf)
-    assert largest == {(grf, chunks): m for grf, bands in MAY_SPILL_GRF.items() for chunks, m in bands.items()}
+        simd = get_target(c.target).simd
+        key = (simd, c.grf, min(chunks, max(MAY_SPILL_GRF[simd][c.grf])))
+        fits, may = found.get(key, (0, 0))
+        found[key] = (min(fits, total - c.grf - 1), may) if c.spill_bytes else (fits, max(may, total - c.grf))
+    assert found == {(simd, grf, chunks): band for simd, modes in MAY_SPILL_GRF.items()
+                     for grf, bands in modes.items() for chunks, band in bands.items()}
 
 
 @pytest.mark.parametrize("target", sorted(COUNTS))

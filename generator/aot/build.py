@@ -3,12 +3,14 @@
 One build = ``ocloc compile`` (with IGC's shader dumps switched on) + ``ocloc disasm``; the result keeps
 the binary, the per-kernel disassembly, the dumps' ``.asm`` headers, the log and :class:`IsaStats`.
 A failed compile is a result (``status == "failed_build"`` with the log), not an exception: callers such
-as the compiler-profile probe need to look at it.  Facts: shared/facts/toolchain.md "ocloc".
+as the compiler-profile probe need to look at it.  So is a compile stopped at its time limit
+(``status == "timed_out"``, with the dumps IGC had written by then).  Facts: shared/facts/toolchain.md "ocloc".
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from xegemm.aot.errors import IgaMissingError, OclocToolError
 from xegemm.aot.isa import KERNEL_HEADER, IsaStats, isa_stats
-from xegemm.aot.toolchain import FEATURE_MACROS, aot_target, run_ocloc
+from xegemm.aot.toolchain import FEATURE_MACROS, OCLOC_TIMEOUT, aot_target, run_ocloc
 from xegemm.targets import LARGE_GRF_OPTION, UnknownTargetError, check_grf
 
 SOURCE_NAME = "kernel.cl"
@@ -24,7 +26,7 @@ SOURCE_NAME = "kernel.cl"
 
 @dataclass
 class AotBuild:
-    """One ahead-of-time build: inputs, artefacts, log, status ("ok" / "failed_build") and stats."""
+    """One ahead-of-time build: inputs, artefacts, log, status ("ok" / "failed_build" / "timed_out") and stats."""
 
     target: str
     grf: int
@@ -88,11 +90,12 @@ def read_dumps(dump_dir: Path) -> dict[str, str]:
 
 
 def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
-                   workdir: Path | None = None, *, dumps: bool = True) -> AotBuild:
+                   workdir: Path | None = None, *, dumps: bool = True, timeout: float = OCLOC_TIMEOUT) -> AotBuild:
     """Compile OpenCL C for ``target`` ("pvc"/"dg2") in GRF mode 128/256 and read back its ISA.
 
     ``workdir`` keeps the source, binary, disassembly and dumps (a new temporary folder if None, left in
-    place for inspection).  ``dumps=False`` skips IGC's shader dumps (faster; no numGRF/spill data)."""
+    place for inspection).  ``dumps=False`` skips IGC's shader dumps (faster; no numGRF/spill data).  A compile
+still running after ``timeout`` seconds is killed: status "timed_out", ``dumps`` what IGC had written."""
     t = aot_target(target)
     full_options = compose_options(grf, options)
     # absolute: ocloc runs in `work`, so a relative dump or output path would resolve against it instead
@@ -106,12 +109,20 @@ def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
     igc_dumps = Path(tempfile.mkdtemp(prefix="xd")) if dumps else None
     env = {"IGC_ShaderDumpEnable": "1", "IGC_DumpToCustomDir": str(igc_dumps)} if dumps else {}
     start = time.perf_counter()
-    done = run_ocloc(["compile", "-file", SOURCE_NAME, "-device", t.ocloc_device, "-out_dir", str(bin_dir),
-                      "-output", "kernel", "-options", full_options], cwd=work, env=env)
+    try:
+        done = run_ocloc(["compile", "-file", SOURCE_NAME, "-device", t.ocloc_device, "-out_dir", str(bin_dir),
+                          "-output", "kernel", "-options", full_options], cwd=work, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        done = None
+        log = exc.output if isinstance(exc.output, str) else (exc.output or b"").decode(errors="replace")
     if igc_dumps is not None:
         for item in igc_dumps.iterdir():
             shutil.move(str(item), dump_dir / item.name)
         shutil.rmtree(igc_dumps, ignore_errors=True)
+    if done is None:
+        return AotBuild(target=t.name, grf=grf, source=source, options=full_options, workdir=work,
+                        status="timed_out", log=f"{log}\nocloc stopped after {timeout:g} s",
+                        dumps=read_dumps(dump_dir) if dumps else {}, seconds=time.perf_counter() - start)
     binaries = sorted(bin_dir.glob("*.bin"))
     build = AotBuild(target=t.name, grf=grf, source=source, options=full_options, workdir=work,
                      status="ok", log=done.stdout)

@@ -26,6 +26,7 @@ FEATURE_MACROS = (
     "-Dcl_intel_subgroup_matrix_multiply_accumulate",
     "-Dcl_intel_subgroup_extended_block_read",
 )
+OCLOC_TIMEOUT = 900.0   # seconds an ocloc run may take before it is killed (a spilling dg2 build takes minutes)
 
 
 def aot_target(name: str) -> Target:
@@ -54,8 +55,9 @@ def require_ocloc() -> str:
 
 
 def run_ocloc(args: list[str], cwd: Path, env: dict[str, str] | None = None,
-              timeout: float = 900.0) -> subprocess.CompletedProcess:
-    """Run ``ocloc ARGS`` in ``cwd`` with extra environment; stdout and stderr merged as text."""
+              timeout: float = OCLOC_TIMEOUT) -> subprocess.CompletedProcess:
+    """Run ``ocloc ARGS`` in ``cwd`` with extra environment; stdout and stderr merged as text (killed and
+    :class:`subprocess.TimeoutExpired` after ``timeout`` seconds)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run([require_ocloc(), *args], cwd=cwd, env=full_env, stdout=subprocess.PIPE,

@@ -114,7 +114,8 @@ class IsaObserver(Observer):
         registers = pv.plan.registers
         notes = []
         if registers["verdict"] != "fits":     # the estimate could not tell (README "Registers"): the ISA decides
-            notes.append(f"register estimate {registers['total_grf']} GRF > {registers['budget_grf']}: "
+            over = ">" if registers["total_grf"] > registers["budget_grf"] else "<="
+            notes.append(f"register estimate {registers['total_grf']} GRF {over} {registers['budget_grf']}: "
                          f"{registers['verdict']}")
         if measured["spill_bytes"]:
             notes.append(f"spills {measured['spill_bytes']} bytes in {evaluation.extra['grf']}-GRF mode")

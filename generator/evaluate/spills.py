@@ -5,7 +5,9 @@ and the spill bytes ocloc reported for its native kernel.  tests/data/register_s
 with Debian's compiler for pvc and dg2; a test compares the estimate's verdict with every row, and README
 "Registers" says how well they agree.  ``python -m xegemm.evaluate.spills TABLE`` rebuilds every row with the
 installed ocloc and rewrites the spill bytes (about a second per row); ``--sample N --target T`` appends N
-fresh variants drawn at random near the estimate's limit, measured.
+fresh variants drawn at random near the estimate's limit, measured.  ``--timeout S`` stops a build after S
+seconds (a spilling dg2 build can take many minutes): its row is dropped, and the table's comment counts it,
+with its verdict and whether IGC had already dumped an allocation that spilled.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from xegemm.aot.build import compile_kernel
+from xegemm.aot.isa import parse_shader_dump
+from xegemm.aot.toolchain import OCLOC_TIMEOUT
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.aot.toolchain import compiler_version
 from xegemm.config import Config, config_from_text
 from xegemm.dtypes import dtype
 from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering, named_lowering
-from xegemm.plan import Plan, PlanRejected, plan
+from xegemm.plan import REGISTER_VERDICTS, Plan, PlanRejected, plan
 from xegemm.render import render_kernel
 from xegemm.targets import get_target
 
@@ -33,6 +37,14 @@ COLUMNS = ("target", "types", "layout", "subgroup_tile", "subgroups", "prefetch"
 LAYOUTS = {"R": "row", "C": "col"}
 PROBLEM = 1024          # M = N = K: meets the 2D block surface rules; registers do not depend on it
 REGENERATE = "regenerate: python -m xegemm.evaluate.spills tests/data/register_spills.tsv"
+
+
+class BuildTimedOut(XegemmError):
+    """A variant's build ran past its time limit; ``spilled``: IGC had dumped an allocation that spilled."""
+
+    def __init__(self, message: str, spilled: bool):
+        super().__init__(message)
+        self.spilled = spilled
 
 
 @dataclass(frozen=True)
@@ -68,11 +80,18 @@ class SpillCase:
         """The variant's plan for Debian's compiler, kept even where the estimate exceeds the budget."""
         return plan(self.config(), debian_lowering(self.target).issues, check_registers=False)
 
-    def measure(self, workdir: Path) -> int:
+    def measure(self, workdir: Path, timeout: float = OCLOC_TIMEOUT) -> int:
         """Spill bytes of the variant's native kernel built for its target (XegemmError when the build fails or
-        its machine code does not issue the plan's dpas: a kernel missing work would prove nothing)."""
+        its machine code does not issue the plan's dpas: a kernel missing work would prove nothing;
+        :class:`BuildTimedOut` when it runs past ``timeout`` seconds)."""
         p, lowering = self.plan(), debian_lowering(self.target)
-        build = compile_kernel(render_kernel(p, lowering), self.target, grf=self.grf, workdir=workdir)
+        build = compile_kernel(render_kernel(p, lowering), self.target, grf=self.grf, workdir=workdir,
+                               timeout=timeout)
+        if build.status == "timed_out":
+            dumps = [parse_shader_dump(name, text) for name, text in build.dumps.items()]
+            spilled = any(d is not None and d.spilled for d in dumps)
+            raise BuildTimedOut(f"{p.name}: ocloc stopped after {timeout:g} s"
+                                f"{' (IGC had dumped an allocation that spilled)' if spilled else ''}", spilled)
         if not build.ok:
             raise XegemmError(f"{p.name}: ocloc failed: {build.log[-300:]}")
         if build.stats.dpas != p.dpas_per_kstep:
@@ -167,23 +186,35 @@ def draw(target: str, count: int, band: tuple[float, float], seed: int, exclude=
     return out
 
 
-def _measure_into(path: Path, table: SpillTable, todo: list[int]) -> int:
+def _measure_into(path: Path, table: SpillTable, todo: list[int], timeout: float = OCLOC_TIMEOUT) -> str:
     """Measure the rows ``todo`` of ``table`` one by one, rewriting the file after each (builds are slow); a row
-    whose build fails is said on stderr and dropped.  Returns how many were dropped."""
-    failed = set()
+    whose build fails or runs past ``timeout`` seconds is said on stderr and dropped.  Returns what was dropped,
+    in words for the table's comment ("" if nothing)."""
+    failed, timed_out = set(), []
     for n, i in enumerate(todo):
         with tempfile.TemporaryDirectory(prefix="xegemm-spills-") as tmp:   # a build's dumps take megabytes
             try:
-                table.cases[i] = replace(table.cases[i], spill_bytes=table.cases[i].measure(Path(tmp)))
+                table.cases[i] = replace(table.cases[i], spill_bytes=table.cases[i].measure(Path(tmp), timeout))
             except XegemmError as exc:
                 failed.add(i)
+                if isinstance(exc, BuildTimedOut):
+                    timed_out.append((table.cases[i].plan().registers["verdict"], exc.spilled))
                 print(f"{n + 1}/{len(todo)} not measured, dropped: {exc}", file=sys.stderr)
                 continue
         write_table(path, table)
         print(f"{n + 1}/{len(todo)} {table.cases[i].row()}", file=sys.stderr)
     table.cases = [c for i, c in enumerate(table.cases) if i not in failed]
     write_table(path, table)
-    return len(failed)
+    words = []
+    if len(failed) > len(timed_out):
+        words.append(f"{len(failed) - len(timed_out)} did not build")
+    if timed_out:
+        verdicts = ", ".join(f"{sum(v == verdict for v, _ in timed_out)} {verdict}" for verdict in REGISTER_VERDICTS
+                             if any(v == verdict for v, _ in timed_out))
+        words.append(f"{len(timed_out)} were still building after {timeout:g} s and were stopped "
+                     f"(estimate: {verdicts}; IGC had dumped an allocation that spilled for "
+                     f"{sum(s for _, s in timed_out)})")
+    return "; ".join(words)
 
 
 def main(argv=None) -> int:
@@ -197,6 +228,8 @@ def main(argv=None) -> int:
     parser.add_argument("--band", type=float, nargs=2, default=(-0.12, 0.15), metavar=("LOW", "HIGH"),
                         help="estimate margins the new variants lie within (fractions of the budget)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=OCLOC_TIMEOUT, metavar="SECONDS",
+                        help="stop a build after this long; its row is dropped and counted in the table's comment")
     args = parser.parse_args(argv)
     table, version = read_table(args.table), compiler_version()
     out = args.out or args.table
@@ -207,14 +240,17 @@ def main(argv=None) -> int:
         table.comments.append(f"rows {first}-{first + len(new) - 1}: {args.target}, drawn with seed {args.seed} within "
                               f"{args.band[0]:+.0%} to {args.band[1]:+.0%} of the budget, built with {built_with}")
         table.cases += new
-        dropped = _measure_into(out, table, list(range(first - 1, len(table.cases))))
+        dropped = _measure_into(out, table, list(range(first - 1, len(table.cases))), args.timeout)
         if dropped:     # the comment names the rows that are in the table
             table.comments[-1] = table.comments[-1].replace(f"-{first + len(new) - 1}:", f"-{len(table.cases)}:") \
-                + f"; {dropped} drawn more did not build and are not here"
+                + f"; not here: {dropped}"
             write_table(out, table)
     else:
         table.comments = [f"spill bytes of each variant's native kernel built with {built_with}", REGENERATE]
-        _measure_into(out, table, list(range(len(table.cases))))
+        dropped = _measure_into(out, table, list(range(len(table.cases))), args.timeout)
+        if dropped:
+            table.comments.append(f"dropped: {dropped}")
+            write_table(out, table)
     return 0
 
 
