@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
     rows = measure(args.config, args.rounds, args.launches)
+    if not rows:
+        raise SystemExit(f"{args.config}: no variant was planned (`xegemm generate` says why each was rejected)")
     for r in rows:
         rel = (f"{r['vs_swizzle1']:.2f} (best {r['vs_swizzle1_best']:.2f})" if r["vs_swizzle1"] is not None
                else "-")
@@ -141,8 +143,8 @@ def main(argv: list[str] | None = None) -> None:
               + (f" splitk{r['split_k']}" if r["split_k"] > 1 else "")
               + (f" streamk{r['stream_k']}" if r["stream_k"] else "") + f": {r['gflops']:6.1f} GFLOP/s (best {r['gflops_best']:.1f}) "
               f"(CV {r['cv']:.1%}, {r['runs']} runs) {r['vs_numpy']:.2f}x numpy ({r['numpy_gflops']:.0f}) "
-              f"{rel}x swizzle 1; load {r['loadavg_before'][0]:.2f}->{r['loadavg_after'][0]:.2f} "
-              f"arch {r['cpu_target_arch'] or 'default'}")
+              f"{rel}x the first swizzle-1 variant of its tile; load {r['loadavg_before'][0]:.2f}->"
+              f"{r['loadavg_after'][0]:.2f} arch {r['cpu_target_arch'] or 'default'}\n    {r['kernel']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

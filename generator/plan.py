@@ -740,8 +740,9 @@ def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
     next chunk adds (loads the scheduler hoists); the address state of each 2D block tile's prefetch; reorder
     temporaries (one A fragment, or a k-chunk's B fragments, built before their DPAS; twice that for a
     cross-lane gather, which on dg2's 1D block tiles is built for every fragment of the k-step at once); and
-    the registers kept beside them (more with several sub-groups per work-group).  On dg2 the same constants
-    hold with 32-byte GRFs (measured: tests/data/register_spills.tsv has dg2 rows too).
+    the registers kept beside them (more with several sub-groups per work-group).  On dg2 the same terms with
+    32-byte GRFs tell its spills poorly (its rows in tests/data/register_spills.tsv), hence its own, wider
+    band in :data:`MAY_SPILL_GRF`.
     """
     lanes, width = config.tile.subgroup_size, _grf_bytes(mma.n)
     grf = lambda nbytes: -(-nbytes // width)  # noqa: E731

@@ -41,8 +41,8 @@ NAME_RE = re.compile(r"^XE_2D_(Packed_)?(U4|U8|U16|U32|U64|TF32)x(\d+)x(\d+)_(LD
 # which deals two rows over the sub-group (the tf32 DPAS A operand, xe_atoms.md §1.2 TF32 rows).
 # There is no 4-bit message: U4 rows move as the 8-bit message of the same bytes, 64 nibbles (32 bytes) per
 # block, two bytes (four nibbles) per work-item: sycl-tla's XE_2D_U4x32x64_LD_N and XE_2D_U4x16x64_LD_N
-# are exactly these loads (IB_read_flat_u8_m32k32v1 -> ushort32, xe_atoms.md §1.2; sycl-tla then shuffles
-# the nibbles into its own fragment order, xegemm uses the registers as loaded).  Work-item l then holds
+# are exactly these loads (IB_read_flat_u8_m32k32v1 -> ushort32, xe_atoms.md §1.2; sycl-tla follows them
+# with sub-group shuffles, xe_atoms.md "+SG shuffle"; xegemm uses the registers as loaded).  Work-item l holds
 # nibbles 4l..4l+3 of each 64-nibble row: the packed int4 DPAS A operand (OCLMMA).
 UNPACKED_BLOCK_COLS = {"U4": 64, "U8": 16, "U16": 16, "U32": 16, "U64": 16, "TF32": 8}
 UNPACKED_MESSAGE_BITS = {"U4": 8}
