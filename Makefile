@@ -44,6 +44,7 @@ kernels: $(STAMP)
 		--capabilities cl_intel_subgroup_2d_block_io
 
 test: $(STAMP) tools
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
 # pytest-benchmark suite (not part of `make test`): each kernel against references measured in the same run, and

@@ -139,7 +139,6 @@ def accumulator_reference(config: Config, ops: Operands) -> tuple[np.ndarray, np
     exact = np.matmul(ops.a, ops.b)
     if acc.is_int:
         return exact, 0.0
-    k = config.problem.k
     magnitude = np.matmul(np.abs(ops.a), np.abs(ops.b))
     additions = np.zeros_like(exact)
     for rows, cols, _, count in k_pieces(config):
