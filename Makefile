@@ -57,7 +57,7 @@ bench: $(STAMP)
 		$(foreach c,$(CONFIG),--bench-config $(c)) $(if $(SHAPES),--bench-shapes $(SHAPES)) \
 		--benchmark-json=runs/bench-$$(date +%Y%m%d-%H%M%S).json
 
-# issue 10's performance goals in one run (README "Benchmarks"; not part of `make test`): on each CPU code path,
+# the performance goals in one run (docs/benchmarks.md; not part of `make test`): on each CPU code path,
 # `xegemm tune` finds the best bf16 and f16 variant at 1024^3, 2048^3 and 4096x4096x1024, and each winner is timed
 # interleaved with numpy, the plain sub-group SGEMM, CLBlast (installed as root, tuned per code path) and oneMKL
 # through dpnp; writes runs/bench-goals-<timestamp>/goals.{md,json}.  DPNP=1 installs dpnp for the oneMKL

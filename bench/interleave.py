@@ -1,4 +1,4 @@
-"""Variants of one config timed against each other and numpy in interleaved rounds (README "Benchmarks").
+"""Variants of one config timed against each other and numpy in interleaved rounds (docs/benchmarks.md).
 
 ``python -m bench.interleave CONFIG [--rounds R] [--launches L] [--json FILE]``: per problem of the config's
 sweep, every variant is built and verified first (as ``xegemm run`` does), then the variants and numpy's

@@ -317,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true", help="print every register element, not the first 16")
     p.set_defaults(func=cmd_atoms_show)
-    p = asub.add_parser("coopmatrix", help="the coop-matrix layout of seed 001 for one matrix")
+    p = asub.add_parser("coopmatrix", help="the coop-matrix layout (tinytc's, docs/atoms.md §8) of one matrix")
     p.add_argument("--use", required=True, choices=["a", "b", "acc"])
     p.add_argument("--rows", required=True, type=int)
     p.add_argument("--cols", required=True, type=int)

@@ -11,7 +11,7 @@ The OpenCL C scalar vocabulary (sizes of ``uchar``/``short``/``float``..., the u
 width, vector spellings) lives here too: it is how element bits are spelled in generated code.
 
 Rounding rules: bf16 and f16 round to nearest even (bf16 keeps NaNs quiet); tf32 clears the low 13 mantissa
-bits of an f32 (what the portable lowering does; xe_atoms.md does not say how hardware treats them).
+bits of an f32 (what the portable lowering does; the documents of docs/atoms.md do not say how hardware treats them).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class DType:
     aliases: tuple[str, ...] = field(default=())
     accumulators: tuple[str, ...] = ()  # a DPAS input: the types it accumulates into (names), else ()
     acc_ctype: str | None = None    # a DPAS accumulator: the OpenCL C scalar of C and D in the builtins (OCLMMA)
-    spirv_flags: tuple[int, int] = (0, 0)   # SPVMMA operand flags naming it as (A, B) (coopmatrix_layouts.md §3.3)
+    spirv_flags: tuple[int, int] = (0, 0)   # SPVMMA operand flags naming it as (A, B) (docs/atoms.md §3.3)
 
     @property
     def bytes(self) -> float:
@@ -126,7 +126,7 @@ def _f32_bits_to_bf16(bits: np.ndarray) -> np.ndarray:
 
 # The registry, in the order configs list them.  Unit roundoffs: Higham, "Accuracy and Stability of
 # Numerical Algorithms", table 2.1 (f16, f32, f64); bf16 has 8 significand bits (2^-8); tf32 has f16's 11.
-# Accumulators (facts coopmatrix_layouts.md §0; OCLMMA; OCLTF32): bf16/f16 -> f32, or an accumulator of the input
+# Accumulators (docs/atoms.md §3.1; OCLMMA; OCLTF32): bf16/f16 -> f32, or an accumulator of the input
 # type (SIMD16 only: xegemm.targets); tf32 -> f32; 8- and 4-bit integers -> s32.
 DTYPES: dict[str, DType] = {t.name: t for t in (
     DType("f16", "F16", 16, "float", True, 2.0 ** -11, "f16", ("half", "fp16", "float16"), ("f32", "f16"),

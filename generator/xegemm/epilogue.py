@@ -2,8 +2,8 @@
 
     D = convert_to_C( activation( alpha * acc + beta * C + bias ) )
 
-one element at a time, in the order written (CUTLASS's LinearCombination / LinearCombinationGeneric; the seed
-CoopMat proposal's MapElement: an element-wise function applied to every element a work-item holds).  This
+one element at a time, in the order written (CUTLASS's LinearCombination / LinearCombinationGeneric; the
+cooperative-matrix proposals' MapElement: an element-wise function applied to every element a work-item holds).  This
 module is the one home of that knowledge: the activations (:data:`ACTIVATIONS`, each with its OpenCL C
 spelling, its numpy reference, its Lipschitz bound and its error bound), the compute type, the output
 conversions (round to nearest even, saturating for integers), the kernel-name suffix, the numpy reference

@@ -9,7 +9,7 @@ only.  dpctl finds the devices either way; which path a queue takes is decided o
 every other function follows the queue it is given.
 
 Ranges are taken in OpenCL NDRange order (x fastest) and reversed for dpctl, which wants SYCL order
-(shared/facts/toolchain.md: a ``reqd_work_group_size(16,1,1)`` kernel needs local range ``[1, 16]``).
+(docs/compilers.md "The Intel OpenCL CPU runtime": a ``reqd_work_group_size(16,1,1)`` kernel needs local range ``[1, 16]``).
 """
 
 from __future__ import annotations
