@@ -1,0 +1,157 @@
+"""The epilogue ops (``xegemm.ops``): on tracer values they record graph nodes, on numpy arrays they compute
+with numpy in float64, so the same epilogue function is both traced and evaluated.
+
+Element-wise: ``+ - * /`` and comparisons (Python's operators), :func:`maximum`, :func:`minimum`,
+:func:`where`, :func:`abs`, :func:`exp`, :func:`log`, :func:`sqrt`, :func:`rsqrt`, :func:`tanh`,
+:func:`sigmoid`, :func:`relu`, :func:`silu`, :func:`gelu` (erf or tanh), :func:`hardswish`, :func:`clamp`,
+:func:`cast` (to an output type: round to nearest even, integers saturate).  Reductions (outputs only):
+:func:`row_sum`, :func:`row_max`, :func:`col_sum`, :func:`col_max`, :func:`sum`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xegemm.dtypes import dtype
+from xegemm.epilogue import _round_to
+from xegemm.epilogue_graph.errors import UnknownOpError, user_site
+from xegemm.epilogue_graph.registry import OPS, REDUCTIONS
+from xegemm.epilogue_graph.tracer import ACTIVE, PUBLIC_OPS, Value
+
+__all__ = ["maximum", "minimum", "where", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
+           "silu", "gelu", "hardswish", "clamp", "cast", "row_sum", "row_max", "col_sum", "col_max", "sum"]
+
+
+def _traced(args) -> Value | None:
+    return next((a for a in args if isinstance(a, Value)), None)
+
+
+def _apply(op: str, *args):
+    v = _traced(args)
+    if v is not None:
+        return v.tracer.apply(op, *args)
+    return OPS[op].numpy(*(a if op == "where" and i == 0 else np.asarray(a, dtype=np.float64)
+                           for i, a in enumerate(args)))
+
+
+def maximum(a, b):
+    """The larger of a and b, per element (fmax)."""
+    return _apply("maximum", a, b)
+
+
+def minimum(a, b):
+    """The smaller of a and b, per element (fmin)."""
+    return _apply("minimum", a, b)
+
+
+def where(condition, a, b):
+    """a where the condition (a comparison) holds, else b."""
+    return _apply("where", condition, a, b)
+
+
+def abs(x):  # noqa: A001 - the op's name
+    """|x|."""
+    return _apply("abs", x)
+
+
+def exp(x):
+    return _apply("exp", x)
+
+
+def log(x):
+    return _apply("log", x)
+
+
+def sqrt(x):
+    return _apply("sqrt", x)
+
+
+def rsqrt(x):
+    """1 / sqrt(x)."""
+    return _apply("rsqrt", x)
+
+
+def tanh(x):
+    return _apply("tanh", x)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x))."""
+    return _apply("sigmoid", x)
+
+
+def relu(x):
+    """max(x, 0)."""
+    return _apply("relu", x)
+
+
+def silu(x):
+    """x * sigmoid(x)."""
+    return _apply("silu", x)
+
+
+def gelu(x, approximate: str = "none"):
+    """x * Phi(x): ``approximate="none"`` (or ``"erf"``) with erf, ``"tanh"`` with the tanh formula."""
+    if approximate not in ("none", "erf", "tanh"):
+        raise ValueError(f"gelu(approximate={approximate!r}): 'none' (erf) or 'tanh'")
+    return _apply("gelu_tanh" if approximate == "tanh" else "gelu_erf", x)
+
+
+def hardswish(x):
+    """x * min(max(x + 3, 0), 6) / 6."""
+    return _apply("hardswish", x)
+
+
+def clamp(x, lo, hi):
+    """min(max(x, lo), hi)."""
+    return _apply("clamp", x, lo, hi)
+
+
+def cast(x, type_name: str):
+    """x converted to ``type_name`` (an output type) and read back: round to nearest even, integers saturate."""
+    v = _traced((x,))
+    if v is not None:
+        return v.tracer.cast(x, type_name)
+    return _round_to(dtype(type_name), np.asarray(x, dtype=np.float64))
+
+
+def _reduce(name: str, x):
+    if isinstance(x, Value):
+        return x.tracer.reduce(name, x)
+    return REDUCTIONS[name].numpy(np.asarray(x, dtype=np.float64))
+
+
+def row_sum(x):
+    """The sum of each row (along N): one value per row of D."""
+    return _reduce("row_sum", x)
+
+
+def row_max(x):
+    """The largest value of each row."""
+    return _reduce("row_max", x)
+
+
+def col_sum(x):
+    """The sum of each column (along M): one value per column of D."""
+    return _reduce("col_sum", x)
+
+
+def col_max(x):
+    """The largest value of each column."""
+    return _reduce("col_max", x)
+
+
+def sum(x):  # noqa: A001 - the op's name
+    """The sum of every element of D's tile (per batch)."""
+    return _reduce("sum", x)
+
+
+def __getattr__(name: str):
+    """An unknown op: while tracing, an error naming the function and its line."""
+    if name.startswith("_"):
+        raise AttributeError(name)
+    message = f"xegemm.ops.{name} is not an epilogue op; the ops are: {', '.join(PUBLIC_OPS)}"
+    if ACTIVE:
+        raise UnknownOpError(ACTIVE[-1].function, user_site(), message)
+    raise AttributeError(message)
+
