@@ -20,7 +20,7 @@ Error rules (``rule``), for an operand x known to within t (absolute, per elemen
   either operand's: |a - b| + max(ta, tb).
 * ``cast``: the interval [x - t, x + t] converted to the type (round to nearest even, saturating): monotone.
 * reductions: sums add their operands' errors plus 2 n u sum |x| (Higham, "Accuracy and Stability of Numerical
-  Algorithms", eq. 4.4, doubled as xegemm.verify doubles it); maxima keep the largest operand error.
+  Algorithms", section 4.2, doubled as xegemm.verify doubles it); maxima keep the largest operand error.
 """
 
 from __future__ import annotations
