@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import numpy as np
+import epilogue_examples as examples
 import pytest
 
 import xegemm
@@ -28,27 +29,8 @@ from xegemm.epilogue_graph.tracer import input_kind, trace
 
 # ---- the issue's examples ------------------------------------------------------------------------------------
 
-@xegemm.epilogue(inputs={"bias": "row"}, outputs={"pre": "f32"})
-def bias_gelu(acc, bias):
-    pre = acc + bias
-    return {"d": ops.gelu(pre), "pre": pre}
-
-
-def residual(acc, c):
-    return acc + c
-
-
-def gated(acc, up):
-    return ops.silu(acc) * up
-
-
-def scaled_s8(acc, scale):
-    return ops.clamp(scale * acc, -100.0, 100.0)
-
-
-def row_stats(acc, bias):
-    y = ops.relu(acc + bias)
-    return {"d": y, "rowmax": ops.row_max(y), "rowsum": ops.row_sum(y)}
+bias_gelu = xegemm.epilogue(examples.bias_gelu, inputs={"bias": "row"}, outputs={"pre": "f32"})
+residual, gated, scaled_s8, row_stats = examples.residual, examples.gated, examples.scaled_s8, examples.row_stats
 
 
 def test_the_issue_examples_trace_to_typed_graphs():
@@ -72,8 +54,9 @@ def test_the_issue_examples_trace_to_typed_graphs():
 
     st = trace(row_stats, {"bias": "col"})
     assert [(o.name, o.type, st.nodes[o.node].op, st.nodes[o.node].kind) for o in st.reductions()] == \
-        [("rowmax", "f32", "row_max", "row"), ("rowsum", "f32", "row_sum", "row")]
-    assert st.tag == "bias_relu_row_max_row_sum_rowmax_rowsum"
+        [("rowmax", "f32", "row_max", "row"), ("rowsum", "f32", "row_sum", "row"), ("colsum", "f32", "col_sum", "col"),
+         ("colmax", "f32", "col_max", "col"), ("total", "f32", "sum", "scalar")]
+    assert st.tag == "bias_relu_row_max_row_sum_col_sum"   # at most 40 characters, whole words
 
 
 def test_kinds_broadcast_row_and_column_to_a_matrix():
@@ -306,7 +289,8 @@ def test_shared_values_become_temporaries_and_reductions_their_contributions():
     assert code.statements == ("const float xe_e3 = xe_relu(acc_v + bias_n);",)
     assert code.outputs == {"d": "as_uint(xe_e3)"}
     assert [(r.name, r.reduction.name, r.value, r.type) for r in code.reductions] == \
-        [("rowmax", "row_max", "xe_e3", "f32"), ("rowsum", "row_sum", "xe_e3", "f32")]
+        [("rowmax", "row_max", "xe_e3", "f32"), ("rowsum", "row_sum", "xe_e3", "f32"),
+         ("colsum", "col_sum", "xe_e3", "f32"), ("colmax", "col_max", "xe_e3", "f32"), ("total", "sum", "xe_e3", "f32")]
     fix = fixup_kernel("k_rowmax", code.reductions[0])
     assert "r = fmax(r, w[(long)t * length]);" in fix and "atomic_" not in fix
     assert partial_layout(code.reductions[0], 45, 70, (16, 32)) == (45, 3)

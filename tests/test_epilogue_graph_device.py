@@ -11,6 +11,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from epilogue_examples import bias_gelu, gated, residual, row_stats, scaled_s8
 
 from xegemm import ops
 from xegemm.dtypes import dtype
@@ -229,29 +230,6 @@ def test_each_op_runs_as_its_reference_says(name, sycl_device):
 
 
 # ---- the examples ------------------------------------------------------------------------------------
-
-def bias_gelu(acc, bias):
-    pre = acc + bias
-    return {"d": ops.gelu(pre), "pre": pre}
-
-
-def residual(acc, c):
-    return acc + c
-
-
-def gated(acc, up):
-    return ops.silu(acc) * up
-
-
-def scaled_s8(acc, scale):
-    return ops.clamp(scale * acc, -100.0, 100.0)
-
-
-def row_stats(acc, bias):
-    y = ops.relu(acc + bias)
-    return {"d": y, "rowmax": ops.row_max(y), "rowsum": ops.row_sum(y), "colsum": ops.col_sum(y),
-            "colmax": ops.col_max(y), "total": ops.sum(y)}
-
 
 C_BF16 = dtype("bf16").round(RNG.uniform(-2, 2, (BATCH, M, N)))
 SCALE = dtype("f32").round(RNG.uniform(0, 40, M))

@@ -49,45 +49,24 @@ def where(condition, a, b):
     return _apply("where", condition, a, b)
 
 
-def abs(x):  # noqa: A001 - the op's name
-    """|x|."""
-    return _apply("abs", x)
+def _unary(name: str, doc: str):
+    def op(x):
+        return _apply(name, x)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
 
 
-def exp(x):
-    return _apply("exp", x)
-
-
-def log(x):
-    return _apply("log", x)
-
-
-def sqrt(x):
-    return _apply("sqrt", x)
-
-
-def rsqrt(x):
-    """1 / sqrt(x)."""
-    return _apply("rsqrt", x)
-
-
-def tanh(x):
-    return _apply("tanh", x)
-
-
-def sigmoid(x):
-    """1 / (1 + exp(-x))."""
-    return _apply("sigmoid", x)
-
-
-def relu(x):
-    """max(x, 0)."""
-    return _apply("relu", x)
-
-
-def silu(x):
-    """x * sigmoid(x)."""
-    return _apply("silu", x)
+abs = _unary("abs", "|x|.")  # noqa: A001 - the op's name
+exp = _unary("exp", "e to the x.")
+log = _unary("log", "The natural logarithm of x.")
+sqrt = _unary("sqrt", "The square root of x.")
+rsqrt = _unary("rsqrt", "1 / sqrt(x).")
+tanh = _unary("tanh", "The hyperbolic tangent of x.")
+sigmoid = _unary("sigmoid", "1 / (1 + exp(-x)).")
+relu = _unary("relu", "max(x, 0).")
+silu = _unary("silu", "x * sigmoid(x).")
+hardswish = _unary("hardswish", "x * min(max(x + 3, 0), 6) / 6.")
 
 
 def gelu(x, approximate: str = "none"):
@@ -95,11 +74,6 @@ def gelu(x, approximate: str = "none"):
     if approximate not in ("none", "erf", "tanh"):
         raise ValueError(f"gelu(approximate={approximate!r}): 'none' (erf) or 'tanh'")
     return _apply("gelu_tanh" if approximate == "tanh" else "gelu_erf", x)
-
-
-def hardswish(x):
-    """x * min(max(x + 3, 0), 6) / 6."""
-    return _apply("hardswish", x)
 
 
 def clamp(x, lo, hi):
@@ -115,35 +89,21 @@ def cast(x, type_name: str):
     return _round_to(dtype(type_name), np.asarray(x, dtype=np.float64))
 
 
-def _reduce(name: str, x):
-    if isinstance(x, Value):
-        return x.tracer.reduce(name, x)
-    return REDUCTIONS[name].numpy(np.asarray(x, dtype=np.float64))
+def _reduction(name: str, doc: str):
+    def op(x):
+        if isinstance(x, Value):
+            return x.tracer.reduce(name, x)
+        return REDUCTIONS[name].numpy(np.asarray(x, dtype=np.float64))
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc + " A reduction: an output only, never an operand."
+    return op
 
 
-def row_sum(x):
-    """The sum of each row (along N): one value per row of D."""
-    return _reduce("row_sum", x)
-
-
-def row_max(x):
-    """The largest value of each row."""
-    return _reduce("row_max", x)
-
-
-def col_sum(x):
-    """The sum of each column (along M): one value per column of D."""
-    return _reduce("col_sum", x)
-
-
-def col_max(x):
-    """The largest value of each column."""
-    return _reduce("col_max", x)
-
-
-def sum(x):  # noqa: A001 - the op's name
-    """The sum of every element of D's tile (per batch)."""
-    return _reduce("sum", x)
+row_sum = _reduction("row_sum", "The sum of each row (along N): one value per row of D.")
+row_max = _reduction("row_max", "The largest value of each row.")
+col_sum = _reduction("col_sum", "The sum of each column (along M): one value per column of D.")
+col_max = _reduction("col_max", "The largest value of each column.")
+sum = _reduction("sum", "The sum of every element of D (per batch).")  # noqa: A001 - the op's name
 
 
 def __getattr__(name: str):
