@@ -10,22 +10,31 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import epilogue_examples as examples
+import numpy as np
 import pytest
-
 import xegemm
 from xegemm import ops
 from xegemm.dtypes import dtype
 from xegemm.epilogue import ACTIVATIONS, EpilogueSpec, load_float, reference_bounds
 from xegemm.epilogue_graph.config import load_epilogue, resolve_function
-from xegemm.epilogue_graph.emit import c_float, element_code, fixup_kernel, partial_layout
-from xegemm.epilogue_graph.errors import (EpilogueError, EpilogueLoadError, OutputTypeError, ShapeError,
-                                          UnknownOpError, UnsupportedConstructError)
+from xegemm.epilogue_graph.emit import (
+    c_float,
+    element_code,
+    fixup_kernel,
+    partial_layout,
+)
+from xegemm.epilogue_graph.errors import (
+    EpilogueError,
+    EpilogueLoadError,
+    OutputTypeError,
+    ShapeError,
+    UnknownOpError,
+    UnsupportedConstructError,
+)
 from xegemm.epilogue_graph.fixed import fixed_graph, fixed_inputs
 from xegemm.epilogue_graph.reference import mismatches, node_values, reference
 from xegemm.epilogue_graph.tracer import input_kind, trace
-
 
 # ---- the examples ------------------------------------------------------------------------------------
 
@@ -183,7 +192,7 @@ def test_bad_declarations_and_returns_are_clear(kwargs, cls, reason):
 
 def test_the_unknown_op_error_outside_tracing_is_an_attribute_error():
     with pytest.raises(AttributeError, match="not an epilogue op"):
-        ops.softmax  # noqa: B018
+        ops.softmax
 
 
 # ---- the numpy side ------------------------------------------------------------------------------------------

@@ -7,5 +7,5 @@ every 2D block copy and DPAS atom.
 
 __version__ = "0.1.0"
 
-from xegemm.epilogue_graph import make_epilogue_callable, ops  # noqa: E402 - xegemm.ops; xegemm.epilogue(fn)
+from xegemm.epilogue_graph import make_epilogue_callable, ops  # noqa: F401 - xegemm.ops; xegemm.epilogue(fn)
 make_epilogue_callable()

@@ -15,8 +15,18 @@ from xegemm.epilogue_graph import ops
 from xegemm.epilogue_graph.graph import Graph, Input, Node, Output
 from xegemm.epilogue_graph.tracer import EpilogueFunction, epilogue, input_kind, trace
 
-__all__ = ["Graph", "Input", "Node", "Output", "EpilogueFunction", "epilogue", "input_kind", "trace", "ops",
-           "make_epilogue_callable"]
+__all__ = [
+    "EpilogueFunction",
+    "Graph",
+    "Input",
+    "Node",
+    "Output",
+    "epilogue",
+    "input_kind",
+    "make_epilogue_callable",
+    "ops",
+    "trace",
+]
 
 
 class _CallableEpilogueModule(types.ModuleType):

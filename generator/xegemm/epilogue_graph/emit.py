@@ -24,7 +24,14 @@ import numpy as np
 
 from xegemm.epilogue import load_float, storage_ctype, store_float, store_int
 from xegemm.epilogue_graph.graph import Graph
-from xegemm.epilogue_graph.registry import CALL, OPS, REDUCTIONS, TERNARY, UNARY, Reduction
+from xegemm.epilogue_graph.registry import (
+    CALL,
+    OPS,
+    REDUCTIONS,
+    TERNARY,
+    UNARY,
+    Reduction,
+)
 
 TEMP = "xe_e"   # temporaries: xe_e<node>; input names cannot start with xe_ (tracer)
 

@@ -72,7 +72,7 @@ def function_site(fn) -> tuple[str, int] | None:
 
 
 def _ours(filename: str) -> bool:
-    return filename.startswith(PACKAGE) or "/numpy/" in filename or filename.startswith("<frozen")
+    return filename.startswith((PACKAGE, "<frozen")) or "/numpy/" in filename
 
 
 def _short(filename: str) -> str:

@@ -18,8 +18,29 @@ from xegemm.epilogue_graph.errors import UnknownOpError, user_site
 from xegemm.epilogue_graph.registry import OPS, REDUCTIONS
 from xegemm.epilogue_graph.tracer import ACTIVE, PUBLIC_OPS, Value
 
-__all__ = ["maximum", "minimum", "where", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
-           "silu", "gelu", "hardswish", "clamp", "cast", "row_sum", "row_max", "col_sum", "col_max", "sum"]
+__all__ = [
+    "abs",
+    "cast",
+    "clamp",
+    "col_max",
+    "col_sum",
+    "exp",
+    "gelu",
+    "hardswish",
+    "log",
+    "maximum",
+    "minimum",
+    "relu",
+    "row_max",
+    "row_sum",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sqrt",
+    "sum",
+    "tanh",
+    "where",
+]
 
 
 def _traced(args) -> Value | None:
@@ -57,7 +78,7 @@ def _unary(name: str, doc: str):
     return op
 
 
-abs = _unary("abs", "|x|.")  # noqa: A001 - the op's name
+abs = _unary("abs", "|x|.")   # the op's name (shadows the builtin here)
 exp = _unary("exp", "e to the x.")
 log = _unary("log", "The natural logarithm of x.")
 sqrt = _unary("sqrt", "The square root of x.")
@@ -103,7 +124,7 @@ row_sum = _reduction("row_sum", "The sum of each row (along N): one value per ro
 row_max = _reduction("row_max", "The largest value of each row.")
 col_sum = _reduction("col_sum", "The sum of each column (along M): one value per column of D.")
 col_max = _reduction("col_max", "The largest value of each column.")
-sum = _reduction("sum", "The sum of every element of D (per batch).")  # noqa: A001 - the op's name
+sum = _reduction("sum", "The sum of every element of D (per batch).")   # the op's name (shadows the builtin here)
 
 
 def __getattr__(name: str):

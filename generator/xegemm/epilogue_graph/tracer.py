@@ -20,10 +20,28 @@ import numbers
 import numpy as np
 
 from xegemm.dtypes import UnknownDTypeError, dtype
-from xegemm.epilogue_graph.errors import (EpilogueError, OutputTypeError, ShapeError, UnknownOpError,
-                                          UnsupportedConstructError, function_site, traceback_site, user_site)
-from xegemm.epilogue_graph.graph import (KINDS, REDUCTION_TYPES, RESERVED, STORE_TYPES, VECTOR_TYPE, Graph, Input,
-                                         Node, Output, broadcast)
+from xegemm.epilogue_graph.errors import (
+    EpilogueError,
+    OutputTypeError,
+    ShapeError,
+    UnknownOpError,
+    UnsupportedConstructError,
+    function_site,
+    traceback_site,
+    user_site,
+)
+from xegemm.epilogue_graph.graph import (
+    KINDS,
+    REDUCTION_TYPES,
+    RESERVED,
+    STORE_TYPES,
+    VECTOR_TYPE,
+    Graph,
+    Input,
+    Node,
+    Output,
+    broadcast,
+)
 from xegemm.epilogue_graph.registry import OPS, REDUCTIONS
 
 MAX_POWER = 4     # x ** n for a constant n in 1..MAX_POWER is traced as multiplications
@@ -33,10 +51,10 @@ class Value:
     """A traced value: node ``index`` of ``tracer``.  Arithmetic and comparisons record nodes; anything that
     would need the value itself raises."""
 
-    __slots__ = ("tracer", "index")
+    __slots__ = ("index", "tracer")
     __array_priority__ = 1000     # numpy defers to us: ndarray + Value -> Value.__radd__
 
-    def __init__(self, tracer: "Tracer", index: int):
+    def __init__(self, tracer: Tracer, index: int):
         self.tracer, self.index = tracer, index
 
     @property
@@ -77,7 +95,7 @@ class Value:
     def __le__(self, o): return self.tracer.apply("le", self, o)
     def __gt__(self, o): return self.tracer.apply("gt", self, o)
     def __ge__(self, o): return self.tracer.apply("ge", self, o)
-    def __eq__(self, o): return self.tracer.apply("eq", self, o)     # noqa: D105
+    def __eq__(self, o): return self.tracer.apply("eq", self, o)
     def __ne__(self, o): return self.tracer.apply("ne", self, o)
     __hash__ = None
 
