@@ -297,6 +297,8 @@ def test_shared_values_become_temporaries_and_reductions_their_contributions():
     code = element_code(g, {"acc": "acc_v", "bias": "bias_n"})
     assert code.statements == ("const float xe_e3 = xe_relu(acc_v + bias_n);",)
     assert code.outputs == {"d": "as_uint(xe_e3)"}
+    assert element_code(g, {"acc": "a", "bias": "b"}, temp="xe_e7_").statements == \
+        ("const float xe_e7_3 = xe_relu(a + b);",)
     assert [(r.name, r.reduction.name, r.value, r.type) for r in code.reductions] == \
         [("rowmax", "row_max", "xe_e3", "f32"), ("rowsum", "row_sum", "xe_e3", "f32"),
          ("colsum", "col_sum", "xe_e3", "f32"), ("colmax", "col_max", "xe_e3", "f32"), ("total", "sum", "xe_e3", "f32")]

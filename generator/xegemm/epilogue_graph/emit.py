@@ -74,11 +74,12 @@ def c_float(value: float) -> str:
     return text + ("f" if any(ch in text for ch in ".e") else ".0f")
 
 
-def element_code(graph: Graph, names: dict[str, str] | None = None) -> ElementCode:
+def element_code(graph: Graph, names: dict[str, str] | None = None, temp: str = TEMP) -> ElementCode:
     """The C of ``graph`` per element.  ``names`` maps each input (``acc``, ``c``, the named inputs) to a C
     expression of its value as a float (an int for ``acc`` on the exact integer path) that binds at least as
     tightly as a unary expression (a name, ``x[i]``, ``as_float(b)``, ``(float)b``); by default the inputs'
-    own names."""
+    own names.  Temporaries are named ``temp`` + the node's index: a kernel that prints several elements in
+    one scope gives each its own ``temp`` (``xe_e3_1_``)."""
     names = {i.name: i.name for i in graph.inputs} | dict(names or {})
     integer = graph.exact_integer
     uses = graph.uses()
@@ -99,8 +100,8 @@ def element_code(graph: Graph, names: dict[str, str] | None = None) -> ElementCo
             text.append(_expression(node, [text[a] for a in node.args], integer, definitions, conversions))
         if uses[index] > 1 and node.op not in ("input", "const"):
             ctype = "int" if integer or node.vtype == "bool" else "float"
-            statements.append(f"const {ctype} {TEMP}{index} = {text[index][0]};")
-            text[index] = (f"{TEMP}{index}", CALL)
+            statements.append(f"const {ctype} {temp}{index} = {text[index][0]};")
+            text[index] = (f"{temp}{index}", CALL)
     outputs, reductions = {}, []
     for o in graph.outputs:
         node = graph.nodes[o.node]

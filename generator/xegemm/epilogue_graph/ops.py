@@ -16,7 +16,7 @@ from xegemm.dtypes import dtype
 from xegemm.epilogue import _round_to
 from xegemm.epilogue_graph.errors import UnknownOpError, user_site
 from xegemm.epilogue_graph.registry import OPS, REDUCTIONS
-from xegemm.epilogue_graph.tracer import ACTIVE, PUBLIC_OPS, Value
+from xegemm.epilogue_graph.tracer import PUBLIC_OPS, Value, active_trace
 
 __all__ = [
     "abs",
@@ -132,7 +132,8 @@ def __getattr__(name: str):
     if name.startswith("_"):
         raise AttributeError(name)
     message = f"xegemm.ops.{name} is not an epilogue op; the ops are: {', '.join(PUBLIC_OPS)}"
-    if ACTIVE:
-        raise UnknownOpError(ACTIVE[-1].function, user_site(), message)
+    tracer = active_trace()
+    if tracer is not None:
+        raise UnknownOpError(tracer.function, user_site(), message)
     raise AttributeError(message)
 

@@ -16,6 +16,7 @@ import functools
 import inspect
 import keyword
 import numbers
+import threading
 
 import numpy as np
 
@@ -105,7 +106,7 @@ class Value:
                                 "while tracing (the function is traced once, for all elements together); for a choice per "
                                 "element use xegemm.ops.where(condition, a, b)")
 
-    def __bool__(self): self._needs_value("a data-dependent `if`, `while`, `and`, `or` or `not`")
+    def __bool__(self): self._needs_value("a data-dependent `if`, `while`, `and`, `or`, `not` or Python's max()/min()")
     def __float__(self): self._needs_value("float()")
     def __int__(self): self._needs_value("int()")
     def __index__(self): self._needs_value("using a tensor as an index")
@@ -289,14 +290,27 @@ def trace(fn, inputs: dict | None = None, outputs: dict | None = None, out: str 
         raise OutputTypeError(name, site, f"D cannot be stored as {out}: one of {', '.join(STORE_TYPES)}")
 
     tracer = Tracer(name)
-    ACTIVE.append(tracer)
+    stack = _traces()
+    stack.append(tracer)
     try:
         return _trace(fn, tracer, params, inputs, outputs, out, acc, c, site)
     finally:
-        ACTIVE.pop()
+        stack.pop()
 
 
-ACTIVE: list[Tracer] = []     # the traces under way (innermost last): what xegemm.ops names in its errors
+_ACTIVE = threading.local()     # per thread, the traces under way (innermost last)
+
+
+def _traces() -> list[Tracer]:
+    if not hasattr(_ACTIVE, "stack"):
+        _ACTIVE.stack = []
+    return _ACTIVE.stack
+
+
+def active_trace() -> Tracer | None:
+    """The innermost trace under way in this thread (what xegemm.ops names in its errors), or None."""
+    stack = _traces()
+    return stack[-1] if stack else None
 
 
 def _trace(fn, tracer: Tracer, params, inputs: dict, outputs: dict, out: str, acc: str, c: str, site) -> Graph:
