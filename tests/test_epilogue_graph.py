@@ -34,7 +34,7 @@ from xegemm.epilogue_graph.errors import (
 )
 from xegemm.epilogue_graph.fixed import fixed_graph, fixed_inputs
 from xegemm.epilogue_graph.reference import mismatches, node_values, reference
-from xegemm.epilogue_graph.tracer import input_kind, trace
+from xegemm.epilogue_graph.tracer import input_kind, kinds_from_arrays, trace
 
 # ---- the examples ------------------------------------------------------------------------------------
 
@@ -312,6 +312,9 @@ def test_input_kinds_from_arrays():
                                           np.zeros((3, 4, 5)))] == ["scalar", "row", "col", "col", "matrix", "matrix"]
     with pytest.raises(ValueError, match=r"shape \(4,\) cannot broadcast over D \(4 x 5\)"):
         input_kind(np.zeros(4), 4, 5)
+    assert kinds_from_arrays(gated, {"acc": 0, "up": np.zeros((4, 5))}, 4, 5) == {"up": "matrix"}
+    with pytest.raises(ShapeError, match=r"epilogue gated \(.*epilogue_examples.py:\d+\): input 'up': shape \(5, 4\)"):
+        kinds_from_arrays(gated, {"up": np.zeros((5, 4))}, 4, 5)
 
 
 def test_xegemm_epilogue_is_the_module_and_the_decorator():

@@ -258,6 +258,21 @@ def input_kind(value, m: int, n: int) -> str:
                      f"vector ({n},) or (1, {n}), a matrix ({m}, {n}) or (batch, {m}, {n})")
 
 
+def kinds_from_arrays(fn, values: dict, m: int, n: int) -> dict[str, str]:
+    """The kind of each named input (not ``acc`` or ``c``) of ``fn`` from the values passed at call time
+    (:func:`input_kind`); a value of no kind raises :class:`~.errors.ShapeError` naming the function."""
+    kinds = {}
+    for key, value in values.items():
+        if key in RESERVED:
+            continue
+        try:
+            kinds[key] = input_kind(value, m, n)
+        except ValueError as exc:
+            name = getattr(fn, "__qualname__", None) or repr(fn)
+            raise ShapeError(name, function_site(fn), f"input {key!r}: {exc}") from None
+    return kinds
+
+
 # ---- tracing -------------------------------------------------------------------------------------------------
 
 def trace(fn, inputs: dict | None = None, outputs: dict | None = None, out: str = "f32", acc: str = "f32",
@@ -275,7 +290,7 @@ def trace(fn, inputs: dict | None = None, outputs: dict | None = None, out: str 
         raise UnsupportedConstructError(name, site, "its signature cannot be read (a builtin?)") from None
     for p in params.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-            raise UnsupportedConstructError(name, site, f"parameter {p} : epilogue parameters are named inputs "
+            raise UnsupportedConstructError(name, site, f"parameter {p}: epilogue parameters are named inputs "
                                             "(acc, c and one name per input), not *args, **kwargs or positional-only")
     for key in inputs:
         if key not in params or key in RESERVED:
