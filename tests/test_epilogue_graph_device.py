@@ -337,3 +337,40 @@ def test_a_broken_graph_fails_against_the_correct_reference(name, sycl_device, m
     got = run(sycl_device, trace(broken, kinds, outputs, out=out), acc, sized)
     bad = failures({output: want[output]}, got)
     assert bad[output] > 0, f"{name}: the broken graph passed"
+
+
+# ---- random compositions: the per-op rules compose soundly -----------------------------------------------------
+
+UNARY = [ops.exp, ops.tanh, ops.sigmoid, ops.relu, ops.silu, ops.gelu, lambda x: ops.gelu(x, approximate="tanh"),
+         ops.hardswish, lambda x: ops.log(ops.abs(x) + 0.125), lambda x: ops.sqrt(ops.abs(x)),
+         lambda x: ops.rsqrt(ops.abs(x) + 0.125), lambda x: ops.clamp(x, -1.0, 0.5), lambda x: -x,
+         lambda x: ops.cast(x, "bf16"), lambda x: ops.cast(x * 8.0, "s8"), lambda x: ops.cast(x, "f16")]
+BINARY = [lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / (ops.abs(b) + 0.25),
+          ops.maximum, ops.minimum, lambda a, b: ops.where(a < b, a * 2.0, b)]
+
+
+def _random_function(seed: int):
+    """A random epilogue of depth ~6 over acc, a row and a column vector, with an auxiliary bf16 output and a
+    row sum: every op of xegemm.ops in compositions nobody wrote by hand."""
+    rng = np.random.default_rng(seed)
+    plan = [(int(rng.integers(2)), int(rng.integers(len(UNARY))), int(rng.integers(len(BINARY))),
+             int(rng.integers(1, 4))) for _ in range(6)]
+
+    def epilogue(acc, r, q):
+        pool = [acc, r, q, acc * 0.5]
+        for binary, u, b, pick in plan:
+            x = pool[-1]
+            y = BINARY[b](x, pool[-1 - pick]) if binary else UNARY[u](x)
+            pool.append(ops.clamp(y, -30.0, 30.0))   # keeps exp from overflowing f32 in long chains
+        return {"d": pool[-1], "aux": pool[-3], "rs": ops.row_sum(pool[-2])}
+    epilogue.__qualname__ = f"random_{seed}"
+    return epilogue
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_compositions_run_as_their_reference_says(seed, sycl_device):
+    graph = trace(_random_function(seed), {"r": "row", "q": "col"}, {"aux": "bf16"}, out="f32")
+    bounds = reference(graph, ACC, 0.0, {"r": ROW, "q": COL})
+    got = run(sycl_device, graph, ACC, {"r": ROW, "q": COL})
+    bad = failures(bounds, got)
+    assert not any(bad.values()), f"{[n.op for n in graph.nodes]}: out of tolerance {bad}"

@@ -77,7 +77,8 @@ def _apply(node, args, u):
         return y, spread + (u * np.abs(y) if target.is_int and target.bits > 24 else 0.0)
     if rule == "compare":
         (a, b), (ta, tb) = values, tols
-        return op.numpy(a, b), np.abs(a - b) <= ta + tb
+        slack = ta + tb     # exact operands compare exactly, equal ones too
+        return op.numpy(a, b), (np.abs(a - b) <= slack) & (slack > 0)
     if rule == "where":
         (cond, a, b), (unsure, ta, tb) = values, tols
         chosen = np.where(cond, ta, tb)
