@@ -1,5 +1,5 @@
-"""The issue's example epilogues, as plain functions, shared by the host and the device tests of traced
-epilogues (tests/test_epilogue_graph.py, tests/test_epilogue_graph_device.py)."""
+"""The example epilogues of docs/epilogues.md, as plain functions, shared by the host and the device tests of
+traced epilogues (tests/test_epilogue_graph.py, tests/test_epilogue_graph_device.py)."""
 
 from xegemm import ops
 

@@ -36,13 +36,13 @@ from xegemm.epilogue_graph.fixed import fixed_graph, fixed_inputs
 from xegemm.epilogue_graph.reference import mismatches, node_values, reference
 from xegemm.epilogue_graph.tracer import input_kind, kinds_from_arrays, trace
 
-# ---- the issue's examples ------------------------------------------------------------------------------------
+# ---- the documented examples -----------------------------------------------------------------------------------
 
 bias_gelu = xegemm.epilogue(examples.bias_gelu, inputs={"bias": "row"}, outputs={"pre": "f32"})
 residual, gated, scaled_s8, row_stats = examples.residual, examples.gated, examples.scaled_s8, examples.row_stats
 
 
-def test_the_issue_examples_trace_to_typed_graphs():
+def test_the_documented_examples_trace_to_typed_graphs():
     g = bias_gelu.trace(out="bf16")
     assert [(i.name, i.kind, i.type) for i in g.inputs] == [("acc", "matrix", "f32"), ("bias", "row", "f32")]
     assert [n.op for n in g.nodes] == ["input", "input", "add", "gelu_erf"]
@@ -226,7 +226,8 @@ def test_the_five_activations_traced_give_todays_reference(name):
             [("f32", "f32"), ("f32", "bf16"), ("f32", "f16"), ("s32", "s8"), ("s32", "u8"), ("s32", "s32"),
              ("bf16", "bf16")], [1.0, 0.75], [0.0, -1.25], ["none", "row", "col"]):
         spec = EpilogueSpec(alpha, beta, bias, name, (-0.5, 0.25), acc_t, out)
-        acc = RNG.integers(-300, 300, (B, M, N)) if acc_t == "s32" else dtype(acc_t).round(RNG.uniform(-3, 3, (B, M, N)))
+        acc = RNG.integers(-300, 300, (B, M, N)) if acc_t == "s32" else \
+            dtype(acc_t).round(RNG.uniform(-3, 3, (B, M, N)))
         c = RNG.integers(-50, 50, (B, M, N)).astype(np.float64) if out in ("s8", "s32") else \
             RNG.integers(0, 50, (B, M, N)).astype(np.float64) if out == "u8" else \
             dtype(out).round(RNG.uniform(-1, 1, (B, M, N)))

@@ -31,7 +31,8 @@ __all__ = [
 
 class _CallableEpilogueModule(types.ModuleType):
     """``xegemm.epilogue`` stays the module of the fixed epilogue and, called, marks a function as an epilogue
-    (``xegemm.epilogue(fn)``, ``@xegemm.epilogue``): the issue's spelling without renaming the module."""
+    (``xegemm.epilogue(fn)``, ``@xegemm.epilogue``): the spelling of docs/epilogues.md without renaming the
+    module."""
 
     def __call__(self, fn=None, **kwargs):
         return epilogue(fn, **kwargs)

@@ -103,8 +103,8 @@ class Value:
     # what tracing cannot follow
     def _needs_value(self, what: str):
         raise self.tracer.error(UnsupportedConstructError, f"{what} needs the value of a tensor, which is not known "
-                                "while tracing (the function is traced once, for all elements together); for a choice per "
-                                "element use xegemm.ops.where(condition, a, b)")
+                                "while tracing (the function is traced once, for all elements together); for a choice "
+                                "per element use xegemm.ops.where(condition, a, b)")
 
     def __bool__(self): self._needs_value("a data-dependent `if`, `while`, `and`, `or`, `not` or Python's max()/min()")
     def __float__(self): self._needs_value("float()")
