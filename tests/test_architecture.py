@@ -21,6 +21,8 @@ FORBIDDEN = {
     "xegemm.atoms": ("xegemm.plan", "xegemm.render", "xegemm.lowering", "xegemm.aot", "xegemm.evaluate",
                      "xegemm.pipeline", "xegemm.runtime"),
     "xegemm.config": ("xegemm.plan", "xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime"),
+    "xegemm.epilogue_graph": ("xegemm.plan", "xegemm.render", "xegemm.lowering", "xegemm.evaluate", "xegemm.pipeline",
+                              "xegemm.runtime", "xegemm.tune", "xegemm.cli"),
     "xegemm.plan": ("xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime"),
     "xegemm.aot": ("xegemm.evaluate", "xegemm.pipeline", "xegemm.lowering", "xegemm.render", "xegemm.runtime"),
     "xegemm.lowering": ("xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime"),

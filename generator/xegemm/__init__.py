@@ -6,3 +6,6 @@ every 2D block copy and DPAS atom.
 """
 
 __version__ = "0.1.0"
+
+from xegemm.epilogue_graph import make_epilogue_callable, ops  # noqa: F401 - xegemm.ops; xegemm.epilogue(fn)
+make_epilogue_callable()
