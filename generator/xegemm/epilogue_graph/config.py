@@ -41,7 +41,7 @@ def resolve_function(reference: str, search: list[str | Path] = ()):
                 raise EpilogueLoadError(f"{where}: module {exc.name!r} not found (searched "
                                         f"{', '.join(added) + ' and ' if added else ''}the Python path)") from None
             raise EpilogueLoadError(f"{where}: importing {module_name} failed: {exc}") from None
-        except Exception as exc:   # the module's own code failed: say what it raised
+        except Exception as exc:  # noqa: BLE001 -- the module's own code failed: say what it raised
             raise EpilogueLoadError(f"{where}: importing {module_name} raised {type(exc).__name__}: {exc}") from None
         finally:
             for p in added:

@@ -355,7 +355,7 @@ def _trace(fn, tracer: Tracer, params, inputs: dict, outputs: dict, out: str, ac
         result = fn(**args)
     except EpilogueError:
         raise
-    except Exception as exc:   # what the user's code raised while tracing: said with its line
+    except Exception as exc:  # noqa: BLE001 -- what the user's code raised while tracing: said with its line
         raise UnsupportedConstructError(name, traceback_site(exc), f"raised {type(exc).__name__}: {exc} "
                                         "(while tracing: every parameter is a traced tensor)") from None
 
