@@ -9,8 +9,10 @@ import pytest
 
 from xegemm import evaluate, pipeline
 from xegemm.config import ConfigError, config_from_text
+from xegemm.journal import ResultStore
 from xegemm.pipeline import DeviceSession, plan_variants, run, run_variant
 from xegemm.plan import PlanRejected, plan
+from xegemm.result import Evaluation
 
 pytestmark = pytest.mark.device
 
@@ -144,7 +146,10 @@ def test_run_writes_results_that_match_the_contract_and_resumes(tmp_path, sycl_d
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert len(rows) == 6 and {"name", "status", "median_ms", "gflops", "wg_m", "prefetch"} <= set(rows[0])
     report = (out / "report.md").read_text()
-    assert "## Best variant" in report and on_disk["best"] in report and "measured interleaved" in report
+    # report.md is `xegemm report --format md` of the same directory: one section per problem, its best first
+    section = report.split("\n## M=40 N=48 K=32 batch=1")[1].split("\n| tile")[0]
+    assert "\n\nBest: " in section and on_disk["best"] in section
+    assert "measured interleaved" in report
     best = next(v for v in on_disk["variants"] if v["name"] == on_disk["best"])
     assert on_disk["reference"] == best["extra"]["reference"]
 
@@ -251,16 +256,14 @@ def test_problem_sweeps_keep_every_problem(tmp_path, sycl_device):
 
 
 def test_journal_with_a_torn_tail_keeps_the_next_record(tmp_path, device_info):
-    from xegemm.report import ResultStore
-
     cfg = config_from_text("problem: {m: 8, n: 8, k: 8}\n")
     store = ResultStore(tmp_path, cfg, device_info)
-    store.add("k1", {"name": "one", "status": "ok"})
+    store.add("k1", Evaluation("one", "ok", None, {}))
     with open(store.journal, "a") as f:
         f.write('{"key": "k2", "res')                 # killed mid-write: no newline
     store.close()                                     # (the killed process's lock is gone with it)
     again = ResultStore(tmp_path, cfg, device_info)
-    again.add("k3", {"name": "three", "status": "ok"})
+    again.add("k3", Evaluation("three", "ok", None, {}))
     again.close()
     final = ResultStore(tmp_path, cfg, device_info)
     assert set(final.records) == {"k1", "k3"}

@@ -22,6 +22,7 @@ from xegemm.pipeline import build_config, run
 from xegemm.reporting import load_source, render
 from xegemm.reporting.model import PROFILER_COLUMNS, PROFILER_OUTCOME, Group, groups
 from xegemm.reporting.plots import variant_bars
+from xegemm.result import Evaluation
 
 pytestmark = pytest.mark.device
 
@@ -170,7 +171,7 @@ def test_a_broken_results_file_still_renders_from_the_journal(runs, tmp_path):
     journal = (broken / "results.jsonl").read_text().splitlines()
     (broken / "results.jsonl").write_text("\n".join(journal[:3] + ["{not json"] + journal[3:]) + "\n")
     src = load_source(broken)
-    assert len(src.variants) == 6 and [v["trial"] for v in src.variants] == [1, 2, 3, 4, 5, 6]
+    assert len(src.variants) == 6 and [v.trial for v in src.variants] == [1, 2, 3, 4, 5, 6]
     assert any("results.json is damaged" in m for m in src.missing)
     assert any("results.jsonl:4: not a result record" in m for m in src.missing)
     page = render([broken], "html", page_dir=broken)
@@ -201,12 +202,12 @@ def test_groups_keep_problems_and_types_apart(runs):
                                                {"m": 64, "n": 64, "k": 64, "batch": 1}]
     for g in group_list:
         assert len(g.variants) == 3 and len(g.references) == 1
-        assert {(v["params"]["m"], v["params"]["n"]) for v in g.variants} == {(g.problem["m"], g.problem["n"])}
+        assert {(v.params["m"], v.params["n"]) for v in g.variants} == {(g.problem["m"], g.problem["n"])}
         assert [title for title, _ in g.swept_axes()] == ["sub-group grid"] or len(g.timed) < 2
         if g.best:   # the best variant's ratio is to the numpy run measured interleaved with it
             (numpy,) = [r for r in g.best_against_references() if r["provider"] == "numpy"]
-            assert numpy["ratio"] == pytest.approx(g.best["vs_numpy"])
-            assert numpy["gflops"] == g.best["extra"]["reference"]["gflops"]
+            assert numpy["ratio"] == pytest.approx(g.best.vs_numpy)
+            assert numpy["gflops"] == g.best.reference["gflops"]
 
 
 def test_markdown_groups_per_problem(runs):
@@ -299,14 +300,14 @@ def test_report_opens_offline_with_every_plot_and_point(runs, browser, tmp_path)
     plots = 0
     for n, g in enumerate(group_list, 1):
         timed = g.timed
-        untimed = [v for v in g.variants if not v.get("gflops")]
+        untimed = [v for v in g.variants if not v.gflops]
         assert _count(browser, f"#g{n}-variants [id^='g{n}-variants-bar-']") == len(timed)
         assert _count(browser, f"#g{n}-variants [id^='g{n}-variants-untimed-'] use") == len(untimed)
         assert _count(browser, f"#g{n}-references [id^='g{n}-references-bar-']") == 1 + len(g.references)
         for j, _ in enumerate(g.swept_axes()):
             assert _count(browser, f"#g{n}-effects-points-{j} use") == len(timed)
         plots += 2 + bool(g.swept_axes())
-        trials = [v for v in g.variants if v.get("trial")]
+        trials = [v for v in g.variants if v.trial]
         if len(trials) > 1:
             assert _count(browser, f"#g{n}-convergence-points-0 use") == len(trials)
             assert _count(browser, f"#g{n}-convergence-wall-points-0 use") == len(trials)
@@ -348,9 +349,9 @@ def test_a_single_timed_run_draws_a_bar_without_whiskers_error():
     """One timed launch: min = median = max, so the whiskers have zero (never negative) length."""
     flops = 2 * 32 * 32 * 32
     median = 2.2336657364455212    # a value where gflops * median / median rounds just above gflops
-    v = {"name": "k", "status": "ok", "params": {"m": 32, "n": 32, "k": 32, "batch": 1}, "source": "s",
-         "gflops": flops / (median * 1e6), "time_ms": {"min": median, "median": median, "max": median, "cv": 0.0,
-                                                       "runs": 1}}
+    v = Evaluation("k", "ok", None, {"m": 32, "n": 32, "k": 32, "batch": 1}, source="s",
+                   gflops=flops / (median * 1e6), time_ms={"min": median, "median": median, "max": median, "cv": 0.0,
+                                                           "runs": 1})
     svg = variant_bars(Group((32, 32, 32, 1, "bf16", "bf16", "f32", "f32", "row/row/row"), [v]), "one")
     assert svg.count('id="one-bar-0"') == 1
 

@@ -16,6 +16,7 @@ from xegemm.cli import main, parse_duration
 from xegemm.errors import XegemmError
 from xegemm.evaluate.isolated import TimeLimits
 from xegemm.pipeline import run
+from xegemm.result import COLUMNS
 from xegemm.tune import STRATEGIES, Shape, Strategy, parse_shapes, register, tune
 from xegemm.config import load_config
 from xegemm.tune.cache import MeasurementCache, measurement_key
@@ -115,7 +116,9 @@ def test_best_yaml_runs_as_it_is_one_variant_per_shape(tiny_tune_config, tmp_pat
     assert "64x64x64: best xegemm_" in printed and "96x64x32: best xegemm_" in printed
     best = json.loads((out / "best.json").read_text())
     rows = (out / "trials.csv").read_text().splitlines()
-    assert rows[0].startswith("shape,trial,status,reason,kernel,tile,pipeline.prefetch,value,gflops")
+    # the trial's shape, point and value, then the columns results.csv has (one list: xegemm.result.COLUMNS)
+    assert rows[0].startswith("shape,tile,pipeline.prefetch,value,retry_of,worker,"
+                              + ",".join(c.name for c in COLUMNS) + ",")
     for label, entry in best["shapes"].items():
         assert (out / "kernels" / f"{entry['best']['kernel']}.cl").is_file()
         assert entry["best"]["ratio_to_reference"] > 0
@@ -202,13 +205,13 @@ def test_a_tune_writes_a_report_that_xegemm_report_reads(tiny_tune_config, tmp_p
                   progress=False)
     source = load_source(out)
     assert source.kind == "tune" and (out / "report.html").is_file()
-    evaluated = [v for v in source.variants if v["status"] != "rejected"]
+    evaluated = [v for v in source.variants if v.status != "rejected"]
     assert len(evaluated) == result.tallies["64x64x64"].evaluated == 4
-    assert sorted(v["trial"] for v in source.variants) == sorted({v["trial"] for v in source.variants})
-    assert all(v["strategy"] == "random" and v["finished_at"] for v in source.variants)
+    assert sorted(v.trial for v in source.variants) == sorted({v.trial for v in source.variants})
+    assert all(v.strategy == "random" and v.finished_at for v in source.variants)
     (group,) = groups([source])
     best = result.best["shapes"]["64x64x64"]["best"]
-    assert group.best["name"] == best["kernel"] and group.best["gflops"] == best["gflops"]
+    assert group.best.name == best["kernel"] and group.best.gflops == best["gflops"]
     # the winner's ratio is to the numpy run measured interleaved with it, in best.json and in the report
     (numpy,) = [r for r in group.best_against_references() if r["provider"] == "numpy"]
     assert numpy["ratio"] == pytest.approx(best["ratio_to_reference"])
