@@ -11,7 +11,7 @@ from conftest import TINY_LEGAL, TINY_PRUNED
 from optuna.trial import TrialState
 
 from xegemm.reporting import load_source
-from xegemm.reporting.model import groups
+from xegemm.reporting.model import groups, source_facts
 from xegemm.cli import main, parse_duration
 from xegemm.errors import XegemmError
 from xegemm.evaluate.isolated import TimeLimits
@@ -202,7 +202,7 @@ def test_a_time_limit_stops_starting_trials(tiny_tune_config, tmp_path):
 def test_a_tune_writes_a_report_that_xegemm_report_reads(tiny_tune_config, tmp_path):
     out = tmp_path / "t"
     result = tune(tiny_tune_config, out=out, cache=tmp_path / "c.db", seed=1, strategy="random", budget=4,
-                  progress=False)
+                  progress=False, command="xegemm tune tiny.yaml --budget 4")
     source = load_source(out)
     assert source.kind == "tune" and (out / "report.html").is_file()
     evaluated = [v for v in source.variants if v.status != "rejected"]
@@ -218,6 +218,11 @@ def test_a_tune_writes_a_report_that_xegemm_report_reads(tiny_tune_config, tmp_p
     assert best["reference"]["interleaved"]
     page = (out / "report.html").read_text()
     assert best["kernel"] in page and "random" in page
+    # the page says on which device and by which command, as a run's page does
+    facts = dict(source_facts(source, [group]))
+    assert facts["command"] == "xegemm tune tiny.yaml --budget 4" and "?" not in facts["device"]
+    assert "compute units" in facts["device"] and facts["driver"] != "unknown"
+    assert "xegemm tune tiny.yaml --budget 4" in page
 
 
 def test_xegemm_report_reads_a_study_database(tiny_tune_config, tmp_path):

@@ -33,7 +33,9 @@ from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.profile import time_numpy_reference
 from xegemm.journal import ResultStore, write_json_atomic
-from xegemm.reporting import write_run_page
+from xegemm.reporting import load_sources, write_run_page
+from xegemm.reporting.formats import headline_lines
+from xegemm.reporting.model import groups
 from xegemm.reporting.results import write_reports
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.verify import check_fits
@@ -164,6 +166,8 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         write_run_page(out)
     finally:
         store.close()
+    for line in headline_lines(groups(load_sources([out]))):
+        say(line)
     say(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}, {out / 'report.html'}")
     return results
 

@@ -87,6 +87,9 @@ class Evaluation:
     cached: bool | None = None        # a tuner took it from the measurement cache
     strategy: str | None = None       # the tuner's search strategy
     score: float | None = None        # the tuner's value for an ahead-of-time study
+    # GFLOP/s over the numpy reference of its problem in its run (one per problem: every variant's interleaved
+    # numpy runs pooled, xegemm.reporting.model.pooled_reference); set when the run's documents are written
+    vs_numpy: float | None = None
     source: str | None = field(default=None, compare=False)        # the report's label of its directory
     source_kind: str | None = field(default=None, compare=False)   # "run", "tune" or "build"
     build_log: str | None = field(default=None, repr=False, compare=False)   # the compiler's text, until saved
@@ -138,17 +141,13 @@ class Evaluation:
 
     @property
     def numpy_gflops(self) -> float | None:
-        return self.reference.get("gflops") if self.reference else None
+        """The GFLOP/s of the reference :attr:`vs_numpy` is against."""
+        return self.gflops / self.vs_numpy if self.gflops and self.vs_numpy else None
 
     @property
     def high_cv(self) -> bool | None:
         """The interleaved measurement kept a CV above xegemm.profile.CV_LIMIT after measuring twice."""
         return self.reference.get("high_cv") if self.reference else None
-
-    @property
-    def vs_numpy(self) -> float | None:
-        """GFLOP/s over its own reference's GFLOP/s."""
-        return self.gflops / self.numpy_gflops if self.gflops and self.numpy_gflops else None
 
     @property
     def label(self) -> str:
@@ -174,7 +173,7 @@ class Evaluation:
 
     def to_row(self) -> dict:
         """The result as JSON data (a results.json / trials.json row, a journal line's result, a cache entry):
-        every field but the report's and the build log, record fields only once set, and ``vs_numpy``."""
+        every field but the report's and the build log, record fields only once set."""
         row = {}
         for f in fields(self):
             if f.name in ("source", "source_kind", "build_log"):
@@ -183,13 +182,12 @@ class Evaluation:
             if f.name in RECORD_FIELDS and value is None:
                 continue
             row[f.name] = value
-        row["vs_numpy"] = self.vs_numpy
         return row
 
     @classmethod
     def from_row(cls, row) -> Evaluation:
         """A result from :meth:`to_row`'s data, or from the rows older versions wrote (build.json's keys go into
-        ``extra``; derived values such as ``vs_numpy`` are recomputed); ValueError when it is not a result."""
+        ``extra``); ValueError when it is not a result."""
         if not isinstance(row, dict):
             raise ValueError("not an object")
         row = {OLD_NAMES.get(k, k): v for k, v in row.items()}
@@ -206,7 +204,7 @@ class Evaluation:
 
     def to_user_attrs(self) -> dict:
         """The result as a study trial's user attributes (one attribute per field, as :meth:`to_row`)."""
-        return {k: v for k, v in self.to_row().items() if k != "vs_numpy"}
+        return self.to_row()
 
     @classmethod
     def from_user_attrs(cls, attrs: dict) -> Evaluation:

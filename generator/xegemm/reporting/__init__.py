@@ -22,7 +22,7 @@ from xegemm.reporting.model import groups
 from xegemm.reporting.page import render_page
 from xegemm.reporting.sources import LOADERS, Source, load_source, load_sources
 
-__all__ = ["FORMATS", "LOADERS", "Source", "load_source", "render", "write_report", "write_run_page"]
+__all__ = ["FORMATS", "LOADERS", "Source", "load_source", "load_sources", "render", "write_report", "write_run_page"]
 
 
 def render(paths, fmt: str = "html", baseline=None, page_dir: Path | str = ".", command: str | None = None) -> str:

@@ -16,8 +16,8 @@ import io
 import json
 
 from xegemm import __version__
-from xegemm.reporting.model import (PROFILER_COLUMNS, Group, compare, profiler_rows, reference_detail,
-                                    source_facts)
+from xegemm.reporting.model import (PROFILER_COLUMNS, Group, best_overall, compare, profiler_rows,
+                                    reference_detail, source_facts)
 from xegemm.reporting.sources import Source
 from xegemm.result import COLUMNS, STATUSES, Evaluation
 
@@ -73,8 +73,9 @@ def _cell(text) -> str:
 
 def _reference_line(r: dict) -> str:
     """One reference in words: what ran, how it was measured, its time and the conditions."""
-    how = ("measured interleaved with the variants (alternating runs, so both sides saw the same load)"
-           if r.get("interleaved") else "measured on its own after the variants")
+    how = (f"measured interleaved with the variants (alternating runs, so both sides saw the same load; "
+           f"{r.get('pooled', 1)} measurement(s) pooled)" if r.get("interleaved")
+           else "measured on its own after the variants")
     times, cond = r.get("time_ms") or {}, r.get("conditions") or {}
     load = (cond.get("loadavg") or [None])[0]
     return (f"{reference_detail(r)}, {how}: median {_num(times.get('median'), '.3f')} ms = "
@@ -83,9 +84,15 @@ def _reference_line(r: dict) -> str:
             + (f", CPU code path {cond['cpu_code_path']}" if cond.get("cpu_code_path") else "") + ")")
 
 
-def _variant_row(v: Evaluation) -> str:
+def headline_lines(group_list: list[Group]) -> list[str]:
+    """Per problem, its best variant overall and its ratio to numpy, or why that ratio is not reliable (what
+    ``xegemm run`` prints at its end and report.md says first)."""
+    return [h.text for h in best_overall(group_list)]
+
+
+def _variant_row(g: Group, v: Evaluation) -> str:
     status = v.status + (" (high CV)" if v.high_cv else "")
-    return (f"| {v.label} | {status} | {_num(v.gflops, '.1f')} | {_num(v.vs_numpy, '.2f')} | "
+    return (f"| {v.label} | {status} | {_num(v.gflops, '.1f')} | {_num(g.ratio(v), '.2f')} | "
             f"{_num(v.median_ms, '.3f')} | {_num(v.cv, '.1%')} | {_num(v.max_abs_err, '.3g')} | {_cell(v.reason)} | "
             f"`{v.name}` |")
 
@@ -94,6 +101,9 @@ def render_markdown(sources: list[Source], group_list: list[Group], baseline: li
     """What ran (per source), then per problem group: the best variant against the references, then every
     variant with its tile."""
     lines = ["# xegemm report: " + ", ".join(s.label for s in sources), ""]
+    top = headline_lines(group_list)
+    if top:
+        lines += ["Best overall per problem:", ""] + [f"- {line}" for line in top] + [""]
     for s in sources:
         facts = [(key, value) for key, value in source_facts(s, group_list) if key != "directory"]
         lines += [f"- {s.kind} `{s.path}`"] + [f"  - {key}: {_cell(value)}" for key, value in facts]
@@ -114,17 +124,20 @@ def render_markdown(sources: list[Source], group_list: list[Group], baseline: li
             lines += [f"Best: {best.gflops:.1f} GFLOP/s, {best.label}, `{best.name}`: median "
                       f"{_num(best.median_ms, '.3f')} ms over {best.runs} runs (min {_num(best.min_ms, '.3f')}, max {_num(best.max_ms, '.3f')}, CV "
                       f"{_num(best.cv, '.1%')}); max abs error {_num(best.max_abs_err, '.3g')}", ""]
-            lines += [f"- {r['detail']}: {_num(r['gflops'], '.1f')} GFLOP/s, xegemm best / reference "
-                      f"{_num(r['ratio'], '.2f')}" for r in g.best_against_references()]
-            own = best.reference
-            lines += [f"- reference: {_reference_line(r)}" for r in ([own] if own else g.references)]
+            headline = g.headline()
+            for r in g.best_against_references():
+                shaky = "" if headline.reliable or r["provider"] != "numpy" else \
+                    f" (not measured reliably: {headline.why})"
+                lines.append(f"- {r['detail']}: {_num(r['gflops'], '.1f')} GFLOP/s, xegemm best / reference "
+                             f"{_num(r['ratio'], '.2f')}{shaky}")
+            lines += [f"- reference: {_reference_line(g.reference)}"] if g.reference else []
         elif g.measured:
             lines.append("No variant of this problem verified, so none was timed.")
         else:
             lines.append("Built ahead of time: nothing was run or timed.")
         lines += ["", "| tile | status | GFLOP/s | vs numpy | median ms | CV | max abs err | reason | variant |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        lines += [_variant_row(v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))]
+        lines += [_variant_row(g, v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))]
     if baseline is not None:
         lines += ["", "## B against A", "", "| change | tile | types | GFLOP/s A | GFLOP/s B | B/A | variant |",
                   "|---|---|---|---|---|---|---|"]

@@ -6,14 +6,19 @@ Every renderer (HTML, CSV, JSON) reads this model; none computes its own numbers
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from dataclasses import dataclass, field
 
 from xegemm.dtypes import UnknownDTypeError, dtype
+from xegemm.profile import CV_LIMIT as STABLE_CV
 from xegemm.profile import gemm_flops
 from xegemm.reporting.sources import Source
 from xegemm.result import COLUMNS, PROBLEM_KEYS, STATUSES, TYPE_KEYS, Evaluation, joined
 CV_LIMIT = 0.05          # a timing whose coefficient of variation is above this is flagged as noisy
+# a ratio is headlined only when both sides' CV is at most xegemm.profile.CV_LIMIT (STABLE_CV), the limit above
+# which a measurement is taken again and then flagged
 
 # cutlass_profiler's Disposition and Status for each xegemm status (xegemm's own word is a column too)
 PROFILER_OUTCOME = {
@@ -119,17 +124,85 @@ class Group:
                 axes.append((title, values))
         return axes
 
-    def best_against_references(self) -> list[dict]:
-        """The best variant's GFLOP/s against each reference: ``{"provider", "gflops", "ratio"}``.  The numpy
-        reference is the one measured interleaved with the best variant itself where there is one (a shape's
-        run-level reference may belong to another type combination's best variant)."""
+    @property
+    def reference(self) -> dict | None:
+        """The numpy reference of this problem in the best variant's run (one per problem and run: the same in
+        every section of that problem), else the first one measured."""
+        numpy = [r for r in self.references if r.get("provider", "numpy") == "numpy"]
+        mine = [r for r in numpy if self.best and r.get("source") == self.best.source]
+        return (mine or numpy or [None])[0]
+
+    def ratio(self, v: Evaluation) -> float | None:
+        """A variant's GFLOP/s over the problem's numpy reference."""
+        ref = self.reference
+        return v.gflops / ref["gflops"] if v.gflops and ref and ref.get("gflops") else None
+
+    def headline(self) -> Headline | None:
+        """The best variant against the numpy reference, headlined only when both sides were stable."""
         best = self.best
-        own = best.reference if best else None
-        references = [own, *(r for r in self.references if r.get("provider") != own.get("provider"))] if own \
+        if best is None:
+            return None
+        ref = self.reference
+        ref_cv = (ref.get("time_ms") or {}).get("cv") if ref else None
+        unstable = []
+        if best.cv is None or best.cv > STABLE_CV:
+            unstable.append(f"xegemm best CV {_percent(best.cv)}")
+        if ref is not None and (ref_cv is None or ref_cv > STABLE_CV or ref.get("high_cv")):
+            unstable.append(f"numpy CV {_percent(ref_cv)}")
+        loads = [x for x in (best.load1, ((ref or {}).get("conditions") or {}).get("loadavg", [None])[0])
+                 if isinstance(x, (int, float))]
+        why = (f"machine busy: load {max(loads):.1f}" if loads else "timings unstable") + \
+            (f"; {', '.join(unstable)}" if unstable else "")
+        return Headline(self, best, ref, self.ratio(best), not unstable and ref is not None, why)
+
+    def best_against_references(self) -> list[dict]:
+        """The best variant's GFLOP/s against each reference of its problem: ``{"provider", "detail", "gflops",
+        "ratio"}`` (the numpy one is the problem's pooled reference of the best variant's run)."""
+        best, ref = self.best, self.reference
+        references = [ref, *(r for r in self.references if r.get("provider", "numpy") != "numpy")] if ref \
             else self.references
         return [{"provider": r.get("provider", "reference"), "detail": reference_detail(r), "gflops": r.get("gflops"),
                  "ratio": best.gflops / r["gflops"] if best and r.get("gflops") else None}
                 for r in references]
+
+
+def _percent(x) -> str:
+    return "not measured" if x is None else f"{x:.0%}"
+
+
+@dataclass
+class Headline:
+    """A problem's best variant against its numpy reference, and whether the ratio may be headlined: only when
+    both the kernel's and the reference's timings kept a CV within xegemm.profile.CV_LIMIT."""
+
+    group: Group
+    best: Evaluation
+    reference: dict | None
+    ratio: float | None
+    reliable: bool
+    why: str            # "machine busy: load 7.4; xegemm best CV 19%": what made it unreliable (and the load)
+
+    @property
+    def text(self) -> str:
+        """One line for a terminal: ``64x64x64 bf16: best 10.3 GFLOP/s, 0.44x numpy`` (or why not)."""
+        g = self.group
+        head = (f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} {g.types['a']}: best {self.best.gflops:.1f} "
+                f"GFLOP/s ({self.best.label})")
+        if self.ratio is None:
+            return head + ", no numpy reference"
+        if self.reliable:
+            return head + f", {self.ratio:.2f}x numpy"
+        return head + f"; ratio to numpy {self.ratio:.2f}x not measured reliably ({self.why})"
+
+
+def best_overall(group_list: list[Group]) -> list[Headline]:
+    """Per problem shape, the headline of its fastest group (whatever its types): the page's first lines."""
+    fastest: dict[tuple, Headline] = {}
+    for g in group_list:
+        h = g.headline()
+        if h is not None and (g.key[:4] not in fastest or h.best.gflops > fastest[g.key[:4]].best.gflops):
+            fastest[g.key[:4]] = h
+    return list(fastest.values())
 
 
 def reference_detail(r: dict) -> str:
@@ -144,20 +217,52 @@ def reference_detail(r: dict) -> str:
 
 def groups(sources: list[Source]) -> list[Group]:
     """Every variant of ``sources`` in its problem and type group (ordered by problem), each group with the
-    references measured for its shape."""
+    references measured for its shape in each source (a source that lists none for a shape, such as one read
+    from its journal alone, gets its variants' interleaved numpy runs pooled)."""
     by_key: dict[tuple, Group] = {}
     for src in sources:
         for v in src.variants:
-            key = v.group_key
-            by_key.setdefault(key, Group(key)).variants.append(v)
+            by_key.setdefault(v.group_key, Group(v.group_key)).variants.append(v)
     for src in sources:
-        for r in src.references:
-            shape = tuple(r["problem"].get(k) for k in PROBLEM_KEYS)
+        listed = [(tuple(r["problem"].get(k) for k in PROBLEM_KEYS), r) for r in src.references]
+        for shape in sorted({v.problem for v in src.variants} - {shape for shape, _ in listed}, key=str):
+            pooled = pooled_reference([v for v in src.variants if v.problem == shape])
+            if pooled:
+                listed.append((shape, {"problem": dict(zip(PROBLEM_KEYS, shape)), **pooled}))
+        for shape, r in listed:
             for g in by_key.values():
                 if g.key[:4] == shape:
                     g.references.append({**r, "source": src.label})
     return sorted(by_key.values(), key=lambda g: tuple((x is None, str(x) if x is None else x) for x in g.key[:4])
                   + tuple(str(x) for x in g.key[4:]))
+
+
+# ---- one reference per problem -----------------------------------------------------------------------------
+
+def pooled_reference(results: list[Evaluation]) -> dict | None:
+    """One numpy reference for a problem, from every numpy run measured interleaved with its variants (all of
+    them, whatever their types): the median of those measurements' medians, the CV of all their runs pooled
+    (so a reference that changed while the variants ran, on a busy machine, shows a high CV), and the
+    conditions of the busiest of them.  None when no variant carries an interleaved reference."""
+    refs = [r.reference for r in results if r.reference and r.reference.get("interleaved")
+            and (r.reference.get("time_ms") or {}).get("median") and r.reference.get("gflops")]
+    if not refs:
+        return None
+    times = [ref["time_ms"] for ref in refs]
+    runs = [t.get("runs") or 1 for t in times]
+    means = [t.get("mean") or t["median"] for t in times]
+    total = sum(runs)
+    mean = sum(n * m for n, m in zip(runs, means)) / total
+    square = sum(n * (((t.get("cv") or 0.0) * m) ** 2 + m * m) for n, t, m in zip(runs, times, means)) / total
+    cv = math.sqrt(max(square - mean * mean, 0.0)) / mean
+    median = statistics.median(t["median"] for t in times)
+    flops = refs[0]["gflops"] * refs[0]["time_ms"]["median"]     # the same problem: one amount of work
+    busiest = max(refs, key=lambda ref: ((ref.get("conditions") or {}).get("loadavg") or [0.0])[0])
+    return {**{k: refs[0][k] for k in ("provider", "dtype", "numpy", "openblas_coretype") if k in refs[0]},
+            "time_ms": {"min": min(t.get("min", t["median"]) for t in times), "median": median,
+                        "max": max(t.get("max", t["median"]) for t in times), "mean": mean, "cv": cv, "runs": total},
+            "gflops": flops / median, "interleaved": True, "pooled": len(refs), "high_cv": cv > STABLE_CV,
+            "conditions": busiest.get("conditions") or {}}
 
 
 # ---- cutlass_profiler-style rows --------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from markupsafe import Markup
 
 from xegemm import __version__
 from xegemm.reporting import plots
-from xegemm.reporting.model import CV_LIMIT, Group, compare, k_decomposition, noisy, source_facts
+from xegemm.reporting.model import (CV_LIMIT, STABLE_CV, Group, best_overall, compare, k_decomposition, noisy,
+                                    source_facts)
 from xegemm.result import PASSED, STATUSES, Evaluation
 from xegemm.reporting.sources import Source
 
@@ -101,10 +102,13 @@ def _group_view(n: int, g: Group) -> dict:
     converges = any(len(trials) > 1 for trials in series.values()) and bool(g.timed)
     return {"title": g.title, "short": f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} {g.types['a']}",
             "best": g.best, "best_label": g.best.label if g.best else None, "measured": g.measured,
-            "references": g.best_against_references() if g.best else [],
-            "rows": [_row(v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))],
+            "headline": g.headline(), "references": g.best_against_references() if g.best else [],
+            "rows": [_row(v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))
+                     if v.status != "rejected"],
+            "rejected": sum(v.status == "rejected" for v in g.variants),
             "reference_plot": Markup(plots.reference_bars(g, f"g{n}-references")) if g.best and g.references else "",
-            "bars_plot": Markup(plots.variant_bars(g, f"g{n}-variants")) if g.measured else "",
+            "bars_plot": Markup(plots.variant_bars(g, f"g{n}-variants"))
+            if g.measured and any(v.status != "rejected" for v in g.variants) else "",
             "effects_plot": Markup(plots.parameter_effects(g, f"g{n}-effects")) if g.swept_axes() else "",
             "convergence_plot": Markup(plots.convergence(series, f"g{n}-convergence")) if converges else "",
             "has_walls": any(t.finished_at for trials in series.values() for t in trials)}
@@ -124,12 +128,13 @@ def _comparison_view(baseline: list[Source], sources: list[Source]) -> dict:
             "plot": Markup(plots.speedups(rows, "compare-speedups")) if any(r["speedup"] for r in rows) else ""}
 
 
-def _failures(sources: list[Source], group_list: list[Group], page_dir: Path) -> list[dict]:
+def _failures(sources: list[Source], group_list: list[Group], page_dir: Path, rejected: bool) -> list[dict]:
+    """The variants that were built and did not pass (``rejected``: those never built, instead)."""
     by_label = {s.label: s for s in sources}
     return [{"status": v.status, "problem": "x".join(map(str, v.problem)), "tile": v.label,
              "reason": v.reason or "(no reason recorded)", "name": v.name,
              "log": _log_link(v, by_label[v.source], page_dir)}
-            for g in group_list for v in g.variants if v.status not in PASSED]
+            for g in group_list for v in g.variants if v.status not in PASSED and (v.status == "rejected") == rejected]
 
 
 def _title(sources: list[Source]) -> str:
@@ -178,7 +183,9 @@ def render_page(sources: list[Source], group_list: list[Group], page_dir: Path,
         nothing_timed=not timed and any(g.measured for g in group_list),
         groups=[_group_view(n, g) for n, g in enumerate(group_list, 1)],
         comparison=_comparison_view(baseline, sources) if baseline is not None else None,
-        failures=_failures(sources, group_list, page_dir),
+        failures=_failures(sources, group_list, page_dir, rejected=False),
+        rejected=_failures(sources, group_list, page_dir, rejected=True),
+        overall=best_overall(group_list), stable_cv=f"{STABLE_CV:.0%}",
         roofline=Markup(plots.roofline(group_list, "roofline", _peaks(sources))) if any(v.gbps for v in timed)
         else "", roofline_note=_roofline_note(sources), isa_rows=_isa_rows(sources),
         noisy=[v for g in group_list for v in g.variants if noisy(v)], cv_limit=f"{CV_LIMIT:.0%}",

@@ -26,6 +26,7 @@ STATUS_COLOURS = {"ok": "#2e7d32", "generated": "#607d8b", "rejected": "#9e9e9e"
                   "failed_verify": "#ad1457", "error": "#6a1b9a", "timeout": "#8d6e63"}
 assert set(STATUS_COLOURS) == set(STATUSES)
 NOISY_COLOUR = "#f9a825"
+UNRELIABLE_COLOUR = "#bdbdbd"      # a reference whose ratio is not headlined (xegemm.reporting.model.Headline)
 CHANGE_COLOURS = {"faster": "#2e7d32", "slower": "#c62828", "same": "#9e9e9e", "new failure": "#ad1457",
                   "fixed": "#1565c0", "vanished": "#6a1b9a", "new": "#607d8b", "still failing": "#bdbdbd"}
 SERIES_COLOURS = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
@@ -53,9 +54,10 @@ def _figure(width: float, height: float) -> Figure:
 
 def variant_bars(group: Group, plot_id: str) -> str:
     """GFLOP/s per timed variant, fastest on top, min-max whiskers, CV at the bar's end; noisy bars amber;
-    variants that were not timed are listed under the bars as a coloured status mark at 0."""
+    variants that were built but not timed are listed under the bars as a coloured status mark at 0 (rejected
+    ones, never built, have their own table on the page)."""
     timed = group.timed[:MAX_BARS]
-    untimed = [v for v in group.variants if not v.gflops][:MAX_BARS]
+    untimed = [v for v in group.variants if not v.gflops and v.status != "rejected"][:MAX_BARS]
     rows = len(timed) + len(untimed)
     fig = _figure(9, 1.0 + 0.28 * max(rows, 2))
     ax = fig.add_subplot()
@@ -97,16 +99,19 @@ def variant_bars(group: Group, plot_id: str) -> str:
 
 
 def reference_bars(group: Group, plot_id: str) -> str:
-    """The best variant's GFLOP/s beside each reference measured in the same run."""
-    best = group.best
+    """The best variant's GFLOP/s beside each reference measured in the same run (the numpy bar grey when the
+    ratio was not measured reliably)."""
+    best, reliable = group.best, group.headline().reliable
     entries = [("xegemm best", best.gflops, STATUS_COLOURS["ok"])] + \
-        [(str(r["provider"]), r["gflops"], SERIES_COLOURS[i % len(SERIES_COLOURS)])
+        [(str(r["provider"]), r["gflops"], SERIES_COLOURS[i % len(SERIES_COLOURS)]
+          if reliable or r["provider"] != "numpy" else UNRELIABLE_COLOUR)
          for i, r in enumerate(group.best_against_references()) if r["gflops"]]
     fig = _figure(7, 0.8 + 0.4 * len(entries))
     ax = fig.add_subplot()
     for i, (label, value, colour) in enumerate(entries):
         ax.barh(len(entries) - 1 - i, value, color=colour, height=0.6)[0].set_gid(f"{plot_id}-bar-{i}")
-        ratio = f" ({best.gflops / value:.2f}x)" if i else ""
+        ratio = f" ({best.gflops / value:.2f}x{'' if colour != UNRELIABLE_COLOUR else ', not measured reliably'})" \
+            if i else ""
         ax.annotate(f"{value:.1f}{ratio}", (value, len(entries) - 1 - i), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)
     ax.set_yticks(range(len(entries)), [e[0] for e in reversed(entries)], fontsize=9)
@@ -132,6 +137,7 @@ def parameter_effects(group: Group, plot_id: str) -> str:
                       ha="right" if crowded else "center")
         ax.set_title(title, fontsize=10)
         ax.set_xlim(-0.5, len(categories) - 0.5)
+        ax.set_ylim(bottom=0)                  # a rate: from 0, so that a small difference looks small
         ax.grid(axis="y", alpha=0.3)
         if j == 0:
             ax.set_ylabel("GFLOP/s")
@@ -174,6 +180,7 @@ def convergence(series: dict[str, list[Evaluation]], plot_id: str) -> str:
     if timed_walls:
         panels[1].set_xlabel("wall time since the first trial finished (s)")
     for ax in panels:
+        ax.set_ylim(bottom=0)                  # a rate: from 0
         ax.grid(alpha=0.3)
     return _svg(fig, plot_id)
 
@@ -231,7 +238,7 @@ def speedups(rows: list[dict], plot_id: str) -> str:
         titles[f"{plot_id}-bar-{i}"] = (f"{r['name']}: {r['gflops_a']:.2f} -> {r['gflops_b']:.2f} GFLOP/s "
                                         f"({r['change']})")
     ax.axvline(1, color="#212121", linewidth=1)
-    ax.set_yticks(range(len(timed)), [r["label"] for r in reversed(timed)], fontsize=8)
+    ax.set_yticks(range(len(timed)), [f"{r['types']} {r['label']}" for r in reversed(timed)], fontsize=8)
     ax.set_xlabel("speedup B / A (GFLOP/s)")
     ax.margins(x=0.2)
     ax.grid(axis="x", alpha=0.3)

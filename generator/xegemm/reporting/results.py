@@ -19,7 +19,7 @@ from xegemm import __version__
 from xegemm.journal import ResultStore, write_json_atomic, write_text_atomic
 from xegemm.profile import conditions
 from xegemm.reporting.formats import render_markdown, results_csv
-from xegemm.reporting.model import PROBLEM_KEYS, groups
+from xegemm.reporting.model import PROBLEM_KEYS, groups, pooled_reference
 from xegemm.reporting.sources import load_sources
 from xegemm.result import Evaluation
 
@@ -37,6 +37,20 @@ def versions() -> dict:
 
 def utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def problem_references(results: list[Evaluation]) -> dict[tuple, dict]:
+    """(m, n, k, batch) -> the problem's one numpy reference, pooled over its variants' interleaved runs."""
+    shapes = {r.problem for r in results}
+    pooled = {shape: pooled_reference([r for r in results if r.problem == shape]) for shape in shapes}
+    return {shape: ref for shape, ref in pooled.items() if ref}
+
+
+def set_ratios(results: list[Evaluation], references: dict[tuple, dict]) -> None:
+    """Each result's ``vs_numpy``: its GFLOP/s over its problem's reference."""
+    for r in results:
+        ref = references.get(r.problem)
+        r.vs_numpy = r.gflops / ref["gflops"] if r.gflops and ref and ref.get("gflops") else None
 
 
 def _sort_key(v: Evaluation):
@@ -59,20 +73,20 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
                   started_at: float | None = None, device_peak: dict | None = None) -> dict:
     """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal).
 
-    Each timed variant's ratio is to the numpy reference measured interleaved with it; a problem's reference
-    in the header is its best variant's.  ``references`` maps a problem (m, n, k, batch) none of whose
-    variants was timed to a reference measured on its own (or is empty); ``device_peak`` is the device's
-    measured peak (:mod:`xegemm.evaluate.peak`), if it was measured.  Returns results.json's content."""
+    Each problem has one numpy reference: the numpy runs interleaved with every timed variant of it, pooled
+    (:func:`xegemm.reporting.model.pooled_reference`), and every variant's ``vs_numpy`` is against it.
+    ``references`` maps a problem (m, n, k, batch) none of whose variants was timed to a reference measured on
+    its own (or is empty); ``device_peak`` is the device's measured peak (:mod:`xegemm.evaluate.peak`), if it
+    was measured.  Returns results.json's content."""
     cfg = store.config
     variants = run_results(store, keys)
     best = next((v for v in variants if v.status == "ok"), None)
     best_per_problem: dict[tuple, str] = {}
-    references = dict(references)
     for v in variants:          # sorted fastest first: the first ok variant of each problem is its best
         if v.status == "ok":
             best_per_problem.setdefault(v.problem, v.name)
-            if v.reference and v.problem not in references:
-                references[v.problem] = v.reference
+    references = {**references, **problem_references(variants)}
+    set_ratios(variants, references)
     base = (cfg.problem.m, cfg.problem.n, cfg.problem.k, cfg.problem.batch)
     reference = references.get(base) or next(iter(references.values()), None)
     config = cfg.to_dict()

@@ -32,7 +32,7 @@ from xegemm.lowering import Lowering, named_lowering
 from xegemm.journal import write_json_atomic, write_text_atomic
 from xegemm.reporting import write_report
 from xegemm.reporting.formats import results_csv
-from xegemm.reporting.results import utc, versions
+from xegemm.reporting.results import problem_references, set_ratios, utc, versions
 from xegemm.result import Evaluation
 from xegemm.tune.shapes import Shape, is_problem_axis
 from xegemm.tune.space import TuneSpace
@@ -169,19 +169,20 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
         winner = best_trial(trials, recorded)
         entry = {"shape": shape.as_dict(), "trials": len(trials),
                  "pruned": sum(t.state == TrialState.PRUNED for t in trials), "best": None}
+        # the numpy runs measured interleaved with every trial, pooled; else the study's, taken when the study
+        # was created (an AOT study, or trials from before interleaved references)
+        problem = (shape.m, shape.n, shape.k, shape.batch)
+        reference = problem_references(list(recorded.values())).get(problem) or meta.get("reference")
+        set_ratios(list(recorded.values()), {problem: reference} if reference else {})
+        if reference:
+            references.append({"problem": shape.as_dict(), **reference})
         if winner is not None:
             r = recorded[winner.number]
-            # the numpy run measured interleaved with the winner's own timing; else the study's, taken when the
-            # study was created (an AOT study, or a trial from before interleaved references)
-            reference = r.reference or meta.get("reference")
             entry["best"] = {"trial": winner.number, "kernel": r.name, "params": dict(winner.params),
                              "config_params": r.params, "value": winner.value, "gflops": r.gflops,
                              "time_ms": r.time_ms, "build_s": r.build_s, "extra": r.extra, "reference": reference,
-                             "ratio_to_reference": (r.gflops / reference["gflops"]
-                                                    if reference and r.gflops else None)}
+                             "ratio_to_reference": r.vs_numpy}
             winners.append(_winner(meta, winner))
-            if reference:
-                references.append({"problem": shape.as_dict(), **reference})
             pv = plan_variant(space.search.variant({axis: space.choices[axis][winner.params[axis]] for axis in axes}))
             kernels[pv.name] = render_variant(pv, named_lowering(meta["lowering"], meta.get("capabilities_named"),
                                                                  meta.get("target") or "pvc"))
