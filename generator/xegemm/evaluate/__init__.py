@@ -32,7 +32,8 @@ from xegemm.lowering import Lowering
 from xegemm.plan import Plan, PlanRejected, plan, variant_stem
 from xegemm.render import render_kernel
 from xegemm.journal import write_text_atomic
-from xegemm.result import PASSED, STATUSES, Evaluation
+from xegemm.result import PASSED, STATUSES, Evaluation  # noqa: F401 - re-exported: the evaluation layer's words
+
 
 @dataclass
 class PlannedVariant:

@@ -238,7 +238,8 @@ def speedups(rows: list[dict], plot_id: str) -> str:
         titles[f"{plot_id}-bar-{i}"] = (f"{r['name']}: {r['gflops_a']:.2f} -> {r['gflops_b']:.2f} GFLOP/s "
                                         f"({r['change']})")
     ax.axvline(1, color="#212121", linewidth=1)
-    ax.set_yticks(range(len(timed)), [f"{r['types']} {r['label']}" for r in reversed(timed)], fontsize=8)
+    names = [f"{r['problem']['m']}x{r['problem']['n']}x{r['problem']['k']} {r['types']} {r['label']}" for r in timed]
+    ax.set_yticks(range(len(timed)), names[::-1], fontsize=8)
     ax.set_xlabel("speedup B / A (GFLOP/s)")
     ax.margins(x=0.2)
     ax.grid(axis="x", alpha=0.3)
