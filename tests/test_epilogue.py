@@ -192,7 +192,7 @@ def test_kernel_name_encodes_the_epilogue():
     assert _plan("epilogue: {beta: 0}\n").c_in is None          # beta = 0 reads nothing
     # reports and profiler CSVs tell the variants apart by it
     from xegemm.evaluate import params_of
-    from xegemm.reporting.model import tile_label
+    from xegemm.result import tile_label
     params = params_of(full.config)
     assert params["epilogue"] == "alpha_beta_biasrow_gelu_erf" and params_of(plain.config)["epilogue"] == "none"
     assert tile_label(params).endswith(" alpha_beta_biasrow_gelu_erf")

@@ -268,7 +268,7 @@ def cmd_tune(args) -> int:
     result = tune(args.config, shapes=args.shapes, strategy=args.strategy, budget=args.budget, time_s=args.time,
                   jobs=args.jobs, storage=args.storage, study=args.study, seed=args.seed, device=args.device,
                   target=args.target, out=out, cache=False if args.no_cache else args.cache, retime=args.retime,
-                  limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat)
+                  limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat, command=args.command_line)
     for label, tally in result.tallies.items():
         print(f"{label}: {tally.evaluated} evaluated ({tally.cached} from the cache, {tally.failed} failed), "
               f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped")

@@ -32,8 +32,11 @@ from xegemm.evaluate.device import DeviceSession, device_evaluator
 from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.profile import time_numpy_reference
-from xegemm.report import ResultStore, own_reference, problem_shape, write_json_atomic, write_reports
-from xegemm.reporting import write_run_page
+from xegemm.journal import ResultStore, write_json_atomic
+from xegemm.reporting import load_sources, write_run_page
+from xegemm.reporting.formats import headline_lines
+from xegemm.reporting.model import groups
+from xegemm.reporting.results import write_reports
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.verify import check_fits
 
@@ -130,11 +133,11 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
                 progress_observer.done += 1
                 p = pv.config.problem
                 say(f"[{progress_observer.done}/{len(planned)}] {pv.name} ({p.m}x{p.n}x{p.k}"
-                    + (f"x{p.batch}" if p.batch > 1 else "") + f"): {done['status']} (recorded earlier, kept)")
+                    + (f"x{p.batch}" if p.batch > 1 else "") + f"): {done.status} (recorded earlier, kept)")
                 continue
-            store.add(key, evaluator.evaluate(pv, source).as_dict())
+            store.add(key, evaluator.evaluate(pv, source))
             keys.append(key)
-        timed = any(store.get(k)["status"] == "ok" for k in keys)
+        timed = any(store.get(k).status == "ok" for k in keys)
         peak = evaluator.builder.measure_peak() if timed else None    # the roofline's ceilings
         evaluator.builder.close()
         # every timed variant carries the reference measured interleaved with it; a problem none of whose
@@ -142,8 +145,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         problems = {(pv.config.problem.m, pv.config.problem.n, pv.config.problem.k, pv.config.problem.batch)
                     for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n,
                                                                    config.problem.k, config.problem.batch)}
-        interleaved = {problem_shape(store.records[k].get("params", {})) for k in keys
-                       if own_reference(store.records[k])}
+        interleaved = {store.records[k].problem for k in keys if store.records[k].reference}
         references = {shape: time_numpy_reference(*shape, repeats=reference_repeats)
                       for shape in sorted(problems - interleaved)}
     except KeyboardInterrupt:
@@ -164,6 +166,8 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         write_run_page(out)
     finally:
         store.close()
+    for line in headline_lines(groups(load_sources([out]))):
+        say(line)
     say(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}, {out / 'report.html'}")
     return results
 

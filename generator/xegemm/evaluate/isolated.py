@@ -99,7 +99,7 @@ def _worker_main(conn, filter_string: str | None, gate: DeviceGate | None = None
             evaluation.fail("error", f"{type(exc).__name__}: {exc}")
         if handle is not None:
             handle.release()
-        conn.send(("done", evaluation.as_dict(), evaluation.build_log))
+        conn.send(("done", evaluation))
 
 
 def _peak(session: DeviceSession) -> dict:
@@ -238,11 +238,11 @@ class IsolatedDeviceBuilder(Builder):
                 if self.on_stage:
                     self.on_stage(stage, worker.pid)
             elif kind == "done":
-                result, evaluation.build_log = message[1], message[2]
+                done: Evaluation = message[1]
                 for key in ("status", "reason", "time_ms", "gflops", "gbps", "max_abs_err", "max_rel_err",
-                            "bad_elements", "build_s"):
-                    setattr(evaluation, key, result[key])
-                evaluation.extra.update(result["extra"])
+                            "bad_elements", "build_s", "build_log"):
+                    setattr(evaluation, key, getattr(done, key))
+                evaluation.extra.update(done.extra)
                 return None
 
 

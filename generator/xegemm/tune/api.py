@@ -26,7 +26,7 @@ from xegemm.evaluate.isolated import TimeLimits
 from xegemm.lowering import choose_lowering, named_lowering
 from xegemm.pipeline import RunInterrupted
 from xegemm.profile import time_numpy_reference
-from xegemm.report import writable_dir
+from xegemm.journal import writable_dir
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.tune.cache import MeasurementCache, default_cache_path
 from xegemm.tune.export import META, export
@@ -75,14 +75,15 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
          seed: int | None = None, device: str | None = None, target: str | None = None,
          out: str | Path | None = None, cache: str | Path | None = None, retime: bool = False,
          limits: TimeLimits = TimeLimits(), heartbeat_s: int = HEARTBEAT_S, progress: bool | None = None,
-         capabilities: str | None = None) -> TuneResult:
+         capabilities: str | None = None, command: str | None = None) -> TuneResult:
     """Tune ``config_path`` (its sweep and constraints) for each shape; see the module docstring.
 
     ``strategy``: a name in :data:`xegemm.tune.strategies.STRATEGIES`; ``budget``: evaluated points per shape
     (pruned points are free); ``time_s``: stop starting trials after this many seconds; ``jobs``: worker
     processes building side by side (timing stays serial); ``storage``: an SQLAlchemy URL (default an SQLite
     file in ``out``); ``target``: ``pvc``/``dg2`` scores ahead-of-time builds instead of timing on a device;
-    ``cache``: the measurement cache file (False: none); ``retime``: ignore cache hits."""
+    ``cache``: the measurement cache file (False: none); ``retime``: ignore cache hits; ``command``: the command
+    line that started it, recorded in the study for the report."""
     config = load_config(config_path)
     chosen = get_strategy(strategy)
     shape_list = _shapes(config, shapes)
@@ -91,7 +92,7 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     rdb = open_storage(url, heartbeat_s)
     name = study or config.name
     measurements = None if cache is False else MeasurementCache(cache or default_cache_path())
-    meta_common: dict = {"config": config.to_dict(), "strategy": strategy}
+    meta_common: dict = {"config": config.to_dict(), "strategy": strategy, "command": command}
     if target is not None:
         require_ocloc()
         lowering = named_lowering("native", capabilities, target)
@@ -106,8 +107,8 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
                       for _ in range(jobs)]
         admit = None
         machine = Machine.of_device(info)
-        meta_common.update(device={"filter": info.filter_string, "name": info.name, "driver": info.driver_version},
-                           objective="GFLOP/s")
+        # the device record results.json has too (xegemm.result.DeviceRecord reads both)
+        meta_common.update(device=info.as_dict(), objective="GFLOP/s")
     # capabilities: the set the kernels were spelled for; capabilities_named: how to get it again for the
     # export (None = probe the installed ocloc again, as the tuning run did)
     meta_common.update(lowering=lowering.name, capabilities=lowering.capabilities_name,
