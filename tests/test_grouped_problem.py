@@ -7,9 +7,15 @@ import numpy as np
 import pytest
 
 from xegemm import verify
-from xegemm.config import config_from_text
+from xegemm.config import ConfigError, config_from_text
 from xegemm.dtypes import dtype
-from xegemm.grouped.problem import GroupedProblem, GroupedProblemError, grouped_from_operands, moe_from_operands
+from xegemm.grouped.problem import (
+    GroupedProblem,
+    GroupedProblemError,
+    from_config,
+    grouped_from_operands,
+    moe_from_operands,
+)
 from xegemm.grouped.table import FIELD, FIELDS, packed_offsets, problem_table
 from xegemm.grouped.verify import check_groups, group_operands, group_references
 
@@ -96,3 +102,29 @@ def test_the_verdict_checks_every_group_and_names_the_failing_one():
     verdict = check_groups(config, p, raw(bad), table[:, FIELD["c_offset"]], refs)
     assert not verdict.ok and verdict.failing == [2]
     assert verdict.reason.startswith("group 2 (17x9x33) failed: 1 of 153 elements out of tolerance")
+
+
+def test_config_groups_and_moe_sections():
+    c = config_from_text("problem:\n  groups: [{m: 100, n: 256, k: 128}, {m: 0, n: 256, k: 128}, 5x7x9]\n", "g.yaml")
+    assert from_config(c).label == "100x256x128+0x256x128+5x7x9" and (c.problem.m, c.problem.n) == (100, 256)
+    c = config_from_text("problem: {m: 10, n: 64, k: 32}\nmoe: {experts: 4}\n", "g.yaml")
+    assert [g.m for g in from_config(c).groups] == [3, 3, 2, 2] and from_config(c).experts == 4
+    c = config_from_text("problem: {m: 10, n: 64, k: 32}\nmoe: {experts: 3, rows: [0, 10, 0]}\n", "g.yaml")
+    assert from_config(c).row_offsets == (0, 0, 10, 10)
+    assert from_config(config_from_text(CONFIG)) is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("problem:\n  groups: [{m: 1, n: 2, k: 3}, {m: -1, n: 2, k: 3}]\n",
+     "g.yaml:2: problem.groups: group 1: m = -1: sizes are non-negative integers"),
+    ("problem:\n  m: 4\n  groups: [1x2x3]\n", "g.yaml:2: problem.m: is set by problem.groups"),
+    ("problem: {m: 10, n: 64, k: 32}\nmoe: {experts: 3, rows: [1, 2, 3]}\n",
+     "g.yaml:2: moe: rows_per_expert sums to 6 but A has 10 rows"),
+    ("problem: {m: 10, n: 64, k: 32}\nmoe: {experts: 2, rows: [1, 2, 7]}\n", "g.yaml:2: moe: moe.rows has 3 entries"),
+    ("problem: {groups: [1x2x3]}\nmoe: {experts: 2}\n", "g.yaml:2: moe: problem.groups with moe.experts"),
+    ("problem: {groups: [1x2x3], batch: 2}\n", "g.yaml:1: problem.groups: problem.batch = 2 with a grouped"),
+])
+def test_config_mistakes_name_file_line_and_key(text, message):
+    with pytest.raises(ConfigError) as exc:
+        config_from_text(text, "g.yaml")
+    assert str(exc.value).startswith(message)

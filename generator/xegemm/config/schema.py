@@ -17,6 +17,7 @@ from xegemm.config.sections import (
     Atoms,
     Epilogue,
     Layout,
+    Moe,
     Pipeline,
     Problem,
     Profile,
@@ -68,6 +69,7 @@ class Config:
     target: Target = Target()
     verify: Verify = Verify()
     profile: Profile = Profile()
+    moe: Moe = Moe()
     sweep: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, hash=False)
     constraints: tuple[Constraint, ...] = ()
     description: str = ""

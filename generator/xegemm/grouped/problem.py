@@ -7,6 +7,7 @@ by expert, and the experts' row ranges are the prefix sum of the rows per expert
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -15,6 +16,18 @@ from xegemm.errors import XegemmError
 
 class GroupedProblemError(XegemmError):
     """A grouped or MoE problem that cannot be used; the message names the group and the rule."""
+
+
+_GROUP = re.compile(r"^\s*(\d+)x(\d+)x(\d+)\s*$")
+GROUP_SEPARATOR = "+"      # joins the groups of one problem in a label: 100x256x128+0x256x128
+
+
+def parse_group(text: str) -> tuple[int, int, int]:
+    """``"100x256x128"`` -> (100, 256, 128); zeros allowed (an empty group)."""
+    match = _GROUP.match(text)
+    if not match:
+        raise GroupedProblemError(f"'{text}' is not a group; write MxNxK, e.g. 100x256x128 (M may be 0)")
+    return tuple(int(v) for v in match.groups())
 
 
 def _size(value, what: str) -> int:
@@ -53,13 +66,15 @@ class GroupedProblem:
 
     @classmethod
     def of(cls, shapes) -> GroupedProblem:
-        """From (m, n, k) triples, ``{m, n, k}`` mappings or GroupShapes; raises GroupedProblemError."""
+        """From (m, n, k) triples, ``{m, n, k}`` mappings, ``"MxNxK"`` labels or GroupShapes; raises GroupedProblemError."""
         groups = []
         for index, shape in enumerate(shapes):
             if isinstance(shape, dict):
                 if set(shape) != {"m", "n", "k"}:
                     raise GroupedProblemError(f"group {index}: expected keys m, n, k, found {sorted(shape)}")
                 shape = (shape["m"], shape["n"], shape["k"])
+            elif isinstance(shape, str):
+                shape = parse_group(shape)
             elif isinstance(shape, GroupShape):
                 shape = (shape.m, shape.n, shape.k)
             if not isinstance(shape, (tuple, list)) or len(shape) != 3:
@@ -71,6 +86,11 @@ class GroupedProblem:
         if not groups:
             raise GroupedProblemError("a grouped problem needs at least one group")
         return cls(tuple(groups))
+
+    @classmethod
+    def parse(cls, label: str) -> GroupedProblem:
+        """``"100x256x128+0x256x128"``: the groups of one problem joined by ``+``."""
+        return cls.of([parse_group(part) for part in label.split(GROUP_SEPARATOR)])
 
     @classmethod
     def moe(cls, rows_per_expert, n: int, k: int, tokens: int | None = None) -> GroupedProblem:
@@ -102,7 +122,7 @@ class GroupedProblem:
         """``100x256x128+0x256x128`` (the ``--shapes`` form); MoE: ``moe32xT8048x5760x2880``."""
         if self.experts:
             return f"moe{self.experts}xT{self.tokens}x{self.groups[0].n}x{self.groups[0].k}"
-        return "+".join(g.label for g in self.groups)
+        return GROUP_SEPARATOR.join(g.label for g in self.groups)
 
     @property
     def tokens(self) -> int:
@@ -168,3 +188,34 @@ def grouped_from_operands(a_shapes, b_shapes) -> GroupedProblem:
             raise GroupedProblemError(f"group {g}: A is {a[0]} x {a[1]} but B is {b[0]} x {b[1]}: K differs")
         shapes.append((a[0], b[1], a[1]))
     return GroupedProblem.of(shapes)
+
+
+def from_config(config) -> GroupedProblem | None:
+    """The grouped problem a config describes (``problem.groups``, or ``moe.experts`` with ``moe.rows`` or, when
+    the rows are left out, the T = ``problem.m`` rows spread evenly), or None for a single GEMM."""
+    p, moe = config.problem, config.moe
+    if p.groups:
+        return GroupedProblem.of(p.groups)
+    if moe.experts:
+        rows = moe.rows or tuple(p.m // moe.experts + (e < p.m % moe.experts) for e in range(moe.experts))
+        return GroupedProblem.moe(rows, p.n, p.k, tokens=p.m)
+    return None
+
+
+def config_conflict(groups, experts: int, rows, m: int, n: int, k: int, batch: int) -> str | None:
+    """Why a config's grouped keys (``problem.groups``, ``moe.experts``, ``moe.rows``) cannot go together, or
+    None when they can."""
+    if groups and experts:
+        return "problem.groups with moe.experts: a problem is either a list of groups or an MoE layer, choose one"
+    if (groups or experts) and batch != 1:
+        return f"problem.batch = {batch} with a grouped problem: the groups replace the batch (batch: 1)"
+    if rows and not experts:
+        return "moe.rows without moe.experts: say how many experts the rows are spread over"
+    if experts:
+        if rows and len(rows) != experts:
+            return f"moe.rows has {len(rows)} entries for {experts} experts"
+        try:
+            GroupedProblem.moe(rows or [m // experts] * experts, n, k, tokens=m if rows else None)
+        except GroupedProblemError as exc:
+            return f"{exc} (problem.m is A's rows, T)"
+    return None

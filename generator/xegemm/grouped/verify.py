@@ -22,6 +22,7 @@ def group_config(config: Config, problem: GroupedProblem, index: int) -> Config:
     """The single-GEMM config of group ``index`` (non-empty)."""
     g = problem.groups[index]
     return config.with_overrides({"problem.m": g.m, "problem.n": g.n, "problem.k": g.k, "problem.batch": 1,
+                                  "problem.groups": (), "moe.experts": 0, "moe.rows": (),
                                   "verify.seed": config.verify.seed + index})
 
 
