@@ -9,6 +9,7 @@ import pytest
 from xegemm import verify
 from xegemm.config import ConfigError, config_from_text
 from xegemm.dtypes import dtype
+from xegemm.errors import XegemmError
 from xegemm.grouped.problem import (
     GroupedProblem,
     GroupedProblemError,
@@ -18,6 +19,8 @@ from xegemm.grouped.problem import (
 )
 from xegemm.grouped.table import FIELD, FIELDS, packed_offsets, problem_table
 from xegemm.grouped.verify import check_groups, group_operands, group_references
+from xegemm.tune.api import _shapes as tune_shapes
+from xegemm.tune.shapes import Shape, parse_shapes
 
 
 def test_label_tokens_and_row_offsets():
@@ -128,3 +131,17 @@ def test_config_mistakes_name_file_line_and_key(text, message):
     with pytest.raises(ConfigError) as exc:
         config_from_text(text, "g.yaml")
     assert str(exc.value).startswith(message)
+
+
+def test_shapes_take_grouped_problems_as_labels_and_yaml(tmp_path):
+    assert parse_shapes("100x256x128+0x256x128, 64x64x64") == [
+        GroupedProblem.of([(100, 256, 128), (0, 256, 128)]), Shape(64, 64, 64)]
+    (tmp_path / "g.yaml").write_text("- {groups: [{m: 3, n: 4, k: 5}, 0x4x5]}\n- 8x8x8\n- 1x2x3+4x5x6\n")
+    assert [s.label for s in parse_shapes(str(tmp_path / "g.yaml"))] == ["3x4x5+0x4x5", "8x8x8", "1x2x3+4x5x6"]
+    with pytest.raises(XegemmError, match=re.escape("--shapes: '4x4' is not a group; write MxNxK")):
+        parse_shapes("100x256x128+4x4")
+    (tmp_path / "bad.yaml").write_text("- {groups: [1x2x0]}\n")
+    with pytest.raises(XegemmError, match=re.escape("bad.yaml: shape 1: group 0: k = 0")):
+        parse_shapes(str(tmp_path / "bad.yaml"))
+    with pytest.raises(XegemmError, match="is a grouped problem; the tuner measures one GEMM"):
+        tune_shapes(None, "1x2x3+4x5x6")
