@@ -116,3 +116,10 @@ def test_empty_groups_have_no_tiles_and_static_balance_counts_them():
     tile = 32 * 64                                       # t 0-3: K = 32 (40x65), t 4-7: K = 16 (31x200)
     assert b.work == (tile * (32 + 32 + 16), tile * (32 + 16 + 16), tile * (32 + 16))   # t 0,3,6 / 1,4,7 / 2,5
     assert b.ratio == pytest.approx(max(b.work) / (sum(b.work) / 3))
+
+
+def test_tile_work_follows_the_walks_tile_order():
+    coords = schedule.tile_coordinates(MANY_EMPTY, WG_TILE)
+    assert schedule.tile_work(MANY_EMPTY, WG_TILE) == [32 * 64 * MANY_EMPTY.groups[g].k for g, _, _ in coords]
+    dynamic = schedule.balance(MANY_EMPTY, WG_TILE, 3, "dynamic")      # K 32 tiles first, then the K 16 ones
+    assert sum(dynamic.tiles) == 8 and sum(dynamic.work) == sum(schedule.tile_work(MANY_EMPTY, WG_TILE))

@@ -137,9 +137,10 @@ class Balance:
 
 
 def tile_work(problem: GroupedProblem, workgroup) -> list[int]:
-    """The work (MACs of a whole tile) of every linear tile."""
+    """The work (MACs of a whole tile) of every linear tile: a group's tiles are consecutive."""
     bm, bn = workgroup[0], workgroup[1]
-    return [bm * bn * problem.groups[group].k for group, _, _ in tile_coordinates(problem, workgroup)]
+    return [bm * bn * g.k for g, counts in zip(problem.groups, group_tiles(problem, workgroup))
+            for _ in range(counts["tiles"])]
 
 
 def balance(problem: GroupedProblem, workgroup, workgroups: int, mode: str = "static") -> Balance:
