@@ -4,6 +4,7 @@ rule, and the verdict per group (a corrupted group is named)."""
 import re
 
 import numpy as np
+import yaml
 import pytest
 
 from xegemm import verify
@@ -145,3 +146,11 @@ def test_shapes_take_grouped_problems_as_labels_and_yaml(tmp_path):
         parse_shapes(str(tmp_path / "bad.yaml"))
     with pytest.raises(XegemmError, match="is a grouped problem; the tuner measures one GEMM"):
         tune_shapes(None, "1x2x3+4x5x6")
+
+
+def test_to_dict_carries_grouped_keys_only_when_set_and_loads_again():
+    assert "groups" not in config_from_text(CONFIG).to_dict()["problem"] and "moe" not in config_from_text(CONFIG).to_dict()
+    for text in ("problem:\n  groups: [3x4x5, 0x4x5]\n", "problem: {m: 10, n: 64, k: 32}\nmoe: {experts: 3, rows: [0, 10, 0]}\n"):
+        config = config_from_text(text, "g.yaml")
+        again = config_from_text(yaml.safe_dump(config.to_dict()), "again.yaml")
+        assert from_config(again) == from_config(config)
