@@ -79,6 +79,7 @@ from xegemm.config.schema import (
     Layout,
     Pipeline,
     Problem,
+    Moe,
     Profile,
     Target,
     Tile,
@@ -90,6 +91,6 @@ from xegemm.config.space import SearchSpace, expand
 
 __all__ = [
     "Atoms", "Config", "ConfigError", "ConfigIssue", "Constraint", "DTYPES", "LAYOUTS", "Layout", "Pipeline",
-    "Problem", "Profile", "SearchSpace", "Target", "Tile", "Types", "Variant", "Verify", "config_from_text",
+    "Moe", "Problem", "Profile", "SearchSpace", "Target", "Tile", "Types", "Variant", "Verify", "config_from_text",
     "expand", "load_config",
 ]

@@ -25,6 +25,7 @@ from xegemm.dtypes import ALIASES, CODE_PATTERN, DTYPES as DTYPE_REGISTRY
 from xegemm.dtypes import dtype
 from xegemm.epilogue import ACTIVATIONS, BIAS_KINDS, OUTPUT_TYPES
 from xegemm.errors import XegemmError
+from xegemm.grouped.problem import GroupedProblem, GroupedProblemError
 
 # --------------------------------------------------------------------------------------------------------
 # Errors
@@ -176,6 +177,25 @@ def positive_ints(count: int, meaning: str) -> Check:
 
 def non_negative_ints(count: int, meaning: str) -> Check:
     return int_list(count, meaning, 0)
+
+
+def row_counts(value: Any) -> tuple[int, ...]:
+    """A list of any length of non-negative integers (rows per MoE expert)."""
+    if isinstance(value, (list, tuple)) and all(is_int(item) and item >= 0 for item in value):
+        return tuple(value)
+    raise expected("a list of non-negative integers (rows per expert)", value)
+
+
+def group_list(value: Any) -> tuple[tuple[int, int, int], ...]:
+    """A grouped problem's groups: a list of {m, n, k} mappings or 'MxNxK' strings (m may be 0; empty: none)."""
+    if not isinstance(value, (list, tuple)):
+        raise expected("a list of groups, each {m, n, k} or 'MxNxK'", value)
+    if not value:
+        return ()                      # not a grouped problem
+    try:
+        return tuple((g.m, g.n, g.k) for g in GroupedProblem.of(list(value)).groups)
+    except GroupedProblemError as exc:
+        raise Invalid(str(exc)) from None
 
 
 def _word(what: str, words: tuple[str, ...], aliases: Mapping[str, str]) -> Check:

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from xegemm.config.checks import ConfigError, ConfigIssue, Invalid, did_you_mean, show_value
 from xegemm.config.expressions import EVALUATION_ERRORS, compile_expression, evaluation_message
 from xegemm.config.sections import (
+    GROUPS_SET,
     LEAF_CHECKS,
     SECTION_KEYS,
     SECTIONS,
@@ -17,6 +18,7 @@ from xegemm.config.sections import (
     Atoms,
     Epilogue,
     Layout,
+    Moe,
     Pipeline,
     Problem,
     Profile,
@@ -68,6 +70,7 @@ class Config:
     target: Target = Target()
     verify: Verify = Verify()
     profile: Profile = Profile()
+    moe: Moe = Moe()
     sweep: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, hash=False)
     constraints: tuple[Constraint, ...] = ()
     description: str = ""
@@ -98,13 +101,20 @@ class Config:
         return assemble(values, self.sweep, self.constraints, self.source)
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as plain JSON-able data, in the shape of the YAML file (loadable again)."""
+        """The config as plain JSON-able data, in the shape of the YAML file (loadable again); the grouped keys
+        (``problem.groups``, ``moe``) only when set."""
         data: dict[str, Any] = {key: getattr(self, key) for key in TOP_LEAVES}
         for section in SECTIONS:
             data[section] = {name: plain_data(getattr(getattr(self, section), name))
                              for name in SECTION_KEYS[section]}
         data["sweep"] = {key: [plain_data(choice) for choice in choices] for key, choices in self.sweep.items()}
         data["constraints"] = [constraint.text for constraint in self.constraints]
+        if not self.problem.groups:       # a single GEMM's data (results keys, reports) as before groups existed
+            del data["problem"]["groups"]
+        for name in GROUPS_SET if self.problem.groups else ():    # set by the groups, so not written
+            del data["problem"][name]
+        if self.moe == Moe():
+            del data["moe"]
         return data
 
 

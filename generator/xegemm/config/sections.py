@@ -16,6 +16,7 @@ from xegemm.config.checks import (
     bias_kind,
     config_name,
     copy_atom,
+    group_list,
     input_dtype,
     int_choice,
     layout,
@@ -28,6 +29,7 @@ from xegemm.config.checks import (
     output_dtype,
     positive_int,
     positive_ints,
+    row_counts,
     text,
 )
 from xegemm.targets import GRF_MODES
@@ -40,12 +42,26 @@ def _key(check: Check, default: Any = MISSING) -> Any:
 
 @dataclass(frozen=True)
 class Problem:
-    """The GEMM problem: D[batch] = A[batch] (m x k) @ B[batch] (k x n)."""
+    """The GEMM problem: D[batch] = A[batch] (m x k) @ B[batch] (k x n); or ``groups``, a grouped problem (one
+    launch, one GEMM per group; M may be 0), which sets m, n and k to the largest group's (xegemm.grouped)."""
 
     m: int = _key(positive_int)
     n: int = _key(positive_int)
     k: int = _key(positive_int)
     batch: int = _key(positive_int, 1)
+    groups: tuple[tuple[int, int, int], ...] = _key(group_list, ())
+
+
+GROUPS_SET = ("m", "n", "k")     # the problem keys a groups list sets
+
+
+@dataclass(frozen=True)
+class Moe:
+    """A Mixture-of-Experts layer (xegemm.grouped): A's problem.m rows sorted by expert, ``experts`` weight
+    matrices of k x n, ``rows`` per expert (summing to problem.m; left out: spread evenly); 0 experts: off."""
+
+    experts: int = _key(non_negative_int, 0)
+    rows: tuple[int, ...] = _key(row_counts, ())
 
 
 @dataclass(frozen=True)
@@ -152,7 +168,7 @@ class Profile:
 
 SECTIONS: dict[str, type] = {
     "problem": Problem, "types": Types, "layout": Layout, "tile": Tile, "epilogue": Epilogue, "atoms": Atoms,
-    "pipeline": Pipeline, "target": Target, "verify": Verify, "profile": Profile,
+    "pipeline": Pipeline, "target": Target, "verify": Verify, "profile": Profile, "moe": Moe,
 }
 TOP_LEAVES: dict[str, Check] = {"name": config_name, "description": text}
 LEAF_CHECKS: dict[str, Check] = {

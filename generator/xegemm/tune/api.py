@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from xegemm.aot.toolchain import require_ocloc
 from xegemm.config import load_config
+from xegemm.errors import XegemmError
 from xegemm.evaluate.aot import AotBuilder
 from xegemm.evaluate.isolated import TimeLimits
 from xegemm.lowering import choose_lowering, named_lowering
@@ -60,7 +61,12 @@ def _shapes(config, shapes) -> list[Shape]:
     if shapes is None:
         return config_shapes(config)
     if isinstance(shapes, str):
-        return parse_shapes(shapes)
+        parsed = parse_shapes(shapes)
+        grouped = [s.label for s in parsed if not isinstance(s, Shape)]
+        if grouped:
+            raise XegemmError(f"--shapes: {grouped[0]} is a grouped problem; the tuner measures one GEMM per "
+                              "launch until the grouped kernels exist (docs/grouped.md)")
+        return parsed
     return [s if isinstance(s, Shape) else Shape(*s) for s in shapes]
 
 
