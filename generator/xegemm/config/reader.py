@@ -32,6 +32,7 @@ from xegemm.config.sections import (
     TOP_LEAVES,
     tile_conflict,
 )
+from xegemm.quant import config_violations as quant_violations
 
 KeyPath = tuple[Any, ...]
 _PLAIN_SCALAR_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null")}
@@ -188,6 +189,8 @@ class _Reader:
             conflict = tile_conflict(values["tile.split_k"], values["tile.stream_k"])
             if conflict:
                 self.report(("tile", "stream_k"), conflict)
+            for key, message in quant_violations(assemble(values, sweep, constraints, self.source)):
+                self.report(tuple(key.split(".")), message)
         if self.issues:
             return None
         return assemble(values, sweep, constraints, self.source)
