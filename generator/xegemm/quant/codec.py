@@ -12,8 +12,8 @@ scaled.  The GEMM reference multiplies the compute-type operands in float64; the
 verifier's tolerance (that of an f16/bf16 GEMM of the same K).
 
 Quantizing (for tests and for users preparing data): per group, integers are symmetric (s = max|w| / qmax) without
-a zero point and asymmetric (s = (max - min) / (qmax - qmin), z = qmin - min / s) with one; the scale is rounded to
-its type first, then ``q = clip(round(w / s) + z)``.  Floats take s = max|w| / (largest value), e8m0 scales the
+a zero point and asymmetric (s = (max - min) / (qmax - qmin), z = qmin - min / s) with one; the scale is rounded up
+to its type first (no value clips), then ``q = clip(round(w / s) + z)``.  Floats take s = max|w| / (largest value), e8m0 scales the
 next power of two up, and ``mx`` the OCP rule 2^(floor(log2 max|w|) - emax) with values saturated.
 """
 
@@ -114,12 +114,10 @@ def _group_reduce(w: np.ndarray, spec: QuantSpec, reduce) -> np.ndarray:
 
 
 def _scale_in_range(s: np.ndarray, name: str) -> np.ndarray:
-    """Scales rounded to their type, kept finite and non-zero (an all-zero group gets the smallest normal)."""
+    """Scales rounded up to their type (so w / s stays in the value range), kept finite and non-zero (an
+    all-zero group gets the smallest normal)."""
     info = finfo(name)
-    s = np.clip(s, float(info.smallest_normal), float(info.max))
-    if name == "e8m0":
-        return np.exp2(np.ceil(np.log2(s)))     # up to a power of two: w / s then never exceeds the value range
-    return np.clip(round_to(s, name), float(info.smallest_normal), float(info.max))
+    return round_to(np.clip(s, float(info.smallest_normal), float(info.max)), name, upward=True)
 
 
 def _quantize_kfirst(w: np.ndarray, spec: QuantSpec) -> Unpacked:

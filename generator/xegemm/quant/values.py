@@ -37,8 +37,9 @@ def largest(name: str) -> float:
     return float(t.value_range[1]) if t.is_int else float(finfo(name).max)
 
 
-def round_to(values, name: str) -> np.ndarray:
-    """``values`` (float64) rounded once, to nearest even, to the float type ``name``; float64 results."""
+def round_to(values, name: str, upward: bool = False) -> np.ndarray:
+    """``values`` (float64) rounded once, to nearest even, to the float type ``name``; float64 results.
+    ``upward``: to the nearest value at or above instead (scales, so that no value of a group clips)."""
     if name not in FLOAT_FORMATS:
         raise ValueError(f"{name} is not a float type xegemm.quant rounds to ({', '.join(FLOAT_FORMATS)})")
     x = np.asarray(values, dtype=np.float64)
@@ -46,7 +47,7 @@ def round_to(values, name: str) -> np.ndarray:
     with np.errstate(invalid="ignore", over="ignore"):
         _, exponent = np.frexp(x)                    # x = m * 2**exponent with 1/2 <= |m| < 1
         spacing = np.ldexp(1.0, np.maximum(exponent - 1, info.minexp) - info.nmant)
-        rounded = np.round(x / spacing) * spacing    # x / spacing is exact: spacing is a power of two
+        rounded = (np.ceil if upward else np.round)(x / spacing) * spacing   # x / spacing is exact (a power of two)
         too_big = np.abs(rounded) > float(info.max)
         rounded = np.where(too_big, np.copysign(OVERFLOW.get(name, np.inf), x), rounded)
         if not dtype(name).signed:                   # e8m0: no sign bit, no zero
