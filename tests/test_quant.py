@@ -7,7 +7,6 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
-
 from xegemm.config import ConfigError, config_from_text
 from xegemm.config import expand as expand_sweep
 from xegemm.dtypes import dtype
@@ -192,8 +191,8 @@ def test_quantize_then_dequantize_stays_within_half_a_step(spec):
     where the format clips on purpose (unsigned values without a zero point, OCP MX's saturating scale)."""
     k, n = 256, 16
     w = RNG.normal(size=(k, n))
-    keys = dict(weight=spec.weight, group=spec.group, scale=spec.scale, zero=spec.zero,
-                scale_layout=spec.scale_layout, layout=spec.layout)
+    keys = {"weight": spec.weight, "group": spec.group, "scale": spec.scale, "zero": spec.zero,
+                "scale_layout": spec.scale_layout, "layout": spec.layout}
     q = quantize(w, spec.format, **keys)
     again = quantize(w, spec.format, **keys)
     assert all(np.array_equal(q.arrays[name], again.arrays[name]) for name in q.arrays)   # deterministic
@@ -433,8 +432,8 @@ def test_quant_config_errors_name_file_line_and_key(text, line, key, message):
     "types: {a: bf16, b: e2m1}\nquant: {format: mx, group: 32, scale: e8m0, scale_layout: nk}\n",
     "types: {a: f16, b: u4}\nlayout: {b: col}\nquant: {format: plain, group: 128, zero: u4}\n",
     "types: {a: f16, b: s8}\nquant: {format: plain, group: channel, scale: f32, zero: f16}\n",
-    "types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
-    "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n",
+    ("types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
+    "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),
 ])
 def test_valid_quant_configs_load_and_reach_the_planner(text):
     config = config_from_text(BASE + text)

@@ -24,7 +24,13 @@ from xegemm.quant.codec import (
     with_arrays,
 )
 from xegemm.quant.formats import FORMATS, Format, Unpacked
-from xegemm.quant.rules import compute_type, config_violations, operand_spec, plan_violation, tile_violation
+from xegemm.quant.rules import (
+    compute_type,
+    config_violations,
+    operand_spec,
+    plan_violation,
+    tile_violation,
+)
 from xegemm.quant.spec import QuantSpec
 
 __all__ = [

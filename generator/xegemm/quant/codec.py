@@ -19,8 +19,8 @@ next power of two up, and ``mx`` the OCP rule 2^(floor(log2 max|w|) - emax) with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
@@ -49,7 +49,7 @@ class QuantizedMatrix:
 
     @classmethod
     def from_arrays(cls, spec: QuantSpec, k: int, n: int, arrays: Mapping[str, np.ndarray],
-                    operand: str = "b") -> "QuantizedMatrix":
+                    operand: str = "b") -> QuantizedMatrix:
         """Arrays from elsewhere (a checkpoint), checked against the format: names, dtypes and shapes."""
         check_spec(spec, k, n)
         want = FORMATS[spec.format].arrays(spec, k, n)

@@ -5,23 +5,30 @@ and how its arrays pack and unpack.  docs/quantization.md describes each with it
 Every format packs from, and unpacks to, the same :class:`Unpacked` picture, K-first: ``codes[K, N]`` (the
 quantized values: int64 integers, or float64 values of an 8- or 4-bit float), ``scales[Gk, Gn]`` (float64 values of
 the scale type, layout ``kn``) and ``zeros[Gk, Gn]`` (the zero points in quantized units, int64 or float64, or
-None).  Dequantization (xegemm.quant.math) works on that picture only, so it is written once for all formats.
+None).  Dequantization (xegemm.quant.codec) works on that picture only, so it is written once for all formats.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 
 from xegemm.dtypes import dtype
-from xegemm.quant.packing import AWQ_ORDER, IDENTITY8, pack_nibbles, pack_words, unpack_nibbles, unpack_words
+from xegemm.quant.packing import (
+    AWQ_ORDER,
+    pack_nibbles,
+    pack_words,
+    unpack_nibbles,
+    unpack_words,
+)
 from xegemm.quant.spec import (
-    FLOAT_WEIGHTS,
     FP8,
-    INT_WEIGHTS,
     SCALE_LAYOUTS,
+    SCALE_TYPES,
+    WEIGHT_TYPES,
+    ZERO_TYPES,
     QuantSpec,
 )
 from xegemm.quant.values import NUMPY_DTYPES, stored, values_of
@@ -169,7 +176,7 @@ def _awq_unpack(spec: QuantSpec, arrays: Mapping[str, np.ndarray], k: int, n: in
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("plain", "the values in B's layout (4-bit: two per byte along the contiguous dimension, low nibble "
                     "first), scales and zeros as arrays of their own type",
-           (*INT_WEIGHTS, *FLOAT_WEIGHTS), ("f16", "bf16", "f32", "e8m0"), ("none", "u4", "s8", "u8", "f16", "bf16"),
+           WEIGHT_TYPES, SCALE_TYPES, ZERO_TYPES,
            ("row", "col"), "any", {"weight": "s4", "scale": "f16", "zero": "none"},
            _plain_arrays, _plain_pack, _plain_unpack),
     Format("gptq", "AutoGPTQ: qweight int32 [K*bits/32, N], qzeros int32 [K/group, N*bits/32] stored as z - 1, "

@@ -18,8 +18,8 @@ from xegemm.quant.formats import FORMATS
 from xegemm.quant.spec import (
     COMPUTE_TYPES,
     FLOAT_WEIGHTS,
-    FLOAT_ZEROS,
     FP8,
+    GROUP_WORDS,
     INT_WEIGHTS,
     QuantSpec,
 )
@@ -45,21 +45,21 @@ def spec_violations(spec: QuantSpec) -> list[Violation]:
     offer("layout", spec.layout, fmt.layouts)
     group = spec.group
     if isinstance(group, bool) or not (isinstance(group, int) and group > 0
-                                       or group in ("channel", "tensor", "block128")):
+                                       or group in GROUP_WORDS):
         out.append(("group", f"expected a positive integer, channel, tensor or block128, found {group!r}"))
     elif fmt.groups == "int" and group not in ("channel",) and not isinstance(group, int):
         out.append(("group", f"format {fmt.name} has one scale row per group of K: an integer or channel, not {group}"))
     elif fmt.groups not in ("any", "int") and group != int(fmt.groups):
-        out.append(("group", f"format {fmt.name} has one scale per {fmt.groups} K elements (group: {fmt.groups}), "
-                             f"not {group}"))
+        out.append(("group", (f"format {fmt.name} has one scale per {fmt.groups} K elements (group: {fmt.groups}), "
+                             f"not {group}")))
     if group == "block128" and spec.weight not in FP8:
         out.append(("group", f"block128 (128 x 128 blocks) is for FP8 weights (e4m3, e5m2), not {spec.weight}"))
     if spec.has_zero and spec.weight in FLOAT_WEIGHTS:
-        out.append(("zero", f"{spec.weight} values take scales only: zero points are for integer weights "
-                            f"({', '.join(INT_WEIGHTS)}); use zero: none"))
+        out.append(("zero", (f"{spec.weight} values take scales only: zero points are for integer weights "
+                            f"({', '.join(INT_WEIGHTS)}); use zero: none")))
     if fmt.name == "gptq" and spec.zero != spec.weight and spec.zero in fmt.zeros and spec.weight in fmt.weights:
-        out.append(("zero", f"GPTQ packs zeros like the values: {spec.weight} values need {spec.weight} zeros, "
-                            f"not {spec.zero}"))
+        out.append(("zero", (f"GPTQ packs zeros like the values: {spec.weight} values need {spec.weight} zeros, "
+                            f"not {spec.zero}")))
     return out
 
 
@@ -107,11 +107,11 @@ def config_violations(config) -> list[Violation]:
     out: list[Violation] = []
     quant_b, quant_a = config.quant.format != "none", config.quant_a.format != "none"
     if t.b in FLOAT_WEIGHTS and not quant_b:
-        out.append(("types.b", f"{t.b} is not a DPAS input type: xegemm converts it to types.compute; describe its "
-                               "scales in a quant: section (e.g. quant: {format: plain, group: tensor, scale: f32})"))
+        out.append(("types.b", (f"{t.b} is not a DPAS input type: xegemm converts it to types.compute; describe its "
+                               "scales in a quant: section (e.g. quant: {format: plain, group: tensor, scale: f32})")))
     if t.a in FP8 and not quant_a:
-        out.append(("types.a", f"{t.a} is not a DPAS input type: describe A's scales in a quant_a: section "
-                               "(e.g. quant_a: {format: plain, group: 128, scale: f32})"))
+        out.append(("types.a", (f"{t.a} is not a DPAS input type: describe A's scales in a quant_a: section "
+                               "(e.g. quant_a: {format: plain, group: 128, scale: f32})")))
     if t.a in FLOAT_WEIGHTS and t.a not in FP8:
         out.append(("types.a", f"{t.a} A is not supported: only FP8 (e4m3, e5m2) activations are quantized"))
     if quant_a:
@@ -123,18 +123,18 @@ def config_violations(config) -> list[Violation]:
         if section.format != "plain":
             out.append(("quant_a.format", f"A is quantized plain (its own layout), not {section.format}"))
         if section.group == "block128":
-            out.append(("quant_a.group", "A takes group tensor, channel (one scale per row) or an integer "
-                                         "(per-token groups along K, 128 for DeepSeek-style FP8), not block128"))
+            out.append(("quant_a.group", ("A takes group tensor, channel (one scale per row) or an integer "
+                                         "(per-token groups along K, 128 for DeepSeek-style FP8), not block128")))
     if t.compute is not None and not (quant_a or quant_b):
-        out.append(("types.compute", "types.compute is the type quantized operands are converted to; without a "
-                                     "quant: section the DPAS takes types.a and types.b"))
+        out.append(("types.compute", ("types.compute is the type quantized operands are converted to; without a "
+                                     "quant: section the DPAS takes types.a and types.b")))
     if quant_a or quant_b:
         compute = compute_type(t)
         if compute is None:
             out.append(("types.compute", f"types.a is {t.a}: name the DPAS input type, types.compute: f16 or bf16"))
         elif t.a in COMPUTE_TYPES and compute != t.a:
-            out.append(("types.compute", f"types.compute is {compute} but A is {t.a} and is not quantized: the DPAS "
-                                         f"takes A as it is, so the compute type must be {t.a}"))
+            out.append(("types.compute", (f"types.compute is {compute} but A is {t.a} and is not quantized: the DPAS "
+                                         f"takes A as it is, so the compute type must be {t.a}")))
         if t.a not in (*COMPUTE_TYPES, *FP8):
             out.append(("types.a", f"a quantized GEMM takes A as f16 or bf16 (or FP8 with quant_a:), not {t.a}"))
         if t.acc != "f32":

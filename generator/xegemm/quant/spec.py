@@ -12,11 +12,10 @@ kernels); docs/quantization.md has the sources.
 from __future__ import annotations
 
 import math
-
-import numpy as np
 from dataclasses import dataclass
 
-FORMAT_NAMES = ("plain", "gptq", "awq", "mx")
+import numpy as np
+
 INT_WEIGHTS = ("s8", "u8", "s4", "u4")
 FLOAT_WEIGHTS = ("e4m3", "e5m2", "e2m1")
 FP8 = ("e4m3", "e5m2")
