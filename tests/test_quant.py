@@ -21,6 +21,8 @@ from xegemm.quant import (
     dequantize,
     dequantized_values,
     quantize,
+    random_quantized,
+    random_unpacked,
     reference_gemm,
     with_arrays,
 )
@@ -144,30 +146,11 @@ def _specs():
 SPECS = list(_specs())
 
 
-def _random_unpacked(spec: QuantSpec, k: int, n: int) -> Unpacked:
-    t = dtype(spec.weight)
-    if t.is_int:
-        lo, hi = t.value_range
-        codes = RNG.integers(lo, hi + 1, (k, n))
-    else:
-        codes = t.decode(RNG.integers(0, 1 << t.bits, (k, n)))
-        codes = np.where(np.isfinite(codes), codes, 0.0)
-    shape = spec.groups(k, n)
-    scales = round_to(np.exp2(RNG.uniform(-8, 2, shape)), spec.scale)
-    zeros = None
-    if spec.zero in ("f16", "bf16"):
-        zeros = round_to(RNG.uniform(-8, 8, shape), spec.zero)
-    elif spec.has_zero:
-        lo, hi = dtype(spec.zero).value_range
-        zeros = RNG.integers(lo, hi + 1, shape)
-    return Unpacked(codes, scales, zeros)
-
-
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe().replace(" ", "_"))
 def test_every_format_packs_and_unpacks_to_the_same_values(spec):
     k, n = 256, 16
     fmt = FORMATS[spec.format]
-    u = _random_unpacked(spec, k, n)
+    u = random_unpacked(spec, k, n, RNG)
     arrays = fmt.pack(spec, u)
     matrix = QuantizedMatrix.from_arrays(spec, k, n, arrays)     # the arrays are what the registry says
     back = matrix.unpacked()
@@ -183,6 +166,16 @@ def _spacing(x: np.ndarray, name: str) -> np.ndarray:
     info = ml_dtypes.finfo(NUMPY_DTYPES[name])
     exponent = np.floor(np.log2(np.maximum(np.abs(x), float(info.smallest_subnormal))))
     return np.exp2(np.maximum(exponent, info.minexp) - info.nmant)
+
+
+def test_random_test_data_covers_every_code_and_its_scale_type():
+    gptq = random_quantized(QuantSpec("gptq", "u4", 64, "bf16", "u4"), 256, 16, RNG).unpacked()
+    assert set(np.unique(gptq.codes)) == set(range(16)) and set(np.unique(gptq.zeros)) <= set(range(16))
+    assert np.array_equal(round_to(gptq.scales, "bf16"), gptq.scales)
+    mx = random_quantized(QuantSpec("mx", "e2m1", 32, "e8m0"), 256, 16, RNG)
+    assert set(np.unique(mx.unpacked().codes)) == set(dtype("e2m1").decode(np.arange(16)))
+    scales = mx.scales.astype(np.float64)
+    assert np.all(np.exp2(np.round(np.log2(scales))) == scales) and scales.min() >= 2.0 ** -8
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe().replace(" ", "_"))

@@ -20,6 +20,8 @@ from xegemm.quant.codec import (
     dequantized_values,
     make_spec,
     quantize,
+    random_quantized,
+    random_unpacked,
     reference_gemm,
     with_arrays,
 )
@@ -36,5 +38,6 @@ from xegemm.quant.spec import QuantSpec
 __all__ = [
     "FORMATS", "Format", "QuantError", "QuantSpec", "QuantizedMatrix", "Unpacked", "check_spec", "compute_type",
     "config_violations", "dequantize", "dequantized_values", "make_spec", "operand_spec", "plan_violation",
-    "quantize", "reference_gemm", "tile_violation", "with_arrays",
+    "quantize", "random_quantized", "random_unpacked",
+    "reference_gemm", "tile_violation", "with_arrays",
 ]

@@ -173,6 +173,37 @@ def quantize(w, format: str = "plain", *, weight: str | None = None, group: int 
     return QuantizedMatrix(spec, k, n, arrays, operand)
 
 
+def random_unpacked(spec: QuantSpec, k: int, n: int, rng: np.random.Generator) -> Unpacked:
+    """Seeded test data in the formats' common picture: every finite code of the value type equally likely,
+    scales 2^[-8, 2) rounded to their type (powers of two for e8m0), zero points anywhere in their type's range
+    (float zeros: in the codes' range, rounded)."""
+    t = dtype(spec.weight)
+    if t.is_int:
+        lo, hi = t.value_range
+        codes = rng.integers(lo, hi + 1, (k, n))
+    else:
+        finite = t.decode(np.arange(1 << t.bits))
+        codes = rng.choice(finite[np.isfinite(finite)], (k, n))
+    shape = spec.groups(k, n)
+    exponents = rng.uniform(-8, 2, shape)
+    scales = round_to(np.exp2(np.floor(exponents) if spec.scale == "e8m0" else exponents), spec.scale)
+    zeros = None
+    if spec.zero in FLOAT_ZEROS:
+        zeros = round_to(rng.uniform(*t.value_range, shape), spec.zero)
+    elif spec.has_zero:
+        lo, hi = dtype(spec.zero).value_range
+        zeros = rng.integers(lo, hi + 1, shape)
+    return Unpacked(codes, scales, zeros)
+
+
+def random_quantized(spec: QuantSpec, k: int, n: int, rng: np.random.Generator,
+                     operand: str = "b") -> QuantizedMatrix:
+    """:func:`random_unpacked` packed in the format: test data straight in the format, with no rounding of a
+    float matrix in between (for verifying kernels)."""
+    check_spec(spec, k, n)
+    return QuantizedMatrix(spec, k, n, FORMATS[spec.format].pack(spec, random_unpacked(spec, k, n, rng)), operand)
+
+
 # ---- dequantize -----------------------------------------------------------------------------------------------
 
 def dequantized_values(u: Unpacked, spec: QuantSpec, compute: str) -> np.ndarray:
