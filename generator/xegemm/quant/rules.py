@@ -112,8 +112,6 @@ def config_violations(config) -> list[Violation]:
     if t.a in FP8 and not quant_a:
         out.append(("types.a", (f"{t.a} is not a DPAS input type: describe A's scales in a quant_a: section "
                                "(e.g. quant_a: {format: plain, group: 128, scale: f32})")))
-    if t.a in FLOAT_WEIGHTS and t.a not in FP8:
-        out.append(("types.a", f"{t.a} A is not supported: only FP8 (e4m3, e5m2) activations are quantized"))
     if quant_a:
         if t.a not in FP8:
             out.append(("quant_a.format", f"quant_a describes an FP8 A, but types.a is {t.a}"))
