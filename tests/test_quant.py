@@ -364,6 +364,8 @@ def test_arrays_that_do_not_fit_the_format_are_named():
         quantize(RNG.normal(size=(128, 16)), "awq", weight="s4")
     with pytest.raises(QuantError, match="K = 12 is not a multiple of 8"):
         quantize(RNG.normal(size=(12, 16)), "gptq", group="channel")
+    with pytest.raises(QuantError, match="a quantized A is stored row-major"):
+        quantize(RNG.normal(size=(8, 128)), "plain", weight="e4m3", layout="col", operand="a")
     with pytest.raises(QuantError, match="e4m3 values take scales only"):
         quantize(RNG.normal(size=(128, 16)), "plain", weight="e4m3", zero="u4")
 

@@ -162,8 +162,12 @@ def quantize(w, format: str = "plain", *, weight: str | None = None, group: int 
     if values.ndim != 2 or not np.all(np.isfinite(values)):
         raise QuantError(f"quantize takes a finite 2-D matrix, got shape {list(values.shape)}"
                          + ("" if values.ndim != 2 else " with non-finite values"))
+    if operand not in ("a", "b"):
+        raise QuantError(f"operand {operand!r}: a or b")
     kfirst = values if operand == "b" else values.T
     if operand == "a":
+        if layout not in (None, "row"):
+            raise QuantError(f"layout {layout!r}: a quantized A is stored row-major, [M, K]")
         layout = "col"          # A's rows (M x K, K contiguous) are the K-first view's columns
     spec = make_spec(format, weight=weight, group=group, scale=scale, zero=zero, scale_layout=scale_layout,
                      layout=layout)
