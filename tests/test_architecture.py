@@ -18,6 +18,8 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages([str(ROOT)], "xegemm.") i
 FORBIDDEN = {
     "xegemm.dtypes": ("xegemm.atoms", "xegemm.plan", "xegemm.lowering", "xegemm.aot", "xegemm.runtime"),
     "xegemm.targets": ("xegemm.atoms", "xegemm.plan", "xegemm.lowering", "xegemm.aot", "xegemm.runtime"),
+    "xegemm.quant": ("xegemm.config", "xegemm.atoms", "xegemm.plan", "xegemm.lowering", "xegemm.render",
+                     "xegemm.evaluate", "xegemm.runtime", "xegemm.verify"),
     "xegemm.atoms": ("xegemm.plan", "xegemm.render", "xegemm.lowering", "xegemm.aot", "xegemm.evaluate",
                      "xegemm.pipeline", "xegemm.runtime"),
     "xegemm.config": ("xegemm.plan", "xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime"),

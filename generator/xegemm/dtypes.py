@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from xegemm.errors import XegemmError
@@ -39,7 +40,7 @@ class DType:
     bits: int                       # storage bits per element (tf32 is stored as a 32-bit float)
     kind: str                       # "float" or "int"
     signed: bool
-    unit_roundoff: float | None = None   # floats: 2^-p, p = significand bits incl. the implicit one
+    unit_roundoff: float | None = None   # floats: 2^-p, p = significand bits incl. the implicit one (e8m0: None)
     builtin_tag: str | None = None  # tag in OCLMMA builtin names; None for accumulator-only types
     aliases: tuple[str, ...] = field(default=())
     accumulators: tuple[str, ...] = ()  # a DPAS input: the types it accumulates into (names), else ()
@@ -83,6 +84,8 @@ class DType:
             return v.astype(np.float16).astype(np.float64)
         if self.name == "f64":
             return v.astype(np.float64)
+        if self.name in ML_DTYPES:
+            return v.astype(np.float32).astype(ML_DTYPES[self.name]).astype(np.float64)
         bits = v.astype(np.float32).view(np.uint32)
         if self.name == "bf16":
             bits = _f32_bits_to_bf16(bits).astype(np.uint32) << 16
@@ -99,6 +102,8 @@ class DType:
             return v.astype(np.float16).view(np.uint16).astype(np.uint64)
         if self.name == "f64":
             return v.view(np.uint64)
+        if self.name in ML_DTYPES:
+            return v.astype(ML_DTYPES[self.name]).view(np.uint8).astype(np.uint64)
         f32 = v.astype(np.float32).view(np.uint32).astype(np.uint64)
         return f32 >> 16 if self.name == "bf16" else f32
 
@@ -112,8 +117,18 @@ class DType:
             return b.astype(np.uint16).view(np.float16).astype(np.float64)
         if self.name == "f64":
             return b.view(np.float64)
+        if self.name in ML_DTYPES:
+            return b.astype(np.uint8).view(ML_DTYPES[self.name]).astype(np.float64)
         f32 = (b << np.uint64(16) if self.name == "bf16" else b).astype(np.uint32)
         return f32.view(np.float32).astype(np.float64)
+
+
+# The storage-only floats are OCP's 8- and 4-bit formats as ml_dtypes implements them (OCP Microscaling Formats
+# (MX) v1.0 and OCP 8-bit Floating Point v1.0, https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf):
+# e4m3 and e2m1 have no infinities ("fn"), e8m0 is an unsigned exponent ("fnu").  Rounded from f32 like bf16 above;
+# the 4-bit one is stored one per byte here (packing two per byte is xegemm.quant's job).
+ML_DTYPES = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn,
+             "e8m0": ml_dtypes.float8_e8m0fnu}
 
 
 def _f32_bits_to_bf16(bits: np.ndarray) -> np.ndarray:
@@ -141,6 +156,11 @@ DTYPES: dict[str, DType] = {t.name: t for t in (
     DType("s4", "S4", 4, "int", True, None, "i4", ("int4", "i4"), ("s32",), None, (0x40, 0x80)),
     DType("u4", "U4", 4, "int", False, None, "u4", ("uint4",), ("s32",), None, (0x40, 0x80)),
     DType("s32", "S32", 32, "int", True, None, None, ("int32", "i32"), (), "int"),
+    # storage-only floats of quantized operands (no Xe DPAS takes them: xegemm.quant converts them to f16/bf16)
+    DType("e4m3", None, 8, "float", True, 2.0 ** -4, None, ("fp8_e4m3", "float8_e4m3fn")),
+    DType("e5m2", None, 8, "float", True, 2.0 ** -3, None, ("fp8_e5m2", "float8_e5m2")),
+    DType("e2m1", None, 4, "float", True, 2.0 ** -2, None, ("fp4", "fp4_e2m1", "float4_e2m1fn")),
+    DType("e8m0", None, 8, "float", False, None, None, ("float8_e8m0fnu",)),   # powers of two only: MX scales
 )}
 BY_CODE: dict[str, DType] = {t.code: t for t in DTYPES.values() if t.code}
 ALIASES: dict[str, str] = {alias: t.name for t in DTYPES.values() for alias in t.aliases}

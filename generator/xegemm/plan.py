@@ -25,6 +25,7 @@ from xegemm.dtypes import ctype_shape, dtype
 from xegemm.epilogue import EpilogueSpec
 from xegemm.config.sections import tile_conflict
 from xegemm.errors import XegemmError
+from xegemm.quant import plan_violation as quant_violation
 from xegemm.stream_k import iterations as stream_k_iterations
 from xegemm.targets import dpas_widths, targets_at
 
@@ -457,6 +458,8 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
     SIMD16 DPAS (pvc, bmg); 8 = 1D sub-group block tiles (xegemm.atoms.block1d) + SIMD8 DPAS (dg2, which has
     no 2D block IO).  Either way every DPAS fragment is located in the copies' registers by comparing lane maps.
     """
+    if why := quant_violation(config):       # quantized operands: the group against the tile (xegemm.quant.rules)
+        raise PlanRejected(why)
     t, lay, tile = config.types, config.layout, config.tile
     bm, bn, bk = tile.workgroup
     sgm_count, sgn_count = tile.subgroups

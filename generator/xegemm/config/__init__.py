@@ -16,7 +16,15 @@ except ``problem`` has a default; this is the complete list with the defaults::
       k: <required>
       batch: 1
     types: {a: bf16, b: bf16, acc: f32, c: f32}   # f16 bf16 tf32 f32 f64 s8 u8 s4 u4 s32
+      compute: null                   # quantized operands: f16 | bf16, the DPAS input (null: types.a)
     layout: {a: row, b: row, c: row}               # row | col
+    quant:                            # B quantized (xegemm.quant, docs/quantization.md); types.b: s8 u8 s4 u4
+      format: none                    #   e4m3 e5m2 e2m1; format none | plain | gptq | awq | mx
+      group: 128                      # K elements per scale | channel | tensor | block128 (FP8 B)
+      scale: f16                      # f16 | bf16 | f32 | e8m0
+      zero: none                      # none | u4 | s8 | u8 | f16 | bf16 (quantized units, before the scale)
+      scale_layout: kn                # kn = scales[K/group, N] | nk = scales[N, K/group]
+    quant_a: {format: none, ...}      # an FP8 A (types.a: e4m3 | e5m2): the same keys, plain only
     tile:
       workgroup: [256, 256, 32]       # BM, BN, BK: the work-group tile
       subgroups: [8, 4]               # SG_M, SG_N: the sub-group grid over BM x BN
@@ -81,6 +89,7 @@ from xegemm.config.schema import (
     Problem,
     Moe,
     Profile,
+    Quant,
     Target,
     Tile,
     Types,
@@ -91,6 +100,6 @@ from xegemm.config.space import SearchSpace, expand
 
 __all__ = [
     "Atoms", "Config", "ConfigError", "ConfigIssue", "Constraint", "DTYPES", "LAYOUTS", "Layout", "Pipeline",
-    "Moe", "Problem", "Profile", "SearchSpace", "Target", "Tile", "Types", "Variant", "Verify", "config_from_text",
+    "Moe", "Problem", "Profile", "Quant", "SearchSpace", "Target", "Tile", "Types", "Variant", "Verify", "config_from_text",
     "expand", "load_config",
 ]

@@ -34,6 +34,7 @@ from xegemm.config.sections import (
     tile_conflict,
 )
 from xegemm.grouped.problem import config_conflict
+from xegemm.quant import config_violations as quant_violations
 
 KeyPath = tuple[Any, ...]
 _PLAIN_SCALAR_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null")}
@@ -203,6 +204,8 @@ class _Reader:
             if conflict:
                 self.report(("moe",) if values["moe.experts"] or values["moe.rows"] else ("problem", "groups"),
                             conflict)
+            for key, message in quant_violations(assemble(values, sweep, constraints, self.source)):
+                self.report(tuple(key.split(".")), message)
         if self.issues:
             return None
         return assemble(values, sweep, constraints, self.source)

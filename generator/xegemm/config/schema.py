@@ -22,6 +22,7 @@ from xegemm.config.sections import (
     Pipeline,
     Problem,
     Profile,
+    Quant,
     Target,
     Tile,
     Types,
@@ -63,6 +64,8 @@ class Config:
     problem: Problem
     types: Types = Types()
     layout: Layout = Layout()
+    quant: Quant = Quant()        # B's quantization (format none: B is not quantized)
+    quant_a: Quant = Quant()      # A's (FP8 A only)
     tile: Tile = Tile()
     epilogue: Epilogue = Epilogue()
     atoms: Atoms = Atoms()

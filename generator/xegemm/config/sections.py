@@ -11,13 +11,15 @@ from typing import Any
 
 from xegemm.config.checks import (
     Check,
+    a_dtype,
     accumulator_dtype,
     activation,
+    b_dtype,
     bias_kind,
+    compute_dtype,
     config_name,
     copy_atom,
     group_list,
-    input_dtype,
     int_choice,
     layout,
     mma_atom,
@@ -30,7 +32,12 @@ from xegemm.config.checks import (
     positive_int,
     positive_ints,
     row_counts,
+    quant_format,
+    quant_group,
+    scale_dtype,
+    scale_layout,
     text,
+    zero_dtype,
 )
 from xegemm.targets import GRF_MODES
 
@@ -67,12 +74,15 @@ class Moe:
 @dataclass(frozen=True)
 class Types:
     """Element types of A, B, the accumulator and C (= D, the output; canonical names from ``DTYPES``).
-    C may differ from the accumulator: the epilogue converts (xegemm.epilogue)."""
+    C may differ from the accumulator: the epilogue converts (xegemm.epilogue).  A quantized B (``quant:``: s8 u8
+    s4 u4 e4m3 e5m2 e2m1) or FP8 A (``quant_a:``) is converted to ``compute`` (f16 | bf16; null: types.a), the
+    DPAS input type (xegemm.quant)."""
 
-    a: str = _key(input_dtype, "bf16")
-    b: str = _key(input_dtype, "bf16")
+    a: str = _key(a_dtype, "bf16")
+    b: str = _key(b_dtype, "bf16")
     acc: str = _key(accumulator_dtype, "f32")
     c: str = _key(output_dtype, "f32")
+    compute: str | None = _key(compute_dtype, None)
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,21 @@ class Layout:
     a: str = _key(layout, "row")
     b: str = _key(layout, "row")
     c: str = _key(layout, "row")
+
+
+@dataclass(frozen=True)
+class Quant:
+    """How a quantized operand is stored (``quant:`` for B, ``quant_a:`` for an FP8 A; xegemm.quant,
+    docs/quantization.md): ``format`` none (not quantized) | plain | gptq | awq | mx; ``group``: K elements per
+    scale, channel, tensor or block128 (128 x 128, FP8 B); ``scale`` f16 | bf16 | f32 | e8m0; ``zero`` none | u4 |
+    s8 | u8 | f16 | bf16 (in quantized units, subtracted before the scale); ``scale_layout`` kn = scales[K/group,
+    N] or nk = scales[N, K/group]."""
+
+    format: str = _key(quant_format, "none")
+    group: int | str = _key(quant_group, 128)
+    scale: str = _key(scale_dtype, "f16")
+    zero: str = _key(zero_dtype, "none")
+    scale_layout: str = _key(scale_layout, "kn")
 
 
 @dataclass(frozen=True)
@@ -167,8 +192,9 @@ class Profile:
 
 
 SECTIONS: dict[str, type] = {
-    "problem": Problem, "types": Types, "layout": Layout, "tile": Tile, "epilogue": Epilogue, "atoms": Atoms,
-    "pipeline": Pipeline, "target": Target, "verify": Verify, "profile": Profile, "moe": Moe,
+    "problem": Problem, "types": Types, "layout": Layout, "quant": Quant, "quant_a": Quant, "tile": Tile,
+    "epilogue": Epilogue, "atoms": Atoms, "pipeline": Pipeline, "target": Target, "verify": Verify,
+    "profile": Profile, "moe": Moe,
 }
 TOP_LEAVES: dict[str, Check] = {"name": config_name, "description": text}
 LEAF_CHECKS: dict[str, Check] = {
