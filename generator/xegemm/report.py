@@ -26,7 +26,8 @@ from xegemm.profile import conditions
 from xegemm.runtime.devices import dpctl_module
 
 CSV_COLUMNS = ("name", "status", "reason", "median_ms", "min_ms", "max_ms", "cv", "runs", "gflops", "gbps",
-               "vs_numpy", "numpy_gflops", "high_cv", "max_abs_err", "max_rel_err", "bad_elements", "build_s")
+               "vs_numpy", "numpy_gflops", "high_cv", "max_abs_err", "max_rel_err", "bad_elements", "build_s",
+               "warmup_runs", "warmup_settled")
 
 
 def write_text_atomic(path: Path | str, text: str) -> None:
@@ -252,7 +253,8 @@ def _row(v: dict) -> dict:
             "runs": t.get("runs"), "gflops": v.get("gflops"), "gbps": v.get("gbps"), "vs_numpy": v.get("vs_numpy"),
             "numpy_gflops": (own_reference(v) or {}).get("gflops"), "high_cv": (own_reference(v) or {}).get("high_cv"),
             "max_abs_err": v.get("max_abs_err"), "max_rel_err": v.get("max_rel_err"),
-            "bad_elements": v.get("bad_elements"), "build_s": v.get("build_s")}
+            "bad_elements": v.get("bad_elements"), "build_s": v.get("build_s"),
+            "warmup_runs": (t.get("warmup") or {}).get("runs"), "warmup_settled": (t.get("warmup") or {}).get("settled")}
 
 
 def _csv(variants: list[dict]) -> str:

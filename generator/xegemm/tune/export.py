@@ -117,7 +117,8 @@ def _row(trial: optuna.trial.FrozenTrial, axes: list[str]) -> dict:
     return {"shape": a.get("shape"), "trial": trial.number, "status": a.get("status"), "reason": a.get("reason"),
             "kernel": a.get("kernel"), **{axis: trial.params.get(axis) for axis in axes},
             "value": trial.value, "gflops": a.get("gflops"), "median_ms": t.get("median"), "min_ms": t.get("min"),
-            "max_ms": t.get("max"), "cv": t.get("cv"), "build_s": a.get("build_s"), "cached": a.get("cached"),
+            "max_ms": t.get("max"), "cv": t.get("cv"), "warmup_runs": (t.get("warmup") or {}).get("runs"),
+            "build_s": a.get("build_s"), "cached": a.get("cached"),
             "retry_of": a.get("retry_of"), "worker": a.get("worker")}
 
 
