@@ -95,14 +95,8 @@ def test_atoms_show_1d_block_atom(capsys):
     assert main(["atoms", "show", "XE_1D_U16x8x16_LD_SG3"]) == 2
 
 
-RUN_SHAPES_CONFIG = """name: shapes
-problem: {m: 40, n: 48, k: 32}
-tile: {workgroup: [32, 32, 16], subgroups: [1, 2]}
-profile: {warmup: 1, repeats: 3}
-sweep:
-  problem.m: [40, 56]
-  pipeline.prefetch: [0, 1]
-"""
+RUN_SHAPES_CONFIG = ("name: shapes\nproblem: {m: 40, n: 48, k: 32}\ntile: {workgroup: [32, 32, 16], subgroups: [1, 2]}\n"
+                     "profile: {warmup: 1, repeats: 3}\nsweep: {problem.m: [40, 56], pipeline.prefetch: [0, 1]}\n")
 
 
 def test_run_shapes_replace_the_problem_and_its_sweep(tmp_path, sycl_device):

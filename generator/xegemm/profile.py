@@ -4,7 +4,8 @@ Warm-up is by time and stability, never by a count alone (:func:`warm_up`): a ke
 CPU runtime are slower (its worker threads, pages, caches), for longer than a few launches of a small kernel,
 so a count chosen by a config made the same kernel measure 110 or 154 GFLOP/s depending on that count.  A side
 is launched until it has run :data:`WARMUP_MIN_MS` and the medians of three successive windows agree within
-:data:`WARMUP_AGREE` (Triton's ``do_bench`` warms up for a fixed 25 ms; the stability test is added because no
+:data:`WARMUP_AGREE` (Triton's ``do_bench`` warms up for a fixed 25 ms,
+https://github.com/triton-lang/triton/blob/main/python/triton/testing.py; the stability test is added because no
 fixed time fits every kernel), bounded by :data:`WARMUP_MAX_MS`; the config's ``profile.warmup`` is a minimum
 count on top.  Each round of an interleaved measurement re-warms a side after the pause until a run is back at
 that steady level (:func:`rewarm`).  The warm-up actually used is recorded with the timing
