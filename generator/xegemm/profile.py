@@ -118,8 +118,8 @@ WARMUP_AGREEING = 3      # (three, not two: a slow drift moves two neighbouring 
 REWARM_MAX_MS = 100.0    # a round's re-warm stops here even if no run came back to the steady level
 ROUND_MIN_MS = 20.0      # each round times a side for at least this much measured time
 ROUNDS = 4               # rounds per side of an interleaved measurement
-WARMUP_BOUND_MS = 2 * (WARMUP_MAX_MS + ROUNDS * REWARM_MAX_MS)   # the most warming one side of one measurement
-                                                                 # (two attempts) takes beyond its minimum count
+WARMUP_BOUND_MS = WARMUP_MAX_MS + 2 * ROUNDS * REWARM_MAX_MS   # the most warming one side of one measurement
+                                                               # (two attempts) takes beyond its minimum count
 
 
 def warm_up(sample, min_runs: int = 0) -> Warmup:
@@ -197,7 +197,8 @@ def time_rounds(sides: dict, rounds: int, runs: int, min_warmup: int = 0, min_ro
 
 
 def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
-                     min_time_ms: float = 0.0, max_runs: int = 100_000, rounds: int = ROUNDS) -> tuple[Timing, Timing]:
+                     min_time_ms: float = 0.0, max_runs: int = 100_000, rounds: int = ROUNDS,
+                     warmed: tuple[Warmup, Warmup] | None = None) -> tuple[Timing, Timing]:
     """Time a kernel and a reference in alternating rounds: a round of kernel runs, a round of reference
     runs, and so on, ``rounds`` rounds each.  Both sides are warmed up first (:func:`warm_up`; ``warmup`` is
     the kernel's minimum count).  Each round starts after a pause of :data:`SETTLE_S` and re-warms its side
@@ -209,9 +210,13 @@ def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
     Each ``sample_*()`` runs its side once and returns the run's time in ms.  Load that comes and goes falls
     on both sides alike; alternating single runs instead made each side run with caches and threads the
     other had just disturbed (a 1024^3 kernel measured 2x slower).  Returns (kernel, reference) timings, each
-    with the :class:`Warmup` it used.
+    with the :class:`Warmup` it used.  ``warmed``: the (kernel, reference) warm-ups of an earlier measurement of
+    the same sides just before (a second attempt): the sides are warm, each round's re-warm suffices.
     """
-    warm_kernel, warm_reference = warm_up(sample_kernel, warmup), warm_up(sample_reference)
+    if warmed is None:
+        warm_kernel, warm_reference = warm_up(sample_kernel, warmup), warm_up(sample_reference)
+    else:
+        warm_kernel, warm_reference = (replace(w, round_runs=0) for w in warmed)
     again_kernel = again_reference = 0
     per_round = max(1, -(-repeats // rounds))
     kernel: list[float] = []
@@ -278,9 +283,10 @@ def measure_against_reference(sample_kernel, reference: NumpyReference, warmup: 
     number of ``attempts`` and the :func:`conditions`.
     """
     before = conditions()
-    best = None
+    best, warmed = None, None
     for attempt in (1, 2):
-        kernel, ref = time_interleaved(sample_kernel, reference.sample, warmup, repeats, min_time_ms)
+        kernel, ref = time_interleaved(sample_kernel, reference.sample, warmup, repeats, min_time_ms, warmed=warmed)
+        warmed = (kernel.warmup, ref.warmup)
         worst = max(kernel.cv, ref.cv)
         if best is None or worst < best[2]:
             best = (kernel, ref, worst)
