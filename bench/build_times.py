@@ -74,9 +74,9 @@ FEATURES: dict[str, str] = {
                                                "epilogue: {beta: 1.0, activation: relu}",
     "split-K 4": "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16, split_k: 4}",
     "stream-K 4": "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16, stream_k: 4}",
-    "register block [1, 1]": "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16, "
+    "register block 1x1": "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16, "
                              "register_block: [1, 1]}",
-    "register block [2, 2]": "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16, "
+    "register block 2x2": "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16, "
                              "register_block: [2, 2]}",
 }
 
@@ -113,7 +113,7 @@ def render(features: list[str]) -> list[dict]:
 
 # ---- the child: raw OpenCL builds, one process per code path --------------------------------------------
 
-def _child(sources_path: Path, repeats: int) -> None:
+def _child(sources_path: Path, repeats: int, stages: tuple[str, ...]) -> None:
     from xegemm.runtime import select_sycl_device      # noqa: PLC0415 - the child alone opens the device
     from xegemm.runtime import opencl                   # noqa: PLC0415
 
@@ -173,21 +173,24 @@ def _child(sources_path: Path, repeats: int) -> None:
         runs: dict[str, list[float]] = {stage: [] for stage in STAGES}
         try:
             for _ in range(repeats):
-                runs["build_s"].append(build(entry["source"], entry["options"]))
-                compile_s, link_s = compile_link(entry["source"], entry["options"])
-                runs["compile_s"].append(compile_s)
-                runs["link_s"].append(link_s)
-                runs["noopt_s"].append(build(entry["source"], f"{entry['options']} -cl-opt-disable".strip()))
+                if "build_s" in stages:
+                    runs["build_s"].append(build(entry["source"], entry["options"]))
+                if "compile_s" in stages or "link_s" in stages:
+                    compile_s, link_s = compile_link(entry["source"], entry["options"])
+                    runs["compile_s"].append(compile_s)
+                    runs["link_s"].append(link_s)
+                if "noopt_s" in stages:
+                    runs["noopt_s"].append(build(entry["source"], f"{entry['options']} -cl-opt-disable".strip()))
         except RuntimeError as exc:
             print(json.dumps({"feature": entry["feature"], "error": str(exc)}), flush=True)
             continue
-        print(json.dumps({"feature": entry["feature"], **{k: statistics.median(v) for k, v in runs.items()},
+        print(json.dumps({"feature": entry["feature"], **{k: statistics.median(v) for k, v in runs.items() if v},
                           "runs": {k: v for k, v in runs.items()}}), flush=True)
 
 
 # ---- the parent ------------------------------------------------------------------------------------------
 
-def measure(features: list[str], repeats: int) -> dict:
+def measure(features: list[str], repeats: int, stages: tuple[str, ...] = STAGES) -> dict:
     rendered = render(features)
     paths, skipped = host_code_paths()
     result = {"base": BASE.strip(), "repeats": repeats, "conditions_before": conditions(), "features": rendered,
@@ -199,11 +202,20 @@ def measure(features: list[str], repeats: int) -> dict:
             env = {**path.environment(os.environ), "XEGEMM_CACHE_DIR": ""}
             print(f"measuring the {path.name} code path ({len(rendered)} kernels x {repeats})...", file=sys.stderr,
                   flush=True)
-            done = subprocess.run([sys.executable, "-m", "bench.build_times", "--child", str(sources),
-                                   "--repeats", str(repeats)], env=env, cwd=REPO, capture_output=True, text=True)
-            if done.returncode:
-                raise SystemExit(f"bench.build_times child failed on {path.name}: {done.stderr[-2000:]}")
-            result["paths"][path.name] = {row["feature"]: row for row in map(json.loads, done.stdout.splitlines())}
+            rows = result["paths"][path.name] = {}
+            with subprocess.Popen([sys.executable, "-m", "bench.build_times", "--child", str(sources), "--repeats",
+                                   str(repeats), "--stages", ",".join(stages)], env=env, cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+                for line in child.stdout:           # each row as it comes: a long run shows its progress
+                    row = json.loads(line)
+                    rows[row["feature"]] = row
+                    print(f"  {path.name} {row['feature']}: " + ", ".join(
+                        f"{k} {row[k]:.2f}" for k in STAGES if k in row) + row.get("error", ""), file=sys.stderr,
+                          flush=True)
+                errors = child.stderr.read()
+            if child.returncode:
+                print(f"bench.build_times: the child on {path.name} failed (rows so far kept): {errors[-2000:]}",
+                      file=sys.stderr)
     result["conditions_after"] = conditions()
     for entry in result["features"]:
         entry.pop("source", None)
@@ -229,7 +241,8 @@ def table(result: dict) -> str:
                 row += [m.get("error", "not measured")] + [""] * 4
                 continue
             ratio = f"{m['build_s'] / plain[p]:.1f}" if plain[p] else ""
-            row += [f"{m['build_s']:.2f}", ratio, f"{m['compile_s']:.2f}", f"{m['link_s']:.2f}", f"{m['noopt_s']:.2f}"]
+            row += [f"{m['build_s']:.2f}", ratio] + [f"{m[k]:.2f}" if k in m else "-"
+                                                     for k in ("compile_s", "link_s", "noopt_s")]
         rows.append(row)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -244,16 +257,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="cold builds per feature and stage (median; default 3)")
     parser.add_argument("--features", help=f"comma-separated subset of: {', '.join(FEATURES)}")
     parser.add_argument("--out", type=Path, help="write build_times.md and build_times.json into this directory")
+    parser.add_argument("--stages", default=",".join(STAGES),
+                        help=f"what to time per kernel, comma-separated subset of {','.join(STAGES)} (default all; "
+                             "build_s must be among them)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    stages = tuple(x.strip() for x in args.stages.split(","))
+    if "build_s" not in stages or any(x not in STAGES for x in stages):
+        parser.error(f"--stages: a subset of {','.join(STAGES)} with build_s")
     if args.child:
-        _child(args.child, args.repeats)
+        _child(args.child, args.repeats, stages)
         return
     features = [f.strip() for f in args.features.split(",")] if args.features else list(FEATURES)
     unknown = [f for f in features if f not in FEATURES]
     if unknown:
         parser.error(f"unknown features {unknown}; known: {', '.join(FEATURES)}")
-    result = measure(features, args.repeats)
+    result = measure(features, args.repeats, stages)
     text = table(result)
     print(text)
     if args.out:
