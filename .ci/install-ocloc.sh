@@ -16,7 +16,11 @@ if ! command -v ocloc >/dev/null 2>&1; then
 fi
 
 # libiga64.so -> libiga64.so.1, in the folder where the package put libiga64.so.1 (dpkg knows).
-iga="$(dpkg -L libigc1 2>/dev/null | grep -E '/libiga64\.so\.1$' | head -n1 || true)"
+files="$(dpkg -L libigc1 2>/dev/null || true)"
+iga=""
+while IFS= read -r file; do
+    if [[ "$file" == */libiga64.so.1 ]]; then iga="$file"; break; fi
+done <<<"$files"
 if [ -z "$iga" ]; then
     echo "install-ocloc.sh: libiga64.so.1 not found (is libigc1 installed?)" >&2
     exit 1

@@ -202,6 +202,21 @@ def test_a_run_with_no_verified_variant_and_an_empty_directory(tmp_path, sycl_de
     assert main(["report", str(tmp_path / "nowhere")]) == 2
 
 
+def test_text_formats_print_to_stdout_unless_a_file_is_named(runs, tmp_path, monkeypatch, capsys):
+    a, _ = runs
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(a), "--format", "md"]) == 0
+    assert capsys.readouterr().out.startswith("# xegemm report")
+    assert main(["report", str(a), "--out", "-", "--format", "csv"]) == 0
+    printed = capsys.readouterr().out
+    assert main(["report", str(a), "--out", "r.csv"]) == 0
+    assert printed == (tmp_path / "r.csv").read_text()
+    assert capsys.readouterr().out == "wrote r.csv\n"
+    assert main(["report", str(a), "--out", "-"]) == 0                  # any format, HTML by default
+    assert capsys.readouterr().out.lstrip().lower().startswith("<!doctype html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv"]      # no report.md, no file named '-'
+
+
 def test_groups_keep_problems_and_types_apart(runs):
     a, _ = runs
     group_list = groups([load_source(a)])

@@ -2,6 +2,7 @@
 best.yaml through `xegemm run`.  Real device, real Optuna, real SQLite: nothing is mocked."""
 
 import json
+import re
 import sqlite3
 
 import optuna
@@ -9,6 +10,7 @@ import pytest
 import yaml
 from conftest import TINY_LEGAL, TINY_PRUNED
 from optuna.trial import TrialState
+from tqdm import tqdm
 
 from xegemm.reporting import load_source
 from xegemm.reporting.model import groups, source_facts
@@ -19,6 +21,7 @@ from xegemm.pipeline import run
 from xegemm.result import COLUMNS
 from xegemm.tune import STRATEGIES, Shape, Strategy, parse_shapes, register, tune
 from xegemm.config import load_config
+from xegemm.tune.api import BAR_FORMAT
 from xegemm.tune.cache import MeasurementCache, measurement_key
 from xegemm.tune.export import owned_trials
 from xegemm.tune.study import mask_url, open_storage
@@ -235,3 +238,30 @@ def test_xegemm_report_reads_a_study_database(tiny_tune_config, tmp_path):
     csv_out = tmp_path / "from-url.csv"
     assert main(["report", f"sqlite:///{out / 'study.db'}", "--out", str(csv_out)]) == 0
     assert best["kernel"] in csv_out.read_text()
+
+
+def _bar_counts(text: str) -> list[tuple[int, int]]:
+    """Every 'n/total' a tqdm bar drew (its lines are separated by carriage returns)."""
+    return [(int(n), int(t)) for n, t in re.findall(r"\| (\d+)/(\d+) \[", text)]
+
+
+def test_the_bar_total_is_the_budget_from_the_start_and_a_resume_starts_where_it_was(tiny_tune_config, tmp_path,
+                                                                                      capsys):
+    out, cache = tmp_path / "bar", tmp_path / "cache.db"
+    tune(tiny_tune_config, strategy="model", budget=2, out=out, cache=cache, progress=True)
+    drawn = _bar_counts(capsys.readouterr().err)
+    # the model strategy meets the pruned points first: they cost no budget and do not move the total
+    assert drawn[0] == (0, 2) and drawn[-1] == (2, 2) and {t for _, t in drawn} == {2}
+    tune(tiny_tune_config, strategy="model", budget=4, out=out, cache=cache, progress=True)
+    err = capsys.readouterr().err
+    drawn = _bar_counts(err)
+    assert drawn[0] == (2, 4) and drawn[-1] == (4, 4) and {t for _, t in drawn} == {4}
+    assert "100%|" in err
+
+
+def test_the_bar_keeps_its_width_in_a_narrow_terminal():
+    for columns in (40, 60, 200):
+        line = tqdm.format_meter(5, 8, 12.0, ncols=columns, prefix="1024x1024x1024",
+                                 postfix="best 154.2, 3 pruned, 1 failed", bar_format=BAR_FORMAT)
+        assert line.startswith(" 62%|") and re.match(r" 62%\|.{16}\|", line), line
+        assert len(line) <= columns

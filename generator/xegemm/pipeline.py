@@ -92,9 +92,11 @@ class RunInterrupted(XegemmError):
 
 def run(config_path: str | Path, device: str | None = None, out_dir: str | Path | None = None,
         lowering: str | None = None, progress=sys.stderr, reference_repeats: int = 5,
-        limits: TimeLimits = TimeLimits(), on_stage=None, command: str | None = None) -> dict:
+        limits: TimeLimits = TimeLimits(), on_stage=None, command: str | None = None,
+        problems: list[dict] | None = None) -> dict:
     """Run a config end to end on a device and write results.json, results.csv, report.md and report.html into
-    out_dir (``command``: the command line that started the run, recorded in the reports).
+    out_dir (``command``: the command line that started the run, recorded in the reports; ``problems``: run at
+    these ``{"m", "n", "k", "batch"}`` instead of the config's problem and problem sweep).
 
     Every build and launch runs in a worker process with a time limit (:mod:`xegemm.evaluate.isolated`).  If
     ``out_dir`` already holds results of the same kernels (same source, lowering and compiler capabilities) on
@@ -104,6 +106,8 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     """
     started_at = time.time()
     config = load_config(config_path)
+    if problems:
+        config = config.at_problems(problems)
     sycl_device = select_sycl_device(device)
     info = describe(sycl_device)
     low = choose_lowering(info, lowering)

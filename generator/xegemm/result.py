@@ -134,6 +134,12 @@ class Evaluation:
         return self._time("runs")
 
     @property
+    def warmup(self) -> dict:
+        """The warm-up the timing really used (xegemm.profile.Warmup as a dict: runs, ms, settled, ...); {} if untimed."""
+        w = self._time("warmup")
+        return w if isinstance(w, dict) else {}
+
+    @property
     def reference(self) -> dict | None:
         """The numpy reference measured interleaved with this variant's timing (None if it was not timed)."""
         ref = self.extra.get("reference")
@@ -250,6 +256,8 @@ COLUMNS = (
     Column("max_rel_err", lambda r: r.max_rel_err),
     Column("bad_elements", lambda r: r.bad_elements),
     Column("build_s", lambda r: r.build_s),
+    Column("warmup_runs", lambda r: r.warmup.get("runs")),
+    Column("warmup_settled", lambda r: r.warmup.get("settled")),
     Column("trial", lambda r: r.trial),
     Column("finished_at", lambda r: r.finished_at),
     Column("load1", lambda r: r.load1),

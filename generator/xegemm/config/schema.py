@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from xegemm.config.checks import ConfigError, ConfigIssue, Invalid, did_you_mean, show_value
@@ -56,6 +56,11 @@ class Constraint:
         return f'constraint "{self.text}" {verdict}' + (f": {shown}" if shown else "")
 
 
+def is_problem_axis(axis: str) -> bool:
+    """A sweep axis that sets the problem: a shape, not a tuning parameter."""
+    return axis == "problem" or axis.startswith("problem.")
+
+
 @dataclass(frozen=True)
 class Config:
     """One validated config.  ``sweep`` maps a dotted key (or section) to its tuple of values."""
@@ -102,6 +107,17 @@ class Config:
         if issues:
             raise ConfigError(issues)
         return assemble(values, self.sweep, self.constraints, self.source)
+
+    def at_problems(self, problems: list[Mapping[str, int]]) -> Config:
+        """A copy that runs at ``problems`` (each ``{"m", "n", "k", "batch"}``) instead of its own problem and
+        problem sweep; the other sweep axes stay.  What ``xegemm run --shapes`` and the tuner's shapes do."""
+        if not problems:
+            raise ConfigError([ConfigIssue(self.source, None, "problem", "no problem given")])
+        sweep = {key: choices for key, choices in self.sweep.items() if not is_problem_axis(key)}
+        if len(problems) > 1:
+            sweep["problem"] = tuple(dict(p) for p in problems)
+        first = self.with_overrides({f"problem.{key}": value for key, value in problems[0].items()})
+        return replace(first, sweep=sweep)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain JSON-able data, in the shape of the YAML file (loadable again); the grouped keys

@@ -184,7 +184,9 @@ class Verify:
 
 @dataclass(frozen=True)
 class Profile:
-    """Timing: untimed warm-up launches, at least ``repeats`` timed launches, and at least ``min_time_ms``."""
+    """Timing: at least ``warmup`` untimed launches (a minimum: the warm-up goes on by time and stability until
+    the kernel's time is steady, :func:`xegemm.profile.warm_up`), at least ``repeats`` timed launches, and at
+    least ``min_time_ms`` of measured time."""
 
     warmup: int = _key(non_negative_int, 10)
     repeats: int = _key(positive_int, 100)

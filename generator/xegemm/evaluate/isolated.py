@@ -28,7 +28,7 @@ from xegemm.evaluate.device import DeviceBuilder, DeviceSession, TimingObserver,
 from xegemm.evaluate.peak import measure_peak
 from xegemm.evaluate.gate import DeviceGate, GateHandle
 from xegemm.lowering import Lowering
-from xegemm.profile import gemm_flops
+from xegemm.profile import WARMUP_BOUND_MS, gemm_flops
 from xegemm.runtime.devices import select_sycl_device
 
 WORKER_START_S = 120.0     # importing dpctl and opening the device
@@ -41,7 +41,8 @@ class TimeLimits:
     """Seconds a worker may spend building one kernel, and running it (verification and timing).
 
     The run limit defaults to one that fits the problem: a minute plus every launch at 0.2 GFLOP/s, far
-    below what any generated kernel reaches on the CPU runtime, so only a hung kernel meets it."""
+    below what any generated kernel reaches on the CPU runtime, plus the longest warm-up of a measurement
+    (kernel and reference, two attempts), so only a hung kernel meets it."""
 
     build_s: float = 900.0
     run_s: float | None = None
@@ -51,7 +52,8 @@ class TimeLimits:
             return self.run_s
         p, prof = config.problem, config.profile
         launches = 1 + prof.warmup + max(1, prof.repeats)
-        return 60.0 + launches * gemm_flops(p.m, p.n, p.k, p.batch) / 2e8 + 2 * prof.min_time_ms / 1e3
+        return (60.0 + launches * gemm_flops(p.m, p.n, p.k, p.batch) / 2e8 + 2 * prof.min_time_ms / 1e3
+                + 2 * WARMUP_BOUND_MS / 1e3)
 
 
 class _StageReporter(Observer):

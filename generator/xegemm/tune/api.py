@@ -70,10 +70,18 @@ def _shapes(config, shapes) -> list[Shape]:
     return [s if isinstance(s, Shape) else Shape(*s) for s in shapes]
 
 
-def _progress(total: int, enabled: bool | None):
-    """A tqdm bar on stderr: trials done / budget, best, failures, ETA; off when stderr is not a terminal."""
-    return tqdm(total=total, unit="trial", file=sys.stderr, disable=(None if enabled is None else not enabled),
-                dynamic_ncols=True, smoothing=0.1)
+# percent, a bar of fixed width, count, time and ETA first; the shape and the details last, where a narrow
+# terminal cuts the line (a bar sized to the rest of the line shrank to one character behind a long postfix)
+BAR_FORMAT = "{percentage:3.0f}%|{bar:16}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {desc}{postfix}"
+
+
+def _progress(total: int, initial: int, enabled: bool | None):
+    """A tqdm bar on stderr: points evaluated / the budget (the total is fixed from the start: pruned points
+    cost no budget and are counted apart), ETA from this run's pace, best and failures; off when stderr is not
+    a terminal.  ``initial``: points a previous run of the study already evaluated (a resume)."""
+    return tqdm(total=total, initial=initial, unit="trial", file=sys.stderr,
+                disable=(None if enabled is None else not enabled), dynamic_ncols=True, smoothing=0.1,
+                bar_format=BAR_FORMAT)
 
 
 def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | None = None,
@@ -122,10 +130,11 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     deadline = time.monotonic() + time_s if time_s else None
     studies, tallies = {}, {}
     spaces = [TuneSpace(config, shape, lowering, admit) for shape in shape_list]
-    total = sum(min(budget, space.size) if budget else space.size for space in spaces)
-    bar = _progress(total, progress)
+    planned = [min(budget, space.size) if budget else space.size for space in spaces]
+    books = [ClaimBook(rdb, study_name(name, shape)) for shape in shape_list]
+    bar = _progress(sum(planned), sum(min(n, book.evaluated()) for n, book in zip(planned, books)), progress)
     try:
-        for shape, space in zip(shape_list, spaces):
+        for shape, space, book, plan in zip(shape_list, spaces, books, planned):
             sname = study_name(name, shape)
             bar.set_description(shape.label)
             s = optuna.create_study(storage=rdb, study_name=sname, direction="maximize",
@@ -136,11 +145,15 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
             elif META in s.user_attrs:
                 meta["reference"] = s.user_attrs[META].get("reference")
             s.set_user_attr(META, meta)
-            run = ShapeRun(s, rdb, space, ClaimBook(rdb, sname), chosen, budget, deadline, seed, machine,
+            run = ShapeRun(s, rdb, space, book, chosen, budget, deadline, seed, machine,
                            lambda summary: _advance(bar, tallies, summary), heartbeat_s)
             tallies[shape.label] = run.tally
             run.run(objectives)
             studies[shape.label] = s
+            unused = plan - min(plan, book.evaluated())
+            if unused and run.done():     # the space ran out first (its pruned points): the total shrinks
+                bar.total -= unused
+                bar.refresh()
     except KeyboardInterrupt:
         raise RunInterrupted(f"interrupted: every finished trial is in the study at {mask_url(url)}; the "
                              f"interrupted ones are retried on resume: xegemm tune {config_path} --out {out_dir}"
@@ -157,12 +170,13 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
 
 
 def _advance(bar, tallies: dict[str, Tally], summary: dict) -> None:
-    """One trial finished: move the bar; show the best kernel so far and the failures."""
-    if summary["status"] == "rejected" and bar.total is not None:
-        bar.total += 1
+    """One trial finished: an evaluated point moves the bar, a pruned one only its count; show the best so far
+    (the objective's value: GFLOP/s, or the static score with --target), pruned, failed and cached counts."""
+    if summary["status"] != "rejected":
     bar.update(1)
     best = max((t.best for t in tallies.values() if t.best), default=None)
-    failed = sum(t.failed for t in tallies.values())
-    cached = sum(t.cached for t in tallies.values())
-    shown = f"best {best[0]:.1f} {best[1][:48]}, " if best else ""
-    bar.set_postfix_str(f"{shown}{failed} failed, {cached} cached", refresh=False)
+    counts = {"pruned": sum(t.pruned for t in tallies.values()), "failed": sum(t.failed for t in tallies.values()),
+              "cached": sum(t.cached for t in tallies.values())}
+    shown = [f"best {best[0]:.4g}"] if best else []
+    shown += [f"{n} {what}" for what, n in counts.items() if n]
+    bar.set_postfix_str(", ".join(shown), refresh=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from xegemm.config import Config, SearchSpace
+from xegemm.config.schema import is_problem_axis
 from xegemm.errors import XegemmError
 from xegemm.grouped.problem import GROUP_SEPARATOR, GroupedProblem
 
@@ -130,11 +131,6 @@ def parse_shapes(spec: str) -> list[Shape | GroupedProblem]:
         if not shapes:
             raise XegemmError(f"--shapes: '{spec}' names no shape and is not a file")
     return list(dict.fromkeys(shapes))
-
-
-def is_problem_axis(axis: str) -> bool:
-    """A sweep axis that sets the problem: a shape, not a tuning parameter."""
-    return axis == "problem" or axis.startswith("problem.")
 
 
 def config_shapes(config: Config) -> list[Shape]:
