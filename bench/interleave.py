@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 from collections.abc import Callable
 
 from xegemm.config import load_config
