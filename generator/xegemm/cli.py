@@ -322,86 +322,86 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("devices", help="list the SYCL devices dpctl sees and the lowering each would get")
     if wanted("devices"):
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_devices)
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.set_defaults(func=cmd_devices)
 
     atoms = sub.add_parser("atoms", help="the atom model: list atoms, show lane maps, coop-matrix layouts")
     if wanted("atoms"):
-    asub = atoms.add_subparsers(dest="atoms_command", required=True)
-    p = asub.add_parser("list", help="every legal atom (and the flagged sycl-tla ones) with key properties")
-    p.add_argument("--kind", choices=["copy", "mma"])
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_atoms_list)
-    p = asub.add_parser("show", help="one atom: which elements each work-item holds")
-    p.add_argument("name", help="e.g. XE_2D_U16x32x16_LD_N or XE_8x16x16_F32BF16BF16F32_TT")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--all", action="store_true", help="print every register element, not the first 16")
-    p.set_defaults(func=cmd_atoms_show)
-    p = asub.add_parser("coopmatrix", help="the coop-matrix layout (tinytc's, docs/atoms.md §8) of one matrix")
-    p.add_argument("--use", required=True, choices=["a", "b", "acc"])
-    p.add_argument("--rows", required=True, type=int)
-    p.add_argument("--cols", required=True, type=int)
-    p.add_argument("--sg", type=int, default=16, help="sub-group size (default 16)")
-    p.add_argument("--dtype", default="f32", help="element type (default f32)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_atoms_coopmatrix)
+        asub = atoms.add_subparsers(dest="atoms_command", required=True)
+        p = asub.add_parser("list", help="every legal atom (and the flagged sycl-tla ones) with key properties")
+        p.add_argument("--kind", choices=["copy", "mma"])
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=cmd_atoms_list)
+        p = asub.add_parser("show", help="one atom: which elements each work-item holds")
+        p.add_argument("name", help="e.g. XE_2D_U16x32x16_LD_N or XE_8x16x16_F32BF16BF16F32_TT")
+        p.add_argument("--json", action="store_true")
+        p.add_argument("--all", action="store_true", help="print every register element, not the first 16")
+        p.set_defaults(func=cmd_atoms_show)
+        p = asub.add_parser("coopmatrix", help="the coop-matrix layout (tinytc's, docs/atoms.md §8) of one matrix")
+        p.add_argument("--use", required=True, choices=["a", "b", "acc"])
+        p.add_argument("--rows", required=True, type=int)
+        p.add_argument("--cols", required=True, type=int)
+        p.add_argument("--sg", type=int, default=16, help="sub-group size (default 16)")
+        p.add_argument("--dtype", default="f32", help="element type (default f32)")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=cmd_atoms_coopmatrix)
 
     p = sub.add_parser("generate", help="render every variant of configs to OpenCL C plus manifest.json")
     if wanted("generate"):
         from xegemm.lowering import LOWERINGS
-    p.add_argument("configs", nargs="+", metavar="CONFIG")
-    p.add_argument("--out", default="kernels", help="output directory (default kernels/)")
-    p.add_argument("--lowering", default="portable", choices=LOWERINGS)
-    p.add_argument("--capabilities", help="compiler capabilities of the native lowering: igc-1.0.12504, "
-                   "cl_intel_subgroup_2d_block_io or a .json file (default: $XEGEMM_COMPILER_CAPABILITIES, else "
-                   "probe ocloc)")
-    p.set_defaults(func=cmd_generate)
+        p.add_argument("configs", nargs="+", metavar="CONFIG")
+        p.add_argument("--out", default="kernels", help="output directory (default kernels/)")
+        p.add_argument("--lowering", default="portable", choices=LOWERINGS)
+        p.add_argument("--capabilities", help="compiler capabilities of the native lowering: igc-1.0.12504, "
+                       "cl_intel_subgroup_2d_block_io or a .json file (default: $XEGEMM_COMPILER_CAPABILITIES, else "
+                       "probe ocloc)")
+        p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("build", help="compile every variant ahead of time with ocloc for a real Xe GPU and "
                                      "count its machine code (build.json)")
     if wanted("build"):
         from xegemm.targets import AOT_TARGETS, GRF_MODES
-    p.add_argument("config")
-    p.add_argument("--target", choices=AOT_TARGETS, default="pvc")
-    p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
-    p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
-    p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, cl_intel_subgroup_2d_block_io, a .json "
-                                     "file; default: probe the installed ocloc")
-    p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
-    p.set_defaults(func=cmd_build)
+        p.add_argument("config")
+        p.add_argument("--target", choices=AOT_TARGETS, default="pvc")
+        p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
+        p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
+        p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, cl_intel_subgroup_2d_block_io, a .json "
+                                         "file; default: probe the installed ocloc")
+        p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
+        p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("run", help="generate, build, verify and profile a config's variants; write a report")
     if wanted("run"):
         from xegemm.evaluate.isolated import TimeLimits
         from xegemm.lowering import LOWERINGS
-    p.add_argument("config")
-    p.add_argument("--device", help="dpctl filter string, e.g. opencl:cpu:0 (default: the best device)")
-    p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
+        p.add_argument("config")
+        p.add_argument("--device", help="dpctl filter string, e.g. opencl:cpu:0 (default: the best device)")
+        p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
         p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in), as for tune; "
                                         "replaces the config's problem and its problem sweep")
-    p.add_argument("--lowering", choices=LOWERINGS,
-                   help="default: native on a device with Xe 2D block IO and DPAS, else portable")
-    p.add_argument("--strict", action="store_true",
-                   help="exit 1 if any variant fails to build or verify, times out, or none verifies")
-    p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
-                   help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
-    p.add_argument("--run-timeout", type=float, metavar="S",
-                   help="seconds one variant's verification and timing may take (default: from the problem size)")
-    p.set_defaults(func=cmd_run)
+        p.add_argument("--lowering", choices=LOWERINGS,
+                       help="default: native on a device with Xe 2D block IO and DPAS, else portable")
+        p.add_argument("--strict", action="store_true",
+                       help="exit 1 if any variant fails to build or verify, times out, or none verifies")
+        p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
+                       help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
+        p.add_argument("--run-timeout", type=float, metavar="S",
+                       help="seconds one variant's verification and timing may take (default: from the problem size)")
+        p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="a report of one or more run, tune or build directories (or tuning study "
                                       "databases): a self-contained HTML page of plots, cutlass_profiler-style "
                                       "CSV, JSON or Markdown")
     if wanted("report"):
         from xegemm.reporting import FORMATS
-    p.add_argument("results", nargs="+", metavar="RUN_OR_STUDY",
-                   help="output directories of `xegemm run`, `xegemm tune` or `xegemm build`, or a study database "
-                        "(a SQLite .db file or a SQLAlchemy URL such as postgresql://...)")
-    p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
-                   help="the baseline (run A): show the results against it per common variant")
-    p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")
-    p.add_argument("--format", choices=FORMATS, help="html (default), csv, json or md")
-    p.set_defaults(func=cmd_report)
+        p.add_argument("results", nargs="+", metavar="RUN_OR_STUDY",
+                       help="output directories of `xegemm run`, `xegemm tune` or `xegemm build`, or a study database "
+                            "(a SQLite .db file or a SQLAlchemy URL such as postgresql://...)")
+        p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
+                       help="the baseline (run A): show the results against it per common variant")
+        p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")
+        p.add_argument("--format", choices=FORMATS, help="html (default), csv, json or md")
+        p.set_defaults(func=cmd_report)
     p = sub.add_parser("tune", help="search a config's sweep for the fastest kernel per shape (Optuna study, "
                                     "resumable, shared by workers); write best.yaml, best.json, trials.csv")
     if wanted("tune"):
@@ -409,45 +409,45 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from xegemm.targets import AOT_TARGETS
         from xegemm.tune import STRATEGIES
         from xegemm.tune.study import HEARTBEAT_S
-    p.add_argument("config")
-    p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in); default: the "
-                                    "config's problem")
-    p.add_argument("--strategy", choices=list(STRATEGIES), default="exhaustive",
-                   help="; ".join(f"{s.name}: {s.summary}" for s in STRATEGIES.values()))
-    limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--budget", type=_positive, metavar="N",
-                       help="points evaluated per shape (pruned points are free; default: the whole space)")
-    limit.add_argument("--time", type=parse_duration, metavar="DURATION",
-                       help="start no trial after this long, e.g. 90s, 10m, 1h")
-    p.add_argument("--jobs", type=_positive, default=1, metavar="J",
-                   help="worker processes building side by side; timing stays serial on the device (default 1)")
-    p.add_argument("--storage", help="SQLAlchemy URL of the study database, e.g. postgresql://user:pw@host/db "
-                                     "(default: sqlite in --out); workers sharing it share the study")
-    p.add_argument("--study", help="study name (default: the config's name)")
-    p.add_argument("--seed", type=int, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
-    p.add_argument("--device", help="dpctl filter string (default: the best device)")
-    p.add_argument("--target", choices=AOT_TARGETS, help="no device: score ahead-of-time builds for this GPU "
-                                                          "(ocloc) and rank a shortlist")
-    p.add_argument("--capabilities", help="with --target: compiler capabilities (default: probe ocloc)")
-    p.add_argument("--out", help="output directory (default runs/tune-<timestamp>); an existing one resumes")
-    p.add_argument("--cache", help="measurement cache file (default $XDG_CACHE_HOME/xegemm/measurements.db)")
-    p.add_argument("--no-cache", action="store_true", help="neither read nor write the measurement cache")
-    p.add_argument("--retime", action="store_true", help="build and time again even when the cache has it")
-    p.add_argument("--heartbeat", type=_positive, default=HEARTBEAT_S, metavar="S",
-                   help=f"seconds between a running trial's heartbeats; a trial silent for 3 (its process died) is "
-                        f"failed and its point retried (default {HEARTBEAT_S})")
-    p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
-                                                         "from the study database")
-    p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
-                   help=f"seconds one build may take (default {TimeLimits.build_s:.0f})")
-    p.add_argument("--run-timeout", type=float, metavar="S",
-                   help="seconds one trial's verification and timing may take (default: from the problem size)")
-    p.set_defaults(func=cmd_tune)
+        p.add_argument("config")
+        p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in); default: the "
+                                        "config's problem")
+        p.add_argument("--strategy", choices=list(STRATEGIES), default="exhaustive",
+                       help="; ".join(f"{s.name}: {s.summary}" for s in STRATEGIES.values()))
+        limit = p.add_mutually_exclusive_group()
+        limit.add_argument("--budget", type=_positive, metavar="N",
+                           help="points evaluated per shape (pruned points are free; default: the whole space)")
+        limit.add_argument("--time", type=parse_duration, metavar="DURATION",
+                           help="start no trial after this long, e.g. 90s, 10m, 1h")
+        p.add_argument("--jobs", type=_positive, default=1, metavar="J",
+                       help="worker processes building side by side; timing stays serial on the device (default 1)")
+        p.add_argument("--storage", help="SQLAlchemy URL of the study database, e.g. postgresql://user:pw@host/db "
+                                         "(default: sqlite in --out); workers sharing it share the study")
+        p.add_argument("--study", help="study name (default: the config's name)")
+        p.add_argument("--seed", type=int, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
+        p.add_argument("--device", help="dpctl filter string (default: the best device)")
+        p.add_argument("--target", choices=AOT_TARGETS, help="no device: score ahead-of-time builds for this GPU "
+                                                              "(ocloc) and rank a shortlist")
+        p.add_argument("--capabilities", help="with --target: compiler capabilities (default: probe ocloc)")
+        p.add_argument("--out", help="output directory (default runs/tune-<timestamp>); an existing one resumes")
+        p.add_argument("--cache", help="measurement cache file (default $XDG_CACHE_HOME/xegemm/measurements.db)")
+        p.add_argument("--no-cache", action="store_true", help="neither read nor write the measurement cache")
+        p.add_argument("--retime", action="store_true", help="build and time again even when the cache has it")
+        p.add_argument("--heartbeat", type=_positive, default=HEARTBEAT_S, metavar="S",
+                       help=f"seconds between a running trial's heartbeats; a trial silent for 3 (its process died) is "
+                            f"failed and its point retried (default {HEARTBEAT_S})")
+        p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
+                                                             "from the study database")
+        p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
+                       help=f"seconds one build may take (default {TimeLimits.build_s:.0f})")
+        p.add_argument("--run-timeout", type=float, metavar="S",
+                       help="seconds one trial's verification and timing may take (default: from the problem size)")
+        p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("support", help="the supported matrix (layouts x types x epilogues x targets) as Markdown, "
                                        "each cell planned and rendered for its target")
     if wanted("support"):
-    p.set_defaults(func=cmd_support)
+        p.set_defaults(func=cmd_support)
     return parser
 
 
@@ -460,8 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except XegemmError as exc:
         if hasattr(exc, "exit_code"):            # an interrupted run or study (RunInterrupted): no "error:"
-        print(f"xegemm: {exc}", file=sys.stderr)
-        return exc.exit_code
+            print(f"xegemm: {exc}", file=sys.stderr)
+            return exc.exit_code
         print(f"xegemm: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
