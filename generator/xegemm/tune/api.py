@@ -173,7 +173,7 @@ def _advance(bar, tallies: dict[str, Tally], summary: dict) -> None:
     """One trial finished: an evaluated point moves the bar, a pruned one only its count; show the best so far
     (the objective's value: GFLOP/s, or the static score with --target), pruned, failed and cached counts."""
     if summary["status"] != "rejected":
-    bar.update(1)
+        bar.update(1)
     best = max((t.best for t in tallies.values() if t.best), default=None)
     counts = {"pruned": sum(t.pruned for t in tallies.values()), "failed": sum(t.failed for t in tallies.values()),
               "cached": sum(t.cached for t in tallies.values())}
