@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from xegemm.errors import XegemmError
@@ -83,10 +84,10 @@ class DType:
             return v.astype(np.float16).astype(np.float64)
         if self.name == "f64":
             return v.astype(np.float64)
+        if self.name in ML_DTYPES:    # through f32, as the device's inputs are made: ml_dtypes rounds to nearest even
+            return v.astype(np.float32).astype(ML_DTYPES[self.name]).astype(np.float64)
         bits = v.astype(np.float32).view(np.uint32)
-        if self.name == "bf16":
-            bits = _f32_bits_to_bf16(bits).astype(np.uint32) << 16
-        elif self.name == "tf32":
+        if self.name == "tf32":
             bits = bits & np.uint32(0xFFFFE000)
         return bits.view(np.float32).astype(np.float64)
 
@@ -99,8 +100,9 @@ class DType:
             return v.astype(np.float16).view(np.uint16).astype(np.uint64)
         if self.name == "f64":
             return v.view(np.uint64)
-        f32 = v.astype(np.float32).view(np.uint32).astype(np.uint64)
-        return f32 >> 16 if self.name == "bf16" else f32
+        if self.name in ML_DTYPES:
+            return v.astype(np.float32).astype(ML_DTYPES[self.name]).view(f"u{self.bits // 8}").astype(np.uint64)
+        return v.astype(np.float32).view(np.uint32).astype(np.uint64)
 
     def decode(self, bits) -> np.ndarray:
         """Values (float64 or int64) of bit patterns of this type."""
@@ -112,16 +114,25 @@ class DType:
             return b.astype(np.uint16).view(np.float16).astype(np.float64)
         if self.name == "f64":
             return b.view(np.float64)
-        f32 = (b << np.uint64(16) if self.name == "bf16" else b).astype(np.uint32)
-        return f32.view(np.float32).astype(np.float64)
+        if self.name in ML_DTYPES:
+            return b.astype(f"u{self.bits // 8}").view(ML_DTYPES[self.name]).astype(np.float64)
+        return b.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def _f32_bits_to_bf16(bits: np.ndarray) -> np.ndarray:
-    """Round-to-nearest-even of f32 bit patterns to bf16 bit patterns (NaN kept quiet)."""
-    bits = bits.astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
-    nan = (bits & 0x7FFFFFFF) > 0x7F800000
-    return np.where(nan, ((bits >> 16) | 0x40) & 0xFFFF, rounded).astype(np.uint16)
+# ---- host arrays --------------------------------------------------------------------------------------------
+# Element types numpy lacks come from ml_dtypes (https://github.com/jax-ml/ml_dtypes): its bfloat16 rounds to
+# nearest even and keeps NaNs quiet, as the device's conversions do.  The other types are numpy's own.
+ML_DTYPES = {"bf16": ml_dtypes.bfloat16}
+HOST_DTYPES = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "tf32": np.dtype(np.float32),
+               "f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "s8": np.dtype(np.int8),
+               "u8": np.dtype(np.uint8), "s4": np.dtype(ml_dtypes.int4), "u4": np.dtype(ml_dtypes.uint4),
+               "s32": np.dtype(np.int32)}
+
+
+def host_dtype(name: str) -> np.dtype:
+    """The numpy dtype of host arrays of a registry type, one element per numpy item (ml_dtypes for bf16 and
+    the 4-bit integers; tf32 values travel as float32)."""
+    return HOST_DTYPES[dtype(name).name]
 
 
 # The registry, in the order configs list them.  Unit roundoffs: Higham, "Accuracy and Stability of
