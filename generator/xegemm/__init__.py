@@ -3,6 +3,22 @@
 The package is organised as a one-way chain (config -> plan -> render -> build -> verify -> profile
 -> report) with the atom model (:mod:`xegemm.atoms`) beside it as the single source of truth for
 every 2D block copy and DPAS atom.
+
+``xegemm.load(source)`` returns a callable :class:`xegemm.api.Gemm` (docs/use.md).  It is looked up on first
+use (PEP 562), so that importing the generator alone does not start the SYCL runtime.
 """
 
+import importlib
+
 __version__ = "0.1.0"
+_API = ("load", "Gemm", "DeviceArray")
+
+
+def __getattr__(name: str):
+    if name in _API:
+        return getattr(importlib.import_module("xegemm.api"), name)
+    raise AttributeError(f"module 'xegemm' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_API])

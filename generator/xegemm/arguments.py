@@ -139,9 +139,14 @@ class KernelCall:
         return cls(plan, tuple(launches), tuple(steps), workspace)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
-    def sizes(self, m: int, n: int, k: int, batch: int) -> dict[str, int]:
-        """Every formula's value for a problem (M, N, K, batch and the steps)."""
-        return evaluate(self.formulas, {"M": m, "N": n, "K": k, "batch": batch})
+    def sizes(self, m: int, n: int, k: int, batch: int) -> dict:
+        """Every formula's value for a problem (M, N, K, batch and the steps), plus ``workspace_bytes`` and each
+        launch's global size (``global0``, ``global1``): what :meth:`bind` needs, worked out once per shape."""
+        sizes = evaluate(self.formulas, {"M": m, "N": n, "K": k, "batch": batch})
+        sizes["workspace_bytes"] = self.value(self.workspace, sizes)
+        for i, launch in enumerate(self.launches):
+            sizes[f"global{i}"] = tuple(self.value(g, sizes) for g in launch.global_size)
+        return sizes
 
     def value(self, expr: str, sizes: dict[str, int]) -> int:
         """One formula (a global size, the workspace) for sizes of :meth:`sizes`."""
@@ -151,7 +156,7 @@ class KernelCall:
         """Per launch: (kernel name, argument values in order, global size, local size).  ``buffers`` maps
         :data:`BUFFERS` names to device buffers, ``scalars`` :data:`SCALARS` names to floats."""
         out = []
-        for launch in self.launches:
+        for i, launch in enumerate(self.launches):
             values = []
             for arg in launch.arguments:
                 if arg.is_buffer:
@@ -160,8 +165,7 @@ class KernelCall:
                     values.append(ctypes.c_float(scalars[arg.value]))
                 else:
                     values.append(CTYPES[arg.ctype](sizes[arg.value]))
-            out.append((launch.kernel, values, tuple(self.value(g, sizes) for g in launch.global_size),
-                        launch.local_size))
+            out.append((launch.kernel, values, sizes[f"global{i}"], launch.local_size))
         return out
 
 

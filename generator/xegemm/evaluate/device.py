@@ -36,7 +36,7 @@ def workspace_bytes(config: Config) -> int:
     """Bytes of the workspace of split K (the partial sums) or stream-K (xegemm.stream_k), else 0: the formula of
     :class:`xegemm.arguments.KernelCall`."""
     call, p = KernelCall.of(plan(config, check_registers=False)), config.problem
-    return call.value(call.workspace, call.sizes(p.m, p.n, p.k, p.batch))
+    return call.sizes(p.m, p.n, p.k, p.batch)["workspace_bytes"]
 
 
 def epilogue_scalars(config: Config) -> dict[str, float]:
