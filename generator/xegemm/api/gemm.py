@@ -65,6 +65,7 @@ class LastKernel:
     variant: str
     reason: str
     shape: str
+    config: Config = field(repr=False)
     event: object = field(default=None, repr=False)
 
     @property
@@ -323,7 +324,7 @@ class Gemm:
         event.wait()
         p = choice.config.problem
         self.last_kernel = LastKernel(choice.call.plan.name, f"variant {choice.candidate.index} of {self.label}",
-                                      choice.reason, Shape(p.m, p.n, p.k, p.batch).label, event)
+                                      choice.reason, Shape(p.m, p.n, p.k, p.batch).label, choice.config, event)
 
     def _run_host(self, choice, opa, opb, c, bias, out, d_shape, alpha, beta):
         q, t, s = self.queue, choice.config.types, choice.sizes
