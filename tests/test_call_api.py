@@ -194,3 +194,21 @@ def test_native_pitch_rules_name_the_rule():
     gemm.lowering = named_lowering("native")
     with pytest.raises(AlignmentError, match="pitch .* not a multiple of 16 B"):
         gemm.choose(64, 64, 37, 1, "bf16", "bf16", ("row",), ("row",))
+
+
+def test_call_epilogue_overrides_pick_the_kernel_that_does_it():
+    """alpha, beta, C and a bias given in the call run the variant that scales, reads C and adds the bias."""
+    gemm = xegemm.load(CONFIGS[0].parent / "default.yaml")       # alpha 1, beta 0, no bias
+    rng = np.random.default_rng(9)
+    a, b = values(rng, "f16", (2, 33, 40)), values(rng, "f16", (2, 40, 21))
+    c = values(rng, "f32", (2, 33, 21))
+    bias = dtype("f32").round(rng.uniform(-1, 1, 21)).astype(np.float32)     # length N: per column
+    out = np.zeros((2, 33, 21), np.float32)
+    assert gemm(a, b, c, alpha=0.5, beta=2.0, bias=bias, out=out) is out
+    assert gemm.last_kernel.name.endswith("_alpha_beta_biascol")
+    assert_matches(gemm, a, b, out, c, bias)
+    d = gemm(a, b)                                               # back to the plain kernel, same shape
+    assert not gemm.last_kernel.name.endswith("_biascol")
+    assert_matches(gemm, a, b, d)
+    with pytest.raises(ShapeMismatchError, match="beta = 1.0 reads C"):
+        gemm(a, b, beta=1.0)

@@ -28,9 +28,10 @@ def _missing() -> str | None:
     return None
 
 
-def _export(tmp_path, *targets) -> Path:
-    config = tmp_path / "one.yaml"
-    config.write_text(ONE)
+def _export(tmp_path, *targets, config: Path | None = None) -> Path:
+    if config is None:
+        config = tmp_path / "one.yaml"
+        config.write_text(ONE)
     out = tmp_path / "out"
     args = [sys.executable, "-m", "xegemm", "export", str(config), "--out", str(out)]
     for t in targets:
@@ -75,3 +76,18 @@ def test_pvc_binaries_are_exported_with_their_manifest_entries(tmp_path):
         assert any("64-byte" in r for r in k["rules"])
     header = (out / "xegemm_kernels.h").read_text()
     assert all(f"{k['launcher']}(" in header for k in pvc)
+
+
+@pytest.mark.ocloc
+@pytest.mark.device
+@pytest.mark.skipif(find_ocloc() is None or _missing() is not None,
+                    reason=str(_missing() or "ocloc is not installed: sudo bash .ci/install-ocloc.sh"))
+def test_dg2_binaries_and_the_integer_kernels_of_the_simd8_config(tmp_path):
+    """configs/dg2.yaml: bf16, f16, s8 x u8 and s4 x u4 (packed two per byte) at sub-group size 8."""
+    out = _export(tmp_path, "cpu", "dg2", config=ROOT / "configs" / "dg2.yaml")
+    manifest = json.loads((out / "manifest.json").read_text())
+    dg2 = [k for k in manifest["kernels"] if k["target"] == "dg2"]
+    assert len(dg2) == 4 and all((out / k["binary"]).stat().st_size > 0 and k["sub_group_size"] == 8 for k in dg2)
+    assert all(k["isa"]["dpas"] > 0 and any("1D sub-group block" in r for r in k["rules"]) for k in dg2)
+    done = subprocess.run(["make", "-C", str(out), "run"], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0 and "4 passed, 0 failed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]

@@ -19,6 +19,7 @@ import numpy as np
 
 from xegemm.api.errors import LayoutError, RankError
 from xegemm.dtypes import HOST_DTYPES, dtype
+from xegemm.verify import pack_nibbles
 
 USM_INTERFACE = "__sycl_usm_array_interface__"
 # Device arrays of types neither numpy nor dpctl spell natively travel as their bit patterns.
@@ -129,8 +130,5 @@ def host_bytes(op: Operand, layout: str, type_name: str) -> np.ndarray:
         a = np.swapaxes(a, 1, 2)
     a = np.ascontiguousarray(a)
     if dtype(type_name).bits == 4:
-        codes = a.astype(np.int8).view(np.uint8) & 0xF
-        if codes.shape[-1] % 2:
-            codes = np.concatenate([codes, np.zeros(codes.shape[:-1] + (1,), np.uint8)], axis=-1)
-        return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << 4)).reshape(-1)
+        return pack_nibbles(a.astype(np.int8).view(np.uint8) & 0xF).reshape(-1)
     return a.reshape(-1).view(np.uint8)

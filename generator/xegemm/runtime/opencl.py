@@ -223,6 +223,14 @@ class OpenCLBuffer:
                                              out.ctypes.data, 0, None, None), "clEnqueueReadBuffer")
         return out
 
+    def write_from(self, src: np.ndarray) -> None:
+        """Enqueue a write of a C-contiguous uint8 array without waiting: the caller keeps ``src`` alive and
+        unchanged until the queue has finished (a later blocking read or ``wait()`` on this in-order queue)."""
+        if src.nbytes > self.nbytes or not src.flags.c_contiguous:
+            raise ValueError(f"cannot write {src.nbytes} bytes from this array into a buffer of {self.nbytes}")
+        _check(library().clEnqueueWriteBuffer(self.queue.handle, self.handle, 0, 0, src.nbytes, src.ctypes.data,
+                                              0, None, None), "clEnqueueWriteBuffer")
+
     def read_into(self, out: np.ndarray) -> None:
         """Read the first ``out.nbytes`` bytes into a C-contiguous uint8 array."""
         if out.nbytes > self.nbytes or not out.flags.c_contiguous:

@@ -134,6 +134,18 @@ def from_device(mem, dtype, shape) -> np.ndarray:
     return raw[: count * np.dtype(dtype).itemsize].view(dtype).reshape(shape).copy()
 
 
+def write_async(mem, array: np.ndarray) -> np.ndarray:
+    """Write a C-contiguous array to the start of a device allocation.  On the raw OpenCL path the write is
+    enqueued without waiting: keep the returned array alive until the queue is done (a later blocking read on
+    the same in-order queue).  Through dpctl it is a blocking copy."""
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    if isinstance(mem, opencl.OpenCLBuffer):
+        mem.write_from(data)
+    else:
+        mem.copy_from_host(data)
+    return data
+
+
 def read_into(mem, array: np.ndarray) -> np.ndarray:
     """Copy the start of a device allocation into a C-contiguous numpy array (no intermediate copy)."""
     view = array.reshape(-1).view(np.uint8)
