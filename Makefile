@@ -15,12 +15,13 @@ $(STAMP): pyproject.toml
 
 # System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests, Debian's chromium and
 # chromium-driver for the report's browser tests, PostgreSQL's server binaries for the shared-study test, CLBlast
-# for the CLBlast reference test.  As root they are installed (quietly, once); otherwise the note says what to
+# for the CLBlast reference test, the OpenCL ICD loader's development files (ocl-icd-opencl-dev) and a C compiler for
+# the exported example's `make run`.  As root they are installed (quietly, once); otherwise the note says what to
 # install and those tests are skipped with the reason.  Only `make test` needs them; `make demo` installs nothing
 # but .venv.  (grep without -q below: it reads all of ldconfig's output, so ldconfig never dies of SIGPIPE.)
 tools:
 	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh && bash .ci/install-chromium.sh && bash .ci/install-postgresql.sh \
-	    && bash .ci/install-clblast.sh; \
+	    && bash .ci/install-clblast.sh && bash .ci/install-opencl-dev.sh; \
 	else \
 	  if ! command -v ocloc >/dev/null 2>&1; then echo "note: ocloc is not installed and this is not root: the ahead-of-time tests will be skipped;" \
 	     "install it with: sudo bash .ci/install-ocloc.sh"; fi; \
@@ -31,6 +32,9 @@ tools:
 	     "install it with: sudo bash .ci/install-postgresql.sh"; fi; \
 	  if ! ldconfig -p | grep 'libclblast\.so\.1 ' >/dev/null; then echo "note: CLBlast is not installed and this is not root: the CLBlast reference test will be skipped;" \
 	     "install it with: sudo bash .ci/install-clblast.sh"; fi; \
+	  if ! [ -f /usr/include/CL/cl.h ] || ! command -v cc >/dev/null 2>&1; then echo "note: the OpenCL development files" \
+	     "or a C compiler are missing and this is not root: the exported example's test will be skipped;" \
+	     "install them with: sudo bash .ci/install-opencl-dev.sh"; fi; \
 	fi
 
 demo: $(STAMP)

@@ -36,6 +36,9 @@ FORBIDDEN = {
     "xegemm.evaluate": ("xegemm.pipeline", "xegemm.tune", "xegemm.cli"),
     "xegemm.pipeline": ("xegemm.tune", "xegemm.cli"),
     "xegemm.tune": ("xegemm.cli",),
+    "xegemm.arguments": ("xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime", "xegemm.api"),
+    "xegemm.api": ("xegemm.pipeline", "xegemm.export", "xegemm.cli"),
+    "xegemm.export": ("xegemm.pipeline", "xegemm.cli"),
 }
 
 

@@ -302,6 +302,14 @@ def _print_best(best: dict) -> None:
         print(f"{label}: best {winner['kernel']}: {speed}{ratio}, trial {winner['trial']}")
 
 
+def cmd_export(args) -> int:
+    from xegemm.export import export as export_kernels
+    manifest = export_kernels(args.source, args.out, tuple(args.target or ["cpu"]), progress=sys.stderr)
+    print(f"wrote {len(manifest['kernels'])} kernel(s) to {args.out} (manifest.json, xegemm_kernels.h, example.c, "
+          f"Makefile); run them with: make -C {args.out} run")
+    return 0
+
+
 def cmd_support(args) -> int:
     from xegemm.support import markdown as support_markdown
     print(support_markdown(), end="")
@@ -443,6 +451,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--run-timeout", type=float, metavar="S",
                        help="seconds one trial's verification and timing may take (default: from the problem size)")
         p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("export", help="write kernels a C/C++/SYCL program can launch: sources, ocloc binaries, "
+                       "manifest.json, xegemm_kernels.h, example.c and a Makefile (docs/use.md)")
+    if wanted("export"):
+        p.add_argument("source", help="a config file or a tune output directory (best.yaml)")
+        p.add_argument("--out", required=True, help="a new directory")
+        p.add_argument("--target", action="append", choices=("cpu", "pvc", "dg2"),
+                       help="cpu (OpenCL C for any OpenCL device; the default), pvc or dg2 (also ocloc binaries); "
+                            "repeatable")
+        p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("support", help="the supported matrix (layouts x types x epilogues x targets) as Markdown, "
                                        "each cell planned and rendered for its target")

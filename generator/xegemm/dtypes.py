@@ -84,12 +84,10 @@ class DType:
             return v.astype(np.float16).astype(np.float64)
         if self.name == "f64":
             return v.astype(np.float64)
-        if self.name in ML_DTYPES:
+        if self.name in ML_DTYPES:    # through f32, as the device's inputs are made: ml_dtypes rounds to nearest even
             return v.astype(np.float32).astype(ML_DTYPES[self.name]).astype(np.float64)
         bits = v.astype(np.float32).view(np.uint32)
-        if self.name == "bf16":
-            bits = _f32_bits_to_bf16(bits).astype(np.uint32) << 16
-        elif self.name == "tf32":
+        if self.name == "tf32":
             bits = bits & np.uint32(0xFFFFE000)
         return bits.view(np.float32).astype(np.float64)
 
@@ -103,9 +101,8 @@ class DType:
         if self.name == "f64":
             return v.view(np.uint64)
         if self.name in ML_DTYPES:
-            return v.astype(ML_DTYPES[self.name]).view(np.uint8).astype(np.uint64)
-        f32 = v.astype(np.float32).view(np.uint32).astype(np.uint64)
-        return f32 >> 16 if self.name == "bf16" else f32
+            return v.astype(np.float32).astype(ML_DTYPES[self.name]).view(_storage(self.bits)).astype(np.uint64)
+        return v.astype(np.float32).view(np.uint32).astype(np.uint64)
 
     def decode(self, bits) -> np.ndarray:
         """Values (float64 or int64) of bit patterns of this type."""
@@ -118,25 +115,34 @@ class DType:
         if self.name == "f64":
             return b.view(np.float64)
         if self.name in ML_DTYPES:
-            return b.astype(np.uint8).view(ML_DTYPES[self.name]).astype(np.float64)
-        f32 = (b << np.uint64(16) if self.name == "bf16" else b).astype(np.uint32)
-        return f32.view(np.float32).astype(np.float64)
+            return b.astype(_storage(self.bits)).view(ML_DTYPES[self.name]).astype(np.float64)
+        return b.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-# The storage-only floats are OCP's 8- and 4-bit formats as ml_dtypes implements them (OCP Microscaling Formats
-# (MX) v1.0 and OCP 8-bit Floating Point v1.0, https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf):
-# e4m3 and e2m1 have no infinities ("fn"), e8m0 is an unsigned exponent ("fnu").  Rounded from f32 like bf16 above;
-# the 4-bit one is stored one per byte here (packing two per byte is xegemm.quant's job).
-ML_DTYPES = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn,
-             "e8m0": ml_dtypes.float8_e8m0fnu}
+def _storage(bits: int) -> str:
+    """The unsigned numpy type an ml_dtypes element of ``bits`` occupies (a 4-bit float takes one byte)."""
+    return f"u{max(bits // 8, 1)}"
 
 
-def _f32_bits_to_bf16(bits: np.ndarray) -> np.ndarray:
-    """Round-to-nearest-even of f32 bit patterns to bf16 bit patterns (NaN kept quiet)."""
-    bits = bits.astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
-    nan = (bits & 0x7FFFFFFF) > 0x7F800000
-    return np.where(nan, ((bits >> 16) | 0x40) & 0xFFFF, rounded).astype(np.uint16)
+# ---- host arrays --------------------------------------------------------------------------------------------
+# Element types numpy lacks come from ml_dtypes (https://github.com/jax-ml/ml_dtypes): its bfloat16 rounds to
+# nearest even and keeps NaNs quiet, as the device's conversions do.  The storage-only floats are OCP's 8- and
+# 4-bit formats as ml_dtypes implements them (OCP Microscaling Formats (MX) v1.0 and OCP 8-bit Floating Point
+# v1.0, https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf): e4m3 and e2m1
+# have no infinities ("fn"), e8m0 is an unsigned exponent ("fnu").  All are rounded from f32; the 4-bit one is
+# stored one per byte here (packing two per byte is xegemm.quant's job).  The other types are numpy's own.
+ML_DTYPES = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
+             "e2m1": ml_dtypes.float4_e2m1fn, "e8m0": ml_dtypes.float8_e8m0fnu}
+HOST_DTYPES = {"f16": np.dtype(np.float16), "tf32": np.dtype(np.float32), "f32": np.dtype(np.float32),
+               "f64": np.dtype(np.float64), "s8": np.dtype(np.int8), "u8": np.dtype(np.uint8),
+               "s4": np.dtype(ml_dtypes.int4), "u4": np.dtype(ml_dtypes.uint4), "s32": np.dtype(np.int32),
+               **{name: np.dtype(t) for name, t in ML_DTYPES.items()}}
+
+
+def host_dtype(name: str) -> np.dtype:
+    """The numpy dtype of host arrays of a registry type, one element per numpy item (ml_dtypes for bf16, the
+    8- and 4-bit floats and the 4-bit integers; tf32 values travel as float32)."""
+    return HOST_DTYPES[dtype(name).name]
 
 
 # The registry, in the order configs list them.  Unit roundoffs: Higham, "Accuracy and Stability of
