@@ -27,7 +27,8 @@ from xegemm.dtypes import ctype_shape, dtype
 from xegemm.errors import XegemmError
 from xegemm.lowering import named_lowering
 from xegemm.lowering.reorder import LANE_DECLARATION, fragment_ctype, reorder_lines
-from xegemm.plan import Fragment, Reorder, plan, reorder_cost
+from xegemm.operands import Fragment, Reorder, reorder_cost
+from xegemm.plan import plan
 from xegemm.render import fragment_helpers, wide_vector_typedefs
 from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
 from xegemm.support import LAYOUTS, SUBGROUP_TILES, _config_text, type_combinations

@@ -124,13 +124,12 @@ class EpilogueSpec:
         """Nothing but the store (and its conversion, if C's type differs from the accumulator's)."""
         return not (self.scales or self.reads_c or self.bias != "none" or self.activation != "none")
 
-    def name_suffix(self) -> str:
-        """The kernel name's part for the epilogue: empty for the plain store, else e.g.
-        ``_alpha_beta_biasrow_gelu_tanh``."""
-        parts = (["alpha"] if self.scales else []) + (["beta"] if self.reads_c else []) \
-            + ([f"bias{self.bias}"] if self.bias != "none" else []) \
-            + ([self.activation] if self.activation != "none" else [])
-        return "".join(f"_{p}" for p in parts)
+    def name_parts(self) -> tuple[str, ...]:
+        """The kernel name's parts for the epilogue (xegemm.kernel_name): none for the plain store, else e.g.
+        ``("alpha", "beta", "biasrow", "gelu_tanh")``."""
+        return tuple((["alpha"] if self.scales else []) + (["beta"] if self.reads_c else [])
+                     + ([f"bias{self.bias}"] if self.bias != "none" else [])
+                     + ([self.activation] if self.activation != "none" else []))
 
     def describe(self) -> str:
         """One line for the kernel's header comment and reports."""

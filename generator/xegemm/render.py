@@ -26,7 +26,8 @@ from xegemm.lowering import LOWERINGS, Lowering, named_lowering
 from xegemm.lowering.native import NativeUnsupported, lower_copy
 from xegemm.lowering.portable import copy_plan, mma_plan, staged_kstep
 from xegemm.lowering.reorder import plan_reorders
-from xegemm.plan import Plan, PlanRejected, native_surface_violations
+from xegemm.plan import Plan, PlanRejected
+from xegemm.surfaces import native_surface_violations
 from xegemm.swizzle import c_lines as swizzle_c_lines
 
 

@@ -25,6 +25,8 @@ from xegemm.dtypes import ALIASES, CODE_PATTERN, DTYPES as DTYPE_REGISTRY
 from xegemm.dtypes import dtype
 from xegemm.epilogue import ACTIVATIONS, BIAS_KINDS, OUTPUT_TYPES
 from xegemm.errors import XegemmError
+from xegemm.layouts import ALIASES as LAYOUT_ALIASES
+from xegemm.layouts import LAYOUTS as LAYOUT_REGISTRY
 
 # --------------------------------------------------------------------------------------------------------
 # Errors
@@ -220,8 +222,7 @@ def _atom_name(kind: str, pattern: re.Pattern[str], spelling: str, example: str,
 
 DTYPES = tuple(DTYPE_REGISTRY)  # f16 bf16 tf32 f32 f64 s8 u8 s4 u4 s32: the registry's names
 DTYPE_ALIASES = dict(ALIASES)
-LAYOUTS = ("row", "col")
-LAYOUT_ALIASES = {"row_major": "row", "column": "col", "col_major": "col", "column_major": "col"}
+LAYOUTS = tuple(LAYOUT_REGISTRY)  # row col: the layout registry's names
 
 # the atom models own the naming patterns: 2D block atoms, 1D block atoms for SIMD8 (dg2) plans, DPAS atoms
 _COPY_ATOM = re.compile(f"(?:{COPY_ATOM_NAME.pattern})|(?:{BLOCK1D_ATOM_NAME.pattern})")

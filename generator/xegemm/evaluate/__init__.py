@@ -27,8 +27,9 @@ from typing import Any
 from xegemm.config import Config, Variant, expand
 from xegemm.epilogue import EpilogueSpec
 from xegemm.errors import XegemmError
+from xegemm.kernel_name import KernelName
 from xegemm.lowering import Lowering
-from xegemm.plan import Plan, PlanRejected, plan, variant_stem
+from xegemm.plan import Plan, PlanRejected, plan
 from xegemm.render import render_kernel
 from xegemm.report import write_text_atomic
 
@@ -62,7 +63,7 @@ class PlannedVariant:
         if self.plan is not None:
             return self.plan.name
         digest = hashlib.sha256(json.dumps(self.config.to_dict(), sort_keys=True).encode()).hexdigest()[:6]
-        return f"{variant_stem(self.config)}_pf{self.config.pipeline.prefetch}_rejected_{digest}"
+        return str(KernelName.of_config(self.config, rejected=digest))
 
 
 def plan_variant(variant: Variant, lowering: Lowering | None = None) -> PlannedVariant:
@@ -101,7 +102,7 @@ def params_of(config: Config) -> dict:
             "prefetch": config.pipeline.prefetch, "grf": config.target.grf, "split_k": tile.split_k,
             "stream_k": tile.stream_k, "swizzle": tile.swizzle,
             "register_block": "x".join(map(str, tile.register_block)) if any(tile.register_block) else "all",
-            "epilogue": EpilogueSpec.of(config).name_suffix()[1:] or "none",
+            "epilogue": "_".join(EpilogueSpec.of(config).name_parts()) or "none",
             "atom_mma": config.atoms.mma, "atom_a": config.atoms.a, "atom_b": config.atoms.b,
             "atom_c": config.atoms.c}
 
