@@ -43,14 +43,13 @@ from xegemm.atoms.base import OPS, CopyAtomBase
 from xegemm.atoms.lanemap import LaneMap
 from xegemm.dtypes import UNSIGNED_CTYPE
 from xegemm.errors import XegemmError
+from xegemm.targets import SUBGROUP_BLOCK_EXTENSIONS
 
 TYPE_BITS = {"U4": 4, "U8": 8, "U16": 16, "U32": 32, "U64": 64}
 READ_BUILTIN = {8: "intel_sub_group_block_read_uc", 16: "intel_sub_group_block_read_us",
                 32: "intel_sub_group_block_read", 64: "intel_sub_group_block_read_ul"}
 WRITE_BUILTIN = {8: "intel_sub_group_block_write_uc", 16: "intel_sub_group_block_write_us",
                  32: "intel_sub_group_block_write", 64: "intel_sub_group_block_write_ul"}
-EXTENSION = {8: "cl_intel_subgroups_char", 16: "cl_intel_subgroups_short", 32: "cl_intel_subgroups",
-             64: "cl_intel_subgroups_long"}
 READ_ALIGN_BYTES = 4      # OCLSG "Restrictions": reads 32-bit aligned
 WRITE_ALIGN_BYTES = 16    # OCLSG "Restrictions": writes 128-bit aligned
 SUB_GROUP_SIZES = (8, 16, 32)
@@ -163,7 +162,7 @@ class Block1DAtom(CopyAtomBase):
 
     @property
     def extension(self) -> str:
-        return EXTENSION[self.chunk_bits]
+        return SUBGROUP_BLOCK_EXTENSIONS[self.chunk_bits]
 
     @property
     def align_bytes(self) -> int:
