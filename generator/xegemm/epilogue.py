@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xegemm.dtypes import UNSIGNED_CTYPE, DType, dtype
+from xegemm.dtypes import UNSIGNED_CTYPE, DType, c_spelling, dtype
 
 U32 = 2.0 ** -24        # unit roundoff of f32, the compute type
 
@@ -165,22 +165,17 @@ class EpilogueSpec:
 
 def load_float(type_name: str, bits: str) -> str:
     """C expression: the value of storage bits ``bits`` (an unsigned scalar) of ``type_name`` as a float."""
-    return {"f32": f"as_float((uint){bits})", "f16": f"xe_f16_to_f32({bits})",
-            "bf16": f"as_float((uint){bits} << 16)", "s32": f"(float)as_int((uint){bits})",
-            "s8": f"(float)(char){bits}", "u8": f"(float){bits}"}[type_name]
+    return c_spelling(type_name, "load", bits)
 
 
 def store_float(type_name: str, value: str) -> str:
     """C expression: the storage bits of float ``value`` converted to ``type_name`` (RNE; integers saturate)."""
-    return {"f32": f"as_uint({value})", "f16": f"xe_f32_to_f16_rne({value})", "bf16": f"xe_f32_to_bf16_rne({value})",
-            "s32": f"(uint)convert_int_sat_rte({value})", "s8": f"(uchar)convert_char_sat_rte({value})",
-            "u8": f"convert_uchar_sat_rte({value})"}[type_name]
+    return c_spelling(type_name, "store", value)
 
 
 def store_int(type_name: str, value: str) -> str:
     """C expression: the storage bits of int ``value`` converted to integer ``type_name`` with saturation."""
-    return {"s32": f"(uint){value}", "s8": f"(uchar)convert_char_sat({value})",
-            "u8": f"convert_uchar_sat({value})"}[type_name]
+    return c_spelling(type_name, "store_int", value)
 
 
 def storage_ctype(type_name: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from xegemm import __version__, stream_k
 from xegemm.atoms.mma import MmaAtom
 from xegemm.atoms.lanemap import lane_affine, lane_expr
-from xegemm.dtypes import UNSIGNED_CTYPE, ctype_shape, dtype
+from xegemm.dtypes import UNSIGNED_CTYPE, c_spelling, ctype_shape, dtype
 from xegemm.epilogue import load_float
 from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering, lowering_class, named_lowering
@@ -47,8 +47,7 @@ def _accumulator_element(plan: Plan, staged, i: int, j: int, r: int, as_int: boo
         x = f"acc_{i}_{j}_{r}"
         return (f"as_int({x})" if as_int else f"(float)as_int({x})") if code == "S32" else x
     x = f"acc_{i}_{j}" + (f".s{r:x}" if plan.mma.register_m > 1 else "")
-    return {"F32": x, "S32": x if as_int else f"(float){x}", "F16": f"(float){x}",
-            "BF16": f"as_float((uint)(ushort){x} << 16)"}[code]
+    return x if as_int else c_spelling(code, "register_to_float", x)
 
 
 def _lane_coordinate(values: list[int], sub_group: int) -> str:
@@ -116,8 +115,8 @@ def reduction(plan: Plan) -> dict:
     spec, t = plan.epilogue, plan.config.types
     acc = dtype(t.acc)
     exact = spec.exact_integer
-    partial = {"f32": "as_float(w[{i}])", "s32": "(float)as_int(w[{i}])" if not exact else "as_int(w[{i}])",
-               "f16": "vload_half({i}, (const global half*)w)", "bf16": "as_float((uint)w[{i}] << 16)"}[acc.name]
+    partial = c_spelling(acc.name, "acc_to_register", "w[{i}]") if exact else \
+        c_spelling(acc.name, "workspace_load", "{i}")
     return {"name": plan.name + "_reduce", "w_ctype": UNSIGNED_CTYPE[acc.bits], "sum_ctype": "int" if exact else "float",
             "partial": partial, "c_ctype": UNSIGNED_CTYPE[dtype(t.c).bits],
             "element": spec.element("sum", load_float(t.c, "c_bits"), "b"),
