@@ -38,14 +38,26 @@ def _key(check: Check, default: Any = MISSING) -> Any:
     return field(default=default, metadata={"check": check})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Problem:
-    """The GEMM problem: D[batch] = A[batch] (m x k) @ B[batch] (k x n)."""
+    """The GEMM problem: D[batch] = A[batch] (m x k) @ B[batch] (k x n); the tuner's shapes are Problems too."""
 
     m: int = _key(positive_int)
     n: int = _key(positive_int)
     k: int = _key(positive_int)
     batch: int = _key(positive_int, 1)
+
+    @property
+    def label(self) -> str:
+        """``MxNxK``, or ``MxNxKxB`` for a batch: how messages, reports and ``--shapes`` write a problem."""
+        return f"{self.m}x{self.n}x{self.k}" + (f"x{self.batch}" if self.batch != 1 else "")
+
+    def overrides(self) -> dict[str, int]:
+        """The config keys that set this problem."""
+        return {"problem.m": self.m, "problem.n": self.n, "problem.k": self.k, "problem.batch": self.batch}
+
+    def as_dict(self) -> dict[str, int]:
+        return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch}
 
 
 @dataclass(frozen=True)

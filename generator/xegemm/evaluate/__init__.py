@@ -220,8 +220,7 @@ class ProgressObserver(Observer):
         speed = (f" {evaluation.gflops:.1f} GFLOP/s, median {evaluation.time_ms['median']:.3f} ms"
                  if evaluation.gflops is not None else "")
         why = f" - {evaluation.reason}" if evaluation.reason else ""
-        p = pv.config.problem
-        problem = f"{p.m}x{p.n}x{p.k}" + (f"x{p.batch}" if p.batch > 1 else "")
+        problem = pv.config.problem.label
         print(f"[{self.done}/{self.total}] {pv.name} ({problem}): {evaluation.status}{speed}{why}", file=self.stream,
               flush=True)
 
