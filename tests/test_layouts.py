@@ -20,10 +20,11 @@ from xegemm.dtypes import ctype_shape
 from xegemm.config import config_from_text
 from xegemm.config.schema import Problem
 from xegemm.evaluate.device import DeviceSession
+from xegemm.layouts import AB_LAYOUTS, from_letters
 from xegemm.operands import Fragment, Reorder, reorder_cost
 from xegemm.plan import PlanRejected, plan
 
-LAYOUTS = {"rrr": ("row", "row"), "rcr": ("row", "col"), "crr": ("col", "row"), "ccr": ("col", "col")}
+LAYOUTS = {code.lower(): from_letters(code)[:2] for code in AB_LAYOUTS}   # rrr: (row, row), rcr, crr, ccr
 # (types, SIMD16 work-group tile, SIMD8 work-group tile or None where DG2 has no such DPAS)
 TYPES = {
     "bf16": ("{a: bf16, b: bf16, acc: f32, c: f32}", "[16, 32, 32]", "[16, 16, 32]"),

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 from xegemm.epilogue import ACTIVATIONS, BIAS_KINDS
 from xegemm.errors import XegemmError
-from xegemm.layouts import BY_NAME_LETTER, from_name_letters, name_letters
+from xegemm.layouts import LAYOUTS, from_name_letters, name_letters
 
 
 class KernelNameError(XegemmError):
@@ -33,7 +33,7 @@ _EPILOGUE_PARTS = ("alpha", "beta", *(f"bias{b}" for b in BIAS_KINDS if b != "no
 _TYPE, _ATOM, _N = r"[a-z0-9]+", r"[a-z0-9]+", r"\d+"
 _PATTERN = re.compile(
     rf"^xegemm_(?P<a>{_TYPE})_(?P<b>{_TYPE})_(?P<acc>{_TYPE})_(?P<c>{_TYPE})"
-    rf"_(?P<layouts>[{''.join(BY_NAME_LETTER)}]{{3}})_(?P<bm>{_N})x(?P<bn>{_N})x(?P<bk>{_N})_sg(?P<sgm>{_N})x(?P<sgn>{_N})"
+    rf"_(?P<layouts>[{''.join(lay.name_letter for lay in LAYOUTS.values())}]{{3}})_(?P<bm>{_N})x(?P<bn>{_N})x(?P<bk>{_N})_sg(?P<sgm>{_N})x(?P<sgn>{_N})"
     rf"(?:_pf(?P<rejected_pf>{_N})_rejected_(?P<rejected>[0-9a-f]+)"
     rf"|_dpas(?P<dm>{_N})x(?P<dn>{_N})x(?P<dk>{_N})_a(?P<atom_a>{_ATOM})_b(?P<atom_b>{_ATOM})_c(?P<atom_c>{_ATOM})"
     rf"_pf(?P<pf>{_N})_grf(?P<grf>{_N})(?:_swz(?P<swz>{_N}))?(?:_rb(?P<rbr>{_N})x(?P<rbj>{_N}))?"

@@ -30,8 +30,6 @@ LAYOUTS: dict[str, MemoryLayout] = {lay.name: lay for lay in (
     MemoryLayout("col", ("column", "col_major", "column_major"), "C", "n", "column"),
 )}
 ALIASES: dict[str, str] = {alias: lay.name for lay in LAYOUTS.values() for alias in lay.aliases}
-BY_LETTER: dict[str, MemoryLayout] = {lay.letter: lay for lay in LAYOUTS.values()}
-BY_NAME_LETTER: dict[str, MemoryLayout] = {lay.name_letter: lay for lay in LAYOUTS.values()}
 
 
 def layout(name: str) -> MemoryLayout:
@@ -42,30 +40,29 @@ def layout(name: str) -> MemoryLayout:
         raise XegemmError(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}") from None
 
 
-def letters(*names: str) -> str:
-    """The table letters of layouts by config name: ``letters("row", "col", "row")`` = ``"RCR"``."""
-    return "".join(layout(n).letter for n in names)
+def letters(*names: str, column: str = "letter") -> str:
+    """Layouts by config name in one-letter ``column``: ``letters("row", "col", "row")`` = ``"RCR"``,
+    ``letters("row", "col", "row", column="name_letter")`` = ``"tnt"``."""
+    return "".join(getattr(layout(n), column) for n in names)
 
 
-def from_letters(text: str) -> tuple[str, ...]:
-    """Config names of table letters: ``from_letters("RCR")`` = ``("row", "col", "row")``."""
-    try:
-        return tuple(BY_LETTER[c].name for c in text)
-    except KeyError:
-        raise XegemmError(f"{text!r} is not a layout in letters {'/'.join(BY_LETTER)} (e.g. RCR)") from None
+def from_letters(text: str, column: str = "letter") -> tuple[str, ...]:
+    """Config names of layouts in one-letter ``column``: ``from_letters("RCR")`` = ``("row", "col", "row")``."""
+    known = {getattr(lay, column): lay.name for lay in LAYOUTS.values()}
+    if not text or any(c not in known for c in text):
+        example = letters("row", "col", "row", column=column)
+        raise XegemmError(f"{text!r} is not a layout in letters {'/'.join(known)} (e.g. {example})")
+    return tuple(known[c] for c in text)
 
 
 def name_letters(*names: str) -> str:
     """The kernel-name letters of layouts by config name: ``name_letters("row", "col", "row")`` = ``"tnt"``."""
-    return "".join(layout(n).name_letter for n in names)
+    return letters(*names, column="name_letter")
 
 
 def from_name_letters(text: str) -> tuple[str, ...]:
     """Config names of kernel-name letters: ``from_name_letters("tnt")`` = ``("row", "col", "row")``."""
-    try:
-        return tuple(BY_NAME_LETTER[c].name for c in text)
-    except KeyError:
-        raise XegemmError(f"{text!r} is not a layout in kernel-name letters {'/'.join(BY_NAME_LETTER)}") from None
+    return from_letters(text, column="name_letter")
 
 
 # The layouts of A and B xegemm generates, C row-major (block stores write row-major blocks): RRR, RCR, CRR, CCR
