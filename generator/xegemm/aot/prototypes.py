@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from xegemm.aot.errors import BuiltinNameError
 from xegemm.dtypes import CTYPE_BYTES as SCALAR_BYTES
-from xegemm.dtypes import vector_ctype
+from xegemm.dtypes import UNSIGNED_CTYPE, vector_ctype
 from xegemm.targets import EXT_2D_BLOCK_IO as EXT_2D
 from xegemm.targets import EXT_DPAS as EXT_MMA
 from xegemm.targets import EXT_DPAS_TF32 as EXT_TF32
@@ -81,7 +81,7 @@ def block2d_data_scalar(op: str, elem_bits: int, cols: int) -> str:
         return "uint"
     if elem_bits == 8:
         return "ushort" if cols == 32 else "uchar"
-    return {16: "ushort", 32: "uint"}[elem_bits]
+    return UNSIGNED_CTYPE[elem_bits]
 
 
 def block2d_data_count(op: str, elem_bits: int, rows: int, cols: int, count: int) -> int:

@@ -45,7 +45,7 @@ from xegemm.dtypes import UNSIGNED_CTYPE
 from xegemm.errors import XegemmError
 from xegemm.targets import SUBGROUP_BLOCK_EXTENSIONS
 
-TYPE_BITS = {"U4": 4, "U8": 8, "U16": 16, "U32": 32, "U64": 64}
+TYPE_BITS = {f"U{bits}": bits for bits in (4, *UNSIGNED_CTYPE)}   # U4 U8 U16 U32 U64: element containers
 READ_BUILTIN = {8: "intel_sub_group_block_read_uc", 16: "intel_sub_group_block_read_us",
                 32: "intel_sub_group_block_read", 64: "intel_sub_group_block_read_ul"}
 WRITE_BUILTIN = {8: "intel_sub_group_block_write_uc", 16: "intel_sub_group_block_write_us",

@@ -29,13 +29,13 @@ from xegemm.atoms.base import OPS, CopyAtomBase
 from xegemm.atoms.block1d import TYPE_BITS as BLOCK1D_TYPE_BITS
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.lanemap import LaneMap
-from xegemm.dtypes import UNSIGNED_CTYPE, vector_ctype
+from xegemm.dtypes import UNSIGNED_CTYPE, dtype, vector_ctype
 from xegemm.errors import XegemmError
 
 SUB_GROUP = 16  # 2D block messages need a full sub-group of 16 (OCL2D, SPV2D)
 GRF_BYTES = 64
 
-TYPE_BITS = {"U4": 4, "U8": 8, "U16": 16, "U32": 32, "U64": 64, "TF32": 32}
+TYPE_BITS = {**BLOCK1D_TYPE_BITS, "TF32": dtype("tf32").bits}   # the 1D tiles' containers, and tf32
 TYPE_OF_BITS = {bits: name for name, bits in TYPE_BITS.items() if name.startswith("U")}   # the unsigned type of a width
 LAYOUTS = ("N", "T", "V")
 NAME_RE = re.compile(r"^XE_2D_(Packed_)?(U4|U8|U16|U32|U64|TF32)x(\d+)x(\d+)_(LD|ST|PF)_([NTV])$")

@@ -266,11 +266,11 @@ def count_messages(messages) -> dict:
     return out
 
 
-def lsc_prefetch_lines(atom: CopyAtom) -> int:
+def lsc_prefetch_lines(atom: CopyAtomBase) -> int:
     """64-byte cache lines a block spans per row."""
     return -(-atom.row_bytes // 64)
 
 
-def lsc_prefetch_messages(atom: CopyAtom) -> int:
+def lsc_prefetch_messages(atom: CopyAtomBase) -> int:
     """LSC prefetches needed: one per sub-group (16 lanes for 2D atoms) of (row, cache line) pairs."""
     return -(-(atom.rows * lsc_prefetch_lines(atom)) // atom.lanes)
