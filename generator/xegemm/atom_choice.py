@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from xegemm.atoms.block1d import Block1DAtom, enumerate_block1d_atoms
-from xegemm.atoms.copy import AtomError, CopyAtom, enumerate_copy_atoms
+from xegemm.atoms.copy import SUB_GROUP, AtomError, CopyAtom, enumerate_copy_atoms
 from xegemm.atoms.mma import MmaAtom
 from xegemm.errors import PlanRejected
 from xegemm.operands import OperandPlan, plan_operand, reorder_cost
@@ -80,6 +80,51 @@ def choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, tr
     raise PlanRejected(f"no legal copy atom moves the {operand.upper()} tile {extent[0]}x{extent[1]} into "
                        f"{mma.name} operands" + (f" (last tried: {reasons[-1]})" if reasons else ""))
 
+
+
+def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None) -> tuple[OperandPlan, OperandPlan]:
+    """The loads of A and B of a sub-group tile (``grid``: DPAS atoms along M, N, K): at sub-group size 16 Xe 2D
+    block copies of the families each layout takes (row-major A: plain loads, row-major B: VNNI loads,
+    column-major: transposing loads), at 8 (no 2D block IO) 1D sub-group block tiles."""
+    t, lay, tile = config.types, config.layout, config.tile
+    bk, sg = tile.workgroup[2], tile.subgroup_size
+    sgm, sgn = subgroup_tile
+    abits, bbits = mma.a_type.bits, mma.b_type.bits
+    if sg == SUB_GROUP:          # 2D block messages need a sub-group of 16 (SPV2D, OCL2D)
+        if lay.a == "row":
+            a_cands = copy_candidates("LD", ("N",), abits, 32, bk, "TF32" if t.a == "tf32" else None)
+            a_extent, a_transpose = (sgm, bk), False
+        else:   # memory rows = k: the transposing loads (LD_T), sycl-tla's col-major A (xe_atoms.md §1.4)
+            a_cands = copy_candidates("LD", ("T",), abits, bk, sgm)
+            a_extent, a_transpose = (bk, sgm), True
+        a_plan = choose("a", config.atoms.a, a_cands, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
+                         transpose=a_transpose, issuable=issuable)
+        if lay.b == "row":
+            # 4-bit B has no DPAS-ready load: a gather from the 8-bit VNNI load of its bytes or, for tiles
+            # narrower than its 16 bytes, from plain rows (VNNI first: on pvc with Debian's IGC, 128x32x64 over
+            # 2x1 sub-groups, 7248 instructions and 10 block loads against 7446 and 16 from plain rows)
+            layouts = {4: ("V", "N"), 8: ("V",), 16: ("V",)}.get(bbits, ("N",))
+            b_cands = copy_candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
+            b_extent, b_transpose = (bk, sgn), False
+        else:
+            b_cands = copy_candidates("LD", ("T",), bbits, sgn, bk)
+            b_extent, b_transpose = (sgn, bk), True
+        b_plan = choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
+                         transpose=b_transpose, issuable=issuable)
+    else:
+        for operand in ("a", "b", "c"):
+            named = getattr(config.atoms, operand)
+            if named and not named.startswith("XE_1D_"):
+                raise PlanRejected(f"atoms.{operand} = {named} is an Xe 2D block copy, but sub-group size {sg} "
+                                   "plans move tiles with 1D sub-group block messages (no 2D block IO at SIMD8, "
+                                   f"xe_atoms.md §2): name an XE_1D_..._SG{sg} atom or leave atoms.{operand} unset")
+        a_extent, a_transpose = ((sgm, bk), False) if lay.a == "row" else ((bk, sgm), True)
+        a_plan = choose_block1d("a", "LD", abits, sg, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
+                                 a_transpose, config.atoms.a)
+        b_extent, b_transpose = ((bk, sgn), False) if lay.b == "row" else ((sgn, bk), True)
+        b_plan = choose_block1d("b", "LD", bbits, sg, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
+                                 b_transpose, config.atoms.b)
+    return a_plan, b_plan
 
 
 def plan_store(explicit: str | None, bits: int, mma: MmaAtom, subgroup_tile, grid, block2d: bool) -> OperandPlan:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from xegemm.atom_choice import choose, choose_block1d, copy_candidates, load_twin, plan_store, with_prefetch
+from xegemm.atom_choice import choose_loads, load_twin, plan_store, with_prefetch
 from xegemm.atoms.base import CopyAtomBase
 from xegemm.atoms.copy import SUB_GROUP as BLOCK2D_SUB_GROUP
 from xegemm.atoms.mma import MmaAtom
@@ -186,42 +186,8 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         raise PlanRejected(f"sub-group tile {sgm}x{sgn}x{bk} is not a multiple of the {mma.name} shape "
                            f"{mma.m}x{mma.n}x{mma.k}")
     grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
-    abits, bbits = mma.a_type.bits, mma.b_type.bits
+    a_plan, b_plan = choose_loads(config, mma, grid, (sgm, sgn), issuable)
     c_bits = dtype(t.acc if tile.split_k > 1 else t.c).bits   # split: the slices' partial sums are stored
-    if block2d:
-        if lay.a == "row":
-            a_cands = copy_candidates("LD", ("N",), abits, 32, bk, "TF32" if t.a == "tf32" else None)
-            a_extent, a_transpose = (sgm, bk), False
-        else:   # memory rows = k: the transposing loads (LD_T), sycl-tla's col-major A (xe_atoms.md §1.4)
-            a_cands = copy_candidates("LD", ("T",), abits, bk, sgm)
-            a_extent, a_transpose = (bk, sgm), True
-        a_plan = choose("a", config.atoms.a, a_cands, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
-                         transpose=a_transpose, issuable=issuable)
-        if lay.b == "row":
-            # 4-bit B has no DPAS-ready load: a gather from the 8-bit VNNI load of its bytes or, for tiles
-            # narrower than its 16 bytes, from plain rows (VNNI first: on pvc with Debian's IGC, 128x32x64 over
-            # 2x1 sub-groups, 7248 instructions and 10 block loads against 7446 and 16 from plain rows)
-            layouts = {4: ("V", "N"), 8: ("V",), 16: ("V",)}.get(bbits, ("N",))
-            b_cands = copy_candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
-            b_extent, b_transpose = (bk, sgn), False
-        else:
-            b_cands = copy_candidates("LD", ("T",), bbits, sgn, bk)
-            b_extent, b_transpose = (sgn, bk), True
-        b_plan = choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
-                         transpose=b_transpose, issuable=issuable)
-    else:
-        for operand in ("a", "b", "c"):
-            named = getattr(config.atoms, operand)
-            if named and not named.startswith("XE_1D_"):
-                raise PlanRejected(f"atoms.{operand} = {named} is an Xe 2D block copy, but sub-group size {sg} "
-                                   "plans move tiles with 1D sub-group block messages (no 2D block IO at SIMD8, "
-                                   f"xe_atoms.md §2): name an XE_1D_..._SG{sg} atom or leave atoms.{operand} unset")
-        a_extent, a_transpose = ((sgm, bk), False) if lay.a == "row" else ((bk, sgm), True)
-        a_plan = choose_block1d("a", "LD", abits, sg, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
-                                 a_transpose, config.atoms.a)
-        b_extent, b_transpose = ((bk, sgn), False) if lay.b == "row" else ((sgn, bk), True)
-        b_plan = choose_block1d("b", "LD", bbits, sg, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
-                                 b_transpose, config.atoms.b)
     c_plan = plan_store(config.atoms.c, c_bits, mma, (sgm, sgn), grid, block2d)
     # stream-K: pieces of tiles are stored as the accumulator, with the planner's own atom
     partial = plan_store(None, dtype(t.acc).bits, mma, (sgm, sgn), grid, block2d) if tile.stream_k else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from xegemm.aot.capabilities import MODERN_CAPABILITIES
 from xegemm.config import config_from_text
 from xegemm.dtypes import dtype
 from xegemm.epilogue import ACTIVATIONS, OUTPUT_TYPES
@@ -23,7 +24,7 @@ from xegemm.render import render_kernel
 from xegemm.targets import TARGETS
 
 LAYOUTS = AB_LAYOUTS     # RRR RCR CRR CCR: the layout registry's letters of A, B and C
-DRIVER_CAPABILITIES = "cl_intel_subgroup_2d_block_io"
+DRIVER_CAPABILITIES = MODERN_CAPABILITIES     # a cl_intel_subgroup_2d_block_io driver
 SIZE = 256          # M = N = K of the representative problem: meets every block-surface rule
 
 
