@@ -99,8 +99,7 @@ def cmd_atoms_show(args) -> int:
             try:
                 atom.check()
             except XegemmError as exc:
-                quirk = atom.describe().get("sycl_tla_quirk")
-                raise XegemmError(f"{exc}" + (f" (sycl-tla defines it: {quirk})" if quirk else "")) from None
+                raise XegemmError(f"{exc}" + (f" (sycl-tla defines it: {atom.quirk})" if atom.quirk else "")) from None
         if args.json:
             print(json.dumps({"name": atom.name, "lanes": atom.lane_map.lanes, "map": atom.lane_map.to_json(),
                               **{k: v for k, v in atom.describe().items() if k != "name"}}))

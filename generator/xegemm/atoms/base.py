@@ -105,6 +105,11 @@ class CopyAtomBase(ABC):
     def legal(self) -> bool:
         return not self.violations()
 
+    @property
+    def quirk(self) -> str | None:
+        """How sycl-tla's atom of this name deviates from this model (None when it does not)."""
+        return None
+
     # -- related atoms -------------------------------------------------------------------------------
     @property
     @abstractmethod
