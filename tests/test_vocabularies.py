@@ -20,6 +20,7 @@ from xegemm.evaluate import plan_variants
 from xegemm.kernel_name import KernelName, KernelNameError, parse_kernel_name
 from xegemm.layouts import AB_LAYOUTS, LAYOUTS, from_letters, from_name_letters, letters, name_letters
 from xegemm.lowering import LOWERINGS, Lowering, NativeLowering, PortableLowering
+from xegemm.lowering.native import native_capabilities
 from xegemm.support import LAYOUTS as SUPPORT_LAYOUTS
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
@@ -110,6 +111,8 @@ def test_lowerings_are_objects_made_by_name_and_equal_by_name_and_capabilities()
     assert portable.build_options(256) == "-cl-std=CL3.0 -cl-mad-enable"
     with pytest.raises(XegemmError, match="lowering must be one of portable, native"):
         Lowering("spirv")
+    with pytest.raises(XegemmError, match="pass capabilities="):
+        NativeLowering(native_capabilities("cl_intel_subgroup_2d_block_io"))
 
 
 def test_copy_atoms_of_both_families_answer_the_same_interface():

@@ -44,6 +44,9 @@ class Lowering:
         return super().__new__(cls)
 
     def __init__(self, name: str | None = None, capabilities: NativeCapabilities | None = None):
+        if name is not None and name != self.name:      # NativeLowering(caps) would read caps as the name
+            raise XegemmError(f"{type(self).__name__} is the {self.name} lowering, not {name!r} "
+                              "(pass capabilities=...)")
         self.capabilities = capabilities
 
     def __eq__(self, other) -> bool:
