@@ -49,11 +49,18 @@ class Lowering:
                               "(pass capabilities=...)")
         self.capabilities = capabilities
 
+    # (name, capabilities), as the named tuple a lowering used to be: unpacked, indexed, compared with tuples
+    def __iter__(self):
+        return iter((self.name, self.capabilities))
+
+    def __getitem__(self, index):
+        return (self.name, self.capabilities)[index]
+
     def __eq__(self, other) -> bool:
-        return isinstance(other, Lowering) and (self.name, self.capabilities) == (other.name, other.capabilities)
+        return tuple(self) == (tuple(other) if isinstance(other, (Lowering, tuple)) else other)
 
     def __hash__(self) -> int:
-        return hash((self.name, self.capabilities))
+        return hash(tuple(self))
 
     def __repr__(self) -> str:
         return f"Lowering({self.name!r}, {self.capabilities!r})"
