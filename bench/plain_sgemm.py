@@ -15,6 +15,7 @@ import ctypes
 
 import numpy as np
 
+from xegemm.build_flags import STANDARD
 from xegemm.runtime.program import build_program, from_device, launch, to_device
 
 TM, TN, SG = 4, 4, 16
@@ -46,7 +47,7 @@ __kernel void plain_sgemm(__global const float *A, __global const float *B, __gl
         }}
 }}
 """
-OPTIONS = "-cl-std=CL3.0 -cl-mad-enable"
+OPTIONS = STANDARD     # as xegemm builds its portable kernels
 
 
 class PlainSgemm:

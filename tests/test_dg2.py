@@ -24,7 +24,8 @@ from xegemm.atoms.mma import MmaAtom, encode, pack_operand
 from xegemm.config import config_from_text
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.lowering.native import count_messages, lower_copy, native_capabilities
-from xegemm.plan import PlanRejected, native_surface_violations, plan
+from xegemm.plan import PlanRejected, plan
+from xegemm.surfaces import native_surface_violations
 from xegemm.lowering import Lowering
 from xegemm.render import render_kernel, render_macro, wide_vector_typedefs
 

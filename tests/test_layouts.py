@@ -1,7 +1,7 @@
 """Every layout of A and B (CUTLASS RRR, RCR, CRR, CCR; C row-major) with every DPAS type the hardware allows.
 
 - the planner finds each DPAS fragment in the copy registers by lane maps: a contiguous run (no code), a
-  per-lane permutation or a cross-lane gather (xegemm.plan.Reorder); the reorder is checked element by element
+  per-lane permutation or a cross-lane gather (xegemm.operands.Reorder); the reorder is checked element by element
   against the lane maps, and on the device (a kernel that applies it to known registers);
 - on the CPU device (portable lowering), ragged batched problems verify against numpy, and the staged k-step
   is bit for bit the atom-by-atom kernel (which runs the reorder's shuffles literally);
@@ -20,9 +20,11 @@ from xegemm.dtypes import ctype_shape
 from xegemm.config import config_from_text
 from xegemm.config.schema import Problem
 from xegemm.evaluate.device import DeviceSession
-from xegemm.plan import Fragment, PlanRejected, Reorder, plan, reorder_cost
+from xegemm.layouts import AB_LAYOUTS, from_letters
+from xegemm.operands import Fragment, Reorder, reorder_cost
+from xegemm.plan import PlanRejected, plan
 
-LAYOUTS = {"rrr": ("row", "row"), "rcr": ("row", "col"), "crr": ("col", "row"), "ccr": ("col", "col")}
+LAYOUTS = {code.lower(): from_letters(code)[:2] for code in AB_LAYOUTS}   # rrr: (row, row), rcr, crr, ccr
 # (types, SIMD16 work-group tile, SIMD8 work-group tile or None where DG2 has no such DPAS)
 TYPES = {
     "bf16": ("{a: bf16, b: bf16, acc: f32, c: f32}", "[16, 32, 32]", "[16, 16, 32]"),

@@ -15,7 +15,8 @@ from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, count_messages, lower_copy, native_capabilities
 from xegemm.lowering import Lowering
 from xegemm.pipeline import build_config, choose_lowering
-from xegemm.plan import native_surface_violations, plan
+from xegemm.plan import plan
+from xegemm.surfaces import native_surface_violations
 from xegemm.render import render_copy_atoms, render_kernel
 from xegemm.runtime import DeviceInfo
 

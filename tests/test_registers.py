@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from xegemm.evaluate.spills import SpillCase, debian_lowering, read_table
-from xegemm.plan import MAY_SPILL_GRF, PlanRejected, plan
+from xegemm.plan import PlanRejected, plan
+from xegemm.registers import MAY_SPILL_GRF
 from xegemm.targets import get_target
 
 TABLE = Path(__file__).parent / "data" / "register_spills.tsv"

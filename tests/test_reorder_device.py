@@ -27,9 +27,11 @@ from xegemm.dtypes import ctype_shape, dtype
 from xegemm.errors import XegemmError
 from xegemm.lowering import named_lowering
 from xegemm.lowering.reorder import LANE_DECLARATION, fragment_ctype, reorder_lines
-from xegemm.plan import Fragment, Reorder, plan, reorder_cost
+from xegemm.operands import Fragment, Reorder, reorder_cost
+from xegemm.plan import plan
 from xegemm.render import fragment_helpers, wide_vector_typedefs
 from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
+from xegemm.layouts import from_letters
 from xegemm.support import LAYOUTS, SUBGROUP_TILES, _config_text, type_combinations
 from xegemm.targets import AOT_TARGETS, TARGETS
 
@@ -83,7 +85,7 @@ def enumerate_cases() -> list[Case]:
         for capabilities in NAMED_CAPABILITIES:
             lowering = named_lowering("native", capabilities, target)
             for a, b, acc in _families():
-                for la, lb in LAYOUTS.values():
+                for la, lb, _ in map(from_letters, LAYOUTS):
                     p = _plan(target, lowering, a, b, acc, la, lb)
                     if p is None:
                         continue

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
+from xegemm.runtime.backends import BACKENDS, backend_for
+from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device, uses_opencl
 
 pytestmark = pytest.mark.device
 
@@ -28,3 +29,22 @@ def test_build_error_carries_the_compiler_log(sycl_device):
         build_program(q, "__kernel void broken(void) { undeclared_thing = 1; }", "")
     assert "undeclared_thing" in str(exc.value)
     assert "error" in exc.value.log
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_each_backend_that_takes_the_device_runs_the_same_kernel(sycl_device, backend):
+    """The raw OpenCL and dpctl paths behind one interface: both take an OpenCL device (dpctl any device),
+    and compile, allocate, run and copy back give the same answer."""
+    if not backend.ready(sycl_device):
+        pytest.skip(f"{backend.name} does not run {sycl_device.filter_string}")
+    q = backend.queue(sycl_device, True)
+    kernel = backend.compile(q, SRC, "-cl-std=CL3.0").get_sycl_kernel("k")
+    out = backend.allocate(q, 32 * 4)
+    out.copy_from_host(np.zeros(32 * 4, np.uint8))
+    backend.run(q, kernel, [out], [32], [16]).wait()
+    assert list(from_device(out, np.int32, (32,))) == [15 + lane for lane in range(16)] * 2
+
+
+def test_the_device_is_served_by_the_backend_make_queue_picks(sycl_device):
+    assert uses_opencl(sycl_device) == (backend_for(sycl_device).name == "opencl")
+    assert (sycl_device.backend.name == "opencl") == uses_opencl(sycl_device)

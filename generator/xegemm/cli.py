@@ -52,14 +52,10 @@ def cmd_devices(args) -> int:
 
 def _atom(name: str):
     """A copy or MMA atom by name (raises the model's error for an illegal or unknown name)."""
-
-    from xegemm.atoms.block1d import Block1DAtom
-    from xegemm.atoms.copy import CopyAtom
+    from xegemm.atoms import COPY_ATOM_PREFIXES, copy_atom_named
     from xegemm.atoms.mma import MmaAtom
     name = name.strip()
-    if name.startswith("XE_1D_"):
-        return Block1DAtom.parse(name).check()
-    return CopyAtom.parse(name) if name.startswith("XE_2D_") else MmaAtom.parse(name)
+    return copy_atom_named(name) if name.startswith(COPY_ATOM_PREFIXES) else MmaAtom.parse(name)
 
 
 def cmd_atoms_list(args) -> int:
@@ -88,42 +84,19 @@ def cmd_atoms_list(args) -> int:
 
 
 def cmd_atoms_show(args) -> int:
-    from xegemm.atoms.block1d import Block1DAtom
-    from xegemm.atoms.copy import CopyAtom
+    from xegemm.atoms.base import CopyAtomBase
     atom = _atom(args.name)
-    if isinstance(atom, Block1DAtom):
-        lm = atom.lane_map
-        if args.json:
-            print(json.dumps({"name": atom.name, "lanes": lm.lanes, "map": lm.to_json(),
-                              **{k: v for k, v in atom.describe().items() if k != "name"}}))
-            return 0
-        print(f"{atom.name}: {atom.rows} rows x {atom.cols} cols, one {atom.builtin} per row "
-              f"(sub-group of {lm.lanes}); per work-item {atom.register_type or 'no registers'}")
-        if atom.elems_per_lane:
-            print()
-            print(lm.format_table(None if args.all else 16))
-        return 0
-    if isinstance(atom, CopyAtom):
+    if isinstance(atom, CopyAtomBase):
         if not atom.legal:
             try:
                 atom.check()
             except XegemmError as exc:
-                flag = f" (sycl-tla defines it: {atom.quirk})" if atom.quirk else ""
-                raise XegemmError(f"{exc}{flag}") from None
+                raise XegemmError(f"{exc}" + (f" (sycl-tla defines it: {atom.quirk})" if atom.quirk else "")) from None
         if args.json:
             print(json.dumps({"name": atom.name, "lanes": atom.lane_map.lanes, "map": atom.lane_map.to_json(),
                               **{k: v for k, v in atom.describe().items() if k != "name"}}))
             return 0
-        d = atom.describe()
-        m = d["message"]
-        print(f"{atom.name}: {atom.rows} rows x {atom.cols} cols of {atom.type_name} "
-              f"({'load' if atom.is_load else 'store' if atom.is_store else 'prefetch'}, layout {atom.layout}"
-              f"{', packed' if atom.packed else ''})")
-        print(f"message: {m['kind']}, {m['elem_bits']}-bit elements, block {m['block_width']} wide x "
-              f"{m['block_height']} rows x {m['block_count']} blocks; builtin {atom.ib_builtin} / {atom.ocl_builtin}")
-        print(f"per work-item: {atom.register_type or 'no registers'} ({atom.register_bytes} B)")
-        if atom.quirk:
-            print(f"FLAGGED (sycl-tla): {atom.quirk}")
+        print("\n".join(atom.headline()))
         if atom.elems_per_lane:
             print()
             print(atom.lane_map.format_table(None if args.all else 16))

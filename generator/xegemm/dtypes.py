@@ -62,6 +62,11 @@ class DType:
         return UNSIGNED_CTYPE[max(8, self.bits)]
 
     @property
+    def c(self) -> "CSpelling":
+        """How OpenCL C spells this type's conversions (:data:`C_SPELLINGS`)."""
+        return C_SPELLINGS[self.name]
+
+    @property
     def value_range(self) -> tuple[int, int]:
         """Integers: (lowest, highest) representable value."""
         if not self.is_int:
@@ -189,6 +194,92 @@ def by_code(code: str) -> DType:
     except KeyError:
         raise UnknownDTypeError(f"unknown element type code {code!r}: expected one of {', '.join(BY_CODE)}") \
             from None
+
+
+# ---- OpenCL C spellings of each type's conversions ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class CSpelling:
+    """The OpenCL C of one element type's conversions, each a ``str.format`` template (None: not needed for the
+    type).  ``{x}`` is the operand; ``{n}`` the vector width of a vector form ('' for a scalar); ``{mask}``
+    what a decode must mask off (`` & 0xffffu`` when a 16-bit element sits in wider bits, else '').
+
+    As C and D of the epilogue (xegemm.epilogue): ``load`` (storage bits -> float), ``store`` (float ->
+    storage bits, rounded to nearest even, integers saturating), ``store_int`` (int -> storage bits,
+    saturating: the exact integer path).  As a DPAS input in the portable lowering (xegemm.lowering.portable):
+    ``decode`` (bits of one element shifted to the bottom of a uint -> float, or int for integers),
+    ``decode_vector`` (the same on a uint vector, integers as uint), ``decode_low`` / ``decode_high`` (the
+    element in the low / high half of a 32-bit word, unshifted: bf16 needs no mask there).  As a DPAS
+    accumulator: ``register_to_float`` (one component of the accumulator register -> float),
+    ``workspace_load`` (element ``w[{x}]`` of the split-K workspace -> float), ``register_to_acc`` (the
+    register vector -> the portable DPAS's float or uint vector), ``acc_to_register`` (a float or uint row ->
+    the register's component), ``acc_to_register_vector`` (a whole vector at once), ``round_acc`` (a float
+    rounded to the type and back: what each DPAS does to a half accumulator), ``rounded_to_register`` (an
+    already rounded float -> the register's component).
+    """
+
+    load: str | None = None
+    store: str | None = None
+    store_int: str | None = None
+    decode: str | None = None
+    decode_vector: str | None = None
+    decode_low: str | None = None
+    decode_high: str | None = None
+    register_to_float: str | None = None
+    workspace_load: str | None = None
+    register_to_acc: str | None = None
+    acc_to_register: str | None = None
+    acc_to_register_vector: str | None = None
+    round_acc: str | None = None
+    rounded_to_register: str | None = None
+
+
+# bf16 is the high half of an f32 (as_float(bits << 16)); f16 goes through half (xe_f16_to_f32 / xe_f32_to_*_rne
+# are the kernels' own helpers, templates/gemm.cl.j2); integers as uint wrap like the DPAS's int32 accumulator
+C_SPELLINGS: dict[str, CSpelling] = {
+    "f32": CSpelling(load="as_float((uint){x})", store="as_uint({x})",
+                     register_to_float="{x}", workspace_load="as_float(w[{x}])", register_to_acc="{x}",
+                     acc_to_register="{x}", acc_to_register_vector="{x}", rounded_to_register="{x}"),
+    "bf16": CSpelling(load="as_float((uint){x} << 16)", store="xe_f32_to_bf16_rne({x})",
+                      decode="as_float(({x} & 0xffffu) << 16)", decode_vector="as_float{n}(({x} & 0xffffu) << 16)",
+                      decode_low="as_float{n}({x} << 16)", decode_high="as_float{n}({x} & 0xffff0000u)",
+                      register_to_float="as_float((uint)(ushort){x} << 16)",
+                      workspace_load="as_float((uint)w[{x}] << 16)",
+                      register_to_acc="as_float{n}(convert_uint{n}(as_ushort{n}({x})) << 16)",
+                      acc_to_register="as_short(xe_f32_to_bf16_rne({x}))",
+                      round_acc="as_float((uint)xe_f32_to_bf16_rne({x}) << 16)",
+                      rounded_to_register="as_short((ushort)(as_uint({x}) >> 16))"),
+    "f16": CSpelling(load="xe_f16_to_f32({x})", store="xe_f32_to_f16_rne({x})",
+                     decode="(float)as_half((ushort){x})",
+                     decode_vector="convert_float{n}(as_half{n}(convert_ushort{n}({x}{mask})))",
+                     register_to_float="(float){x}", workspace_load="vload_half({x}, (const global half*)w)",
+                     register_to_acc="convert_float{n}({x})", acc_to_register="convert_half_rte({x})",
+                     acc_to_register_vector="convert_half{n}_rte({x})", round_acc="(float)convert_half_rte({x})",
+                     rounded_to_register="(half){x}"),
+    "tf32": CSpelling(decode="as_float({x} & 0xffffe000u)", decode_vector="as_float{n}({x} & 0xffffe000u)"),
+    "s32": CSpelling(load="(float)as_int((uint){x})", store="(uint)convert_int_sat_rte({x})", store_int="(uint){x}",
+                     register_to_float="(float){x}", workspace_load="(float)as_int(w[{x}])",
+                     register_to_acc="as_uint{n}({x})", acc_to_register="as_int({x})",
+                     acc_to_register_vector="as_int{n}({x})", rounded_to_register="as_int({x})"),
+    "s8": CSpelling(load="(float)(char){x}", store="(uchar)convert_char_sat_rte({x})",
+                    store_int="(uchar)convert_char_sat({x})", decode="(int)as_char((uchar){x})",
+                    decode_vector="as_uint{n}(convert_int{n}(as_char{n}(convert_uchar{n}({x} & 0xffu))))"),
+    "u8": CSpelling(load="(float){x}", store="convert_uchar_sat_rte({x})", store_int="convert_uchar_sat({x})",
+                    decode="(int)({x} & 0xffu)", decode_vector="{x} & 0xffu"),
+    "s4": CSpelling(decode="(((int)({x} & 0xfu) ^ 8) - 8)", decode_vector="as_uint{n}((convert_int{n}({x} & 0xfu) ^ 8) - 8)"),
+    "u4": CSpelling(decode="(int)({x} & 0xfu)", decode_vector="{x} & 0xfu"),
+    "f64": CSpelling(),
+}
+
+
+def c_spelling(type_name: str, column: str, x: str, n: int = 1, mask: str = "") -> str:
+    """The C of ``column`` of :class:`CSpelling` for type ``type_name`` (a name, alias or atom code) applied to
+    ``x`` (``n``: the vector width of a vector form)."""
+    t = by_code(type_name) if type_name in BY_CODE else dtype(type_name)
+    template = getattr(t.c, column)
+    if template is None:
+        raise UnknownDTypeError(f"OpenCL C has no {column} spelling of {t.name} here")
+    return template.format(x=x, n=n if n > 1 else "", mask=mask)
 
 
 # ---- OpenCL C spellings of element bits -------------------------------------------------------------------

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xegemm.dtypes import UNSIGNED_CTYPE, DType, dtype
+from xegemm.dtypes import UNSIGNED_CTYPE, DType, c_spelling, dtype
 
 U32 = 2.0 ** -24        # unit roundoff of f32, the compute type
 
@@ -126,13 +126,12 @@ class EpilogueSpec:
         """Nothing but the store (and its conversion, if C's type differs from the accumulator's)."""
         return not (self.scales or self.reads_c or self.bias != "none" or self.activation != "none")
 
-    def name_suffix(self) -> str:
-        """The kernel name's part for the epilogue: empty for the plain store, else e.g.
-        ``_alpha_beta_biasrow_gelu_tanh``."""
-        parts = (["alpha"] if self.scales else []) + (["beta"] if self.reads_c else []) \
-            + ([f"bias{self.bias}"] if self.bias != "none" else []) \
-            + ([self.activation] if self.activation != "none" else [])
-        return "".join(f"_{p}" for p in parts)
+    def name_parts(self) -> tuple[str, ...]:
+        """The kernel name's parts for the epilogue (xegemm.kernel_name): none for the plain store, else e.g.
+        ``("alpha", "beta", "biasrow", "gelu_tanh")``."""
+        return tuple((["alpha"] if self.scales else []) + (["beta"] if self.reads_c else [])
+                     + ([f"bias{self.bias}"] if self.bias != "none" else [])
+                     + ([self.activation] if self.activation != "none" else []))
 
     def describe(self) -> str:
         """One line for the kernel's header comment and reports."""
@@ -168,22 +167,17 @@ class EpilogueSpec:
 
 def load_float(type_name: str, bits: str) -> str:
     """C expression: the value of storage bits ``bits`` (an unsigned scalar) of ``type_name`` as a float."""
-    return {"f32": f"as_float((uint){bits})", "f16": f"xe_f16_to_f32({bits})",
-            "bf16": f"as_float((uint){bits} << 16)", "s32": f"(float)as_int((uint){bits})",
-            "s8": f"(float)(char){bits}", "u8": f"(float){bits}"}[type_name]
+    return c_spelling(type_name, "load", bits)
 
 
 def store_float(type_name: str, value: str) -> str:
     """C expression: the storage bits of float ``value`` converted to ``type_name`` (RNE; integers saturate)."""
-    return {"f32": f"as_uint({value})", "f16": f"xe_f32_to_f16_rne({value})", "bf16": f"xe_f32_to_bf16_rne({value})",
-            "s32": f"(uint)convert_int_sat_rte({value})", "s8": f"(uchar)convert_char_sat_rte({value})",
-            "u8": f"convert_uchar_sat_rte({value})"}[type_name]
+    return c_spelling(type_name, "store", value)
 
 
 def store_int(type_name: str, value: str) -> str:
     """C expression: the storage bits of int ``value`` converted to integer ``type_name`` with saturation."""
-    return {"s32": f"(uint){value}", "s8": f"(uchar)convert_char_sat({value})",
-            "u8": f"convert_uchar_sat({value})"}[type_name]
+    return c_spelling(type_name, "store_int", value)
 
 
 def storage_ctype(type_name: str) -> str:

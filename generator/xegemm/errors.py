@@ -11,3 +11,7 @@ class RuntimeSetupError(XegemmError):
 
 class DeviceNotFoundError(XegemmError):
     """A device filter string matched no device."""
+
+
+class PlanRejected(XegemmError):
+    """A variant that cannot work (xegemm.plan); the message names the rule and the numbers."""

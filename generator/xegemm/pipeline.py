@@ -135,9 +135,8 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
             if done is not None:
                 keys.append(key)
                 progress_observer.done += 1
-                p = pv.config.problem
-                say(f"[{progress_observer.done}/{len(planned)}] {pv.name} ({p.m}x{p.n}x{p.k}"
-                    + (f"x{p.batch}" if p.batch > 1 else "") + f"): {done.status} (recorded earlier, kept)")
+                say(f"[{progress_observer.done}/{len(planned)}] {pv.name} ({pv.config.problem.label}): "
+                    f"{done.status} (recorded earlier, kept)")
                 continue
             store.add(key, evaluator.evaluate(pv, source))
             keys.append(key)

@@ -8,82 +8,35 @@ templates print).  :func:`render_kernel` is the one entry point for a kernel; :f
 
 from __future__ import annotations
 
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
-import jinja2
-
 from xegemm import __version__, stream_k
-from xegemm.aot.call_check import check_calls
-from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.mma import MmaAtom
 from xegemm.atoms.lanemap import lane_affine, lane_expr
-from xegemm.dtypes import OPENCL_VECTOR_SIZES, UNSIGNED_CTYPE, ctype_shape, dtype
+from xegemm.dtypes import UNSIGNED_CTYPE, c_spelling, ctype_shape, dtype
 from xegemm.epilogue import load_float
 from xegemm.errors import XegemmError
-from xegemm.lowering import LOWERINGS, Lowering, named_lowering
-from xegemm.lowering.native import NativeUnsupported, lower_copy
-from xegemm.lowering.portable import copy_plan, mma_plan, staged_kstep
+from xegemm.lowering import Lowering, lowering_class, named_lowering
+from xegemm.lowering.native import NativeUnsupported
+from xegemm.lowering.portable import staged_kstep
 from xegemm.lowering.reorder import plan_reorders
-from xegemm.plan import Plan, PlanRejected, native_surface_violations
+from xegemm.plan import Plan, PlanRejected
 from xegemm.swizzle import c_lines as swizzle_c_lines
+from xegemm.templating import environment, render_macro, wide_vector_typedefs
 
-
-@lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
-    """The jinja2 environment over the shipped ``templates/`` directory."""
-    root = resources.files("xegemm.templates")
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(root)), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-
-
-def wide_vector_typedefs(type_names) -> str:
-    """``typedef`` lines for vector types OpenCL C lacks (e.g. ``ushort64``), as clang ext vectors."""
-    lines = []
-    for name in sorted(set(type_names)):
-        base = name.rstrip("0123456789")
-        digits = name[len(base):]
-        if digits and int(digits) not in OPENCL_VECTOR_SIZES:
-            lines.append(f"typedef {base} {name} __attribute__((ext_vector_type({digits})));")
-    return "\n".join(lines)
-
-
-def render_macro(template: str, macro: str, *args) -> str:
-    """Call one macro of a template (e.g. ``copy/portable.cl.j2``, ``define``) and return its text."""
-    module = environment().get_template(template).module
-    return str(getattr(module, macro)(*args))
+__all__ = ["environment", "render_copy_atoms", "render_kernel", "render_macro", "render_mma", "wide_vector_typedefs"]
 
 
 def render_mma(atoms, lowering: str) -> str:
     """OpenCL C defining the ``fn_name`` function of each DPAS atom (one atom or an iterable), in the lowering
     "native" (the builtin) or "portable" (ordinary arithmetic and sub-group broadcasts)."""
-    if lowering not in LOWERINGS:
-        raise ValueError(f"lowering must be one of {LOWERINGS}, not {lowering!r}")
     atoms = [atoms] if isinstance(atoms, MmaAtom) else list(atoms)
-    template = f"mma/{lowering}.cl.j2"
-    if lowering == "portable":
-        return "\n".join(render_macro(template, "define", atom, mma_plan(atom)) for atom in atoms)
-    return "\n".join(render_macro(template, "define", atom) for atom in atoms)
+    return lowering_class(lowering).render_mma(atoms)
 
 
 def render_copy_atoms(atoms, lowering: Lowering) -> str:
     """OpenCL C defining the ``fn_name`` function of each copy atom (2D or 1D block), in one lowering."""
-    atoms = list(dict.fromkeys(atoms))
-    if lowering.name == "portable":
-        template = "copy/portable.cl.j2"
-        block2d = [a for a in atoms if not isinstance(a, Block1DAtom)]
-        parts = [render_macro(template, "prelude")] + [render_macro(template, "define", a, copy_plan(a))
-                                                        for a in block2d] if block2d else []
-        parts += [render_macro("copy/block1d.cl.j2", "portable", a) for a in atoms if isinstance(a, Block1DAtom)]
-        return "\n".join(parts)
-    caps = lowering.capabilities
-    lowered = [(a, lower_copy(a, caps)) for a in atoms]
-    declared = list(dict.fromkeys(m.declaration for _, ms in lowered for m in ms if m.declaration))
-    parts = [render_macro("copy/native.cl.j2", "declarations", declared)] if declared else []
-    parts += [render_macro("copy/block1d.cl.j2", "native", a, ms) if isinstance(a, Block1DAtom) else
-              render_macro("copy/native.cl.j2", "define", a, ms, caps.spelling == "ib") for a, ms in lowered]
-    return "\n".join(parts)
+    return lowering.render_copies(atoms)
 
 
 def _accumulator_element(plan: Plan, staged, i: int, j: int, r: int, as_int: bool) -> str:
@@ -94,8 +47,7 @@ def _accumulator_element(plan: Plan, staged, i: int, j: int, r: int, as_int: boo
         x = f"acc_{i}_{j}_{r}"
         return (f"as_int({x})" if as_int else f"(float)as_int({x})") if code == "S32" else x
     x = f"acc_{i}_{j}" + (f".s{r:x}" if plan.mma.register_m > 1 else "")
-    return {"F32": x, "S32": x if as_int else f"(float){x}", "F16": f"(float){x}",
-            "BF16": f"as_float((uint)(ushort){x} << 16)"}[code]
+    return x if as_int else c_spelling(code, "register_to_float", x)
 
 
 def _lane_coordinate(values: list[int], sub_group: int) -> str:
@@ -163,8 +115,8 @@ def reduction(plan: Plan) -> dict:
     spec, t = plan.epilogue, plan.config.types
     acc = dtype(t.acc)
     exact = spec.exact_integer
-    partial = {"f32": "as_float(w[{i}])", "s32": "(float)as_int(w[{i}])" if not exact else "as_int(w[{i}])",
-               "f16": "vload_half({i}, (const global half*)w)", "bf16": "as_float((uint)w[{i}] << 16)"}[acc.name]
+    partial = c_spelling(acc.name, "acc_to_register", "w[{i}]") if exact else \
+        c_spelling(acc.name, "workspace_load", "{i}")
     return {"name": plan.name + "_reduce", "w_ctype": UNSIGNED_CTYPE[acc.bits], "sum_ctype": "int" if exact else "float",
             "partial": partial, "c_ctype": UNSIGNED_CTYPE[dtype(t.c).bits],
             "element": spec.element("sum", load_float(t.c, "c_bits"), "b"),
@@ -228,10 +180,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     """
     if isinstance(lowering, str):
         lowering = named_lowering(lowering)
-    if lowering.name == "native":
-        surface = native_surface_violations(plan.config)
-        if surface:
-            raise PlanRejected("native block surfaces: " + "; ".join(surface))
+    lowering.check_surfaces(plan)
     cfg = plan.config
     bm, bn, bk = cfg.tile.workgroup
     sgm_count, sgn_count = cfg.tile.subgroups
@@ -239,10 +188,11 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         + ([plan.c_in] if plan.c_in else []) + ([plan.partial.atom] if plan.partial else [])
     mt, nt, kt = plan.mma_grid
     # the staged k-step takes portable 2D copies into arrays of register components (scalars per lane)
-    copy_arrays = staged and lowering.name == "portable" and not plan.uses_block1d
-    staged_plan = staged_kstep(plan, copy_arrays) if staged and (mma_lowering or lowering.name) == "portable" else None
+    mma = lowering_class(mma_lowering) if mma_lowering else type(lowering)
+    copy_arrays = staged and lowering.copies_as_arrays(plan)
+    staged_plan = staged_kstep(plan, copy_arrays) if staged and mma.stages_kstep else None
     try:
-        copy_library = render_copy_atoms(copies, lowering)
+        copy_library = lowering.render_copies(copies)
     except NativeUnsupported as exc:
         raise PlanRejected(str(exc)) from exc
     context = dict(
@@ -256,7 +206,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc),
         typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
-        mma_library=render_mma(plan.mma, mma_lowering or lowering.name),
+        mma_library=mma.render_mma([plan.mma]),
         fragment_helpers="\n".join(fragment_helpers(plan)),
         staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue,
         reduction=reduction(plan) if plan.reduces else None,
@@ -267,9 +217,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
-    if lowering.capabilities is not None and lowering.capabilities.spelling == "ocl2d":
-        # no compiler here builds cl_intel_subgroup_2d_block_io: hold every call to the documented prototypes
-        problems = check_calls(source)
-        if problems:
-            raise XegemmError(f"{plan.name}: generated calls break the documented prototypes: " + "; ".join(problems))
+    problems = lowering.check_source(source)
+    if problems:
+        raise XegemmError(f"{plan.name}: generated calls break the documented prototypes: " + "; ".join(problems))
     return source

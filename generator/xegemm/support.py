@@ -12,17 +12,19 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from xegemm.aot.capabilities import MODERN_CAPABILITIES
 from xegemm.config import config_from_text
 from xegemm.dtypes import dtype
 from xegemm.epilogue import ACTIVATIONS, OUTPUT_TYPES
 from xegemm.errors import XegemmError
+from xegemm.layouts import AB_LAYOUTS, from_letters
 from xegemm.lowering import named_lowering
 from xegemm.plan import plan
 from xegemm.render import render_kernel
 from xegemm.targets import TARGETS
 
-LAYOUTS = {"RRR": ("row", "row"), "RCR": ("row", "col"), "CRR": ("col", "row"), "CCR": ("col", "col")}
-DRIVER_CAPABILITIES = "cl_intel_subgroup_2d_block_io"
+LAYOUTS = AB_LAYOUTS     # RRR RCR CRR CCR: the layout registry's letters of A, B and C
+DRIVER_CAPABILITIES = MODERN_CAPABILITIES     # a cl_intel_subgroup_2d_block_io driver
 SIZE = 256          # M = N = K of the representative problem: meets every block-surface rule
 
 
@@ -63,7 +65,7 @@ def check(target: str, a: str, b: str, acc: str, c: str | None = None, layout: s
           epilogue: str = "") -> Cell:
     """Plan and render natively for ``target`` a representative variant (2x2 sub-groups of each sub-group tile
     in :data:`SUBGROUP_TILES` until one works): supported, or the reason the first tile was rejected."""
-    la, lb = LAYOUTS[layout]
+    la, lb, _ = from_letters(layout)
     lowering = named_lowering("native", DRIVER_CAPABILITIES, target)
     reasons = []
     for tile in SUBGROUP_TILES[TARGETS[target].simd]:

@@ -20,13 +20,16 @@ EXT_2D_BLOCK_IO = "cl_intel_subgroup_2d_block_io"                   # 2D block r
 EXT_EXTENDED_BLOCK_READ = "cl_intel_subgroup_extended_block_read"   # older drivers: 2D block reads only
 EXT_DPAS = "cl_intel_subgroup_matrix_multiply_accumulate"
 EXT_DPAS_TF32 = "cl_intel_subgroup_matrix_multiply_accumulate_tf32"
-EXT_SUBGROUPS = "cl_intel_subgroups"
+EXT_SUBGROUPS = "cl_intel_subgroups"                                # 1D sub-group block IO of uint, shuffles
 EXT_REQD_SUBGROUP = "cl_intel_required_subgroup_size"
 CAPABILITY_EXTENSIONS = (EXT_2D_BLOCK_IO, EXT_EXTENDED_BLOCK_READ, EXT_DPAS, EXT_DPAS_TF32, EXT_SUBGROUPS,
                          EXT_REQD_SUBGROUP)
+EXT_FP16 = "cl_khr_fp16"
+# 1D sub-group block reads and writes by chunk bits: cl_intel_subgroups and its _char, _short, _long companions
+SUBGROUP_BLOCK_EXTENSIONS = {8: "cl_intel_subgroups_char", 16: "cl_intel_subgroups_short", 32: EXT_SUBGROUPS,
+                             64: "cl_intel_subgroups_long"}
 
 GRF_MODES = (128, 256)                          # registers per thread: small and large GRF mode
-LARGE_GRF_OPTION = "-cl-intel-256-GRF-per-thread"
 
 
 class UnknownTargetError(XegemmError):

@@ -185,7 +185,7 @@ def check_fits(config: Config, device_bytes: int | None = None) -> str | None:
     except (ValueError, OSError):   # pragma: no cover - not on Linux
         available = None
     p = config.problem
-    shape = f"{p.m}x{p.n}x{p.k}" + (f"x{p.batch}" if p.batch > 1 else "")
+    shape = p.label
     if available is not None and need > available:
         return (f"problem {shape} needs about {need / 2**30:.1f} GiB of host memory for its inputs and numpy "
                 f"reference; {available / 2**30:.1f} GiB are available: choose a smaller problem")

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from xegemm.aot.errors import IgaMissingError, OclocToolError
 from xegemm.aot.isa import KERNEL_HEADER, IsaStats, isa_stats
-from xegemm.aot.toolchain import FEATURE_MACROS, OCLOC_TIMEOUT, aot_target, run_ocloc
-from xegemm.targets import LARGE_GRF_OPTION, UnknownTargetError, check_grf
+from xegemm.aot.toolchain import OCLOC_TIMEOUT, aot_target, run_ocloc
+from xegemm.build_flags import LARGE_GRF, ocloc_options
+from xegemm.targets import UnknownTargetError
 
 SOURCE_NAME = "kernel.cl"
 
@@ -54,14 +55,9 @@ class AotBuild:
 
 def compose_options(grf: int, options: str = "") -> str:
     """The ``-options`` string: feature macros old ocloc needs, the GRF mode, then the caller's options."""
-    if LARGE_GRF_OPTION in options.split():
-        raise UnknownTargetError(f"select the large register file with grf=256, not {LARGE_GRF_OPTION} in options")
-    parts = list(FEATURE_MACROS)
-    if check_grf(grf) == 256:
-        parts.append(LARGE_GRF_OPTION)
-    if options.strip():
-        parts.append(options.strip())
-    return " ".join(parts)
+    if LARGE_GRF in options.split():
+        raise UnknownTargetError(f"select the large register file with grf=256, not {LARGE_GRF} in options")
+    return ocloc_options(grf, options)
 
 
 def _fresh_dir(path: Path) -> Path:

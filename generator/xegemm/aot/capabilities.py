@@ -30,10 +30,10 @@ from xegemm.aot.errors import CapabilitiesError
 from xegemm.aot.isa import block2d_shapes, parse_instructions
 from xegemm.aot.probes import Probe, ProbeProgram, catalog_digest, probe_catalog, probe_program
 from xegemm.aot.toolchain import aot_target, compiler_version
-from xegemm.targets import Target
+from xegemm.targets import EXT_2D_BLOCK_IO, Target
 
 CAPABILITIES_ENV = "XEGEMM_COMPILER_CAPABILITIES"
-MODERN_CAPABILITIES = "cl_intel_subgroup_2d_block_io"
+MODERN_CAPABILITIES = EXT_2D_BLOCK_IO   # a driver with the extension: every documented function
 DEBIAN_CAPABILITIES = "igc-1.0.12504"
 NAMED_CAPABILITIES = (DEBIAN_CAPABILITIES, MODERN_CAPABILITIES)
 _ERROR_LINE = re.compile(r"^(?:.*?:)?(\d+):\d+: (?:fatal )?error:")  # "1:490:3: error: ..." (line 490)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from xegemm.dtypes import CTYPE_BYTES
+from xegemm.dtypes import CTYPE_BYTES, UNSIGNED_CTYPE
 from xegemm.aot.builtins import SUB_GROUP, declare_block2d_builtin, parse_block2d_builtin
 
 PLAIN_READ_HEIGHTS = (1, 2, 4, 8, 16, 32)
@@ -80,7 +80,7 @@ def _public_probe(op: str, bits: int, rows: int, cols: int, count: int) -> Probe
                      f"  {name}({_PUBLIC_ARGS});\n  dst[get_global_id(0)] = 1;", **shape)
     # OCL2D: transforms/transposes fill uints; 8-bit reads/writes 32 wide move two bytes of a row per lane
     scalar = "uint" if op in ("read_transform", "read_transpose") and bits <= 32 else \
-        "ushort" if bits == 8 and cols == 32 else {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}[bits]
+        "ushort" if bits == 8 and cols == 32 else UNSIGNED_CTYPE[bits]
     n = total // SUB_GROUP // CTYPE_BYTES[scalar]
     if op == "write":
         body = (f"  {scalar} buf[{n}];\n  for (int i = 0; i < {n}; ++i) "

@@ -26,14 +26,14 @@ from functools import lru_cache
 
 from xegemm.aot.errors import BuiltinNameError
 from xegemm.dtypes import CTYPE_BYTES as SCALAR_BYTES
-from xegemm.dtypes import vector_ctype
+from xegemm.dtypes import UNSIGNED_CTYPE, vector_ctype
+from xegemm.targets import EXT_2D_BLOCK_IO as EXT_2D
+from xegemm.targets import EXT_DPAS as EXT_MMA
+from xegemm.targets import EXT_DPAS_TF32 as EXT_TF32
 
 # ---------------------------------------------------------------------------------------------------
 # The documented rules
 # ---------------------------------------------------------------------------------------------------
-EXT_2D = "cl_intel_subgroup_2d_block_io"
-EXT_MMA = "cl_intel_subgroup_matrix_multiply_accumulate"
-EXT_TF32 = "cl_intel_subgroup_matrix_multiply_accumulate_tf32"
 
 BLOCK2D_SUB_GROUP = 16  # OCL2D "New OpenCL C Functions" note and 6.13.X.6: the sub-group size is 16
 _H6 = (1, 2, 4, 8, 16, 32)
@@ -81,7 +81,7 @@ def block2d_data_scalar(op: str, elem_bits: int, cols: int) -> str:
         return "uint"
     if elem_bits == 8:
         return "ushort" if cols == 32 else "uchar"
-    return {16: "ushort", 32: "uint"}[elem_bits]
+    return UNSIGNED_CTYPE[elem_bits]
 
 
 def block2d_data_count(op: str, elem_bits: int, rows: int, cols: int, count: int) -> int:

@@ -20,12 +20,6 @@ from pathlib import Path
 from xegemm.aot.errors import OclocMissingError, OclocToolError
 from xegemm.targets import AOT_TARGETS, Target, UnknownTargetError, get_target
 
-# Old drivers declare the DPAS and extended block read builtins only under these macros; a real driver
-# defines them itself (docs/compilers.md "ocloc"; libigdfcl's header guards both with #ifdef).
-FEATURE_MACROS = (
-    "-Dcl_intel_subgroup_matrix_multiply_accumulate",
-    "-Dcl_intel_subgroup_extended_block_read",
-)
 OCLOC_TIMEOUT = 900.0   # seconds an ocloc run may take before it is killed (a spilling dg2 build takes minutes)
 
 

@@ -39,17 +39,17 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+from xegemm.atoms.base import OPS, CopyAtomBase
 from xegemm.atoms.lanemap import LaneMap
-from xegemm.dtypes import UNSIGNED_CTYPE, c_byte_offset
+from xegemm.dtypes import UNSIGNED_CTYPE
 from xegemm.errors import XegemmError
+from xegemm.targets import SUBGROUP_BLOCK_EXTENSIONS
 
-TYPE_BITS = {"U4": 4, "U8": 8, "U16": 16, "U32": 32, "U64": 64}
+TYPE_BITS = {f"U{bits}": bits for bits in (4, *UNSIGNED_CTYPE)}   # U4 U8 U16 U32 U64: element containers
 READ_BUILTIN = {8: "intel_sub_group_block_read_uc", 16: "intel_sub_group_block_read_us",
                 32: "intel_sub_group_block_read", 64: "intel_sub_group_block_read_ul"}
 WRITE_BUILTIN = {8: "intel_sub_group_block_write_uc", 16: "intel_sub_group_block_write_us",
                  32: "intel_sub_group_block_write", 64: "intel_sub_group_block_write_ul"}
-EXTENSION = {8: "cl_intel_subgroups_char", 16: "cl_intel_subgroups_short", 32: "cl_intel_subgroups",
-             64: "cl_intel_subgroups_long"}
 READ_ALIGN_BYTES = 4      # OCLSG "Restrictions": reads 32-bit aligned
 WRITE_ALIGN_BYTES = 16    # OCLSG "Restrictions": writes 128-bit aligned
 SUB_GROUP_SIZES = (8, 16, 32)
@@ -66,8 +66,10 @@ def _is_pow2(n: int) -> bool:
 
 
 @dataclass(frozen=True)
-class Block1DAtom:
+class Block1DAtom(CopyAtomBase):
     """``rows`` rows of ``cols`` elements of ``type_name``, each row one 1D sub-group block message."""
+
+    block2d = False
 
     type_name: str      # U4 U8 U16 U32 U64: the element granularity of the lane map
     rows: int
@@ -102,9 +104,6 @@ class Block1DAtom:
     @property
     def fn_name(self) -> str:
         return "xe_copy_1d_" + self.name[len("XE_1D_"):].lower()
-
-    def __str__(self) -> str:
-        return self.name
 
     # -- what moves --------------------------------------------------------------------------------------
     @property
@@ -142,33 +141,12 @@ class Block1DAtom:
         return UNSIGNED_CTYPE[self.unit_bits]
 
     @property
-    def x_bytes(self) -> str:
-        """The C byte offset of column ``x`` (in elements of the tile's type) within a row."""
-        return c_byte_offset("x", self.elem_bits)
-
-    @property
     def chunk_ctype(self) -> str:
         return UNSIGNED_CTYPE[self.chunk_bits]
 
     @property
-    def is_load(self) -> bool:
-        return self.op == "LD"
-
-    @property
-    def is_store(self) -> bool:
-        return self.op == "ST"
-
-    @property
-    def is_prefetch(self) -> bool:
-        return self.op == "PF"
-
-    @property
     def packed(self) -> bool:       # the 2D atoms' attribute; a 1D chunk is never re-packed
         return False
-
-    @property
-    def row_bytes(self) -> int:
-        return self.cols * self.elem_bits // 8
 
     @property
     def messages(self) -> int:
@@ -184,7 +162,7 @@ class Block1DAtom:
 
     @property
     def extension(self) -> str:
-        return EXTENSION[self.chunk_bits]
+        return SUBGROUP_BLOCK_EXTENSIONS[self.chunk_bits]
 
     @property
     def align_bytes(self) -> int:
@@ -240,13 +218,9 @@ class Block1DAtom:
                        "ushort, uint or ulong per lane: 1D block messages move 8/16/32/64-bit chunks (OCLSG)")
         elif self.chunk_bits < self.elem_bits:
             out.append(f"chunk of {self.chunk_bits} bits is narrower than one {self.elem_bits}-bit element")
-        if self.op not in ("LD", "ST", "PF"):
+        if self.op not in OPS:
             out.append(f"op {self.op}: LD, ST or PF")
         return out
-
-    @property
-    def legal(self) -> bool:
-        return not self.violations()
 
     def check(self) -> "Block1DAtom":
         broken = self.violations()
@@ -257,7 +231,13 @@ class Block1DAtom:
     @property
     def prefetch(self) -> "Block1DAtom":
         """The prefetch of the same memory tile."""
-        return Block1DAtom(self.type_name, self.rows, self.cols, "PF", self.lanes)
+        return self.with_op("PF")
+
+    def with_op(self, op: str) -> "Block1DAtom":
+        return Block1DAtom(self.type_name, self.rows, self.cols, op, self.lanes)
+
+    def block1d_rows(self) -> "Block1DAtom":
+        return self
 
     def describe(self) -> dict:
         return {"name": self.name, "kind": "copy1d", "type": self.type_name, "elem_bits": self.elem_bits,
@@ -265,6 +245,10 @@ class Block1DAtom:
                 "chunk_bits": self.chunk_bits, "builtin": self.builtin, "extension": self.extension,
                 "register_type": self.register_type, "register_bytes": self.register_bytes,
                 "messages": self.messages, "legal": self.legal, "violations": self.violations()}
+
+    def headline(self) -> list[str]:
+        return [f"{self.name}: {self.rows} rows x {self.cols} cols, one {self.builtin} per row "
+                f"(sub-group of {self.lanes}); per work-item {self.register_type or 'no registers'}"]
 
 
 def enumerate_block1d_atoms(lanes: int, op: str, elem_bits: int, max_rows: int = MAX_ROWS,

@@ -25,15 +25,18 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+from xegemm.atoms.base import OPS, CopyAtomBase
+from xegemm.atoms.block1d import TYPE_BITS as BLOCK1D_TYPE_BITS
+from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.lanemap import LaneMap
-from xegemm.dtypes import UNSIGNED_CTYPE, c_byte_offset, vector_ctype
+from xegemm.dtypes import UNSIGNED_CTYPE, dtype, vector_ctype
 from xegemm.errors import XegemmError
 
 SUB_GROUP = 16  # 2D block messages need a full sub-group of 16 (OCL2D, SPV2D)
 GRF_BYTES = 64
 
-TYPE_BITS = {"U4": 4, "U8": 8, "U16": 16, "U32": 32, "U64": 64, "TF32": 32}
-OPS = ("LD", "ST", "PF")
+TYPE_BITS = {**BLOCK1D_TYPE_BITS, "TF32": dtype("tf32").bits}   # the 1D tiles' containers, and tf32
+TYPE_OF_BITS = {bits: name for name, bits in TYPE_BITS.items() if name.startswith("U")}   # the unsigned type of a width
 LAYOUTS = ("N", "T", "V")
 NAME_RE = re.compile(r"^XE_2D_(Packed_)?(U4|U8|U16|U32|U64|TF32)x(\d+)x(\d+)_(LD|ST|PF)_([NTV])$")
 
@@ -115,8 +118,10 @@ def _is_pow2(n: int) -> bool:
 
 
 @dataclass(frozen=True)
-class CopyAtom:
+class CopyAtom(CopyAtomBase):
     """A 2D block copy atom; construct with :meth:`parse` or directly from its parts."""
+
+    block2d = True
 
     type_name: str   # U4 U8 U16 U32 U64 TF32
     rows: int        # block rows as the block lies in memory
@@ -142,12 +147,14 @@ class CopyAtom:
         return f"XE_2D_{'Packed_' if self.packed else ''}{self.type_name}x{self.rows}x{self.cols}_{self.op}_{self.layout}"
 
     @property
+    def short_name(self) -> str:
+        """The atom's part of a kernel name: ``pu8x32x32n`` (p = packed, the layout letter last)."""
+        return f"{'p' if self.packed else ''}{self.type_name.lower()}x{self.rows}x{self.cols}{self.layout.lower()}"
+
+    @property
     def fn_name(self) -> str:
         """A C identifier for the function that implements the atom."""
         return "xe_copy_" + self.name[len("XE_2D_"):].lower()
-
-    def __str__(self) -> str:
-        return self.name
 
     # -- derived facts ---------------------------------------------------------------------------------
     @property
@@ -156,16 +163,13 @@ class CopyAtom:
         return TYPE_BITS[self.type_name]
 
     @property
-    def is_load(self) -> bool:
-        return self.op == "LD"
+    def lanes(self) -> int:
+        return SUB_GROUP
 
     @property
-    def is_store(self) -> bool:
-        return self.op == "ST"
-
-    @property
-    def is_prefetch(self) -> bool:
-        return self.op == "PF"
+    def messages(self) -> int:
+        """One 2D block message per tile (before a native split)."""
+        return 1
 
     @cached_property
     def message(self) -> Message:
@@ -329,10 +333,6 @@ class CopyAtom:
         return out
 
     @property
-    def legal(self) -> bool:
-        return not self.violations()
-
-    @property
     def quirk(self) -> str | None:
         """How sycl-tla's atom of this name deviates from this model (None when it does not)."""
         return SYCL_TLA_QUIRKS.get(self.name)
@@ -346,17 +346,31 @@ class CopyAtom:
                             (f". Nearest legal atoms: {near}" if near else ""))
         return self
 
+    # -- related atoms ---------------------------------------------------------------------------------
+    @property
+    def prefetch(self) -> "CopyAtom":
+        """The prefetch of the same block, row-major, no registers: of the same type, else of the unsigned
+        type of its width, else (4-bit data: no 4-bit message) a packed 32-bit prefetch of the same block."""
+        pf = CopyAtom(self.type_name, self.rows, self.cols, "PF", "N", self.packed)
+        if not pf.legal:
+            pf = CopyAtom(TYPE_OF_BITS[self.elem_bits], self.rows, self.cols, "PF", "N", False)
+        if not pf.legal:
+            pf = CopyAtom(TYPE_OF_BITS[self.elem_bits], self.rows, self.cols, "PF", "N", True)
+        if not pf.legal:
+            raise AtomError(f"no legal prefetch covers {self.name}'s {self.rows}x{self.cols} block: "
+                            f"{pf.violations()[0]}")
+        return pf
+
+    def with_op(self, op: str) -> "CopyAtom":
+        """The row-major atom of the same block with another op."""
+        return CopyAtom(self.type_name, self.rows, self.cols, op, "N", self.packed)
+
+    def block1d_rows(self) -> Block1DAtom | None:
+        if self.type_name not in BLOCK1D_TYPE_BITS:
+            return None
+        return Block1DAtom(self.type_name, self.rows, self.cols, self.op, SUB_GROUP)
+
     # -- lowering ---------------------------------------------------------------------------------------
-    @property
-    def row_bytes(self) -> int:
-        """Bytes of one memory row of the block."""
-        return self.cols * self.elem_bits // 8
-
-    @property
-    def x_bytes(self) -> str:
-        """The C byte offset of column ``x`` (in elements of the atom's type) within a row."""
-        return c_byte_offset("x", self.elem_bits)
-
     @property
     def ib_builtin(self) -> str:
         """The IGC ``__builtin_IB_subgroup_block_*`` spelling of the message (docs/atoms.md §1.7)."""
@@ -393,6 +407,16 @@ class CopyAtom:
             "ib_builtin": self.ib_builtin, "ocl_builtin": self.ocl_builtin,
             "legal": self.legal, "violations": self.violations(), "sycl_tla_quirk": self.quirk,
         }
+
+    def headline(self) -> list[str]:
+        msg = self.message
+        what = "load" if self.is_load else "store" if self.is_store else "prefetch"
+        lines = [f"{self.name}: {self.rows} rows x {self.cols} cols of {self.type_name} ({what}, layout {self.layout}"
+                 f"{', packed' if self.packed else ''})",
+                 f"message: {msg.kind}, {msg.elem_bits}-bit elements, block {msg.width} wide x {msg.height} rows x "
+                 f"{msg.count} blocks; builtin {self.ib_builtin} / {self.ocl_builtin}",
+                 f"per work-item: {self.register_type or 'no registers'} ({self.register_bytes} B)"]
+        return lines + ([f"FLAGGED (sycl-tla): {self.quirk}"] if self.quirk else [])
 
 
 def message_violations(msg: Message) -> list[str]:

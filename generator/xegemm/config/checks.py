@@ -28,6 +28,8 @@ from xegemm.errors import XegemmError
 from xegemm.grouped.problem import GroupedProblem, GroupedProblemError
 from xegemm.quant.formats import FORMATS as QUANT_FORMATS
 from xegemm.quant.spec import COMPUTE_TYPES, FP8, GROUP_WORDS, SCALE_LAYOUTS, SCALE_TYPES, WEIGHT_TYPES, ZERO_TYPES
+from xegemm.layouts import ALIASES as LAYOUT_ALIASES
+from xegemm.layouts import LAYOUTS as LAYOUT_REGISTRY
 
 # --------------------------------------------------------------------------------------------------------
 # Errors
@@ -242,8 +244,7 @@ def _atom_name(kind: str, pattern: re.Pattern[str], spelling: str, example: str,
 
 DTYPES = tuple(DTYPE_REGISTRY)  # f16 bf16 tf32 f32 f64 s8 u8 s4 u4 s32: the registry's names
 DTYPE_ALIASES = dict(ALIASES)
-LAYOUTS = ("row", "col")
-LAYOUT_ALIASES = {"row_major": "row", "column": "col", "col_major": "col", "column_major": "col"}
+LAYOUTS = tuple(LAYOUT_REGISTRY)  # row col: the layout registry's names
 
 # the atom models own the naming patterns: 2D block atoms, 1D block atoms for SIMD8 (dg2) plans, DPAS atoms
 _COPY_ATOM = re.compile(f"(?:{COPY_ATOM_NAME.pattern})|(?:{BLOCK1D_ATOM_NAME.pattern})")

@@ -47,10 +47,11 @@ def _key(check: Check, default: Any = MISSING) -> Any:
     return field(default=default, metadata={"check": check})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Problem:
     """The GEMM problem: D[batch] = A[batch] (m x k) @ B[batch] (k x n); or ``groups``, a grouped problem (one
-    launch, one GEMM per group; M may be 0), which sets m, n and k to the largest group's (xegemm.grouped)."""
+    launch, one GEMM per group; M may be 0), which sets m, n and k to the largest group's (xegemm.grouped).  The
+    tuner's shapes are Problems too."""
 
     m: int = _key(positive_int)
     n: int = _key(positive_int)
@@ -69,6 +70,18 @@ class Moe:
 
     experts: int = _key(non_negative_int, 0)
     rows: tuple[int, ...] = _key(row_counts, ())
+
+    @property
+    def label(self) -> str:
+        """``MxNxK``, or ``MxNxKxB`` for a batch: how messages, reports and ``--shapes`` write a problem."""
+        return f"{self.m}x{self.n}x{self.k}" + (f"x{self.batch}" if self.batch != 1 else "")
+
+    def overrides(self) -> dict[str, int]:
+        """The config keys that set this problem."""
+        return {"problem.m": self.m, "problem.n": self.n, "problem.k": self.k, "problem.batch": self.batch}
+
+    def as_dict(self) -> dict[str, int]:
+        return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch}
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ from typing import Any
 from xegemm.config import Config, Variant, expand
 from xegemm.epilogue import EpilogueSpec
 from xegemm.errors import XegemmError
+from xegemm.kernel_name import KernelName
 from xegemm.lowering import Lowering
-from xegemm.plan import Plan, PlanRejected, plan, variant_stem
+from xegemm.plan import Plan, PlanRejected, plan
 from xegemm.render import render_kernel
 from xegemm.journal import write_text_atomic
 from xegemm.result import PASSED, STATUSES, Evaluation  # noqa: F401 - re-exported: the evaluation layer's words
@@ -52,7 +53,7 @@ class PlannedVariant:
         if self.plan is not None:
             return self.plan.name
         digest = hashlib.sha256(json.dumps(self.config.to_dict(), sort_keys=True).encode()).hexdigest()[:6]
-        return f"{variant_stem(self.config)}_pf{self.config.pipeline.prefetch}_rejected_{digest}"
+        return str(KernelName.of_config(self.config, rejected=digest))
 
 
 def plan_variant(variant: Variant, lowering: Lowering | None = None) -> PlannedVariant:
@@ -91,7 +92,7 @@ def params_of(config: Config) -> dict:
             "prefetch": config.pipeline.prefetch, "grf": config.target.grf, "split_k": tile.split_k,
             "stream_k": tile.stream_k, "swizzle": tile.swizzle,
             "register_block": "x".join(map(str, tile.register_block)) if any(tile.register_block) else "all",
-            "epilogue": EpilogueSpec.of(config).name_suffix()[1:] or "none",
+            "epilogue": "_".join(EpilogueSpec.of(config).name_parts()) or "none",
             "atom_mma": config.atoms.mma, "atom_a": config.atoms.a, "atom_b": config.atoms.b,
             "atom_c": config.atoms.c}
 
@@ -170,8 +171,7 @@ class ProgressObserver(Observer):
         speed = (f" {evaluation.gflops:.1f} GFLOP/s, median {evaluation.median_ms:.3f} ms"
                  if evaluation.gflops is not None else "")
         why = f" - {evaluation.reason}" if evaluation.reason else ""
-        p = pv.config.problem
-        problem = f"{p.m}x{p.n}x{p.k}" + (f"x{p.batch}" if p.batch > 1 else "")
+        problem = pv.config.problem.label
         print(f"[{self.done}/{self.total}] {pv.name} ({problem}): {evaluation.status}{speed}{why}", file=self.stream,
               flush=True)
 

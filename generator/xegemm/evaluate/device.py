@@ -16,20 +16,14 @@ from xegemm.arguments import KernelCall
 from xegemm.config import Config
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.lowering import Lowering
-from xegemm.lowering.native import build_options
 from xegemm.profile import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
 from xegemm.plan import plan
 from xegemm.verify import check, make_operands, poison_c, reference, reference_key
 
-BUILD_OPTIONS = "-cl-std=CL3.0 -cl-mad-enable"
-
-
 def device_build_options(lowering: Lowering, config: Config) -> str:
-    """The OpenCL build options of a variant on a device (native lowering: with its GRF mode)."""
-    if lowering.name == "native":
-        return f"{BUILD_OPTIONS} {build_options(config.target.grf)}"
-    return BUILD_OPTIONS
+    """The OpenCL build options of a variant on a device (xegemm.build_flags; native: with its GRF mode)."""
+    return lowering.build_options(config.target.grf)
 
 
 def workspace_bytes(config: Config) -> int:

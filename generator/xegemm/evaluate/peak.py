@@ -12,6 +12,7 @@ import ctypes
 
 import numpy as np
 
+from xegemm.build_flags import STANDARD
 from xegemm.profile import time_kernel
 from xegemm.runtime.program import build_program, launch, to_device
 
@@ -43,7 +44,7 @@ __kernel void xegemm_peak_fma(__global float *out, const float a, const float b,
 
 def measure_peak(queue, compute_units: int, global_mem_bytes: int, repeats: int = 5) -> dict:
     """``{"gflops", "gbps", "what"}`` measured on ``queue``'s device (median of ``repeats`` timed launches)."""
-    program = build_program(queue, SOURCE, "-cl-std=CL3.0 -cl-mad-enable")
+    program = build_program(queue, SOURCE, STANDARD)
     nbytes = min(COPY_BYTES, global_mem_bytes // 8) // (16 * LOCAL_SIZE) * (16 * LOCAL_SIZE)
     src = to_device(queue, np.ones(nbytes // 4, dtype=np.float32))
     dst = to_device(queue, np.zeros(nbytes // 4, dtype=np.float32))

@@ -27,14 +27,15 @@ from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.aot.toolchain import compiler_version
 from xegemm.config import Config, config_from_text
 from xegemm.dtypes import dtype
-from xegemm.errors import XegemmError
+from xegemm.errors import PlanRejected, XegemmError
+from xegemm.layouts import AB_LAYOUTS, from_letters
 from xegemm.lowering import Lowering, named_lowering
-from xegemm.plan import REGISTER_VERDICTS, Plan, PlanRejected, plan
+from xegemm.plan import Plan, plan
+from xegemm.registers import REGISTER_VERDICTS
 from xegemm.render import render_kernel
 from xegemm.targets import get_target
 
 COLUMNS = ("target", "types", "layout", "subgroup_tile", "subgroups", "prefetch", "grf", "spill_bytes")
-LAYOUTS = {"R": "row", "C": "col"}
 PROBLEM = 1024          # M = N = K: meets the 2D block surface rules; registers do not depend on it
 REGENERATE = "regenerate: python -m xegemm.evaluate.spills tests/data/register_spills.tsv"
 
@@ -68,10 +69,11 @@ class SpillCase:
         """The variant as config YAML."""
         (m, n, k), (sm, sn) = self.subgroup_tile, self.subgroups
         a, b, acc, c = self.types
+        la, lb, lc = from_letters(self.layout)
         return (
             f"problem: {{m: {PROBLEM}, n: {PROBLEM}, k: {PROBLEM}}}\n"
             f"types: {{a: {a}, b: {b}, acc: {acc}, c: {c}}}\n"
-            f"layout: {{a: {LAYOUTS[self.layout[0]]}, b: {LAYOUTS[self.layout[1]]}, c: {LAYOUTS[self.layout[2]]}}}\n"
+            f"layout: {{a: {la}, b: {lb}, c: {lc}}}\n"
             f"tile: {{workgroup: [{m * sm}, {n * sn}, {k}], subgroups: [{sm}, {sn}], "
             f"subgroup_size: {get_target(self.target).simd}}}\n"
             f"pipeline: {{prefetch: {self.prefetch}}}\ntarget: {{grf: {self.grf}}}\n")
@@ -168,7 +170,7 @@ def draw(target: str, count: int, band: tuple[float, float], seed: int, exclude=
             break
         types = rng.choice(families)
         k = 256 // dtype(types[0]).bits            # one DPAS's K
-        case = SpillCase(target, types, rng.choice(("RRR", "RCR", "CRR", "CCR")),
+        case = SpillCase(target, types, rng.choice(AB_LAYOUTS),
                          (8 * rng.randint(1, 16), t.simd * rng.randint(1, 256 // t.simd), k * rng.randint(1, 8)),
                          rng.choice(SUBGROUP_LAYOUTS), rng.randint(0, 3), rng.choice(t.grf_modes))
         acc = case.subgroup_tile[0] * case.subgroup_tile[1] * dtype(types[2]).bits // 8 / t.grf_bytes

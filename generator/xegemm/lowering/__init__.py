@@ -12,21 +12,58 @@ The atom models describe; the lowerings emit; the templates print (templates/cop
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import ClassVar
 
+from xegemm.aot.call_check import check_calls
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES, MODERN_CAPABILITIES
-from xegemm.errors import XegemmError
+from xegemm.build_flags import STANDARD, native_device_options
+from xegemm.errors import PlanRejected, XegemmError
 from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, lower_copy, native_capabilities
+from xegemm.lowering.portable import copy_plan, mma_plan
+from xegemm.surfaces import native_surface_violations
 from xegemm.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ
+from xegemm.templating import render_macro
 
-LOWERINGS = ("portable", "native")
 
+class Lowering:
+    """A lowering: how it spells copy and DPAS atoms in OpenCL C, what it asks of a problem, how it is built.
 
-class Lowering(NamedTuple):
-    """A lowering and, for ``native``, the compiler capabilities it spells the atoms with."""
+    ``Lowering(name, capabilities)`` makes the lowering called ``name`` (:data:`LOWERINGS`); ``capabilities``
+    are the compiler capabilities the native lowering spells its atoms with.  Each lowering renders its own
+    atoms, so code above this package asks the lowering and never compares its name.
+    """
 
-    name: str
-    capabilities: NativeCapabilities | None = None
+    name: ClassVar[str]
+    stages_kstep: ClassVar[bool]   # DPAS atoms of a GEMM composed through a local-memory stage (see render)
+
+    def __new__(cls, name: str | None = None, capabilities: NativeCapabilities | None = None):
+        if cls is Lowering:
+            if name not in _CLASSES:
+                raise XegemmError(f"lowering must be one of {', '.join(LOWERINGS)}, not {name!r}")
+            cls = _CLASSES[name]
+        return super().__new__(cls)
+
+    def __init__(self, name: str | None = None, capabilities: NativeCapabilities | None = None):
+        if name is not None and name != self.name:      # NativeLowering(caps) would read caps as the name
+            raise XegemmError(f"{type(self).__name__} is the {self.name} lowering, not {name!r} "
+                              "(pass capabilities=...)")
+        self.capabilities = capabilities
+
+    # (name, capabilities), as the named tuple a lowering used to be: unpacked, indexed, compared with tuples
+    def __iter__(self):
+        return iter((self.name, self.capabilities))
+
+    def __getitem__(self, index):
+        return (self.name, self.capabilities)[index]
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, (Lowering, tuple)) else other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Lowering({self.name!r}, {self.capabilities!r})"
 
     @property
     def capabilities_name(self) -> str | None:
@@ -35,6 +72,98 @@ class Lowering(NamedTuple):
     def issues(self, atom) -> bool:
         """Whether this lowering can issue a copy atom (portable: every atom; native: its capabilities)."""
         return self.capabilities is None or _lowers(atom, self.capabilities)
+
+    def render_copies(self, atoms) -> str:
+        """OpenCL C defining the ``fn_name`` function of each copy atom (2D or 1D block, each once)."""
+        raise NotImplementedError
+
+    @classmethod
+    def render_mma(cls, atoms) -> str:
+        """OpenCL C defining the ``fn_name`` function of each DPAS atom."""
+        raise NotImplementedError
+
+    def check_surfaces(self, plan) -> None:
+        """PlanRejected when the problem breaks a rule this lowering's messages set on its surfaces."""
+
+    def copies_as_arrays(self, plan) -> bool:
+        """Whether the staged k-step takes the plan's copy registers as arrays of their components."""
+        return False
+
+    def build_options(self, grf: int) -> str:
+        """The OpenCL build options of a kernel on a device, at ``grf`` registers per thread."""
+        return STANDARD
+
+    def check_source(self, source: str) -> list[str]:
+        """What a generated source breaks of the documented prototypes (when no compiler here can tell)."""
+        return []
+
+
+class PortableLowering(Lowering):
+    """Ordinary OpenCL C that leaves every work-item holding the atom's registers (xegemm.lowering.portable)."""
+
+    name = "portable"
+    stages_kstep = True
+
+    def render_copies(self, atoms) -> str:
+        atoms = list(dict.fromkeys(atoms))
+        template = "copy/portable.cl.j2"
+        block2d = [a for a in atoms if a.block2d]
+        parts = [render_macro(template, "prelude")] + [render_macro(template, "define", a, copy_plan(a))
+                                                        for a in block2d] if block2d else []
+        parts += [render_macro("copy/block1d.cl.j2", "portable", a) for a in atoms if not a.block2d]
+        return "\n".join(parts)
+
+    @classmethod
+    def render_mma(cls, atoms) -> str:
+        return "\n".join(render_macro("mma/portable.cl.j2", "define", atom, mma_plan(atom)) for atom in atoms)
+
+    def copies_as_arrays(self, plan) -> bool:
+        return not plan.uses_block1d
+
+
+class NativeLowering(Lowering):
+    """The Xe builtins, spelled as the compiler's capabilities allow (xegemm.lowering.native)."""
+
+    name = "native"
+    stages_kstep = False
+
+    def render_copies(self, atoms) -> str:
+        caps = self.capabilities
+        lowered = [(a, lower_copy(a, caps)) for a in dict.fromkeys(atoms)]
+        declared = list(dict.fromkeys(m.declaration for _, ms in lowered for m in ms if m.declaration))
+        parts = [render_macro("copy/native.cl.j2", "declarations", declared)] if declared else []
+        parts += [render_macro("copy/native.cl.j2", "define", a, ms, caps.spelling == "ib") if a.block2d else
+                  render_macro("copy/block1d.cl.j2", "native", a, ms) for a, ms in lowered]
+        return "\n".join(parts)
+
+    @classmethod
+    def render_mma(cls, atoms) -> str:
+        return "\n".join(render_macro("mma/native.cl.j2", "define", atom) for atom in atoms)
+
+    def check_surfaces(self, plan) -> None:
+        surface = native_surface_violations(plan.config)
+        if surface:
+            raise PlanRejected("native block surfaces: " + "; ".join(surface))
+
+    def build_options(self, grf: int) -> str:
+        return native_device_options(grf)
+
+    def check_source(self, source: str) -> list[str]:
+        # no compiler here builds cl_intel_subgroup_2d_block_io: hold every call to the documented prototypes
+        if self.capabilities is not None and self.capabilities.spelling == "ocl2d":
+            return check_calls(source)
+        return []
+
+
+_CLASSES: dict[str, type[Lowering]] = {cls.name: cls for cls in (PortableLowering, NativeLowering)}
+LOWERINGS = tuple(_CLASSES)
+
+
+def lowering_class(name: str) -> type[Lowering]:
+    """The lowering class called ``name`` (its atoms' rendering needs no compiler capabilities)."""
+    if name not in _CLASSES:
+        raise ValueError(f"lowering must be one of {LOWERINGS}, not {name!r}")
+    return _CLASSES[name]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -22,12 +22,10 @@ from xegemm.aot.builtins import declare_block2d_builtin
 from xegemm.aot.isa import MESSAGE_KINDS
 from xegemm.aot.capabilities import CAPABILITIES_ENV, MODERN_CAPABILITIES, compiler_capabilities
 from xegemm.aot.prototypes import documented_names
+from xegemm.atoms.base import CopyAtomBase
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.copy import CopyAtom
 from xegemm.errors import XegemmError
-from xegemm.targets import LARGE_GRF_OPTION
-
-BUILD_DEFINES = "-Dcl_intel_subgroup_matrix_multiply_accumulate"   # old ocloc declares DPAS only with it
 
 
 class NativeUnsupported(XegemmError):
@@ -143,11 +141,6 @@ def native_capabilities(name: str | None = None, target: str = "pvc") -> NativeC
     return NativeCapabilities(caps.name, "ib", frozenset(caps.supported))
 
 
-def build_options(grf: int) -> str:
-    """Extra OpenCL build options of the native lowering for a device build (large GRF on request)."""
-    return BUILD_DEFINES + (f" {LARGE_GRF_OPTION}" if grf == 256 else "")
-
-
 def _runs(parent: CopyAtom, sub: CopyAtom, origin: tuple[int, int]) -> tuple[tuple[int, int, int], ...] | None:
     """Component runs placing ``sub``'s registers (block at ``origin``) into ``parent``'s, or None."""
     if sub.register_elem_bits != parent.register_elem_bits:
@@ -219,9 +212,9 @@ def lower_block1d(atom: Block1DAtom, caps: NativeCapabilities) -> tuple[Message,
     return (Message(kind, atom.builtin, atom, (0, 0), ((0, 0, atom.register_length),), atom.register_length),)
 
 
-def lower_copy(atom: CopyAtom, caps: NativeCapabilities) -> tuple[Message, ...]:
+def lower_copy(atom: CopyAtomBase, caps: NativeCapabilities) -> tuple[Message, ...]:
     """The messages that implement ``atom`` with this compiler (NativeUnsupported if there are none)."""
-    if isinstance(atom, Block1DAtom):
+    if not atom.block2d:
         return lower_block1d(atom, caps)
     if atom.is_prefetch:
         if caps.has(caps.spell(atom)):
@@ -273,12 +266,11 @@ def count_messages(messages) -> dict:
     return out
 
 
-def lsc_prefetch_lines(atom: CopyAtom) -> int:
+def lsc_prefetch_lines(atom: CopyAtomBase) -> int:
     """64-byte cache lines a block spans per row."""
     return -(-atom.row_bytes // 64)
 
 
-def lsc_prefetch_messages(atom: CopyAtom) -> int:
+def lsc_prefetch_messages(atom: CopyAtomBase) -> int:
     """LSC prefetches needed: one per sub-group (16 lanes for 2D atoms) of (row, cache line) pairs."""
-    lanes = atom.lanes if isinstance(atom, Block1DAtom) else 16
-    return -(-(atom.rows * lsc_prefetch_lines(atom)) // lanes)
+    return -(-(atom.rows * lsc_prefetch_lines(atom)) // atom.lanes)

@@ -19,7 +19,7 @@ from xegemm.atoms.copy import SUB_GROUP, AtomError, CopyAtom
 from xegemm.atoms.lanemap import lane_affine as _lane_affine
 from xegemm.atoms.lanemap import lane_expr as _lane_expr
 from xegemm.atoms.mma import MmaAtom
-from xegemm.dtypes import UNSIGNED_CTYPE, DType, ctype_shape, sizeof_ctype, vector_ctype
+from xegemm.dtypes import UNSIGNED_CTYPE, DType, c_spelling, ctype_shape, sizeof_ctype, vector_ctype
 from xegemm.lowering.reorder import fragment_ctype, plan_reorders
 
 
@@ -119,58 +119,21 @@ def _copy_coord(atom: CopyAtom, k: int):
 # ---- DPAS atoms ------------------------------------------------------------------------------------------
 
 
-def _decode(t: DType, x: str, j: int, *, source_bits: int = 32) -> str:
+def _decode(t: DType, x: str, j: int, *, source_bits: int = 32, n: int = 0) -> str:
     """A C expression for element j (little-endian, ``t.bits`` wide) of the uint expression ``x``, as a
-    float or an int.  ``source_bits`` is how many low bits of x are meaningful (16 for a
-    zero-extended SIMD16 A component)."""
-    shift = j * t.bits
+    float or an int (``n`` > 0: of every component of an n-component uint vector ``x``, as a float vector or
+    for integers a uint vector of the sign- or zero-extended values).  ``source_bits`` is how many low bits
+    of x are meaningful (16 for a zero-extended SIMD16 A component).  The spellings are the dtype registry's
+    (:class:`xegemm.dtypes.CSpelling`)."""
+    shift, c = j * t.bits, t.c
+    width = n if n > 1 else ""
+    if c.decode_low and shift == 0:
+        return c.decode_low.format(x=x, n=width)
+    if c.decode_high and shift + t.bits == source_bits == 32:
+        return c.decode_high.format(x=x, n=width)
     shifted = x if shift == 0 else f"({x} >> {shift})"
-    if t.code == "BF16":     # bf16 = the high half of an f32
-        if shift == 0:
-            return f"as_float({x} << 16)"
-        if shift == 16 and source_bits == 32:
-            return f"as_float({x} & 0xffff0000u)"
-        return f"as_float(({shifted} & 0xffffu) << 16)"
-    if t.code == "F16":
-        return f"(float)as_half((ushort){shifted})"
-    if t.code == "TF32":     # tf32 = an f32 whose low 13 mantissa bits are ignored (cleared here)
-        return f"as_float({x} & 0xffffe000u)"
-    if t.bits == 8:
-        return f"(int)as_char((uchar){shifted})" if t.signed else f"(int)({shifted} & 0xffu)"
-    if t.bits == 4:          # (v ^ 8) - 8 sign-extends a 4-bit field without implementation-defined shifts
-        return f"(((int)({shifted} & 0xfu) ^ 8) - 8)" if t.signed else f"(int)({shifted} & 0xfu)"
-    raise AssertionError(t)
-
-
-def _decode_vector(t: DType, x: str, j: int, n: int, *, source_bits: int = 32) -> str:
-    """:func:`_decode` for an n-component uint vector expression ``x``: element j of every component, as a
-    float vector, or for integers a uint vector of the sign- or zero-extended values."""
-    def vec(base: str) -> str:
-        return vector_ctype(base, n)
-
-    shift = j * t.bits
-    shifted = x if shift == 0 else f"({x} >> {shift})"
-    if t.code == "BF16":
-        if shift == 0:
-            return f"as_{vec('float')}({x} << 16)"
-        if shift == 16 and source_bits == 32:
-            return f"as_{vec('float')}({x} & 0xffff0000u)"
-        return f"as_{vec('float')}(({shifted} & 0xffffu) << 16)"
-    if t.code == "F16":
-        bits = shifted if source_bits == 16 else f"{shifted} & 0xffffu"
-        return f"convert_{vec('float')}(as_{vec('half')}(convert_{vec('ushort')}({bits})))"
-    if t.code == "TF32":
-        return f"as_{vec('float')}({x} & 0xffffe000u)"
-    if t.bits == 8:
-        if t.signed:
-            char = f"as_{vec('char')}(convert_{vec('uchar')}({shifted} & 0xffu))"
-            return f"as_{vec('uint')}(convert_{vec('int')}({char}))"
-        return f"{shifted} & 0xffu"
-    if t.bits == 4:
-        if t.signed:
-            return f"as_{vec('uint')}((convert_{vec('int')}({shifted} & 0xfu) ^ 8) - 8)"
-        return f"{shifted} & 0xfu"
-    raise AssertionError(t)
+    mask = "" if source_bits == t.bits else f" & {hex((1 << t.bits) - 1)}u"
+    return (c.decode_vector if n else c.decode).format(x=shifted, n=width, mask=mask)
 
 
 @dataclass(frozen=True)
@@ -271,18 +234,17 @@ def mma_plan(atom: MmaAtom) -> PortablePlan:
     raw = vector_ctype("uint", a_width)
     a_raw = (raw, f"convert_{raw}(as_{vector_ctype('ushort', a_width)}(a))" if comp_bits == 16 else f"as_{raw}(a)")
     a_decode = tuple((vector_ctype(value, a_width), f"av{j}",
-                      _decode_vector(atom.a_type, "ar", j, a_width, source_bits=comp_bits))
+                      _decode(atom.a_type, "ar", j, source_bits=comp_bits, n=a_width))
                      for j in range(comp_bits // atom.a_type.bits))
 
     def vec(base: str, width: int = n) -> str:
         return vector_ctype(base, width)
 
-    c_in = {"F32": "c", "S32": f"as_{vec('uint')}(c)", "F16": f"convert_{vec('float')}(c)",
-            "BF16": f"as_{vec('float')}(convert_{vec('uint')}(as_{vec('ushort')}(c)) << 16)"}[atom.c]
-    row = {"F32": "{d}", "S32": "as_int({d})", "BF16": "as_short(xe_f32_to_bf16_rne({d}))",
-           "F16": "convert_half_rte({d})"}[atom.c]
-    if atom.m == n and atom.c != "BF16":
-        d_out = {"F32": "d", "S32": f"as_{vec('int')}(d)", "F16": f"convert_{vec('half')}_rte(d)"}[atom.c]
+    acc_type = atom.c_type
+    c_in = c_spelling(atom.c, "register_to_acc", "c", n)
+    row = c_spelling(atom.c, "acc_to_register", "{d}")
+    if atom.m == n and acc_type.c.acc_to_register_vector:
+        d_out = c_spelling(atom.c, "acc_to_register_vector", "d", n)
     elif n == 1:
         d_out = row.format(d="d")
     else:
@@ -423,10 +385,8 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
             lines += _stage_lines("sb", slots, values, sub_group)
         b_stage.append(tuple(lines))
 
-    round_row = {"F16": "(float)convert_half_rte({x})",
-                "BF16": "as_float((uint)xe_f32_to_bf16_rne({x}) << 16)"}.get(atom.c)
-    row = {"F32": "{x}", "S32": "as_int({x})", "F16": "(half){x}",   # exact: already rounded to the type
-           "BF16": "as_short((ushort)(as_uint({x}) >> 16))"}[atom.c]
+    round_row = atom.c_type.c.round_acc
+    row = c_spelling(atom.c, "rounded_to_register", "{x}")   # exact: already rounded to the type
     return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=mt * rm * k,
                        b_size=k * nt * sub_group, a_stage=tuple(a_stage), b_stage=tuple(b_stage),
                        acc_ctype=atom.c_ctype, blocks=register_blocks(atom.m, mt, nt, plan.register_block),

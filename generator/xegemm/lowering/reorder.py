@@ -1,4 +1,4 @@
-"""The C of a reorder: an MMA fragment gathered from copy registers (xegemm.plan.Reorder), in both lowerings.
+"""The C of a reorder: an MMA fragment gathered from copy registers (xegemm.operands.Reorder), in both lowerings.
 
 Per fragment component, per element: the copy register word and bit offset holding it, read in the lane
 itself or fetched with ``intel_sub_group_shuffle`` (cl_intel_subgroups, which shuffles 32- and 64-bit
@@ -16,7 +16,7 @@ spilled 736 B with one shuffle per component).
 from __future__ import annotations
 
 from xegemm.dtypes import UNSIGNED_CTYPE, ctype_shape, vector_ctype
-from xegemm.plan import Reorder
+from xegemm.operands import Reorder
 
 LANE = "xe_lane"
 LANE_DECLARATION = f"const uint {LANE} = get_sub_group_local_id();"

@@ -12,12 +12,12 @@ A grouped problem (xegemm.grouped: one launch, one GEMM per group) is its groups
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
-from xegemm.config import Config, SearchSpace
+from xegemm.config import Config, Problem, SearchSpace
 from xegemm.config.schema import is_problem_axis
 from xegemm.errors import XegemmError
 from xegemm.grouped.problem import GROUP_SEPARATOR, GroupedProblem
@@ -25,25 +25,7 @@ from xegemm.grouped.problem import GROUP_SEPARATOR, GroupedProblem
 _LABEL = re.compile(r"^\s*(\d+)x(\d+)x(\d+)(?:x(\d+))?\s*$")
 
 
-@dataclass(frozen=True, order=True)
-class Shape:
-    """One problem: C[batch] (m x n) = A (m x k) @ B (k x n)."""
-
-    m: int
-    n: int
-    k: int
-    batch: int = 1
-
-    @property
-    def label(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}" + (f"x{self.batch}" if self.batch != 1 else "")
-
-    def overrides(self) -> dict[str, int]:
-        """The config keys that set this problem."""
-        return {"problem.m": self.m, "problem.n": self.n, "problem.k": self.k, "problem.batch": self.batch}
-
-    def as_dict(self) -> dict[str, int]:
-        return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch}
+Shape = Problem     # a shape the tuner covers is the config's Problem (its label, config keys and dict)
 
 
 def _shape(values: list[int], where: str) -> Shape:
