@@ -29,7 +29,7 @@ def fixed_function(spec: EpilogueSpec):
         if spec.bias != "none":
             z = z + bias
         return activation(z, clamp_lo, clamp_hi)
-    fixed.__qualname__ = f"fixed{spec.name_suffix() or '_identity'}"
+    fixed.__qualname__ = "fixed_" + ("_".join(spec.name_parts()) or "identity")
     return fixed
 
 

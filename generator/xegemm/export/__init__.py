@@ -33,7 +33,7 @@ from xegemm.epilogue import ACTIVATIONS, EpilogueSpec
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.evaluate.aot import AotBuilder
-from xegemm.evaluate.device import BUILD_OPTIONS
+from xegemm.build_flags import STANDARD as BUILD_OPTIONS
 from xegemm.lowering import named_lowering
 from xegemm.plan import BLOCK2D_SUB_GROUP
 from xegemm.render import environment
