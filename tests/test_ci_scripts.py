@@ -48,7 +48,7 @@ def _make_dry_run(target: str) -> str:
 def test_demo_installs_no_system_tools_and_test_does():
     assert "install-" not in _make_dry_run("demo")
     assert all(f"install-{tool}.sh" in _make_dry_run("tools") for tool in ("ocloc", "chromium", "postgresql",
-                                                                            "clblast"))
+                                                                            "clblast", "opencl-dev"))
 
 
 INSTALLED = {
@@ -58,6 +58,7 @@ INSTALLED = {
         Path("/usr/lib/postgresql").glob("*/bin/initdb")),
     "install-clblast.sh": lambda: shutil.which("clblast_tuner_xgemm") is not None and "libclblast.so.1 " in
         subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout,
+    "install-opencl-dev.sh": lambda: Path("/usr/include/CL/cl.h").is_file() and shutil.which("cc") is not None,
 }
 
 

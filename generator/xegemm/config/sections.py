@@ -59,18 +59,6 @@ class Problem:
     batch: int = _key(positive_int, 1)
     groups: tuple[tuple[int, int, int], ...] = _key(group_list, ())
 
-
-GROUPS_SET = ("m", "n", "k")     # the problem keys a groups list sets
-
-
-@dataclass(frozen=True)
-class Moe:
-    """A Mixture-of-Experts layer (xegemm.grouped): A's problem.m rows sorted by expert, ``experts`` weight
-    matrices of k x n, ``rows`` per expert (summing to problem.m; left out: spread evenly); 0 experts: off."""
-
-    experts: int = _key(non_negative_int, 0)
-    rows: tuple[int, ...] = _key(row_counts, ())
-
     @property
     def label(self) -> str:
         """``MxNxK``, or ``MxNxKxB`` for a batch: how messages, reports and ``--shapes`` write a problem."""
@@ -82,6 +70,18 @@ class Moe:
 
     def as_dict(self) -> dict[str, int]:
         return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch}
+
+
+GROUPS_SET = ("m", "n", "k")     # the problem keys a groups list sets
+
+
+@dataclass(frozen=True)
+class Moe:
+    """A Mixture-of-Experts layer (xegemm.grouped): A's problem.m rows sorted by expert, ``experts`` weight
+    matrices of k x n, ``rows`` per expert (summing to problem.m; left out: spread evenly); 0 experts: off."""
+
+    experts: int = _key(non_negative_int, 0)
+    rows: tuple[int, ...] = _key(row_counts, ())
 
 
 @dataclass(frozen=True)
