@@ -32,7 +32,8 @@ from xegemm.evaluate.device import DeviceSession, device_evaluator
 from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.profile import time_numpy_reference
-from xegemm.report import ResultStore, own_reference, problem_shape, write_json_atomic, write_reports
+from xegemm.files import write_json_atomic
+from xegemm.report import ResultStore, own_reference, problem_shape, write_reports
 from xegemm.reporting import write_run_page
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.verify import check_fits

@@ -22,39 +22,12 @@ import numpy
 
 from xegemm import __version__
 from xegemm.errors import XegemmError
+from xegemm.files import write_json_atomic, write_text_atomic
 from xegemm.profile import conditions
 from xegemm.runtime.devices import dpctl_module
 
 CSV_COLUMNS = ("name", "status", "reason", "median_ms", "min_ms", "max_ms", "cv", "runs", "gflops", "gbps",
                "vs_numpy", "numpy_gflops", "high_cv", "max_abs_err", "max_rel_err", "bad_elements", "build_s")
-
-
-def write_text_atomic(path: Path | str, text: str) -> None:
-    """Write a file so that readers see the old or the new content, never a torn one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; results are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_json_atomic(path: Path | str, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def writable_dir(path: Path | str, what: str = "output directory") -> Path:

@@ -30,7 +30,7 @@ from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering
 from xegemm.plan import Plan, PlanRejected, plan, variant_stem
 from xegemm.render import render_kernel
-from xegemm.report import write_text_atomic
+from xegemm.files import write_text_atomic
 
 # The one set of status words, for every job and every file it writes.
 STATUSES = (

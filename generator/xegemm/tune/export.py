@@ -30,7 +30,8 @@ from xegemm.config.schema import plain_data
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.lowering import Lowering, named_lowering
-from xegemm.report import utc, versions, write_json_atomic, write_text_atomic
+from xegemm.files import write_json_atomic, write_text_atomic
+from xegemm.report import utc, versions
 from xegemm.reporting import write_report
 from xegemm.tune.shapes import Shape, is_problem_axis
 from xegemm.tune.space import TuneSpace

@@ -11,11 +11,11 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 from xegemm.config import Config, SearchSpace
 from xegemm.errors import XegemmError
+from xegemm.files import CONFIG_BYTES, load_yaml_file, read_text
 
+MAX_SHAPES = 1000
 _LABEL = re.compile(r"^\s*(\d+)x(\d+)x(\d+)(?:x(\d+))?\s*$")
 
 
@@ -55,14 +55,12 @@ def parse_label(text: str, where: str = "--shapes") -> Shape:
 
 
 def _from_yaml(path: Path) -> list[Shape]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise XegemmError(f"{path}: not valid YAML: {exc}") from None
+    data = load_yaml_file(path, CONFIG_BYTES, "shapes file")
     if isinstance(data, dict) and "shapes" in data:
         data = data["shapes"]
     if not isinstance(data, list) or not data:
-        raise XegemmError(f"{path}: expected a list of shapes ({{m, n, k, batch}} or 'MxNxK'), found {data!r}")
+        raise XegemmError(f"{path}: expected a list of shapes ({{m, n, k, batch}} or 'MxNxK'), found "
+                          f"{repr(data)[:80]}")
     shapes = []
     for i, item in enumerate(data, 1):
         where = f"{path}: shape {i}"
@@ -70,16 +68,16 @@ def _from_yaml(path: Path) -> list[Shape]:
             shapes.append(parse_label(item, where))
         elif isinstance(item, dict) and set(item) <= {"m", "n", "k", "batch"} and {"m", "n", "k"} <= set(item):
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in item.values()):
-                raise XegemmError(f"{where}: m, n, k and batch must be integers, found {item}")
+                raise XegemmError(f"{where}: m, n, k and batch must be integers, found {repr(item)[:80]}")
             shapes.append(_shape([item["m"], item["n"], item["k"], item.get("batch", 1)], where))
         else:
-            raise XegemmError(f"{where}: expected {{m, n, k[, batch]}} or 'MxNxK', found {item!r}")
+            raise XegemmError(f"{where}: expected {{m, n, k[, batch]}} or 'MxNxK', found {repr(item)[:80]}")
     return shapes
 
 
 def _from_lines(path: Path) -> list[Shape]:
     shapes = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(read_text(path, CONFIG_BYTES, "shapes file").splitlines(), 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
@@ -102,7 +100,10 @@ def parse_shapes(spec: str) -> list[Shape]:
         shapes = [parse_label(part.strip()) for part in spec.split(",") if part.strip()]
         if not shapes:
             raise XegemmError(f"--shapes: '{spec}' names no shape and is not a file")
-    return list(dict.fromkeys(shapes))
+    shapes = list(dict.fromkeys(shapes))
+    if len(shapes) > MAX_SHAPES:
+        raise XegemmError(f"--shapes: {len(shapes)} shapes; at most {MAX_SHAPES} (each is a study of its own)")
+    return shapes
 
 
 def is_problem_axis(axis: str) -> bool:
