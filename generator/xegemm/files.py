@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import stat
 import tempfile
 from pathlib import Path
@@ -24,6 +25,7 @@ import yaml
 from xegemm.errors import XegemmError
 
 MiB = 1 << 20
+RESULTS_BYTES = 256 * MiB    # a results.json, trials.json or journal of a large sweep
 CONFIG_BYTES = 1 * MiB        # a config or a shapes file: the shipped ones are under 10 KiB
 YAML_VALUES = 100_000         # values one YAML document may expand to (aliases counted each time they are used)
 _PLAIN_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null")}
@@ -140,6 +142,35 @@ def load_yaml_file(path: Path | str, limit: int = CONFIG_BYTES, what: str = "YAM
     return load_yaml(read_text(path, limit, what), str(path))
 
 
+SQLITE_MAGIC = b"SQLite format 3\0"
+
+
+def sqlite_problem(path: Path | str) -> str | None:
+    """What is wrong with an existing SQLite file (empty, another kind of file, damaged pages), or None when
+    it is healthy or absent.  SQLite itself takes an empty file as a new database and reports damage only when
+    a query touches the damaged page."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return None
+    if not path.is_file():
+        return "not a regular file"
+    with open(path, "rb") as f:
+        head = f.read(len(SQLITE_MAGIC))
+    if not head:
+        return "empty (0 bytes), not an SQLite database"
+    if head != SQLITE_MAGIC:
+        return "not an SQLite database"
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        try:
+            verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        return f"damaged ({exc})"
+    return None if verdict == "ok" else f"damaged ({verdict[:200]})"
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -172,12 +203,16 @@ def write_json_atomic(path: Path | str, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def set_aside(path: Path | str) -> Path:
-    """Move ``path`` to the first free ``path.1``, ``path.2`` ... and return where it went."""
+def set_aside(path: Path | str, companions: tuple[str, ...] = ()) -> Path:
+    """Move ``path`` to the first free ``path.1``, ``path.2`` ... and return where it went; ``companions``
+    (suffixes such as ``-wal``) move beside it when they exist."""
     path = Path(path)
     for n in range(1, 10_000):
         target = path.with_name(f"{path.name}.{n}")
         if not os.path.lexists(target):
             os.replace(path, target)
+            for suffix in companions:
+                if os.path.lexists(f"{path}{suffix}"):
+                    os.replace(f"{path}{suffix}", f"{target}{suffix}")
             return target
     raise XegemmError(f"{path}: cannot set it aside: {path.name}.1 to .9999 all exist; remove some")
