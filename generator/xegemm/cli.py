@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import signal
 import sys
 import tempfile
+import threading
+import time
+import traceback
 from pathlib import Path
 
 from xegemm import __version__
@@ -31,6 +35,7 @@ from xegemm.tune.export import export_all
 from xegemm.tune.study import HEARTBEAT_S, default_url, mask_url, open_storage
 
 
+MAX_COUNT = 10**9       # the largest count an option takes (--budget, --jobs, --heartbeat)
 FAILURES = tuple(s for s in STATUSES if s not in ("ok", "generated", "rejected"))
 
 
@@ -176,7 +181,6 @@ def cmd_generate(args) -> int:
 def cmd_run(args) -> int:
 
     limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
-    signal.signal(signal.SIGTERM, _interrupt)     # stop like Ctrl-C: partial reports, the resume command
     results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering, limits=limits,
                   command=args.command_line)
     failed = [v for v in results["variants"] if v["status"] in FAILURES]
@@ -188,7 +192,12 @@ def cmd_run(args) -> int:
     return 0
 
 
+_SIGNALLED: list[int] = []
+
+
 def _interrupt(signum, frame):
+    """SIGTERM stops like Ctrl-C (partial reports, the resume command), and exits 128 + its number."""
+    _SIGNALLED.append(signum)
     raise KeyboardInterrupt
 
 
@@ -235,9 +244,30 @@ def parse_duration(text: str) -> float:
         seconds = float(number) * units[unit]
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a duration; write e.g. 90s, 5m or 1h") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}': a duration must be positive")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}': a duration must be a positive number of seconds")
     return seconds
+
+
+def _seconds(text: str) -> float:
+    """A time limit in seconds: a positive, finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive number of seconds")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a seed (an integer from 0 to {2**32 - 1})")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -245,8 +275,8 @@ def _positive(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a positive integer")
+    if not 0 < value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive integer (at most {MAX_COUNT})")
     return value
 
 
@@ -263,7 +293,6 @@ def cmd_tune(args) -> int:
               f"in {out or Path('.')}")
         _print_best(result)
         return 0
-    signal.signal(signal.SIGTERM, _interrupt)
     limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
     result = tune(args.config, shapes=args.shapes, strategy=args.strategy, budget=args.budget, time_s=args.time,
                   jobs=args.jobs, storage=args.storage, study=args.study, seed=args.seed, device=args.device,
@@ -354,9 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: native on a device with Xe 2D block IO and DPAS, else portable")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if any variant fails to build or verify, times out, or none verifies")
-    p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
+    p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
                    help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
-    p.add_argument("--run-timeout", type=float, metavar="S",
+    p.add_argument("--run-timeout", type=_seconds, metavar="S",
                    help="seconds one variant's verification and timing may take (default: from the problem size)")
     p.set_defaults(func=cmd_run)
 
@@ -388,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", help="SQLAlchemy URL of the study database, e.g. postgresql://user:pw@host/db "
                                      "(default: sqlite in --out); workers sharing it share the study")
     p.add_argument("--study", help="study name (default: the config's name)")
-    p.add_argument("--seed", type=int, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
+    p.add_argument("--seed", type=_seed, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
     p.add_argument("--device", help="dpctl filter string (default: the best device)")
     p.add_argument("--target", choices=AOT_TARGETS, help="no device: score ahead-of-time builds for this GPU "
                                                           "(ocloc) and rank a shortlist")
@@ -402,9 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"failed and its point retried (default {HEARTBEAT_S})")
     p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
                                                          "from the study database")
-    p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
+    p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
                    help=f"seconds one build may take (default {TimeLimits.build_s:.0f})")
-    p.add_argument("--run-timeout", type=float, metavar="S",
+    p.add_argument("--run-timeout", type=_seconds, metavar="S",
                    help="seconds one trial's verification and timing may take (default: from the problem size)")
     p.set_defaults(func=cmd_tune)
 
@@ -414,23 +443,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupted_code() -> int:
+    return 128 + _SIGNALLED[0] if _SIGNALLED else 130
+
+
+def _error_log(exc: BaseException) -> str:
+    """Write the traceback of an internal error to a log file; its path (or why there is none)."""
+    text = "".join(traceback.format_exception(exc))
+    for folder in (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xegemm" / "errors",
+                   Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, path = tempfile.mkstemp(dir=folder, prefix=time.strftime("xegemm-error-%Y%m%d-%H%M%S-"),
+                                        suffix=".log")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(f"{shlex.join(sys.argv)}\nxegemm {__version__}\n\n{text}")
+            return path
+        except OSError:
+            continue
+    return "(no log: neither the cache directory nor the temporary directory is writable)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["xegemm", *(sys.argv[1:] if argv is None else argv)])
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return args.func(args)
     except RunInterrupted as exc:
         print(f"xegemm: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _interrupted_code() if _SIGNALLED else exc.exit_code
     except KeyboardInterrupt:
         print("xegemm: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted_code()
     except XegemmError as exc:
         print(f"xegemm: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and closed: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except MemoryError as exc:
+        print(f"xegemm: error: out of memory (the machine or a limit such as `ulimit -v` ran out); details in "
+              f"{_error_log(exc)}", file=sys.stderr)
+        return 3
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line and a log, never a traceback
+        print(f"xegemm: internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+              f"; the traceback is in {_error_log(exc)} (please report it)", file=sys.stderr)
+        return 70
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,7 @@ BUDGET = Table("xegemm_budget", _metadata,
 
 PASSWORD_VARIABLE = "XEGEMM_DB_PASSWORD"
 RETRY_S = 60              # how long a lost database connection is retried before the worker gives up
+RETRY_VARIABLE = "XEGEMM_DB_RETRY_S"   # another retry time in seconds (0: fail at once)
 # the storage methods Optuna and the runner call: each is retried while the server is unreachable
 _RETRIED = ("create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
             "get_study_id_from_name", "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
@@ -165,15 +168,32 @@ def _transient(exc: BaseException) -> bool:
     return False
 
 
-def with_retries(call, what: str = "the study database", budget_s: float = RETRY_S):
-    """``call()``, retried with backoff while the database is unreachable (a server restart costs a pause)."""
-    delay, waited = 0.25, 0.0
+def retry_seconds() -> float:
+    """How long an unreachable database is waited for: ``$XEGEMM_DB_RETRY_S``, else :data:`RETRY_S`."""
+    try:
+        value = float(os.environ.get(RETRY_VARIABLE, RETRY_S))
+    except ValueError:
+        value = RETRY_S
+    return value if 0 <= value < 86400 else RETRY_S
+
+
+_warned = threading.Event()
+
+
+def with_retries(call):
+    """``call()``, retried with backoff while the database is unreachable (a server restart costs a pause, said
+    once on stderr)."""
+    delay, waited, budget = 0.25, 0.0, retry_seconds()
     while True:
         try:
             return call()
         except (StorageInternalError, OperationalError, InterfaceError, DBAPIError) as exc:
-            if not _transient(exc) or waited >= budget_s:
+            if not _transient(exc) or waited >= budget:
                 raise
+            if not _warned.is_set():
+                _warned.set()
+                print(f"xegemm: the study database is unreachable ({describe_failure(exc, '')}); retrying for up "
+                      f"to {budget:.0f} s", file=sys.stderr, flush=True)
             time.sleep(delay)
             waited += delay
             delay = min(delay * 2, 5.0)
