@@ -467,8 +467,17 @@ def _error_log(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["xegemm", *(sys.argv[1:] if argv is None else argv)])
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
+    try:
+        return _main(args)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args) -> int:
+    """Run the command; every way it can end becomes an exit code and at most one line on stderr."""
     try:
         return args.func(args)
     except RunInterrupted as exc:

@@ -171,6 +171,33 @@ def sqlite_problem(path: Path | str) -> str | None:
     return None if verdict == "ok" else f"damaged ({verdict[:200]})"
 
 
+def create_sqlite(path: Path | str) -> None:
+    """Create an SQLite database at ``path`` unless one is there, atomically: made under a temporary name and
+    linked into place, so that no process ever sees the empty file SQLite itself creates first (which
+    :func:`sqlite_problem` rightly calls empty)."""
+    path = Path(path)
+    if os.path.lexists(path):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".new")
+    os.close(fd)
+    try:
+        db = sqlite3.connect(tmp)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")    # writes the header (WAL mode is kept in it)
+        finally:
+            db.close()
+        os.chmod(tmp, 0o666 & ~_umask())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass                                     # another process made it first
+    finally:
+        for leftover in (tmp, f"{tmp}-wal", f"{tmp}-shm"):
+            if os.path.lexists(leftover):
+                os.unlink(leftover)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

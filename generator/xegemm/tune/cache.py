@@ -26,7 +26,7 @@ from pathlib import Path
 
 from xegemm.config import Config
 from xegemm.errors import XegemmError
-from xegemm.files import set_aside, sqlite_problem
+from xegemm.files import create_sqlite, set_aside, sqlite_problem
 from xegemm.profile import gemm_flops
 from xegemm.runtime.program_cache import code_generation_settings
 
@@ -110,6 +110,11 @@ class MeasurementCache:
         problem = sqlite_problem(self.path)
         if problem:
             self._set_aside(problem)
+        try:
+            create_sqlite(self.path)
+        except (OSError, sqlite3.Error) as exc:
+            raise XegemmError(f"cannot create the measurement cache {self.path}: {exc}; give --cache FILE or "
+                              "--no-cache") from None
         for attempt in range(2):
             try:
                 db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sqlite3
 import sys
 import threading
 import time
@@ -41,7 +42,7 @@ from sqlalchemy.exc import (
 )
 
 from xegemm.errors import XegemmError
-from xegemm.files import sqlite_problem
+from xegemm.files import create_sqlite, sqlite_problem
 
 from xegemm.tune.shapes import Shape
 
@@ -241,9 +242,10 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> optuna.storages.RD
     if path is not None:
         check_sqlite_file(path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StorageError(f"{path.parent}: cannot create the study's directory: {exc.strerror}") from None
+            create_sqlite(path)
+        except (OSError, sqlite3.Error) as exc:
+            raise StorageError(f"cannot create the study database {path}: {getattr(exc, 'strerror', None) or exc}") \
+                from None
     try:
         make_url(url)
     except ArgumentError:
