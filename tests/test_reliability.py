@@ -8,6 +8,7 @@ Real files, real SQLite and PostgreSQL, real processes and signals; nothing is m
 import hashlib
 import json
 import os
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -221,6 +222,14 @@ def test_a_study_refuses_another_problem_or_a_smaller_space_and_leaves_no_trial_
     trials = optuna.load_study(study_name="tiny@64x64x64", storage=open_storage(f"sqlite:///{out}/study.db")).trials
     assert trials and not any(t.state == TrialState.RUNNING for t in trials)
     assert (out / "best.json").read_text() == exported
+    # an earlier export with more trials than the study now holds is moved aside, never overwritten
+    richer = json.loads((out / "trials.json").read_text())
+    richer["variants"] *= 10
+    (out / "trials.json").write_text(json.dumps(richer))
+    again = xegemm("tune", config, "--out", out, "--export", timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "trials.json moved to" in again.stderr and "holds" in again.stderr
+    assert json.loads((out / "trials.json.1").read_text())["variants"] == richer["variants"]
 
 
 # ---- caches --------------------------------------------------------------------------------------------------
@@ -419,3 +428,28 @@ def test_an_unknown_postgresql_database_is_named(postgresql_server, monkeypatch)
 def test_the_readme_postgresql_form_works_as_written(postgresql_server):
     storage = open_storage(postgresql_server.url)       # postgresql://user:password@host:port/db
     assert storage.engine.dialect.driver == "psycopg"
+
+
+# ---- start-up and internal errors ----------------------------------------------------------------------------
+
+def test_an_address_space_limit_at_start_up_is_named_and_no_reinstall_is_advised():
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (400 << 20, resource.RLIM_INFINITY))
+    done = subprocess.run([sys.executable, "-m", "xegemm", "devices"], capture_output=True, text=True, timeout=120,
+                          preexec_fn=limited)
+    said = one_line_error(done)
+    assert "ulimit -v" in said and "rm -rf" not in said and "reinstall" not in said, said
+
+
+def test_an_internal_error_is_one_line_with_the_log_path(monkeypatch, tmp_path, capsys):
+    """The last line of defence, for a bug nobody has found yet: the command is made to fail from inside."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def broken(args):
+        raise RuntimeError("a bug\nwith a second line")
+    monkeypatch.setattr("xegemm.cli.cmd_support", broken)
+    assert main(["support"]) == 70
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "internal error: RuntimeError: a bug;" in said
+    log = Path(said.split("traceback is in ", 1)[1].split(" (please", 1)[0])
+    assert log.parent == tmp_path / "xegemm" / "errors" and "Traceback" in log.read_text()

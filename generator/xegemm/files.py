@@ -19,6 +19,7 @@ import stat
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 
@@ -161,7 +162,7 @@ def sqlite_problem(path: Path | str) -> str | None:
     if head != SQLITE_MAGIC:
         return "not an SQLite database"
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        db = sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True, timeout=60)   # rw: a WAL reader may need to rebuild its index
         try:
             verdict = db.execute("PRAGMA quick_check").fetchone()[0]
         finally:

@@ -73,6 +73,9 @@ _RETRIED = ("create_new_study", "delete_study", "set_study_user_attr", "set_stud
             "record_heartbeat", "fail_stale_trials", "get_stale_trial_ids")
 
 
+_CHECKED: set[str] = set()     # SQLite files found healthy by this process
+
+
 class StorageError(XegemmError):
     """The study database cannot be used: unreachable, refused, not a database; the message says which."""
 
@@ -121,8 +124,14 @@ def sqlite_path(url: str) -> Path | None:
 
 def check_sqlite_file(path: Path, what: str = "study database") -> None:
     """Refuse an existing file that is not a healthy SQLite database (:func:`xegemm.files.sqlite_problem`):
-    it is never opened, so never re-created over."""
+    it is never opened, so never re-created over.  Checked once per process: a check closes its own connection,
+    and SQLite's locks are the process's, so it must not run beside the storage's open connections."""
+    key = str(Path(path).resolve())
+    if key in _CHECKED:
+        return
     problem = sqlite_problem(path)
+    if not problem:
+        _CHECKED.add(key)
     if problem:
         raise StorageError(f"{path}: the {what} is {problem}; move it aside (or choose another --out) to start "
                            "a new study, or restore it from a backup; its last export (trials.json, best.json) "
