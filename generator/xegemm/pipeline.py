@@ -72,7 +72,12 @@ def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "port
     manifest = {"config": config.name, "lowering": low.name, "capabilities": low.capabilities_name,
                 "kernels": entries}
     manifest_path = out / "manifest.json"
-    existing = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    try:
+        existing = json.loads(read_text(manifest_path, RESULTS_BYTES, "manifest")) if manifest_path.exists() else {}
+    except (XegemmError, ValueError) as exc:
+        print(f"xegemm: note: {manifest_path} was not a manifest ({str(exc)[:120]}); moved to "
+              f"{set_aside(manifest_path)}, a new one is written", file=sys.stderr)
+        existing = {}
     configs = existing.get("configs", {}) if isinstance(existing, dict) else {}
     configs[config.name] = manifest
     write_json_atomic(manifest_path, {"generated_by": "xegemm generate", "configs": dict(sorted(configs.items()))})

@@ -22,7 +22,7 @@ import numpy
 
 from xegemm import __version__
 from xegemm.errors import XegemmError
-from xegemm.files import write_json_atomic, write_text_atomic
+from xegemm.files import RESULTS_BYTES, read_bytes, write_json_atomic, write_text_atomic
 from xegemm.profile import conditions
 from xegemm.runtime.devices import dpctl_module
 
@@ -83,7 +83,7 @@ class ResultStore:
         self.when: dict[str, dict] = {}  # key -> {"finished_at", "load1"}: when each result was recorded
         self.damaged: list[str] = []     # "results.jsonl:LINE: what is wrong", for lines that were skipped
         if self.journal.exists():
-            text = self.journal.read_text(encoding="utf-8", errors="replace")
+            text = read_bytes(self.journal, RESULTS_BYTES, "results journal").decode("utf-8", errors="replace")
             if text and not text.endswith("\n"):
                 # an interrupted write left a torn last line: cut it so the next record starts a fresh line
                 keep = text[: text.rfind("\n") + 1]
