@@ -249,35 +249,22 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _seconds(text: str) -> float:
-    """A time limit in seconds: a positive, finite number."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a positive number of seconds")
-    return value
+def _checked(convert, ok, what: str):
+    """An argparse type: ``convert(text)`` when ``ok`` accepts it, else the error '... is not WHAT'."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"'{text}' is not {what}")
+        return value
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a seed (an integer from 0 to {2**32 - 1})")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 0 < value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a positive integer (at most {MAX_COUNT})")
-    return value
+_seconds = _checked(float, lambda v: math.isfinite(v) and v > 0, "a positive number of seconds")
+_seed = _checked(int, lambda v: 0 <= v < 2**32, f"a seed (an integer from 0 to {2**32 - 1})")
+_positive = _checked(int, lambda v: 0 < v <= MAX_COUNT, f"a positive integer (at most {MAX_COUNT})")
 
 
 def cmd_tune(args) -> int:

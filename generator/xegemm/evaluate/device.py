@@ -21,7 +21,8 @@ from xegemm.lowering.native import build_options
 from xegemm.profile import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
 from xegemm import stream_k
-from xegemm.verify import check, make_operands, poison_c, reference, reference_key
+from xegemm.errors import XegemmError
+from xegemm.verify import check, check_fits, make_operands, poison_c, reference, reference_key
 
 BUILD_OPTIONS = "-cl-std=CL3.0 -cl-mad-enable"
 
@@ -64,6 +65,9 @@ class DeviceSession:
         key = (config.problem, config.types, config.layout, config.epilogue, reference_key(config), config.verify.seed,
                workspace_bytes(config))
         if key != self._problem_key:
+            too_big = check_fits(config, getattr(self.device, "global_mem_size", None))
+            if too_big:          # refused before numpy or the device is asked for the memory
+                raise XegemmError(too_big)
             ops = make_operands(config)
             poison = poison_c(config)
             nothing = np.zeros(4, np.uint8)    # what a kernel that reads no C or bias is given instead
