@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+from optuna.exceptions import StorageInternalError
+from sqlalchemy.exc import SQLAlchemyError
 from tqdm import tqdm
 
 from xegemm.aot.toolchain import require_ocloc
@@ -43,8 +45,10 @@ from xegemm.tune.strategies import get_strategy
 from xegemm.tune.study import (
     HEARTBEAT_S,
     ClaimBook,
+    StorageError,
     default_url,
     definition_changes,
+    describe_failure,
     mask_url,
     open_storage,
     resumable_url,
@@ -172,6 +176,10 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
             _close(bar, objectives, measurements)
         raise RunInterrupted(f"interrupted: every finished trial is in the study at {mask_url(url)}; the "
                              f"interrupted ones are retried on resume: {resume}") from None
+    except (StorageInternalError, SQLAlchemyError) as exc:
+        _close(bar, objectives, measurements)
+        raise StorageError(f"the study database {mask_url(url)} failed: {describe_failure(exc, url)}; every "
+                           f"finished trial is kept; when it is back, resume with: {resume}") from None
     except BaseException:
         _close(bar, objectives, measurements)
         raise
