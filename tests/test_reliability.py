@@ -18,7 +18,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import TINY_LEGAL, TINY_TUNE_CONFIG
+from conftest import SECRET, TINY_LEGAL, TINY_TUNE_CONFIG
 from optuna.trial import TrialState
 
 from xegemm.cli import main
@@ -400,14 +400,17 @@ def test_a_postgresql_restart_costs_a_pause_not_a_worker(tmp_path, postgresql_se
                              "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
+    storage = open_storage(url)          # one engine for the polls: a server has a limited number of connections
+
     def trials(_):
         try:
-            study = optuna.load_study(study_name="outage@64x64x64", storage=open_storage(url))
+            study = optuna.load_study(study_name="outage@64x64x64", storage=storage)
         except KeyError:
             return False
         return sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)) >= 1
 
     _wait_for(tmp_path, proc, trials)
+    storage.engine.dispose()
     postgresql_server.stop("fast")
     time.sleep(3)
     postgresql_server.start()
@@ -416,6 +419,37 @@ def test_a_postgresql_restart_costs_a_pause_not_a_worker(tmp_path, postgresql_se
     assert "Traceback" not in err
     best = json.loads((tmp_path / "out" / "best.json").read_text())["shapes"]["64x64x64"]
     assert best["best"] and best["trials"] - best["pruned"] >= 5
+
+
+@pytest.mark.device
+def test_a_postgresql_outage_past_the_retries_names_the_cause_and_the_resume_command(tmp_path, postgresql_server):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY_TUNE_CONFIG)
+    url = postgresql_server.url
+    proc = subprocess.Popen([sys.executable, "-m", "xegemm", "tune", str(config), "--storage", url, "--study",
+                             "gone", "--budget", "5", "--no-cache", "--out", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "XEGEMM_DB_RETRY_S": "2"})
+
+    storage = open_storage(url)
+
+    def started(_):
+        try:
+            study = optuna.load_study(study_name="gone@64x64x64", storage=storage)
+        except KeyError:
+            return False
+        return len(study.get_trials(deepcopy=False)) >= 1
+
+    _wait_for(tmp_path, proc, started)
+    storage.engine.dispose()
+    postgresql_server.stop("fast")
+    try:
+        _, err = proc.communicate(timeout=300)
+    finally:
+        postgresql_server.start()
+    said = one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
+    assert "the study database" in said and "resume with: xegemm tune" in said, said
+    assert "max length" not in said and SECRET not in said, said
 
 
 def test_an_unknown_postgresql_database_is_named(postgresql_server, monkeypatch):
@@ -428,6 +462,7 @@ def test_an_unknown_postgresql_database_is_named(postgresql_server, monkeypatch)
 def test_the_readme_postgresql_form_works_as_written(postgresql_server):
     storage = open_storage(postgresql_server.url)       # postgresql://user:password@host:port/db
     assert storage.engine.dialect.driver == "psycopg"
+    storage.engine.dispose()
 
 
 # ---- start-up and internal errors ----------------------------------------------------------------------------

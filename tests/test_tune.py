@@ -150,12 +150,14 @@ def test_target_scores_ahead_of_time_builds_without_a_device(tiny_tune_config, t
 
 def test_the_cache_keeps_only_deterministic_outcomes(tmp_path):
     cache = MeasurementCache(tmp_path / "c.db")
-    for key, evaluation in {"ok": {"status": "ok", "gflops": 1.0}, "bad": {"status": "failed_build"},
+    timed = {"status": "ok", "gflops": 2 * 64 ** 3 / (0.5 * 1e6), "time_ms": {"median": 0.5},
+             "params": {"m": 64, "n": 64, "k": 64, "batch": 1}}
+    for key, evaluation in {"ok": timed, "bad": {"status": "failed_build"},
                             "slow": {"status": "timeout"}, "err": {"status": "error"},
                             "died": {"status": "failed_build", "extra": {"worker_lost": "build"}}}.items():
         cache.put(key, evaluation)
     assert [k for k in ("ok", "bad", "slow", "err", "died") if cache.get(k)] == ["ok", "bad"]
-    assert cache.get("ok") == {"status": "ok", "gflops": 1.0}
+    assert cache.get("ok") == timed
 
 
 def test_the_cpu_code_path_is_part_of_a_measurement_key(tiny_tune_config, monkeypatch):
