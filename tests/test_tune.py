@@ -62,7 +62,7 @@ def test_exhaustive_covers_the_space_prunes_without_building_and_a_second_tune_b
         assert "registers" in trial.user_attrs["reason"]
         assert trial.user_attrs["build_s"] is None and trial.user_attrs["source_sha256"] is None
     # the cache holds exactly the built kernels: a pruned point was never built
-    assert sqlite3.connect(cache).execute("SELECT count(*) FROM measurements").fetchone()[0] == TINY_LEGAL
+    assert sqlite3.connect(cache).execute("SELECT count(*) FROM entries").fetchone()[0] == TINY_LEGAL
     tally = first.tallies["64x64x64"]
     assert (tally.evaluated, tally.pruned, tally.cached) == (TINY_LEGAL, TINY_PRUNED, 0)
 
@@ -189,7 +189,7 @@ def test_a_build_that_overruns_its_limit_is_that_trials_timeout_and_the_study_go
     points = _points(result)
     assert [s for _, s in points if s != "rejected"] == ["timeout", "timeout"]
     assert result.best["shapes"]["64x64x64"]["best"] is None
-    assert sqlite3.connect(cache).execute("SELECT count(*) FROM measurements").fetchone()[0] == 0
+    assert sqlite3.connect(cache).execute("SELECT count(*) FROM entries").fetchone()[0] == 0
 
 
 def test_a_time_limit_stops_starting_trials(tiny_tune_config, tmp_path):

@@ -16,6 +16,7 @@ nothing is lost and nothing is evaluated twice.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 import sqlite3
@@ -63,14 +64,9 @@ BUDGET = Table("xegemm_budget", _metadata,
 PASSWORD_VARIABLE = "XEGEMM_DB_PASSWORD"
 RETRY_S = 60              # how long a lost database connection is retried before the worker gives up
 RETRY_VARIABLE = "XEGEMM_DB_RETRY_S"   # another retry time in seconds (0: fail at once)
-# the storage methods Optuna and the runner call: each is retried while the server is unreachable
-_RETRIED = ("create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
-            "get_study_id_from_name", "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
-            "get_study_system_attrs", "get_all_studies", "create_new_trial", "set_trial_param",
-            "get_trial_id_from_study_id_trial_number", "get_trial_number_from_id", "get_trial_param",
-            "set_trial_state_values", "set_trial_intermediate_value", "set_trial_user_attr",
-            "set_trial_system_attr", "get_trial", "get_all_trials", "get_n_trials", "get_best_trial",
-            "record_heartbeat", "fail_stale_trials", "get_stale_trial_ids")
+# storage methods that only describe the storage, never touch the database: not retried
+_LOCAL = {"get_heartbeat_interval", "get_failed_trial_callback", "get_heartbeat_stale_trial_callback",
+          "remove_session", "is_heartbeat_enabled"}
 
 
 _CHECKED: set[str] = set()     # SQLite files found healthy by this process
@@ -232,9 +228,10 @@ def _create(url: str, heartbeat_s: int) -> optuna.storages.RDBStorage:
         event.listen(storage.engine, "connect", _sqlite_pragmas)
         storage.engine.dispose()
     _metadata.create_all(storage.engine, checkfirst=True)
-    for name in _RETRIED:
-        if hasattr(storage, name):
-            setattr(storage, name, _retrying(getattr(storage, name)))
+    for name in dir(storage):             # every public method Optuna calls, retried while the server is away
+        method = getattr(storage, name)
+        if not name.startswith("_") and name not in _LOCAL and inspect.ismethod(method):
+            setattr(storage, name, _retrying(method))
     return storage
 
 
