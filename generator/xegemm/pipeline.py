@@ -136,9 +136,9 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     if too_big:
         raise XegemmError("; ".join(too_big))
     say = (lambda text: print(text, file=progress, flush=True)) if progress else (lambda text: None)
-    for moved in _set_aside_foreign_reports(out, config):
-        say(f"note: {moved}")
     store = ResultStore(out, config=config, device=info)      # a writable, unlocked directory, or an error now
+    for moved in _set_aside_foreign_reports(out, config):      # under the directory's lock
+        say(f"note: {moved}")
     for damage in store.damaged:
         say(f"warning: {damage}")
     progress_observer = ProgressObserver(progress, len(planned))
