@@ -479,6 +479,10 @@ def _main(args) -> int:
     except BrokenPipeError:  # output piped into `head` and closed: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:   # the file system refused (a name too long, no permission, a full disk): say which
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"xegemm: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except MemoryError as exc:
         print(f"xegemm: error: out of memory (the machine or a limit such as `ulimit -v` ran out); details in "
               f"{_error_log(exc)}", file=sys.stderr)
