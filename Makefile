@@ -15,11 +15,13 @@ $(STAMP): pyproject.toml
 
 # System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests, Debian's chromium and
 # chromium-driver for the report's browser tests, PostgreSQL's server binaries for the shared-study test, CLBlast
-# for the CLBlast reference test.  As root they are installed (quietly, once); otherwise the note says what to
-# install and those tests are skipped with the reason.
+# for the CLBlast reference test, the OpenCL ICD loader's development files (ocl-icd-opencl-dev) and a C compiler for
+# the exported example's `make run`.  As root they are installed (quietly, once); otherwise the note says what to
+# install and those tests are skipped with the reason.  Only `make test` needs them; `make demo` installs nothing
+# but .venv.  (grep without -q below: it reads all of ldconfig's output, so ldconfig never dies of SIGPIPE.)
 tools:
 	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh && bash .ci/install-chromium.sh && bash .ci/install-postgresql.sh \
-	    && bash .ci/install-clblast.sh; \
+	    && bash .ci/install-clblast.sh && bash .ci/install-opencl-dev.sh; \
 	else \
 	  if ! command -v ocloc >/dev/null 2>&1; then echo "note: ocloc is not installed and this is not root: the ahead-of-time tests will be skipped;" \
 	     "install it with: sudo bash .ci/install-ocloc.sh"; fi; \
@@ -28,11 +30,14 @@ tools:
 	  if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 	     echo "note: PostgreSQL is not installed and this is not root: the PostgreSQL study test will be skipped;" \
 	     "install it with: sudo bash .ci/install-postgresql.sh"; fi; \
-	  if ! ldconfig -p | grep -q 'libclblast\.so\.1 '; then echo "note: CLBlast is not installed and this is not root: the CLBlast reference test will be skipped;" \
+	  if ! ldconfig -p | grep 'libclblast\.so\.1 ' >/dev/null; then echo "note: CLBlast is not installed and this is not root: the CLBlast reference test will be skipped;" \
 	     "install it with: sudo bash .ci/install-clblast.sh"; fi; \
+	  if ! [ -f /usr/include/CL/cl.h ] || ! command -v cc >/dev/null 2>&1; then echo "note: the OpenCL development files" \
+	     "or a C compiler are missing and this is not root: the exported example's test will be skipped;" \
+	     "install them with: sudo bash .ci/install-opencl-dev.sh"; fi; \
 	fi
 
-demo: $(STAMP) tools
+demo: $(STAMP)
 	$(VENV)/bin/xegemm devices
 	$(VENV)/bin/xegemm run configs/default.yaml --out runs/demo-$$(date +%Y%m%d-%H%M%S) --strict
 
@@ -44,6 +49,7 @@ kernels: $(STAMP)
 		--capabilities cl_intel_subgroup_2d_block_io
 
 test: $(STAMP) tools
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
 # pytest-benchmark suite (not part of `make test`): each kernel against references measured in the same run, and
@@ -56,7 +62,7 @@ bench: $(STAMP)
 		$(foreach c,$(CONFIG),--bench-config $(c)) $(if $(SHAPES),--bench-shapes $(SHAPES)) \
 		--benchmark-json=runs/bench-$$(date +%Y%m%d-%H%M%S).json
 
-# issue 10's performance goals in one run (README "Benchmarks"; not part of `make test`): on each CPU code path,
+# the performance goals in one run (docs/benchmarks.md; not part of `make test`): on each CPU code path,
 # `xegemm tune` finds the best bf16 and f16 variant at 1024^3, 2048^3 and 4096x4096x1024, and each winner is timed
 # interleaved with numpy, the plain sub-group SGEMM, CLBlast (installed as root, tuned per code path) and oneMKL
 # through dpnp; writes runs/bench-goals-<timestamp>/goals.{md,json}.  DPNP=1 installs dpnp for the oneMKL

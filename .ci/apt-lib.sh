@@ -1,5 +1,10 @@
 # Shared by the .ci/install-*.sh scripts (sourced, not run): a root check and a quiet runner for apt-get.
 # `quietly CMD...` runs a command and prints its output only if it fails (then exits with its name).
+# `has_library NAME` asks the dynamic linker's cache for a library.
+#
+# The scripts run under `set -o pipefail`: never pipe into `grep -q` (or `head`) there.  grep -q exits at the first
+# match, the writer then dies of SIGPIPE (status 141) and pipefail makes the whole pipe fail: an intermittent
+# `Error 141` that depends on how the pipe's buffers happen to fill.  Capture the output first, then match it.
 
 require_root() {  # require_root SCRIPT_NAME
     if [ "$(id -u)" -ne 0 ]; then
@@ -18,4 +23,10 @@ quietly() {
         echo "$(basename "$0"): failed: $*" >&2
         exit 1
     fi
+}
+
+has_library() {  # has_library 'libclblast.so.1'
+    local cache
+    cache="$(ldconfig -p)"
+    [[ "$cache" == *"$1 "* ]]
 }

@@ -7,9 +7,9 @@ set -euo pipefail
 . "$(dirname "$0")/apt-lib.sh"
 require_root install-clblast.sh
 
-if ! ldconfig -p | grep -q 'libclblast\.so\.1 ' || ! command -v clblast_tuner_xgemm >/dev/null 2>&1; then
+if ! has_library libclblast.so.1 || ! command -v clblast_tuner_xgemm >/dev/null 2>&1; then
     quietly apt-get update -qq
     quietly apt-get install -y -qq --no-install-recommends libclblast1 clblast-utils
 fi
 
-ldconfig -p | grep -q 'libclblast\.so\.1 ' && command -v clblast_tuner_xgemm >/dev/null
+has_library libclblast.so.1 && command -v clblast_tuner_xgemm >/dev/null

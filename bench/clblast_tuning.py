@@ -1,7 +1,7 @@
 """CLBlast tuned for this machine: its own tuner's best Xgemm parameters, kept per device and code path.
 
 Debian's CLBlast has no tuning entry for these CPUs and falls back to generic Intel-CPU defaults
-(``shared/facts/portable_perf.md``: its tuner doubled SGEMM on a Zen 5 VM), so a fair reference is the tuned
+(docs/benchmarks.md, the goals run: its tuner doubled SGEMM on a Zen 5 VM), so a fair reference is the tuned
 one.  :func:`tuned_parameters` runs ``clblast_tuner_xgemm -precision 32 -fraction F`` (at its default
 1024^3) in a scratch directory with the process's OpenCL environment (so on the process's CPU code path),
 within a time limit, and takes the fastest result of the phases that finished (each phase writes one JSON
@@ -27,7 +27,7 @@ from xegemm.runtime.program_cache import runtime_identity
 from xegemm.tune.cache import default_cache_path
 
 KERNEL = "Xgemm"
-FRACTION = 512           # the tuner's random fraction (as shared/facts/portable_perf.md): its random phases try
+FRACTION = 512           # the tuner's random fraction (docs/benchmarks.md, the goals run): its random phases try
                          # 120800 / 512 = 235 and 16566 / 512 = 32 points, about 16 min on 2 loaded cores
 TIMEOUT_S = 1800         # after this the tuner is stopped and the phases that finished are used
 # how a benchmark gets CLBlast's parameters: the cache, else the tuner; the tuner even when cached (on a quieter

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xegemm.profile import Timing
+from xegemm.profile import Timing, warm_up
 
 
 class MeasuredClock:
@@ -30,10 +30,11 @@ class MeasuredClock:
         self.samples.append(seconds)
 
     def measure(self, target: Callable[[], float], rounds: int, warmup: int = 0, benchmark=None) -> Timing:
-        """Run ``target`` (which returns the seconds it measured) ``warmup`` times untimed, then ``rounds``
-        times through ``benchmark.pedantic`` (or a plain loop without one); return those rounds' timing."""
-        for _ in range(warmup):
-            target()
+        """Warm ``target`` (which returns the seconds it measured) up as every xegemm timing does
+        (:func:`xegemm.profile.warm_up`: by time and stability, at least ``warmup`` runs), then run it ``rounds``
+        times through ``benchmark.pedantic`` (or a plain loop without one); return those rounds' timing, with
+        the warm-up used."""
+        warm = warm_up(lambda: target() * 1e3, warmup)
         start = len(self.samples)
         if benchmark is None:
             for _ in range(rounds):
@@ -42,7 +43,7 @@ class MeasuredClock:
             benchmark.pedantic(lambda: self.add(target()), rounds=rounds, iterations=1)
         samples = self.samples[start:]
         del self.samples[start:]
-        return Timing(tuple(s * 1e3 for s in samples))
+        return Timing(tuple(s * 1e3 for s in samples), warm)
 
 
 def event_seconds(event) -> float:

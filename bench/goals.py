@@ -1,4 +1,4 @@
-"""The goals run (``make bench-goals``; README "Benchmarks"): issue 10's performance goals measured in one run.
+"""The goals run (``make bench-goals``; docs/benchmarks.md): the performance goals measured in one run.
 
 ``python -m bench.goals [--budget N] [--install-dpnp] [--out DIR] ...``:
 

@@ -1,4 +1,4 @@
-"""The performance goals of issue 10 and the goals run's tables (``make bench-goals``; README "Benchmarks").
+"""The performance goals and the goals run's tables (``make bench-goals``; docs/benchmarks.md).
 
 Each goal is a ratio: the best tuned xegemm variant's GFLOP/s over a reference's, both measured interleaved in
 the same rounds on the same CPU code path.  Goals are evaluated and printed, never asserted.  This module is

@@ -1,9 +1,10 @@
-"""Variants of one config timed against each other and numpy in interleaved rounds (README "Benchmarks").
+"""Variants of one config timed against each other and numpy in interleaved rounds (docs/benchmarks.md).
 
 ``python -m bench.interleave CONFIG [--rounds R] [--launches L] [--json FILE]``: per problem of the config's
 sweep, every variant is built and verified first (as ``xegemm run`` does), then the variants and numpy's
-float32 matmul are timed round-robin: each round pauses (the runtime's and OpenBLAS's threads busy-wait
-after their work), launches each variant once untimed and ``L`` times timed, then runs numpy as often.  Load
+float32 matmul are timed round-robin (each warmed up first by time and stability, as ``xegemm run`` does): each
+round pauses (the runtime's and OpenBLAS's threads busy-wait after their work), re-warms each variant and
+launches it at least ``L`` times timed, then runs numpy as often.  Load
 from other processes thus falls on all of them alike, which comparing two ``xegemm run`` rows (each measured
 at its own moment) does not give.  Prints, per problem, each variant's median GFLOP/s (and its best: the fastest run, what load from
 other processes disturbs least), its ratio to numpy and to the variant of the same tile, split K and stream-K with ``tile.swizzle`` = 1, and the conditions (load average, CPU code
@@ -19,14 +20,13 @@ import argparse
 import json
 import os
 import statistics
-import time
 from collections.abc import Callable
 
 from xegemm.config import load_config
 from xegemm.evaluate import Evaluation, plan_variants, render_variant
 from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
 from xegemm.lowering import choose_lowering
-from xegemm.profile import CV_LIMIT, SETTLE_S, NumpyReference, Timing, conditions, gemm_flops, launch_ms
+from xegemm.profile import CV_LIMIT, NumpyReference, Timing, conditions, gemm_flops, launch_ms, time_rounds
 from xegemm.runtime import describe, select_sycl_device
 
 
@@ -53,17 +53,13 @@ def _built(session, lowering, pvs):
     return out
 
 
-def round_robin(sides: dict[str, Callable[[], float]], rounds: int, launches: int) -> dict[str, list[float]]:
-    """Time every side in the same rounds: per round, each side in turn gets a pause of :data:`SETTLE_S`, one
-    untimed run and ``launches`` timed ones.  ``sides`` maps a name to a function that runs that side once
-    and returns the run's time in ms; returns each side's timed runs."""
-    times: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(rounds):
-        for name, sample in sides.items():
-            time.sleep(SETTLE_S)
-            sample()
-            times[name] += [sample() for _ in range(launches)]
-    return times
+def round_robin(sides: dict[str, Callable[[], float]], rounds: int, launches: int) -> dict[str, Timing]:
+    """Time every side in the same rounds, the way ``xegemm run`` and ``xegemm tune`` time a kernel
+    (:func:`xegemm.profile.time_rounds`): each side warmed up by time and stability first; per round, each side
+    in turn gets a pause of :data:`xegemm.profile.SETTLE_S`, a re-warm to its steady level and at least
+    ``launches`` timed runs (and :data:`xegemm.profile.ROUND_MIN_MS`).  ``sides`` maps a name to a function that
+    runs that side once and returns the run's time in ms; returns each side's timing with its warm-up."""
+    return time_rounds(sides, rounds, launches)
 
 
 def measure_sides(sides: dict[str, Callable[[], float]], rounds: int, launches: int) -> dict:
@@ -72,7 +68,7 @@ def measure_sides(sides: dict[str, Callable[[], float]], rounds: int, launches: 
     still above the limit]}``."""
     kept = None
     for attempt in (1, 2):
-        timings = {name: Timing(tuple(ms)) for name, ms in round_robin(sides, rounds, launches).items()}
+        timings = round_robin(sides, rounds, launches)
         worst = max((t.cv for t in timings.values()), default=0.0)
         if kept is None or worst < kept[1]:
             kept = (timings, worst)
@@ -100,7 +96,8 @@ def measure(config_path: str, rounds: int, launches: int) -> list[dict]:
         reference = NumpyReference(problem.m, problem.n, problem.k, problem.batch)
         sides = {pv.name: (lambda submit=kernel.submit: launch_ms(submit)) for pv, kernel in built}
         before = conditions()
-        times = round_robin({**sides, NUMPY: reference.sample}, rounds, launches)
+        timings = round_robin({**sides, NUMPY: reference.sample}, rounds, launches)
+        times = {name: list(t.samples_ms) for name, t in timings.items()}
         numpy_ms = times.pop(NUMPY)
         flops = gemm_flops(problem.m, problem.n, problem.k, problem.batch)
         numpy_gflops = flops / statistics.median(numpy_ms) * 1e-6
@@ -118,7 +115,7 @@ def measure(config_path: str, rounds: int, launches: int) -> list[dict]:
                          "vs_numpy": gflops / numpy_gflops, "vs_swizzle1": gflops / base[key][0] if key in base else None,
                          "gflops_best": best, "numpy_gflops_best": flops / min(numpy_ms) * 1e-6,
                          "vs_swizzle1_best": best / base[key][1] if key in base else None,
-                         "runs": len(times[pv.name]),
+                         "runs": len(times[pv.name]), "warmup": timings[pv.name].warmup.as_dict(),
                          "cv": statistics.pstdev(times[pv.name]) / statistics.mean(times[pv.name]),
                          "loadavg_before": before["loadavg"], "loadavg_after": conditions()["loadavg"],
                          "cpu_target_arch": os.environ.get("CL_CONFIG_CPU_TARGET_ARCH", "")})

@@ -52,8 +52,8 @@ def run_benchmarked(pv, session, lowering, benchmark, rounds: int):
     """Build and verify one variant with ``run_variant``, then time it with ``benchmark.pedantic``.
 
     ``run_variant`` times a kernel only after it verified, with the timer it is given: here one that drives
-    the same launches (the config's warm-up, then ``max(profile.repeats, rounds)`` launches) through
-    pytest-benchmark on device event times.
+    the same warm-up as every xegemm timing (by time and stability, at least the config's count), then
+    ``max(profile.repeats, rounds)`` launches through pytest-benchmark on device event times.
     """
     timings = []
 

@@ -78,7 +78,7 @@ def block_read_kernel(name: str, reads: int) -> str:
 
 
 def spilling_kernel(accumulators: int) -> str:
-    # `accumulators` float8 DPAS accumulators live across a loop: 8 GRFs each at SIMD16 (xe_atoms.md §4),
+    # `accumulators` float8 DPAS accumulators live across a loop: 8 GRFs each at SIMD16 (docs/atoms.md §4),
     # so 20 of them (160 GRFs) cannot fit the 128-GRF file.
     decl = "\n".join(f"  float8 c{j} = 0;" for j in range(accumulators))
     body = "\n".join(f"    c{j} = intel_sub_group_bf16_bf16_matrix_mad_k16(av, vload8({j} + k, b + 8 * i), c{j});"
@@ -163,7 +163,7 @@ def test_store_and_prefetch_block2d_are_counted_from_iga_text(ocloc, tmp_path):
 
 
 def test_dg2_bf16_dpas_runs_at_simd8(ocloc, tmp_path):
-    # SIMD8 signature (xe_atoms.md §3.4): A int8 (2 bf16 per lane per row), B int8, acc float8.
+    # SIMD8 signature (docs/atoms.md §3.4): A int8 (2 bf16 per lane per row), B int8, acc float8.
     source = ("__attribute__((intel_reqd_sub_group_size(8)))\n"
               "kernel void d8(global float *c, global int *a, global int *b) {\n"
               "  int i = get_sub_group_local_id();\n  float8 acc = vload8(i, c);\n"
@@ -250,7 +250,7 @@ def test_profile_detects_dropped_builtin_against_the_isa(ocloc, pvc_profile, tmp
     really_reads = sum(i.response_grfs for i in reads) >= 32 * 16 * 2 // 64
     assert pvc_profile.supports(READ_U16_32x16) == really_reads
     if compiler_version().igc_release == "1.0.12504":
-        # shared/facts/toolchain.md: this IGC builds reads taller than 8 rows and drops them
+        # docs/compilers.md "What Debian's IGC issues": this IGC builds reads taller than 8 rows and drops them
         assert not really_reads and build.stats.load_block2d == 0
         assert READ_U16_32x16 in pvc_profile.dropped
         # ... and issues every plain read with 2 blocks: u16 v1 over-fetches, u32 16-wide becomes illegal

@@ -42,7 +42,7 @@ def result(path, rows, **extra):
 def test_the_goals_of_each_code_path():
     assert goal("avx512", "numpy", "1024x1024x1024") == 0.8
     assert goal("avx512", "numpy", "2048x2048x2048") == 0.7
-    assert goal("avx512", "numpy", "4096x4096x1024") is None           # the issue sets none there
+    assert goal("avx512", "numpy", "4096x4096x1024") is None           # no goal is set there
     assert [goal("avx512", r, "4096x4096x1024") for r in ("plain_sgemm", "clblast", "onemkl")] == [1.5, 1.0, 2.0]
     assert goal("avx2", "numpy", "4096x4096x1024") == 0.5
     assert goal("avx2", "clblast", "1024x1024x1024") is None

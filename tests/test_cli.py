@@ -93,3 +93,28 @@ def test_atoms_show_1d_block_atom(capsys):
     assert data["lanes"] == 8
     assert data["map"][3] == [[r, 2 * 3 + j] for r in range(8) for j in range(2)]   # the SIMD8 bf16 A operand
     assert main(["atoms", "show", "XE_1D_U16x8x16_LD_SG3"]) == 2
+
+
+RUN_SHAPES_CONFIG = ("name: shapes\nproblem: {m: 40, n: 48, k: 32}\ntile: {workgroup: [32, 32, 16], subgroups: [1, 2]}\n"
+                     "profile: {warmup: 1, repeats: 3}\nsweep: {problem.m: [40, 56], pipeline.prefetch: [0, 1]}\n")
+
+
+def test_run_shapes_replace_the_problem_and_its_sweep(tmp_path, sycl_device):
+    cfg = tmp_path / "shapes.yaml"
+    cfg.write_text(RUN_SHAPES_CONFIG)
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--device", sycl_device.filter_string, "--out", str(out), "--shapes",
+                 "33x17x16,16x16x48x2"]) == 0
+    variants = json.loads((out / "results.json").read_text())["variants"]
+    problems = sorted({(v["params"]["m"], v["params"]["n"], v["params"]["k"], v["params"]["batch"])
+                       for v in variants})
+    assert problems == [(16, 16, 48, 2), (33, 17, 16, 1)]              # not the config's 40 or 56 rows
+    assert len(variants) == 4 and all(v["status"] == "ok" for v in variants)   # the prefetch axis stays
+    assert all(v["time_ms"]["warmup"]["runs"] >= 1 for v in variants)       # the warm-up used is recorded
+
+
+def test_run_shapes_bad_label_is_one_line(tmp_path, capsys):
+    cfg = tmp_path / "shapes.yaml"
+    cfg.write_text(RUN_SHAPES_CONFIG)
+    assert main(["run", str(cfg), "--shapes", "12x3"]) == 2
+    assert "--shapes: '12x3' is not a shape" in capsys.readouterr().err

@@ -46,7 +46,7 @@ BAD_CONFIGS = [
     ("short_workgroup.yaml", 4, "tile.workgroup",
      "expected a list of 3 positive integers [BM, BN, BK], found [256, 256]"),
     ("unknown_dtype.yaml", 5, "types.acc",
-     "unknown data type 'fp33'; expected one of f16, bf16, tf32, f32, f64, s8, u8, s4, u4, s32; "
+     "unknown data type 'fp33'; expected one of f16, bf16, tf32, f32, f64, s8, u8, s4, u4, s32, e4m3, e5m2, e2m1, e8m0; "
      "did you mean 'f32'?"),
     ("unknown_layout.yaml", 2, "layout.b", "unknown layout 'transposed'; expected one of row, col"),
     ("misspelled_key.yaml", 4, "tyeps", "unknown key; did you mean 'types'?"),
@@ -199,7 +199,7 @@ def test_dtype_and_layout_aliases_map_to_canonical_names():
                                               "layout: {a: column_major, b: Row, c: col}\n")
     assert (config.types.a, config.types.b, config.types.acc, config.types.c) == ("s8", "u8", "s32", "f32")
     assert (config.layout.a, config.layout.b, config.layout.c) == ("col", "row", "col")
-    assert set(DTYPES) == {"f16", "bf16", "tf32", "f32", "f64", "s8", "u8", "s4", "u4", "s32"}
+    assert set(DTYPES) == {"f16", "bf16", "tf32", "f32", "f64", "s8", "u8", "s4", "u4", "s32", "e4m3", "e5m2", "e2m1", "e8m0"}
 
 
 def test_atoms_accept_null_auto_and_packed_or_prefetch_names():

@@ -1,7 +1,7 @@
-"""The coop-matrix layout model against the seeds' tables and formulas and tinytc's get_layout.
+"""The coop-matrix layout model against the layout document's tables and formulas and tinytc's get_layout.
 
-Seed 001 = shared/seeds/001_0dee4f7e2092f634.txt (authoritative), seed 000 = the earlier revision
-shared/seeds/000_28cf38937135c48d.txt, facts = shared/facts/coopmatrix_layouts.md.
+The layout document = tinytc's "Coopmatrix layout" (intel/tiny-tensor-compiler docs/dev/coopmatrix_layout.rst at
+v0.4.0, authoritative; docs/atoms.md §8), the earlier revision = the same file before its general layout.
 """
 
 import json
@@ -25,25 +25,25 @@ GRID_S = (8, 16, 32)
 GRID_TYPES = ("f32", "f16", "s8")  # one type per omega = 1, 2, 4
 ALL_TYPES = ("f32", "f16", "bf16", "s8", "i8", "u8", "s32", "i32", "f64")
 
-# Seed 001, "Work-item mapping": the two example tables, copied cell for cell (columns p = work-items,
-# rows = vector components).  The seed writes padding as "-, -" in the first table and "-,-" in the second.
-SEED001_4X15 = (
+# The layout document, "Work-item mapping": the two example tables, copied cell for cell (columns p = work-items,
+# rows = vector components).  The document writes padding as "-, -" in the first table and "-,-" in the second.
+DOC_4X15 = (
     ('p', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15'),
     ('.x', '0,0', '1,0', '2,0', '3,0', '0,1', '1,1', '2,1', '3,1', '0,2', '1,2', '2,2', '3,2', '0,3', '1,3', '2,3', '3,3'),
     ('.y', '0,4', '1,4', '2,4', '3,4', '0,5', '1,5', '2,5', '3,5', '0,6', '1,6', '2,6', '3,6', '0,7', '1,7', '2,7', '3,7'),
     ('.z', '0,8', '1,8', '2,8', '3,8', '0,9', '1,9', '2,9', '3,9', '0,10', '1,10', '2,10', '3,10', '0,11', '1,11', '2,11', '3,11'),
     ('.w', '0,12', '1,12', '2,12', '3,12', '0,13', '1,13', '2,13', '3,13', '0,14', '1,14', '2,14', '3,14', '-, -', '-, -', '-, -', '-, -'),
 )
-SEED001_1X17 = (
+DOC_1X17 = (
     ('p', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15'),
     ('.x', '0,0', '0,1', '0,2', '0,3', '0,4', '0,5', '0,6', '0,7', '0,8', '0,9', '0,10', '0,11', '0,12', '0,13', '0,14', '0,15'),
     ('.y', '0,16', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-', '-,-'),
 )
 
-# Seed 000, "Matrix B": the same two examples as reStructuredText simple tables, copied verbatim.  Seed
-# 000 gives them for matrix_b only; they are identical to seed 001's, and seed 001's general layout must
+# The earlier revision, "Matrix B": the same two examples as reStructuredText simple tables, copied verbatim.
+# It gives them for matrix_b only; they are identical to the layout document's, and the layout document's general layout must
 # (and does) reproduce them for every use, since M <= S forces K1 = K2 = 1 and 15, 17 are odd (no VNNI).
-SEED000_4X15 = """\
+EARLIER_4X15 = """\
 == ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ====
 p     0    1    2    3    4    5    6    7    8    9   10   11   12   13   14   15
 == ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ====
@@ -53,7 +53,7 @@ p     0    1    2    3    4    5    6    7    8    9   10   11   12   13   14   
 .w 0,12 1,12 2,12 3,12 0,13 1,13 2,13 3,13 0,14 1,14 2,14 3,14 -, - -, - -, - -, -
 == ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ====
 """
-SEED000_1X17_F32 = """\
+EARLIER_1X17_F32 = """\
 == ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ====
 p     0    1    2    3    4    5    6    7    8    9   10   11   12   13   14   15
 == ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ==== ====
@@ -95,30 +95,30 @@ def lanes_of(layout) -> list[list[tuple[int, int] | None]]:
     return [list(lane) for lane in layout.lane_map.map]
 
 
-# --- the seeds' example tables -----------------------------------------------------------------------
+# --- the layout document's example tables ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", ALL_TYPES)
 @pytest.mark.parametrize("use", USES)
-@pytest.mark.parametrize("shape, table", [((4, 15), SEED001_4X15), ((1, 17), SEED001_1X17)])
-def test_seed001_example_tables(use, dtype, shape, table):
+@pytest.mark.parametrize("shape, table", [((4, 15), DOC_4X15), ((1, 17), DOC_1X17)])
+def test_document_example_tables(use, dtype, shape, table):
     layout = coopmatrix_layout(use, *shape, sg=16, dtype=dtype)
     assert lanes_of(layout) == table_to_lanes(table)
 
 
-@pytest.mark.parametrize("shape, text", [((4, 15), SEED000_4X15), ((1, 17), SEED000_1X17_F32)])
-def test_seed000_example_tables(shape, text):
-    # Seed 000 gives these for matrix_b (the 1x17 one "in f32").
+@pytest.mark.parametrize("shape, text", [((4, 15), EARLIER_4X15), ((1, 17), EARLIER_1X17_F32)])
+def test_earlier_revision_example_tables(shape, text):
+    # The earlier revision gives these for matrix_b (the 1x17 one "in f32").
     rows = parse_rst_table(text)
     assert lanes_of(coopmatrix_layout("b", *shape, sg=16, dtype="f32")) == table_to_lanes(rows)
 
 
-def test_seed000_tables_equal_seed001_tables():
-    assert parse_rst_table(SEED000_4X15) == SEED001_4X15
-    assert parse_rst_table(SEED000_1X17_F32) == SEED001_1X17
+def test_earlier_revision_tables_equal_the_documents():
+    assert parse_rst_table(EARLIER_4X15) == DOC_4X15
+    assert parse_rst_table(EARLIER_1X17_F32) == DOC_1X17
 
 
-@pytest.mark.parametrize("shape, table", [((4, 15), SEED001_4X15), ((1, 17), SEED001_1X17)])
+@pytest.mark.parametrize("shape, table", [((4, 15), DOC_4X15), ((1, 17), DOC_1X17)])
 def test_format_table_reads_like_the_seed(shape, table):
     text = format_coopmatrix_table(coopmatrix_layout("acc", *shape))
     title, *body = text.splitlines()
@@ -139,7 +139,7 @@ def test_format_table_labels_vnni_channels():
     ("f16", 2, 1), ("bf16", 2, 1), ("s8", 4, 2), ("i8", 4, 2), ("u8", 4, 2),
 ])
 def test_omega_and_k1_per_type(dtype, omega, omega_b):
-    # Seed 001: omega = max(1, 4/size) for use a; K1 = omega_b = max(1, 2/size) for use b when M/S > 1.
+    # The layout document: omega = max(1, 4/size) for use a; K1 = omega_b = max(1, 2/size) for use b when M/S > 1.
     assert coopmatrix_layout("a", 16, 8, dtype=dtype).omega == omega
     assert coopmatrix_layout("acc", 16, 8, dtype=dtype).omega == 1
     assert coopmatrix_layout("b", 32, 8, dtype=dtype).K1 == omega_b
@@ -191,7 +191,7 @@ def grid(use, dtype, sg):
 @pytest.mark.parametrize("dtype", GRID_TYPES)
 @pytest.mark.parametrize("use", USES)
 def test_mapping_properties(use, dtype, sg):
-    """Seed 001, "Mapping properties": with v = w1 + u K1 + w2 K1 (V/K), work-item p holds
+    """The layout document, "Mapping properties": with v = w1 + u K1 + w2 K1 (V/K), work-item p holds
     i = p mod I, k1 = w1, j = floor(p/I) + u (S/I), k2 = w2, i.e. A[i + k1 I + k2 I K1][j]."""
     for layout in grid(use, dtype, sg):
         I, K1, K2, ch = layout.I, layout.K1, layout.K2, layout.channels  # noqa: E741
@@ -262,13 +262,13 @@ def test_vnni_with_m_at_least_s_keeps_the_acc_order(dtype):
                 assert a.vnni and a.lane_map == coopmatrix_layout("acc", m, n, sg=sg, dtype=dtype).lane_map
 
 
-# --- seed 000 formulas that seed 001 must still satisfy ------------------------------------------------
+# --- formulas of the earlier revision that the document must still satisfy --------------------------------
 
 
 @pytest.mark.parametrize("sg", GRID_S)
-def test_seed000_acc_mapping(sg):
-    # Seed 000, "Matrix Accumulator" (M a multiple of S): v = u + wJ holds C_{p,u,w} = A[p + wS][u], J = N.
-    # Seed 001 agrees.  (Seed 000's acc load pseudo-code pads J to a multiple of o = max(1, 4/size); seed 001
+def test_earlier_revision_acc_mapping(sg):
+    # The earlier revision, "Matrix Accumulator" (M a multiple of S): v = u + wJ holds C_{p,u,w} = A[p + wS][u], J = N.
+    # The layout document agrees.  (The earlier revision's acc load pseudo-code pads J to a multiple of o = max(1, 4/size); the layout document
     # does not pad acc columns.)
     for m in (sg, 2 * sg, 4 * sg):
         for n in GRID_N:
@@ -278,10 +278,10 @@ def test_seed000_acc_mapping(sg):
 
 
 @pytest.mark.parametrize("sg", GRID_S)
-def test_seed000_b_mapping_where_k1_is_k(sg):
-    # Seed 000, "Matrix B": L(i,k,j) = i + kI + jIK, so v = w + uK holds A[p mod I + wI][floor(p/I) + u S/I].
-    # That is seed 001 with K1 = K, K2 = 1, which seed 001 picks only when K <= omega_b (s8, M <= 2S).
-    # Where they differ (e.g. f16 or s8 with M = 4S) seed 001 wins; the grid tests cover that.
+def test_earlier_revision_b_mapping_where_k1_is_k(sg):
+    # The earlier revision, "Matrix B": L(i,k,j) = i + kI + jIK, so v = w + uK holds A[p mod I + wI][floor(p/I) + u S/I].
+    # That is the layout document with K1 = K, K2 = 1, which the layout document picks only when K <= omega_b (s8, M <= 2S).
+    # Where they differ (e.g. f16 or s8 with M = 4S) the layout document wins; the grid tests cover that.
     for m in (1, 2, 4, 8, sg, 2 * sg):
         for n in GRID_N:
             layout = coopmatrix_layout("b", m, n, sg=sg, dtype="s8")

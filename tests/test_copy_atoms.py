@@ -1,4 +1,4 @@
-"""The copy atom model against the seed document (004), the facts' stated layouts and the sycl-tla catalog."""
+"""The copy atom model against the sycl-tla copy document (docs/atoms.md §1.1), the layouts docs/atoms.md states and the sycl-tla catalog."""
 
 import csv
 from pathlib import Path
@@ -27,22 +27,22 @@ def lanes(name):
     return CopyAtom.parse(name).lane_map.map
 
 
-# ---- seed 004 tables ---------------------------------------------------------------------------------
+# ---- the examples of sycl-tla's xe_2d_copy.md (docs/atoms.md §1.1) ---------------------------
 
-def test_seed004_u16x32x16_ld_n_one_column_per_work_item():
+def test_copy_doc_u16x32x16_ld_n_one_column_per_work_item():
     m = lanes("XE_2D_U16x32x16_LD_N")
     for wi in range(16):  # "Work-item i: Column i", 32 elements
         assert list(m[wi]) == [(r, wi) for r in range(32)]
 
 
-def test_seed004_u16x32x32_ld_n_two_columns_16_apart():
+def test_copy_doc_u16x32x32_ld_n_two_columns_16_apart():
     m = lanes("XE_2D_U16x32x32_LD_N")
     for wi in range(16):  # "Column i and Column i+16", each 32 elements (facts: comp 32+r = A[r][16+l])
         assert list(m[wi]) == [(r, wi) for r in range(32)] + [(r, wi + 16) for r in range(32)]
 
 
 @pytest.mark.parametrize("name", ["XE_2D_U16x32x16_LD_V", "XE_2D_U16x32x32_LD_V"])
-def test_seed004_same_columns_for_ld_v(name):
+def test_copy_doc_same_columns_for_ld_v(name):
     # "The same applies to the LD_V and LD_T operations": LD_V holds the same columns, VNNI-ordered.
     a = CopyAtom.parse(name)
     for wi in range(16):
@@ -51,20 +51,20 @@ def test_seed004_same_columns_for_ld_v(name):
         assert len(a.lane_map.map[wi]) == 32 * (a.cols // 16)
 
 
-def test_seed004_packed_u8x8x32_adjacent_columns():
+def test_copy_doc_packed_u8x8x32_adjacent_columns():
     m = lanes("XE_2D_Packed_U8x8x32_LD_N")
     for wi in range(16):  # "Column 2i, 2i+1", 8 elements each; facts: comp r = {A[r][2l], A[r][2l+1]}
         assert list(m[wi]) == [(r, 2 * wi + j) for r in range(8) for j in range(2)]
 
 
-def test_seed004_packed_u8x8x64_groups_32_apart():
+def test_copy_doc_packed_u8x8x64_groups_32_apart():
     m = lanes("XE_2D_Packed_U8x8x64_LD_N")
     for wi in range(16):  # "Column 2i, 2i+1 and Column 32+2i, 32+2i+1"
         assert {c for _, c in m[wi]} == {2 * wi, 2 * wi + 1, 32 + 2 * wi, 33 + 2 * wi}
         assert list(m[wi][:16]) == [(r, 2 * wi + j) for r in range(8) for j in range(2)]
 
 
-# ---- facts: SPV_INTEL_2d_block_io mapping examples (xe_atoms.md §2, §4) ----------------------------
+# ---- facts: SPV_INTEL_2d_block_io mapping examples (docs/atoms.md §2, §4) ----------------------------
 
 def test_vnni_d16_packs_row_pairs_low_first():
     m = lanes("XE_2D_U16x16x16_LD_V")  # uint8: comp i = (row 2i low16, row 2i+1 high16) of column l
@@ -95,7 +95,7 @@ def test_d32_transpose_32_rows_gives_two_rows_per_lane():
 
 
 def test_u16_transpose_is_the_vnni_b_operand_of_a_column_major_b():
-    # xe_atoms.md §1.4: LD_T of 16-bit col-major B puts memory row n in lane n, dword c = (k=2c, 2c+1).
+    # docs/atoms.md §1.4: LD_T of 16-bit col-major B puts memory row n in lane n, dword c = (k=2c, 2c+1).
     a = CopyAtom.parse("XE_2D_U16x16x16_LD_T")
     assert a.register_type == "uint8" and a.message == Message("transpose", 32, 8, 16, 1)
     for lane in range(16):
@@ -103,7 +103,7 @@ def test_u16_transpose_is_the_vnni_b_operand_of_a_column_major_b():
 
 
 def test_tf32_eight_wide_rows_share_a_register_row():
-    # tf32 A operand (xe_atoms.md §4 "Other types"): lane l comp v = A[m = 2v + l/8][k = l % 8]
+    # tf32 A operand (docs/atoms.md §4 "Other types"): lane l comp v = A[m = 2v + l/8][k = l % 8]
     m = lanes("XE_2D_TF32x8x8_LD_N")
     for lane in range(16):
         assert list(m[lane]) == [(2 * v + lane // 8, lane % 8) for v in range(4)]
@@ -117,7 +117,7 @@ def test_one_row_of_eight_dwords_leaves_lanes_8_to_15_empty():
 
 
 def test_u4_row_load_is_the_8_bit_message_that_deals_the_int4_dpas_a_operand():
-    # xe_atoms.md §1.2: sycl-tla's XE_2D_U4x32x64_LD_N is IB_read_flat_u8_m32k32v1 -> ushort32; each ushort holds
+    # docs/atoms.md §1.2: sycl-tla's XE_2D_U4x32x64_LD_N is IB_read_flat_u8_m32k32v1 -> ushort32; each ushort holds
     # bytes 2l, 2l+1 of a 32-byte row = nibbles 4l..4l+3, low first: the s4/u4 DPAS A operand (lane l: k 4l..4l+3)
     a = CopyAtom.parse("XE_2D_U4x32x64_LD_N")
     assert a.message == Message("load", 8, 32, 32, 1) and a.register_type == "ushort32"

@@ -1,6 +1,6 @@
 """dg2 (Xe-HPG): SIMD8 DPAS over 1D sub-group block copies.
 
-- the 1D block atoms' lane maps against the SIMD8 DPAS layouts of the facts (xe_atoms.md §3 "DG2") and,
+- the 1D block atoms' lane maps against the SIMD8 DPAS layouts of the facts (docs/atoms.md §4) and,
   bit for bit, against the DPAS atoms' register images;
 - the planner's SIMD8 path: which atoms it composes, the register estimate with 32-byte GRFs, and what it
   rejects with the rule;
@@ -39,7 +39,7 @@ def _plan(text: str):
 # ---- lane maps -----------------------------------------------------------------------------------------
 
 def test_lane_maps_are_the_simd8_dpas_layouts_of_the_facts():
-    """xe_atoms.md §3: "DG2 (SIMD8, N=8): A int8: lane l comp r = {A[r][2l], A[r][2l+1]}; B int8: lane n comp
+    """docs/atoms.md §4: "DG2 (SIMD8, N=8): A int8: lane l comp r = {A[r][2l], A[r][2l+1]}; B int8: lane n comp
     i = {B[2i][n], B[2i+1][n]}; C float8: C[r][n=l]" (16-bit elements listed low half first)."""
     a = Block1DAtom.parse("XE_1D_U16x8x16_LD_SG8")      # 8 rows, one uint block read each
     b = Block1DAtom.parse("XE_1D_U16x16x8_LD_SG8")      # 16 rows, one ushort block read each
@@ -59,7 +59,7 @@ def test_lane_maps_are_the_simd8_dpas_layouts_of_the_facts():
 def test_4bit_tiles_deal_nibbles_in_memory_order():
     """4-bit elements lie two to a byte, the lower column in the low nibble; a uint block read of a row of 64
     nibbles gives lane l the columns 8l .. 8l + 7, which is the SIMD8 int4 DPAS A operand: "each lane
-    contributes 32 bits per row (... 8 int4)" (xe_atoms.md §3.4, OCLMMA).  Row-major 4-bit B has no such
+    contributes 32 bits per row (... 8 int4)" (docs/atoms.md §3.4, OCLMMA).  Row-major 4-bit B has no such
     tile: a byte holds two columns of B, the DPAS gives each lane one column (a gather, tests/test_layouts.py)."""
     a = Block1DAtom.parse("XE_1D_U4x8x64_LD_SG8")
     assert (a.chunk_bits, a.register_type, a.builtin, a.row_bytes) == (32, "uint8", "intel_sub_group_block_read", 32)

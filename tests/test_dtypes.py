@@ -17,8 +17,8 @@ def test_encode_decode_round_trip(t):
     if t.is_int:
         lo, hi = t.value_range
         values = rng.integers(lo, hi + 1, 200)
-    else:
-        values = t.round(rng.uniform(-4, 4, 200))
+    else:   # e8m0 has no sign
+        values = t.round(rng.uniform(-4, 4, 200) if t.signed else rng.uniform(2 ** -4, 4, 200))
     bits = t.encode(values)
     assert bits.dtype == np.uint64 and int(bits.max()) < (1 << t.bits)
     assert np.array_equal(t.decode(bits), values)
@@ -32,11 +32,17 @@ def test_rounding_facts():
     assert dtype("s4").decode([0xF, 0x8, 0x7]).tolist() == [-1, -8, 7]
     with pytest.raises(ValueError, match="do not fit S8"):
         dtype("s8").round([128])
+    # OCP 8- and 4-bit floats: e4m3 tops out at 448 (no infinity), e2m1 holds 0.5 steps up to 2 then 3, 4, 6,
+    # e8m0 holds powers of two only (2^-127 .. 2^127)
+    assert dtype("e4m3").decode([0x7E, 0x01]).tolist() == [448.0, 2.0 ** -9]
+    assert dtype("e5m2").decode([0x7B, 0x7C]).tolist() == [57344.0, float("inf")]
+    assert dtype("e2m1").decode(range(8)).tolist() == [0, 0.5, 1, 1.5, 2, 3, 4, 6]
+    assert dtype("e8m0").decode([127, 0, 254]).tolist() == [1.0, 2.0 ** -127, 2.0 ** 127]
 
 
 @pytest.mark.parametrize("t", FLOATS, ids=lambda t: t.name)
 def test_unit_roundoff_is_half_an_ulp_of_one(t):
-    if t.name == "f64":
+    if t.name == "f64" or t.unit_roundoff is None:    # e8m0: no significand to round (powers of two)
         return
     u = t.unit_roundoff
     assert t.round([1 + u]).tolist() == [1.0]              # a tie rounds to even (or is cut, for tf32)
@@ -54,7 +60,10 @@ def test_names_codes_and_aliases_have_one_home():
         t = dtype(name)
         for role, usable in (("a", bool(t.accumulators)), ("acc", t.acc_ctype is not None)):
             text = f"problem: {{m: 8, n: 8, k: 8}}\ntypes: {{{role}: {name}}}\n"
-            if usable:
+            if role == "a" and t.name in ("e4m3", "e5m2"):     # an FP8 A needs its scales (xegemm.quant)
+                with pytest.raises(ConfigError, match=f"types.a: {t.name} is not a DPAS input type: describe A's"):
+                    config_from_text(text)
+            elif usable:
                 assert getattr(config_from_text(text).types, role) == t.name
             else:
                 with pytest.raises(ConfigError, match=f"types.{role}: {t.name} is a known data type, but no Xe DPAS"):

@@ -253,6 +253,6 @@ def test_every_layout_builds_for_dg2_with_the_planned_messages(tmp_path):
 
 @pytest.mark.ocloc
 def test_reference_tiles_do_not_spill_in_any_layout(tmp_path):
-    """sycl-tla's PVC tiles (xe_atoms.md §5.1), 32x64 per sub-group: 32 DPAS per k-step, 0 spill bytes."""
+    """sycl-tla's PVC tiles (docs/atoms.md §5.1), 32x64 per sub-group: 32 DPAS per k-step, 0 spill bytes."""
     for v in _build(tmp_path, REFERENCE, "pvc", 8):
         assert v["isa"]["dpas"] == 32 and v["isa"]["grf"] == 256

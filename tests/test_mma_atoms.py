@@ -1,6 +1,6 @@
-"""The DPAS atom model: names, legality, register types, lane maps (against shared/facts), values, rendering.
+"""The DPAS atom model: names, legality, register types, lane maps (against docs/atoms.md), values, rendering.
 
-Layout expectations are transcribed from shared/facts/xe_atoms.md §3.4 and §4 (OCLMMA, OCLTF32,
+Layout expectations are transcribed from docs/atoms.md §3.4 and §4 (OCLMMA, OCLTF32,
 TLA:mmatraits/legacy), not from the implementation.
 """
 
@@ -135,7 +135,7 @@ def test_targets():
 
 
 # ---------------------------------------------------------------------------------------------------
-# per-work-item types and builtins (xe_atoms.md §3.4, coopmatrix_layouts.md §3.4)
+# per-work-item types and builtins (docs/atoms.md §3.4, docs/atoms.md §3.4)
 
 @pytest.mark.parametrize("name, a, b, c, builtin", [
     ("XE_8x16x16_F32BF16BF16F32_TT", "short8", "int8", "float8", "intel_sub_group_bf16_bf16_matrix_mad_k16"),
@@ -185,7 +185,7 @@ def test_sizeof_ctype():
 
 
 def test_spirv_operand_flags_match_sycl_tla():
-    # TLA:mma/spirv flag sums quoted in xe_atoms.md §3.2.
+    # TLA:mma/spirv flag sums quoted in docs/atoms.md §3.2.
     flags = {n: MmaAtom.parse(n).spirv_operands for n in (
         "XE_8x16x32_S32S8S8S32_TT", "XE_8x16x32_S32U8U8S32_TT", "XE_8x16x16_F32BF16BF16F32_TT",
         "XE_8x16x16_BF16BF16BF16BF16_TT", "XE_8x16x16_F32F16F16F32_TT", "XE_8x16x8_F32TF32TF32F32_TT",
@@ -200,7 +200,7 @@ def test_spirv_operand_flags_match_sycl_tla():
 # ---------------------------------------------------------------------------------------------------
 # lane maps against the facts
 
-# bf16 8x16x16 (xe_atoms.md §4): A short8, lane l component r = A[m=r][k=l]; B int8 VNNI, lane l dword r =
+# bf16 8x16x16 (docs/atoms.md §4): A short8, lane l component r = A[m=r][k=l]; B int8 VNNI, lane l dword r =
 # (low16 B[k=2r][n=l], high16 B[k=2r+1][n=l]), i.e. bf16 entries 2r, 2r+1 = B[2r][l], B[2r+1][l];
 # C float8, lane l component r = C[m=r][n=l].
 BF16_A = """
@@ -250,7 +250,7 @@ def test_bf16_8x16x16_lane_maps_are_the_facts_tables():
 
 
 def test_s8_8x16x32_lane_maps():
-    # xe_atoms.md §4 "Other types": A short8: lane l comp r = {A[r][2l], A[r][2l+1]} (low byte first);
+    # docs/atoms.md §4 "Other types": A short8: lane l comp r = {A[r][2l], A[r][2l+1]} (low byte first);
     # B int8: comp i = B[4i..4i+3][l]; C int8 = C[r][l].
     atom = MmaAtom.parse("XE_8x16x32_S32S8S8S32_TT")
     assert atom.lane_map("a").map == tuple(tuple(cell for r in range(8) for cell in ((r, 2 * l), (r, 2 * l + 1)))
@@ -261,7 +261,7 @@ def test_s8_8x16x32_lane_maps():
 
 
 def test_tf32_8x16x8_lane_maps():
-    # xe_atoms.md §4: A float4: lane l comp v = A[m = 2v + l/8][k = l%8] (OCLTF32: first K work-items the even
+    # docs/atoms.md §4: A float4: lane l comp v = A[m = 2v + l/8][k = l%8] (OCLTF32: first K work-items the even
     # rows, the rest the odd rows); B float8: comp k = B[k][l]; C float8 = C[r][l].
     atom = MmaAtom.parse("XE_8x16x8_F32TF32TF32F32_TT")
     assert atom.lane_map("a").map == tuple(tuple((2 * v + l // 8, l % 8) for v in range(4)) for l in range(16))
@@ -278,7 +278,7 @@ def test_tf32_odd_m_pads():
 
 
 def test_dg2_simd8_lane_maps():
-    # xe_atoms.md §4 "DG2 (SIMD8, N=8)": A int8: lane l comp r = {A[r][2l], A[r][2l+1]}; B int8: lane n comp i =
+    # docs/atoms.md §4 "DG2 (SIMD8, N=8)": A int8: lane l comp r = {A[r][2l], A[r][2l+1]}; B int8: lane n comp i =
     # {B[2i][n], B[2i+1][n]}; C float8: C[r][n=l].  §3.4: each lane contributes 32 bits per row (4 int8, 8 int4).
     bf16 = MmaAtom.parse("XE_8x8x16_F32BF16BF16F32_TT")
     assert bf16.lane_map("a").map == tuple(tuple(c for r in range(8) for c in ((r, 2 * l), (r, 2 * l + 1)))
@@ -468,7 +468,7 @@ def test_render_many_and_reject_unknown_lowering():
 
 
 # ---------------------------------------------------------------------------------------------------
-# the native lowering against a real Xe compiler (old ocloc; tf32 has another name there: toolchain.md)
+# the native lowering against a real Xe compiler (old ocloc; tf32 has another name there: docs/compilers.md)
 
 
 

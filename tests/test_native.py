@@ -230,7 +230,7 @@ def test_a_dropped_message_fails_the_build(tmp_path, monkeypatch):
 
 @ocloc
 def test_build_with_a_relative_out_dir(tmp_path, monkeypatch):
-    """The README's `xegemm build CONFIG --target pvc` with a relative --out (a user found every variant
+    """The documented `xegemm build CONFIG --target pvc` with a relative --out (a user found every variant
     failed_build: "ocloc rejected the kernel: Build succeeded." when IGC's dump folder was relative)."""
     cfg = tmp_path / "small.yaml"
     cfg.write_text("name: small\nproblem: {m: 256, n: 256, k: 256}\n"

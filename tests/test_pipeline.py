@@ -9,8 +9,10 @@ import pytest
 
 from xegemm import evaluate, pipeline
 from xegemm.config import ConfigError, config_from_text
+from xegemm.journal import ResultStore
 from xegemm.pipeline import DeviceSession, plan_variants, run, run_variant
 from xegemm.plan import PlanRejected, plan
+from xegemm.result import Evaluation
 
 pytestmark = pytest.mark.device
 
@@ -137,16 +139,20 @@ def test_run_writes_results_that_match_the_contract_and_resumes(tmp_path, sycl_d
             assert isinstance(v["gflops"], float) and isinstance(v["max_abs_err"], float)
             ref = v["extra"]["reference"]        # numpy, measured interleaved with this variant's launches
             assert ref["interleaved"] and 1 <= ref["time_ms"]["runs"] <= v["time_ms"]["runs"]
-            assert v["vs_numpy"] == pytest.approx(v["gflops"] / ref["gflops"])
+            # the ratio is to the problem's one reference: every variant's interleaved numpy runs, pooled
+            assert v["vs_numpy"] == pytest.approx(v["gflops"] / on_disk["reference"]["gflops"])
             assert ref["conditions"]["affinity_cpus"] >= 1 and len(ref["conditions"]["loadavg"]) == 3
         else:
             assert v["time_ms"] is None and v["gflops"] is None and "sub-groups" in v["reason"]
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert len(rows) == 6 and {"name", "status", "median_ms", "gflops", "wg_m", "prefetch"} <= set(rows[0])
     report = (out / "report.md").read_text()
-    assert "## Best variant" in report and on_disk["best"] in report and "measured interleaved" in report
-    best = next(v for v in on_disk["variants"] if v["name"] == on_disk["best"])
-    assert on_disk["reference"] == best["extra"]["reference"]
+    # report.md is `xegemm report --format md` of the same directory: one section per problem, its best first
+    section = report.split("\n## M=40 N=48 K=32 batch=1")[1].split("\n| tile")[0]
+    assert "\n\nBest: " in section and on_disk["best"] in section
+    assert "measured interleaved" in report
+    assert on_disk["reference"]["pooled"] == 4 and on_disk["references"] == \
+        [{"problem": on_disk["problem"], **on_disk["reference"]}]
 
     # an interrupted sweep: drop the last journal line, tear another, rerun into the same directory
     journal = out / "results.jsonl"
@@ -164,6 +170,8 @@ def test_run_writes_results_that_match_the_contract_and_resumes(tmp_path, sycl_d
     again = run(cfg, device=sycl_device.filter_string, out_dir=out, progress=Progress(), reference_repeats=1)
     text = "".join(messages)
     assert text.count("recorded earlier, kept") == 4
+    # the terminal's last lines: the best of the problem and its ratio to numpy, or why it is not reliable
+    assert "40x48x32 bf16: best " in text and ("x numpy\n" in text or "not measured reliably (machine busy" in text)
     assert sorted(v["name"] for v in again["variants"]) == sorted(v["name"] for v in on_disk["variants"])
 
 
@@ -251,16 +259,14 @@ def test_problem_sweeps_keep_every_problem(tmp_path, sycl_device):
 
 
 def test_journal_with_a_torn_tail_keeps_the_next_record(tmp_path, device_info):
-    from xegemm.report import ResultStore
-
     cfg = config_from_text("problem: {m: 8, n: 8, k: 8}\n")
     store = ResultStore(tmp_path, cfg, device_info)
-    store.add("k1", {"name": "one", "status": "ok"})
+    store.add("k1", Evaluation("one", "ok", None, {}))
     with open(store.journal, "a") as f:
         f.write('{"key": "k2", "res')                 # killed mid-write: no newline
     store.close()                                     # (the killed process's lock is gone with it)
     again = ResultStore(tmp_path, cfg, device_info)
-    again.add("k3", {"name": "three", "status": "ok"})
+    again.add("k3", Evaluation("three", "ok", None, {}))
     again.close()
     final = ResultStore(tmp_path, cfg, device_info)
     assert set(final.records) == {"k1", "k3"}

@@ -6,7 +6,8 @@ machine can be placed exactly; the real kernels and numpy are measured this way 
 
 import pytest
 
-from xegemm.profile import CV_LIMIT, Timing, measure_against_reference, time_interleaved
+from xegemm.profile import (CV_LIMIT, REWARM_MAX_MS, ROUND_MIN_MS, WARMUP_MAX_MS, WARMUP_MAX_RUNS, WARMUP_MIN_MS,
+                             Timing, Warmup, measure_against_reference, rewarm, time_interleaved, time_rounds, warm_up)
 
 
 class SlowPhase:
@@ -23,14 +24,29 @@ class SlowPhase:
         return sample
 
 
+class Counter:
+    """Constant-cost sides that count their calls (a dry run tells where a measurement's phases fall)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def workload(self, cost_ms: float):
+        def sample() -> float:
+            self.calls += 1
+            return cost_ms
+        return sample
+
+
 def test_a_slow_phase_falls_on_both_sides_alike():
-    # 4 rounds of 8 runs (after one untimed run) per side, alternating: 72 calls, the second half slow
-    machine = SlowPhase(36, 72)
+    dry = Counter()
+    kernel, reference = time_interleaved(dry.workload(1.0), dry.workload(2.0), warmup=0, repeats=32, rounds=4)
+    warm = kernel.warmup.runs + reference.warmup.runs
+    # the second half of the timed rounds slow, after both warm-ups
+    machine = SlowPhase(warm + 2 * (dry.calls - warm) // 4, 10**9)   # from the third of 4 rounds on
     kernel, reference = time_interleaved(machine.workload(1.0), machine.workload(2.0), warmup=0, repeats=32,
                                          rounds=4)
-    assert len(kernel.samples_ms) == len(reference.samples_ms) == 32
-    assert reference.mean / kernel.mean == pytest.approx(2.0)     # the true ratio, despite the slow phase
-    assert kernel.max == 10.0 and reference.max == 20.0           # both sides saw it
+    assert reference.median / kernel.median == pytest.approx(2.0)  # the true ratio, despite the slow phase
+    assert kernel.max == 10.0 and reference.max == 20.0             # both sides saw it
 
     # measured one after the other, the same phase lands on one side only and the ratio is wrong
     machine = SlowPhase(32, 64)
@@ -39,15 +55,75 @@ def test_a_slow_phase_falls_on_both_sides_alike():
     assert alone_reference.mean / alone_kernel.mean != pytest.approx(2.0, rel=0.2)
 
 
-def test_warmup_rounds_and_minimum_time_are_honoured():
+def test_warm_up_then_rounds_with_a_re_warm_and_a_minimum_time_each():
     calls = []
-    kernel, reference = time_interleaved(lambda: calls.append("k") or 1.0, lambda: calls.append("r") or 1.0,
+    kernel, reference = time_interleaved(lambda: calls.append("k") or 1.0, lambda: calls.append("r") or 2.0,
                                          warmup=2, repeats=4, min_time_ms=6.0, rounds=2)
-    assert calls[:4] == ["k", "r", "k", "r"]                         # warm-up: one of each, twice
-    # two rounds: one untimed run, then the kernel until 2 runs and 3 ms (half of min_time_ms), the reference
-    # as many runs
-    assert calls[4:] == (["k"] * 4 + ["r"] * 4) * 2
-    assert len(kernel.samples_ms) == 6 and len(reference.samples_ms) == 6
+    # warm-up: the kernel, then the reference, each for WARMUP_MIN_MS (constant costs agree at once)
+    k_warm, r_warm = int(WARMUP_MIN_MS / 1.0), int(WARMUP_MIN_MS / 2.0)
+    assert calls[:k_warm + r_warm] == ["k"] * k_warm + ["r"] * r_warm
+    assert kernel.warmup == Warmup(k_warm, WARMUP_MIN_MS, True, 1.0, 2)
+    assert reference.warmup.runs == r_warm and reference.warmup.settled
+    # two rounds: one re-warm run, the kernel for ROUND_MIN_MS (more than min_time_ms / 2 and 2 runs), one
+    # re-warm run of the reference, then the reference until it has spent as long as the kernel's round
+    k_round, r_round = int(ROUND_MIN_MS / 1.0), int(ROUND_MIN_MS / 2.0)
+    assert calls[k_warm + r_warm:] == (["k"] * (1 + k_round) + ["r"] * (1 + r_round)) * 2
+    assert len(kernel.samples_ms) == 2 * k_round and len(reference.samples_ms) == 2 * r_round
+    assert kernel.as_dict()["warmup"] == {"runs": k_warm, "ms": WARMUP_MIN_MS, "settled": True, "steady_ms": 1.0,
+                                          "round_runs": 2}
+
+
+def slow_start(fast_ms: float, first_ms: float, slow_runs: int = 10**9):
+    """A side whose runs start at ``first_ms`` and get faster, the excess over ``fast_ms`` shrinking by a fifth
+    each run (like a runtime's threads, pages and caches warming up), then exactly ``fast_ms`` after
+    ``slow_runs`` runs."""
+    calls = [0]
+
+    def sample() -> float:
+        n = calls[0]
+        calls[0] += 1
+        return fast_ms + (first_ms - fast_ms) * 0.8 ** n if n < slow_runs else fast_ms
+    return sample
+
+
+def test_warm_up_lasts_until_the_slow_start_is_over_whatever_count_is_asked():
+    # the runs still more than 10 % slower than the fast ones: 0.8 ** n * 19 > 0.1, n < 24
+    slow = next(n for n in range(100) if 0.8 ** n * 19.0 <= 0.1)
+    for asked in (0, 2, 10):
+        warm = warm_up(slow_start(1.0, 20.0), min_runs=asked)
+        assert warm.runs >= slow and warm.settled and warm.steady_ms <= 1.05
+    assert warm_up(slow_start(1.0, 20.0), min_runs=500).runs >= 500      # the count is a minimum
+
+
+def sawtooth(scale: float):
+    """Never steady: 1 to 3 (times ``scale``) and back to 1, every 40 runs."""
+    calls = [0]
+
+    def sample() -> float:
+        calls[0] += 1
+        return scale * (1.0 + 2.0 * (calls[0] % 40) / 40)
+    return sample
+
+
+def test_warm_up_that_never_settles_stops_at_its_bound_and_says_so():
+    warm = warm_up(sawtooth(1.0))
+    assert not warm.settled and WARMUP_MAX_MS <= warm.ms < WARMUP_MAX_MS + 100
+    warm = warm_up(sawtooth(1e-4))
+    assert not warm.settled and warm.runs == WARMUP_MAX_RUNS
+
+
+def test_rewarm_runs_until_a_run_is_back_at_the_steady_level():
+    assert rewarm(slow_start(1.0, 9.0, slow_runs=5), steady_ms=1.0) == 6
+    assert rewarm(lambda: 1.04, steady_ms=1.0) == 1
+    assert rewarm(lambda: 10.0, steady_ms=1.0) == int(REWARM_MAX_MS / 10.0)      # bounded
+
+
+def test_rounds_of_several_sides_each_warmed_up():
+    sides = {"a": slow_start(1.0, 10.0, slow_runs=30), "b": slow_start(2.0, 4.0, slow_runs=3)}
+    timings = time_rounds(sides, rounds=3, runs=2, min_round_ms=4.0)
+    assert timings["a"].warmup.runs >= 30 and timings["b"].warmup.runs >= 3
+    assert timings["a"].median == 1.0 and timings["b"].median == 2.0
+    assert len(timings["a"].samples_ms) == 3 * 4 and len(timings["b"].samples_ms) == 3 * 2
 
 
 class FakeReference:
@@ -74,8 +150,9 @@ def test_a_noisy_measurement_is_taken_again_and_flagged_if_it_stays_noisy():
     def alternating(n):
         return 1.0 if n % 2 else 9.0
 
-    calls_per_attempt = 4 * (1 + 2)        # 4 rounds of one untimed and two timed runs
-    calm_second_time = FakeReference(lambda n: alternating(n) if n < calls_per_attempt else 2.0)
+    dry = FakeReference(alternating)       # the calls of one attempt: a dry run of the same measurement
+    time_interleaved(lambda: 1.0, dry.sample, warmup=0, repeats=8)
+    calm_second_time = FakeReference(lambda n: alternating(n) if n < dry.calls else 2.0)
     timing, record = measure_against_reference(lambda: 1.0, calm_second_time, warmup=0, repeats=8)
     assert record["attempts"] == 2 and not record["high_cv"] and record["time_ms"]["median"] == 2.0
 

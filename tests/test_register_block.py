@@ -7,7 +7,8 @@ from xegemm.config import SearchSpace, config_from_text
 from xegemm.lowering import Lowering
 from xegemm.evaluate import params_of
 from xegemm.profile import conditions
-from xegemm.reporting.model import Group, tile_label
+from xegemm.reporting.model import Group
+from xegemm.result import Evaluation, tile_label
 from xegemm.runtime.cpu_path import PATHS, cpu_code_path
 from xegemm.tune.shapes import Shape
 from xegemm.tune.space import TuneSpace
@@ -49,6 +50,6 @@ def test_reports_tell_register_blocks_apart():
     whole = params_of(space.candidate({"tile.register_block": "[0,0]"}).planned.config)
     assert (blocked["register_block"], whole["register_block"]) == ("4x2", "all")
     assert tile_label(blocked).endswith("rb4x2") and "rb" not in tile_label(whole)
-    axes = dict(Group(("r",), variants=[{"params": p, "gflops": g, "status": "ok"}
-                                    for p, g in ((blocked, 2.0), (whole, 1.0))]).swept_axes())
+    axes = dict(Group(("r",), variants=[Evaluation("k", "ok", None, p, gflops=g)
+                                        for p, g in ((blocked, 2.0), (whole, 1.0))]).swept_axes())
     assert axes["register block"] == ["4x2", "all"]

@@ -1,10 +1,10 @@
-"""The plan's register estimate against the ISA's spills (xegemm.evaluate.spills, README "Registers").
+"""The plan's register estimate against the ISA's spills (xegemm.evaluate.spills, docs/registers.md).
 
 tests/data/register_spills.tsv records, for variants around the register limit in every layout, several types,
 GRF modes, sub-group layouts and prefetch distances, the spill bytes of their native kernels built for pvc and
 dg2 by Debian's ocloc.  Without a compiler: the estimate's verdict ("fits", "may spill", "spills": the planner
 rejects only "spills") must never say "fits" where the ISA spilled nor "spills" where it did not, the "may spill"
-margins are the table's own largest excesses without spills, and the counts are those the README gives.  With
+margins are the table's own largest excesses without spills, and the counts are those docs/registers.md gives.  With
 ocloc: the variants nearest the limit are built again and still spill (or not) as recorded and as estimated.
 """
 
@@ -20,7 +20,7 @@ from xegemm.targets import get_target
 
 TABLE = Path(__file__).parent / "data" / "register_spills.tsv"
 CASES = read_table(TABLE).cases
-# README "Registers" quotes these: update both together.  target -> verdict -> (ISA clean, ISA spilled)
+# docs/registers.md quotes these: update both together.  target -> verdict -> (ISA clean, ISA spilled)
 COUNTS = {"pvc": {"fits": (685, 0), "may spill": (267, 233), "spills": (0, 446)},
           "dg2": {"fits": (8, 0), "may spill": (38, 93), "spills": (0, 23)}}
 

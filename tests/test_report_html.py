@@ -22,6 +22,7 @@ from xegemm.pipeline import build_config, run
 from xegemm.reporting import load_source, render
 from xegemm.reporting.model import PROFILER_COLUMNS, PROFILER_OUTCOME, Group, groups
 from xegemm.reporting.plots import variant_bars
+from xegemm.result import Evaluation
 
 pytestmark = pytest.mark.device
 
@@ -77,6 +78,11 @@ def runs(tmp_path_factory, sycl_device):
 
 def _results(out: Path) -> dict:
     return json.loads((out / "results.json").read_text())
+
+
+def _rows(page: str, table_id: str) -> int:
+    """The rows (header included) of the table with ``table_id`` in a page."""
+    return page.split(f'id="{table_id}"')[1].split("</table>")[0].count("<tr>")
 
 
 def test_run_writes_report_html_with_one_section_per_problem(runs):
@@ -144,6 +150,7 @@ def test_compare_shows_run_b_against_run_a(runs, tmp_path):
     assert main(["report", str(b), "--compare", str(a), "--out", str(out)]) == 0
     page = out.read_text()
     assert "Comparison: B" in page and 'id="compare-speedups"' in page
+    assert page.split('id="compare-table"')[1].count("<td>bf16/bf16/f32/f32</td>") == 6      # labelled with types
     changes = _changes(b, a)
     failed = next((v["name"], v["params"]["m"]) for v in _results(a)["variants"] if v["status"] == "failed_build")
     assert len(changes) == 6 and changes[failed] == "fixed"      # broken in A, verified in B
@@ -170,7 +177,7 @@ def test_a_broken_results_file_still_renders_from_the_journal(runs, tmp_path):
     journal = (broken / "results.jsonl").read_text().splitlines()
     (broken / "results.jsonl").write_text("\n".join(journal[:3] + ["{not json"] + journal[3:]) + "\n")
     src = load_source(broken)
-    assert len(src.variants) == 6 and [v["trial"] for v in src.variants] == [1, 2, 3, 4, 5, 6]
+    assert len(src.variants) == 6 and [v.trial for v in src.variants] == [1, 2, 3, 4, 5, 6]
     assert any("results.json is damaged" in m for m in src.missing)
     assert any("results.jsonl:4: not a result record" in m for m in src.missing)
     page = render([broken], "html", page_dir=broken)
@@ -183,8 +190,9 @@ def test_a_run_with_no_verified_variant_and_an_empty_directory(tmp_path, sycl_de
     cfg.write_text(ALL_REJECTED)
     run(cfg, device=sycl_device.filter_string, out_dir=tmp_path / "none", progress=None, reference_repeats=1)
     page = (tmp_path / "none" / "report.html").read_text()
-    assert 'id="no-verified"' in page and page.count('class="status status-rejected"') >= 2
-    assert page.count('id="g1-variants-untimed-') == 2 and 'id="g1-variants-bar-' not in page
+    assert 'id="no-verified"' in page
+    # rejected variants were never built: their own table, not marks in a chart of GFLOP/s
+    assert 'id="g1-variants"' not in page and _rows(page, "rejected-table") == 1 + 2
     assert 'id="roofline"' not in page and 'id="g1-effects"' not in page
     assert _results(tmp_path / "none")["device_peak"] is None     # nothing timed: no worker was started for it
     (tmp_path / "empty").mkdir()
@@ -194,19 +202,80 @@ def test_a_run_with_no_verified_variant_and_an_empty_directory(tmp_path, sycl_de
     assert main(["report", str(tmp_path / "nowhere")]) == 2
 
 
+def test_text_formats_print_to_stdout_unless_a_file_is_named(runs, tmp_path, monkeypatch, capsys):
+    a, _ = runs
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(a), "--format", "md"]) == 0
+    assert capsys.readouterr().out.startswith("# xegemm report")
+    assert main(["report", str(a), "--out", "-", "--format", "csv"]) == 0
+    printed = capsys.readouterr().out
+    assert main(["report", str(a), "--out", "r.csv"]) == 0
+    assert printed == (tmp_path / "r.csv").read_text()
+    assert capsys.readouterr().out == "wrote r.csv\n"
+    assert main(["report", str(a), "--out", "-"]) == 0                  # any format, HTML by default
+    assert capsys.readouterr().out.lstrip().lower().startswith("<!doctype html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv"]      # no report.md, no file named '-'
+
+
 def test_groups_keep_problems_and_types_apart(runs):
     a, _ = runs
     group_list = groups([load_source(a)])
+    data = _results(a)
     assert [g.problem for g in group_list] == [{"m": 48, "n": 40, "k": 32, "batch": 1},
                                                {"m": 64, "n": 64, "k": 64, "batch": 1}]
     for g in group_list:
         assert len(g.variants) == 3 and len(g.references) == 1
-        assert {(v["params"]["m"], v["params"]["n"]) for v in g.variants} == {(g.problem["m"], g.problem["n"])}
+        assert {(v.params["m"], v.params["n"]) for v in g.variants} == {(g.problem["m"], g.problem["n"])}
         assert [title for title, _ in g.swept_axes()] == ["sub-group grid"] or len(g.timed) < 2
-        if g.best:   # the best variant's ratio is to the numpy run measured interleaved with it
+        # one numpy reference per problem: every variant's interleaved runs pooled, in results.json and here
+        (listed,) = [r for r in data["references"] if r["problem"] == g.problem]
+        assert listed["pooled"] == len(g.timed) and listed["interleaved"]
+        assert g.reference["gflops"] == listed["gflops"]
+        for v in g.timed:
+            assert v.vs_numpy == pytest.approx(v.gflops / listed["gflops"]) == g.ratio(v)
+        if g.best:
             (numpy,) = [r for r in g.best_against_references() if r["provider"] == "numpy"]
-            assert numpy["ratio"] == pytest.approx(g.best["vs_numpy"])
-            assert numpy["gflops"] == g.best["extra"]["reference"]["gflops"]
+            assert numpy["ratio"] == pytest.approx(g.best.vs_numpy)
+
+
+def _synthetic_run(root: Path, cv: float, load: float, numpy_ms=(2.0, 2.0)) -> Path:
+    """A run directory with two type combinations of one problem, their kernels' and numpy's timings at ``cv``,
+    numpy's medians ``numpy_ms`` beside each."""
+    out = root / f"cv{cv}"
+    out.mkdir()
+    params = {"m": 64, "n": 64, "k": 64, "batch": 1, "acc": "f32", "c": "f32", "layout": "row/row/row",
+              "wg_m": 32, "wg_n": 32, "wg_k": 16, "sg_m": 2, "sg_n": 2, "prefetch": 1, "grf": 256}
+    times = {"min": 0.9, "median": 1.0, "max": 1.1, "mean": 1.0, "cv": cv, "runs": 8}
+    variants = []
+    for dtype, gflops, numpy_ms in zip(("bf16", "f16"), (0.5, 0.4), numpy_ms):
+        ref = {"provider": "numpy", "numpy": np.__version__, "gflops": 0.524288 / numpy_ms, "interleaved": True,
+               "high_cv": cv > 0.1, "time_ms": {**times, "median": numpy_ms, "mean": numpy_ms},
+               "conditions": {"loadavg": [load, load, load]}}
+        variants.append(Evaluation(f"k_{dtype}", "ok", None, {**params, "a": dtype, "b": dtype}, time_ms=times,
+                                   gflops=gflops, extra={"reference": ref}, load1=load).to_row())
+    variants.append(Evaluation("k_big", "rejected", "too big", {**params, "a": "bf16", "b": "bf16"}).to_row())
+    (out / "results.json").write_text(json.dumps({"variants": variants}))
+    return out
+
+
+def test_a_ratio_is_headlined_only_when_both_sides_are_stable(tmp_path):
+    quiet = render([_synthetic_run(tmp_path, 0.02, 0.3)], "html", page_dir=tmp_path)
+    busy_dir = _synthetic_run(tmp_path, 0.3, 7.5, numpy_ms=(2.0, 4.0))    # numpy itself measured 2x apart
+    busy = render([busy_dir], "html", page_dir=tmp_path)
+    assert 'id="best-overall-table"' in quiet and 'id="unreliable"' not in quiet and "not measured reliably" not in quiet
+    assert 'id="unreliable"' in busy and "machine busy: load 7.5" in busy
+    overall = busy.split('id="best-overall-table"')[1].split("</table>")[0]
+    assert overall.count("<tr>") == 2 and "k_bf16" in overall and 'class="num unreliable"' in overall
+    # the two sections of the problem show one numpy reference, pooled from both measurements
+    (g_bf16, g_f16) = groups([load_source(busy_dir)])
+    assert g_bf16.reference == g_f16.reference and g_bf16.reference["pooled"] == 2
+    assert busy.count(f'<td class="num">{g_bf16.reference["gflops"]:.1f}</td>') >= 2
+    text = render([busy_dir], "md")
+    assert text.index("not measured reliably (machine busy: load 7.5") < text.index("\n## M=")
+    # the profiler CSV's numpy row is the same reference the page headlines
+    rows = list(csv.DictReader(io.StringIO(render([busy_dir], "csv"))))
+    numpy_rows = [float(r["GFLOPs"]) for r in rows if r["Provider"] == "numpy"]
+    assert numpy_rows == [pytest.approx(g_bf16.reference["gflops"])] * 2       # one per section, the same
 
 
 def test_markdown_groups_per_problem(runs):
@@ -299,14 +368,14 @@ def test_report_opens_offline_with_every_plot_and_point(runs, browser, tmp_path)
     plots = 0
     for n, g in enumerate(group_list, 1):
         timed = g.timed
-        untimed = [v for v in g.variants if not v.get("gflops")]
+        untimed = [v for v in g.variants if not v.gflops and v.status != "rejected"]
         assert _count(browser, f"#g{n}-variants [id^='g{n}-variants-bar-']") == len(timed)
         assert _count(browser, f"#g{n}-variants [id^='g{n}-variants-untimed-'] use") == len(untimed)
         assert _count(browser, f"#g{n}-references [id^='g{n}-references-bar-']") == 1 + len(g.references)
         for j, _ in enumerate(g.swept_axes()):
             assert _count(browser, f"#g{n}-effects-points-{j} use") == len(timed)
         plots += 2 + bool(g.swept_axes())
-        trials = [v for v in g.variants if v.get("trial")]
+        trials = [v for v in g.variants if v.trial]
         if len(trials) > 1:
             assert _count(browser, f"#g{n}-convergence-points-0 use") == len(trials)
             assert _count(browser, f"#g{n}-convergence-wall-points-0 use") == len(trials)
@@ -318,7 +387,8 @@ def test_report_opens_offline_with_every_plot_and_point(runs, browser, tmp_path)
     sizes = browser.execute_script("return [...document.querySelectorAll('svg.plot')].map("
                                    "s => [s.getBoundingClientRect().width, s.getBoundingClientRect().height])")
     assert all(w > 200 and h > 100 for w, h in sizes), sizes
-    assert _count(browser, "#failures-table tr") == 1 + 3          # header, a failed build, two rejected
+    assert _count(browser, "#failures-table tr") == 1 + 1          # header, a failed build
+    assert _count(browser, "#rejected-table tr") == 1 + 2          # header, two rejected (their own section)
     log_link = browser.find_element("css selector", "#failures-table a")
     assert log_link.get_attribute("href").startswith(a.resolve().as_uri() + "/logs/")
     shot = tmp_path / "report.png"
@@ -348,9 +418,9 @@ def test_a_single_timed_run_draws_a_bar_without_whiskers_error():
     """One timed launch: min = median = max, so the whiskers have zero (never negative) length."""
     flops = 2 * 32 * 32 * 32
     median = 2.2336657364455212    # a value where gflops * median / median rounds just above gflops
-    v = {"name": "k", "status": "ok", "params": {"m": 32, "n": 32, "k": 32, "batch": 1}, "source": "s",
-         "gflops": flops / (median * 1e6), "time_ms": {"min": median, "median": median, "max": median, "cv": 0.0,
-                                                       "runs": 1}}
+    v = Evaluation("k", "ok", None, {"m": 32, "n": 32, "k": 32, "batch": 1}, source="s",
+                   gflops=flops / (median * 1e6), time_ms={"min": median, "median": median, "max": median, "cv": 0.0,
+                                                           "runs": 1})
     svg = variant_bars(Group((32, 32, 32, 1, "bf16", "bf16", "f32", "f32", "row/row/row"), [v]), "one")
     assert svg.count('id="one-bar-0"') == 1
 

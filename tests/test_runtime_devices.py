@@ -33,7 +33,7 @@ def test_cpu_runtime_device_is_listed():
 
 
 def test_capability_report_of_cpu_runtime_is_portable(device_info):
-    # The Intel CPU runtime has sub-groups but no Xe 2D block IO and no DPAS (shared/facts/toolchain.md).
+    # The Intel CPU runtime has sub-groups but no Xe 2D block IO and no DPAS (docs/compilers.md).
     if device_info.device_type != "cpu":
         pytest.skip("default device is not the CPU runtime")
     assert not device_info.block_2d_io

@@ -121,12 +121,12 @@ def test_catalog_size_and_hardware_bounds():
     for n in block:
         p = documented_prototype(n)
         row = p.cols * p.count * p.elem_bits // 8
-        assert row <= 64, n                              # xe_atoms.md §2: a row of all blocks <= 64 B
+        assert row <= 64, n                              # docs/atoms.md §2: a row of all blocks <= 64 B
         assert p.rows <= (8 if p.op == "write" else 32), n
         if p.data_scalar:
             lane = p.data_count * {"uchar": 1, "ushort": 2, "uint": 4}[p.data_scalar]
             assert lane * 16 >= p.rows * p.cols * p.count * p.elem_bits // 8, n   # the lanes hold the block
-            assert lane * 16 <= (512 if p.op == "write" else 2048), n            # xe_atoms.md §2 message size
+            assert lane * 16 <= (512 if p.op == "write" else 2048), n            # docs/atoms.md §2 message size
 
 
 # -- DPAS ------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from xegemm import stream_k
 from xegemm.config import ConfigError, config_from_text
 from xegemm.evaluate import params_of, plan_variants
 from xegemm.plan import PlanRejected, plan
-from xegemm.reporting.model import tile_label
+from xegemm.result import tile_label
 from xegemm.tune.model import Machine, predict
 
 FAST = "profile: {warmup: 1, repeats: 2}\n"

@@ -24,7 +24,7 @@ from xegemm.targets import (
 
 @pytest.mark.parametrize("target", TARGETS.values(), ids=lambda t: t.name)
 def test_entries_are_consistent(target):
-    assert target.simd in (8, 16) and target.grf_bytes == 4 * target.simd   # xe_atoms.md §3.1
+    assert target.simd in (8, 16) and target.grf_bytes == 4 * target.simd   # docs/atoms.md §3.1
     assert set(target.dpas_inputs) <= {t.name for t in DTYPES.values() if t.builtin_tag}
     assert target.block2d == (EXT_2D_BLOCK_IO in target.extensions)
     assert target_for_platform(target.platform_prefix + "XT") == target.name

@@ -2,6 +2,7 @@
 best.yaml through `xegemm run`.  Real device, real Optuna, real SQLite: nothing is mocked."""
 
 import json
+import re
 import sqlite3
 
 import optuna
@@ -9,15 +10,18 @@ import pytest
 import yaml
 from conftest import TINY_LEGAL, TINY_PRUNED
 from optuna.trial import TrialState
+from tqdm import tqdm
 
 from xegemm.reporting import load_source
-from xegemm.reporting.model import groups
+from xegemm.reporting.model import groups, source_facts
 from xegemm.cli import main, parse_duration
 from xegemm.errors import XegemmError
 from xegemm.evaluate.isolated import TimeLimits
 from xegemm.pipeline import run
+from xegemm.result import COLUMNS
 from xegemm.tune import STRATEGIES, Shape, Strategy, parse_shapes, register, tune
 from xegemm.config import load_config
+from xegemm.tune.api import BAR_FORMAT
 from xegemm.tune.cache import MeasurementCache, measurement_key
 from xegemm.tune.export import owned_trials
 from xegemm.tune.study import mask_url, open_storage
@@ -115,7 +119,9 @@ def test_best_yaml_runs_as_it_is_one_variant_per_shape(tiny_tune_config, tmp_pat
     assert "64x64x64: best xegemm_" in printed and "96x64x32: best xegemm_" in printed
     best = json.loads((out / "best.json").read_text())
     rows = (out / "trials.csv").read_text().splitlines()
-    assert rows[0].startswith("shape,trial,status,reason,kernel,tile,pipeline.prefetch,value,gflops")
+    # the trial's shape, point and value, then the columns results.csv has (one list: xegemm.result.COLUMNS)
+    assert rows[0].startswith("shape,tile,pipeline.prefetch,value,retry_of,worker,"
+                              + ",".join(c.name for c in COLUMNS) + ",")
     for label, entry in best["shapes"].items():
         assert (out / "kernels" / f"{entry['best']['kernel']}.cl").is_file()
         assert entry["best"]["ratio_to_reference"] > 0
@@ -201,22 +207,27 @@ def test_a_time_limit_stops_starting_trials(tiny_tune_config, tmp_path):
 def test_a_tune_writes_a_report_that_xegemm_report_reads(tiny_tune_config, tmp_path):
     out = tmp_path / "t"
     result = tune(tiny_tune_config, out=out, cache=tmp_path / "c.db", seed=1, strategy="random", budget=4,
-                  progress=False)
+                  progress=False, command="xegemm tune tiny.yaml --budget 4")
     source = load_source(out)
     assert source.kind == "tune" and (out / "report.html").is_file()
-    evaluated = [v for v in source.variants if v["status"] != "rejected"]
+    evaluated = [v for v in source.variants if v.status != "rejected"]
     assert len(evaluated) == result.tallies["64x64x64"].evaluated == 4
-    assert sorted(v["trial"] for v in source.variants) == sorted({v["trial"] for v in source.variants})
-    assert all(v["strategy"] == "random" and v["finished_at"] for v in source.variants)
+    assert sorted(v.trial for v in source.variants) == sorted({v.trial for v in source.variants})
+    assert all(v.strategy == "random" and v.finished_at for v in source.variants)
     (group,) = groups([source])
     best = result.best["shapes"]["64x64x64"]["best"]
-    assert group.best["name"] == best["kernel"] and group.best["gflops"] == best["gflops"]
+    assert group.best.name == best["kernel"] and group.best.gflops == best["gflops"]
     # the winner's ratio is to the numpy run measured interleaved with it, in best.json and in the report
     (numpy,) = [r for r in group.best_against_references() if r["provider"] == "numpy"]
     assert numpy["ratio"] == pytest.approx(best["ratio_to_reference"])
     assert best["reference"]["interleaved"]
     page = (out / "report.html").read_text()
     assert best["kernel"] in page and "random" in page
+    # the page says on which device and by which command, as a run's page does
+    facts = dict(source_facts(source, [group]))
+    assert facts["command"] == "xegemm tune tiny.yaml --budget 4" and "?" not in facts["device"]
+    assert "compute units" in facts["device"] and facts["driver"] != "unknown"
+    assert "xegemm tune tiny.yaml --budget 4" in page
 
 
 def test_xegemm_report_reads_a_study_database(tiny_tune_config, tmp_path):
@@ -229,3 +240,30 @@ def test_xegemm_report_reads_a_study_database(tiny_tune_config, tmp_path):
     csv_out = tmp_path / "from-url.csv"
     assert main(["report", f"sqlite:///{out / 'study.db'}", "--out", str(csv_out)]) == 0
     assert best["kernel"] in csv_out.read_text()
+
+
+def _bar_counts(text: str) -> list[tuple[int, int]]:
+    """Every 'n/total' a tqdm bar drew (its lines are separated by carriage returns)."""
+    return [(int(n), int(t)) for n, t in re.findall(r"\| (\d+)/(\d+) \[", text)]
+
+
+def test_the_bar_total_is_the_budget_from_the_start_and_a_resume_starts_where_it_was(tiny_tune_config, tmp_path,
+                                                                                      capsys):
+    out, cache = tmp_path / "bar", tmp_path / "cache.db"
+    tune(tiny_tune_config, strategy="model", budget=2, out=out, cache=cache, progress=True)
+    drawn = _bar_counts(capsys.readouterr().err)
+    # the model strategy meets the pruned points first: they cost no budget and do not move the total
+    assert drawn[0] == (0, 2) and drawn[-1] == (2, 2) and {t for _, t in drawn} == {2}
+    tune(tiny_tune_config, strategy="model", budget=4, out=out, cache=cache, progress=True)
+    err = capsys.readouterr().err
+    drawn = _bar_counts(err)
+    assert drawn[0] == (2, 4) and drawn[-1] == (4, 4) and {t for _, t in drawn} == {4}
+    assert "100%|" in err
+
+
+def test_the_bar_keeps_its_width_in_a_narrow_terminal():
+    for columns in (40, 60, 200):
+        line = tqdm.format_meter(5, 8, 12.0, ncols=columns, prefix="1024x1024x1024",
+                                 postfix="best 154.2, 3 pruned, 1 failed", bar_format=BAR_FORMAT)
+        assert line.startswith(" 62%|") and re.match(r" 62%\|.{16}\|", line), line
+        assert len(line) <= columns

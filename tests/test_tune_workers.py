@@ -1,7 +1,6 @@
 """Several `xegemm tune` processes on one study, and studies that are interrupted: real processes, a real
 SQLite file and a real PostgreSQL server started here in a temporary directory, real signals."""
 
-import os
 import signal
 import subprocess
 import sys

@@ -161,7 +161,7 @@ def test_aot_builds_issue_the_predicted_dpas_and_block_loads(target, sg, tmp_pat
             assert "cannot issue" in v["reason"] or "2D block surfaces must be >= 64 B" in v["reason"], where
         elif sg == 8 and (a == "tf32" or acc != "f32" and acc != "s32"):
             assert v["status"] == "rejected" and "DG2" in v["reason"], where
-        elif a == "tf32":       # Debian's IGC has no 8-wide d32 2D read (README, Compiler capabilities)
+        elif a == "tf32":       # Debian's IGC has no 8-wide d32 2D read (docs/compilers.md "Compiler capabilities")
             assert v["status"] == "rejected" and "cannot issue XE_2D_TF32" in v["reason"], where
         else:
             built += 1

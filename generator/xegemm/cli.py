@@ -16,27 +16,20 @@ import traceback
 from pathlib import Path
 
 from xegemm import __version__
-from xegemm.atoms.block1d import Block1DAtom
-from xegemm.atoms.coopmatrix import coopmatrix_layout, format_coopmatrix_table
-from xegemm.atoms.copy import CopyAtom, enumerate_copy_atoms
-from xegemm.atoms.mma import MmaAtom, enumerate_mma_atoms
-from xegemm.config import load_config
 from xegemm.errors import XegemmError
-from xegemm.lowering import LOWERINGS
-from xegemm.evaluate import STATUSES
-from xegemm.evaluate.isolated import TimeLimits
-from xegemm.pipeline import RunInterrupted, build_config, generate, run
-from xegemm.reporting import FORMATS, write_report
-from xegemm.runtime import list_devices, select_sycl_device
-from xegemm.support import markdown as support_markdown
-from xegemm.targets import AOT_TARGETS, GRF_MODES
-from xegemm.tune import STRATEGIES, export, tune
-from xegemm.tune.export import export_all
-from xegemm.tune.study import HEARTBEAT_S, default_url, mask_url, open_storage
+
+# The command line imports what a command needs when that command runs (imports inside the functions below):
+# the library pulls in matplotlib, Optuna (SQLAlchemy) and numpy, about 1.4 s of imports, which `--help` and
+# `--version` must not pay.  This module is the one exception to "imports at the top" (docs/architecture.md).
 
 
 MAX_COUNT = 10**9       # the largest count an option takes (--budget, --jobs, --heartbeat)
-FAILURES = tuple(s for s in STATUSES if s not in ("ok", "generated", "rejected"))
+
+
+def _failures() -> tuple[str, ...]:
+    """The status words that count as failures for --strict."""
+    from xegemm.evaluate import STATUSES
+    return tuple(s for s in STATUSES if s not in ("ok", "generated", "rejected"))
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -48,7 +41,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def cmd_devices(args) -> int:
-
+    from xegemm.runtime import list_devices, select_sycl_device
     devices = list_devices()
     default = select_sycl_device().filter_string
     if args.json:
@@ -67,6 +60,9 @@ def cmd_devices(args) -> int:
 def _atom(name: str):
     """A copy or MMA atom by name (raises the model's error for an illegal or unknown name)."""
 
+    from xegemm.atoms.block1d import Block1DAtom
+    from xegemm.atoms.copy import CopyAtom
+    from xegemm.atoms.mma import MmaAtom
     name = name.strip()
     if name.startswith("XE_1D_"):
         return Block1DAtom.parse(name).check()
@@ -74,7 +70,8 @@ def _atom(name: str):
 
 
 def cmd_atoms_list(args) -> int:
-
+    from xegemm.atoms.copy import enumerate_copy_atoms
+    from xegemm.atoms.mma import enumerate_mma_atoms
     rows, data = [], []
     if args.kind in (None, "copy"):
         for a in enumerate_copy_atoms():
@@ -98,7 +95,8 @@ def cmd_atoms_list(args) -> int:
 
 
 def cmd_atoms_show(args) -> int:
-
+    from xegemm.atoms.block1d import Block1DAtom
+    from xegemm.atoms.copy import CopyAtom
     atom = _atom(args.name)
     if isinstance(atom, Block1DAtom):
         lm = atom.lane_map
@@ -151,14 +149,14 @@ def cmd_atoms_show(args) -> int:
 
 
 def cmd_atoms_coopmatrix(args) -> int:
-
+    from xegemm.atoms.coopmatrix import coopmatrix_layout, format_coopmatrix_table
     layout = coopmatrix_layout(args.use, args.rows, args.cols, args.sg, args.dtype)
     print(json.dumps(layout.to_json()) if args.json else format_coopmatrix_table(layout))
     return 0
 
 
 def cmd_generate(args) -> int:
-
+    from xegemm.pipeline import generate
     written = 0
     for config in args.configs:
         manifest = generate(config, args.out, lowering=args.lowering, capabilities_name=args.capabilities)
@@ -179,11 +177,14 @@ def cmd_generate(args) -> int:
 
 
 def cmd_run(args) -> int:
-
+    from xegemm.evaluate.isolated import TimeLimits
+    from xegemm.pipeline import run
+    from xegemm.tune.shapes import parse_shapes
     limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
     results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering, limits=limits,
-                  command=args.command_line)
-    failed = [v for v in results["variants"] if v["status"] in FAILURES]
+                  command=args.command_line, progress=sys.stderr,      # this sys.stderr, not the one at import
+                  problems=[shape.as_dict() for shape in parse_shapes(args.shapes)] if args.shapes else None)
+    failed = [v for v in results["variants"] if v["status"] in _failures()]
     verified = [v for v in results["variants"] if v["status"] == "ok"]
     if args.strict and (failed or not verified):
         why = f"{len(failed)} variants failed" if failed else "no variant verified"
@@ -202,26 +203,30 @@ def _interrupt(signum, frame):
 
 
 def cmd_build(args) -> int:
-
+    from xegemm.pipeline import build_config
     result = build_config(args.config, target=args.target, grf=args.grf, out_dir=args.out,
                           capabilities_name=args.capabilities, progress=sys.stderr)
     ok = sum(v["status"] == "ok" for v in result["variants"])
     print(f"{ok} of {len(result['variants'])} variants built for {args.target} with compiler capabilities "
           f"{result['capabilities']}; see build.json in {args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")
-    failed = [v for v in result["variants"] if v["status"] in FAILURES]
+    failed = [v for v in result["variants"] if v["status"] in _failures()]
     return 1 if args.strict and (failed or not ok) else 0
 
 
 def cmd_report(args) -> int:
-
-    fmt = args.format or (Path(args.out).suffix.lstrip(".") if args.out else "html")
+    from xegemm.reporting import FORMATS, render, write_report
+    to_stdout = args.out == "-" or (args.out is None and args.format not in (None, "html"))
+    fmt = args.format or (Path(args.out).suffix.lstrip(".") if args.out and not to_stdout else "html")
     if fmt not in FORMATS:
         raise XegemmError(f"--out {args.out}: cannot tell the format from the suffix; give --format "
                           f"{'|'.join(FORMATS)}")
-    out = Path(args.out or f"report.{fmt}")
     with tempfile.TemporaryDirectory(prefix="xegemm-report-") as scratch:
         results = [d for i, r in enumerate(args.results) for d in _results_dirs(r, Path(scratch) / str(i))]
         baseline = [d for i, r in enumerate(args.compare or []) for d in _results_dirs(r, Path(scratch) / f"a{i}")]
+        if to_stdout:
+            sys.stdout.write(render(results, fmt, baseline or None, ".", args.command_line))
+            return 0
+        out = Path(args.out or f"report.{fmt}")
         write_report(results, out, fmt, baseline=baseline or None, command=args.command_line)
     print(f"wrote {out}")
     return 0
@@ -230,6 +235,8 @@ def cmd_report(args) -> int:
 def _results_dirs(what: str, scratch: Path) -> list[Path]:
     """An output directory as it is; a tuning study database (a SQLite ``.db`` file or a SQLAlchemy URL) exported
     first, one directory per study, into ``scratch``."""
+    from xegemm.tune.export import export_all
+    from xegemm.tune.study import open_storage
     if "://" in what or (what.endswith(".db") and Path(what).is_file()):
         url = what if "://" in what else f"sqlite:///{Path(what).resolve()}"
         return export_all(open_storage(url), scratch)
@@ -268,7 +275,10 @@ _positive = _checked(int, lambda v: 0 < v <= MAX_COUNT, f"a positive integer (at
 
 
 def cmd_tune(args) -> int:
-
+    from xegemm.config import load_config
+    from xegemm.evaluate.isolated import TimeLimits
+    from xegemm.tune import export, tune
+    from xegemm.tune.study import default_url, mask_url, open_storage
     config_name = args.study or load_config(args.config).name
     out = Path(args.out) if args.out else None
     if args.export:
@@ -284,7 +294,7 @@ def cmd_tune(args) -> int:
     result = tune(args.config, shapes=args.shapes, strategy=args.strategy, budget=args.budget, time_s=args.time,
                   jobs=args.jobs, storage=args.storage, study=args.study, seed=args.seed, device=args.device,
                   target=args.target, out=out, cache=False if args.no_cache else args.cache, retime=args.retime,
-                  limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat)
+                  limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat, command=args.command_line)
     for label, tally in result.tallies.items():
         print(f"{label}: {tally.evaluated} evaluated ({tally.cached} from the cache, {tally.failed} failed), "
               f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped")
@@ -301,132 +311,179 @@ def _print_best(best: dict) -> None:
             print(f"{label}: no kernel passed ({entry['trials']} trials, {entry['pruned']} pruned)")
             continue
         speed = (f"{winner['gflops']:.1f} GFLOP/s" if winner.get("gflops") is not None
-                 else f"score {winner['value']:.4f}")
+                 else f"static score {winner['value']:.4f} (no unit: the static model's predicted efficiency "
+                      f"in (0, 1], higher is better, of a build whose machine code issues the plan's DPAS and block "
+                      f"loads without spilling; not a measured speed)")
         noisy = (winner.get("reference") or {}).get("high_cv")
         ratio = (f" ({winner['ratio_to_reference']:.2f}x numpy" + (", uncertain: the CV stayed above 10 %, the "
                  "machine was busy" if noisy else "") + ")" if winner.get("ratio_to_reference") else "")
         print(f"{label}: best {winner['kernel']}: {speed}{ratio}, trial {winner['trial']}")
 
 
+def cmd_export(args) -> int:
+    from xegemm.export import export as export_kernels
+    manifest = export_kernels(args.source, args.out, tuple(args.target or ["cpu"]), progress=sys.stderr)
+    print(f"wrote {len(manifest['kernels'])} kernel(s) to {args.out} (manifest.json, xegemm_kernels.h, example.c, "
+          f"Makefile); run them with: make -C {args.out} run")
+    return 0
+
+
 def cmd_support(args) -> int:
+    from xegemm.support import markdown as support_markdown
     print(support_markdown(), end="")
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only that subcommand gets its arguments (and imports what they need: the
+    others are listed by name and summary only; ``""``: none), so that ``--help`` and ``--version`` import nothing
+    heavy.  ``None`` builds every subcommand."""
+
+    def wanted(name: str) -> bool:
+        return command is None or command == name
+
     parser = argparse.ArgumentParser(prog="xegemm", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"xegemm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("devices", help="list the SYCL devices dpctl sees and the lowering each would get")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_devices)
+    if wanted("devices"):
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.set_defaults(func=cmd_devices)
 
     atoms = sub.add_parser("atoms", help="the atom model: list atoms, show lane maps, coop-matrix layouts")
-    asub = atoms.add_subparsers(dest="atoms_command", required=True)
-    p = asub.add_parser("list", help="every legal atom (and the flagged sycl-tla ones) with key properties")
-    p.add_argument("--kind", choices=["copy", "mma"])
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_atoms_list)
-    p = asub.add_parser("show", help="one atom: which elements each work-item holds")
-    p.add_argument("name", help="e.g. XE_2D_U16x32x16_LD_N or XE_8x16x16_F32BF16BF16F32_TT")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--all", action="store_true", help="print every register element, not the first 16")
-    p.set_defaults(func=cmd_atoms_show)
-    p = asub.add_parser("coopmatrix", help="the coop-matrix layout of seed 001 for one matrix")
-    p.add_argument("--use", required=True, choices=["a", "b", "acc"])
-    p.add_argument("--rows", required=True, type=int)
-    p.add_argument("--cols", required=True, type=int)
-    p.add_argument("--sg", type=int, default=16, help="sub-group size (default 16)")
-    p.add_argument("--dtype", default="f32", help="element type (default f32)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_atoms_coopmatrix)
+    if wanted("atoms"):
+        asub = atoms.add_subparsers(dest="atoms_command", required=True)
+        p = asub.add_parser("list", help="every legal atom (and the flagged sycl-tla ones) with key properties")
+        p.add_argument("--kind", choices=["copy", "mma"])
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=cmd_atoms_list)
+        p = asub.add_parser("show", help="one atom: which elements each work-item holds")
+        p.add_argument("name", help="e.g. XE_2D_U16x32x16_LD_N or XE_8x16x16_F32BF16BF16F32_TT")
+        p.add_argument("--json", action="store_true")
+        p.add_argument("--all", action="store_true", help="print every register element, not the first 16")
+        p.set_defaults(func=cmd_atoms_show)
+        p = asub.add_parser("coopmatrix", help="the coop-matrix layout (tinytc's, docs/atoms.md §8) of one matrix")
+        p.add_argument("--use", required=True, choices=["a", "b", "acc"])
+        p.add_argument("--rows", required=True, type=int)
+        p.add_argument("--cols", required=True, type=int)
+        p.add_argument("--sg", type=int, default=16, help="sub-group size (default 16)")
+        p.add_argument("--dtype", default="f32", help="element type (default f32)")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=cmd_atoms_coopmatrix)
 
     p = sub.add_parser("generate", help="render every variant of configs to OpenCL C plus manifest.json")
-    p.add_argument("configs", nargs="+", metavar="CONFIG")
-    p.add_argument("--out", default="kernels", help="output directory (default kernels/)")
-    p.add_argument("--lowering", default="portable", choices=LOWERINGS)
-    p.add_argument("--capabilities", help="compiler capabilities of the native lowering: igc-1.0.12504, "
-                   "cl_intel_subgroup_2d_block_io or a .json file (default: $XEGEMM_COMPILER_CAPABILITIES, else "
-                   "probe ocloc)")
-    p.set_defaults(func=cmd_generate)
+    if wanted("generate"):
+        from xegemm.lowering import LOWERINGS
+        p.add_argument("configs", nargs="+", metavar="CONFIG")
+        p.add_argument("--out", default="kernels", help="output directory (default kernels/)")
+        p.add_argument("--lowering", default="portable", choices=LOWERINGS)
+        p.add_argument("--capabilities", help="compiler capabilities of the native lowering: igc-1.0.12504, "
+                       "cl_intel_subgroup_2d_block_io or a .json file (default: $XEGEMM_COMPILER_CAPABILITIES, else "
+                       "probe ocloc)")
+        p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("build", help="compile every variant ahead of time with ocloc for a real Xe GPU and "
                                      "count its machine code (build.json)")
-    p.add_argument("config")
-    p.add_argument("--target", choices=AOT_TARGETS, default="pvc")
-    p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
-    p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
-    p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, cl_intel_subgroup_2d_block_io, a .json "
-                                     "file; default: probe the installed ocloc")
-    p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
-    p.set_defaults(func=cmd_build)
+    if wanted("build"):
+        from xegemm.targets import AOT_TARGETS, GRF_MODES
+        p.add_argument("config")
+        p.add_argument("--target", choices=AOT_TARGETS, default="pvc")
+        p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
+        p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
+        p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, cl_intel_subgroup_2d_block_io, a .json "
+                                         "file; default: probe the installed ocloc")
+        p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
+        p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("run", help="generate, build, verify and profile a config's variants; write a report")
-    p.add_argument("config")
-    p.add_argument("--device", help="dpctl filter string, e.g. opencl:cpu:0 (default: the best device)")
-    p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
-    p.add_argument("--lowering", choices=LOWERINGS,
-                   help="default: native on a device with Xe 2D block IO and DPAS, else portable")
-    p.add_argument("--strict", action="store_true",
-                   help="exit 1 if any variant fails to build or verify, times out, or none verifies")
-    p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
-                   help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
-    p.add_argument("--run-timeout", type=_seconds, metavar="S",
-                   help="seconds one variant's verification and timing may take (default: from the problem size)")
-    p.set_defaults(func=cmd_run)
+    if wanted("run"):
+        from xegemm.evaluate.isolated import TimeLimits
+        from xegemm.lowering import LOWERINGS
+        p.add_argument("config")
+        p.add_argument("--device", help="dpctl filter string, e.g. opencl:cpu:0 (default: the best device)")
+        p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
+        p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in), as for tune; "
+                                        "replaces the config's problem and its problem sweep")
+        p.add_argument("--lowering", choices=LOWERINGS,
+                       help="default: native on a device with Xe 2D block IO and DPAS, else portable")
+        p.add_argument("--strict", action="store_true",
+                       help="exit 1 if any variant fails to build or verify, times out, or none verifies")
+        p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
+                       help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
+        p.add_argument("--run-timeout", type=_seconds, metavar="S",
+                       help="seconds one variant's verification and timing may take (default: from the problem size)")
+        p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="a report of one or more run, tune or build directories (or tuning study "
                                       "databases): a self-contained HTML page of plots, cutlass_profiler-style "
                                       "CSV, JSON or Markdown")
-    p.add_argument("results", nargs="+", metavar="RUN_OR_STUDY",
-                   help="output directories of `xegemm run`, `xegemm tune` or `xegemm build`, or a study database "
-                        "(a SQLite .db file or a SQLAlchemy URL such as postgresql://...)")
-    p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
-                   help="the baseline (run A): show the results against it per common variant")
-    p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")
-    p.add_argument("--format", choices=FORMATS, help="html (default), csv, json or md")
-    p.set_defaults(func=cmd_report)
+    if wanted("report"):
+        from xegemm.reporting import FORMATS
+        p.add_argument("results", nargs="+", metavar="RUN_OR_STUDY",
+                       help="output directories of `xegemm run`, `xegemm tune` or `xegemm build`, or a study database "
+                            "(a SQLite .db file or a SQLAlchemy URL such as postgresql://...)")
+        p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
+                       help="the baseline (run A): show the results against it per common variant")
+        p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")
+        p.add_argument("--format", choices=FORMATS, help="html (default), csv, json or md")
+        p.set_defaults(func=cmd_report)
     p = sub.add_parser("tune", help="search a config's sweep for the fastest kernel per shape (Optuna study, "
                                     "resumable, shared by workers); write best.yaml, best.json, trials.csv")
-    p.add_argument("config")
-    p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in); default: the "
-                                    "config's problem")
-    p.add_argument("--strategy", choices=list(STRATEGIES), default="exhaustive",
-                   help="; ".join(f"{s.name}: {s.summary}" for s in STRATEGIES.values()))
-    limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--budget", type=_positive, metavar="N",
-                       help="points evaluated per shape (pruned points are free; default: the whole space)")
-    limit.add_argument("--time", type=parse_duration, metavar="DURATION",
-                       help="start no trial after this long, e.g. 90s, 10m, 1h")
-    p.add_argument("--jobs", type=_positive, default=1, metavar="J",
-                   help="worker processes building side by side; timing stays serial on the device (default 1)")
-    p.add_argument("--storage", help="SQLAlchemy URL of the study database, e.g. postgresql://user:pw@host/db "
-                                     "(default: sqlite in --out); workers sharing it share the study")
-    p.add_argument("--study", help="study name (default: the config's name)")
-    p.add_argument("--seed", type=_seed, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
-    p.add_argument("--device", help="dpctl filter string (default: the best device)")
-    p.add_argument("--target", choices=AOT_TARGETS, help="no device: score ahead-of-time builds for this GPU "
-                                                          "(ocloc) and rank a shortlist")
-    p.add_argument("--capabilities", help="with --target: compiler capabilities (default: probe ocloc)")
-    p.add_argument("--out", help="output directory (default runs/tune-<timestamp>); an existing one resumes")
-    p.add_argument("--cache", help="measurement cache file (default $XDG_CACHE_HOME/xegemm/measurements.db)")
-    p.add_argument("--no-cache", action="store_true", help="neither read nor write the measurement cache")
-    p.add_argument("--retime", action="store_true", help="build and time again even when the cache has it")
-    p.add_argument("--heartbeat", type=_positive, default=HEARTBEAT_S, metavar="S",
-                   help=f"seconds between a running trial's heartbeats; a trial silent for 3 (its process died) is "
-                        f"failed and its point retried (default {HEARTBEAT_S})")
-    p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
-                                                         "from the study database")
-    p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
-                   help=f"seconds one build may take (default {TimeLimits.build_s:.0f})")
-    p.add_argument("--run-timeout", type=_seconds, metavar="S",
-                   help="seconds one trial's verification and timing may take (default: from the problem size)")
-    p.set_defaults(func=cmd_tune)
+    if wanted("tune"):
+        from xegemm.evaluate.isolated import TimeLimits
+        from xegemm.targets import AOT_TARGETS
+        from xegemm.tune import STRATEGIES
+        from xegemm.tune.study import HEARTBEAT_S
+        p.add_argument("config")
+        p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in); default: the "
+                                        "config's problem")
+        p.add_argument("--strategy", choices=list(STRATEGIES), default="exhaustive",
+                       help="; ".join(f"{s.name}: {s.summary}" for s in STRATEGIES.values()))
+        limit = p.add_mutually_exclusive_group()
+        limit.add_argument("--budget", type=_positive, metavar="N",
+                           help="points evaluated per shape (pruned points are free; default: the whole space)")
+        limit.add_argument("--time", type=parse_duration, metavar="DURATION",
+                           help="start no trial after this long, e.g. 90s, 10m, 1h")
+        p.add_argument("--jobs", type=_positive, default=1, metavar="J",
+                       help="worker processes building side by side; timing stays serial on the device (default 1)")
+        p.add_argument("--storage", help="SQLAlchemy URL of the study database, e.g. postgresql://user:pw@host/db "
+                                         "(default: sqlite in --out); workers sharing it share the study")
+        p.add_argument("--study", help="study name (default: the config's name)")
+        p.add_argument("--seed", type=_seed, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
+        p.add_argument("--device", help="dpctl filter string (default: the best device)")
+        p.add_argument("--target", choices=AOT_TARGETS, help="no device: score ahead-of-time builds for this GPU "
+                                                              "(ocloc) and rank a shortlist")
+        p.add_argument("--capabilities", help="with --target: compiler capabilities (default: probe ocloc)")
+        p.add_argument("--out", help="output directory (default runs/tune-<timestamp>); an existing one resumes")
+        p.add_argument("--cache", help="measurement cache file (default $XDG_CACHE_HOME/xegemm/measurements.db)")
+        p.add_argument("--no-cache", action="store_true", help="neither read nor write the measurement cache")
+        p.add_argument("--retime", action="store_true", help="build and time again even when the cache has it")
+        p.add_argument("--heartbeat", type=_positive, default=HEARTBEAT_S, metavar="S",
+                       help=f"seconds between a running trial's heartbeats; a trial silent for 3 (its process died) is "
+                            f"failed and its point retried (default {HEARTBEAT_S})")
+        p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
+                                                             "from the study database")
+        p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
+                       help=f"seconds one build may take (default {TimeLimits.build_s:.0f})")
+        p.add_argument("--run-timeout", type=_seconds, metavar="S",
+                       help="seconds one trial's verification and timing may take (default: from the problem size)")
+        p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("export", help="write kernels a C/C++/SYCL program can launch: sources, ocloc binaries, "
+                       "manifest.json, xegemm_kernels.h, example.c and a Makefile (docs/use.md)")
+    if wanted("export"):
+        p.add_argument("source", help="a config file or a tune output directory (best.yaml)")
+        p.add_argument("--out", required=True, help="a new directory")
+        p.add_argument("--target", action="append", choices=("cpu", "pvc", "dg2"),
+                       help="cpu (OpenCL C for any OpenCL device; the default), pvc or dg2 (also ocloc binaries); "
+                            "repeatable")
+        p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("support", help="the supported matrix (layouts x types x epilogues x targets) as Markdown, "
                                        "each cell planned and rendered for its target")
-    p.set_defaults(func=cmd_support)
+    if wanted("support"):
+        p.set_defaults(func=cmd_support)
     return parser
 
 
@@ -452,8 +509,10 @@ def _error_log(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.command_line = shlex.join(["xegemm", *(sys.argv[1:] if argv is None else argv)])
+    words = sys.argv[1:] if argv is None else argv
+    command = next((word for word in words if not word.startswith("-")), "")    # no top-level option takes a value
+    args = build_parser(command).parse_args(words)
+    args.command_line = shlex.join(["xegemm", *words])
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
@@ -467,15 +526,15 @@ def _main(args) -> int:
     """Run the command; every way it can end becomes an exit code and at most one line on stderr."""
     try:
         return args.func(args)
-    except RunInterrupted as exc:
-        print(f"xegemm: {exc}", file=sys.stderr)
-        return _interrupted_code() if _SIGNALLED else exc.exit_code
+    except XegemmError as exc:
+        if hasattr(exc, "exit_code"):            # an interrupted run or study (RunInterrupted): no "error:"
+            print(f"xegemm: {exc}", file=sys.stderr)
+            return _interrupted_code() if _SIGNALLED else exc.exit_code
+        print(f"xegemm: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("xegemm: interrupted", file=sys.stderr)
         return _interrupted_code()
-    except XegemmError as exc:
-        print(f"xegemm: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # output piped into `head` and closed: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

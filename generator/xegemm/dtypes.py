@@ -11,13 +11,14 @@ The OpenCL C scalar vocabulary (sizes of ``uchar``/``short``/``float``..., the u
 width, vector spellings) lives here too: it is how element bits are spelled in generated code.
 
 Rounding rules: bf16 and f16 round to nearest even (bf16 keeps NaNs quiet); tf32 clears the low 13 mantissa
-bits of an f32 (what the portable lowering does; xe_atoms.md does not say how hardware treats them).
+bits of an f32 (what the portable lowering does; the documents of docs/atoms.md do not say how hardware treats them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from xegemm.errors import XegemmError
@@ -39,12 +40,12 @@ class DType:
     bits: int                       # storage bits per element (tf32 is stored as a 32-bit float)
     kind: str                       # "float" or "int"
     signed: bool
-    unit_roundoff: float | None = None   # floats: 2^-p, p = significand bits incl. the implicit one
+    unit_roundoff: float | None = None   # floats: 2^-p, p = significand bits incl. the implicit one (e8m0: None)
     builtin_tag: str | None = None  # tag in OCLMMA builtin names; None for accumulator-only types
     aliases: tuple[str, ...] = field(default=())
     accumulators: tuple[str, ...] = ()  # a DPAS input: the types it accumulates into (names), else ()
     acc_ctype: str | None = None    # a DPAS accumulator: the OpenCL C scalar of C and D in the builtins (OCLMMA)
-    spirv_flags: tuple[int, int] = (0, 0)   # SPVMMA operand flags naming it as (A, B) (coopmatrix_layouts.md §3.3)
+    spirv_flags: tuple[int, int] = (0, 0)   # SPVMMA operand flags naming it as (A, B) (docs/atoms.md §3.3)
 
     @property
     def bytes(self) -> float:
@@ -83,10 +84,10 @@ class DType:
             return v.astype(np.float16).astype(np.float64)
         if self.name == "f64":
             return v.astype(np.float64)
+        if self.name in ML_DTYPES:    # through f32, as the device's inputs are made: ml_dtypes rounds to nearest even
+            return v.astype(np.float32).astype(ML_DTYPES[self.name]).astype(np.float64)
         bits = v.astype(np.float32).view(np.uint32)
-        if self.name == "bf16":
-            bits = _f32_bits_to_bf16(bits).astype(np.uint32) << 16
-        elif self.name == "tf32":
+        if self.name == "tf32":
             bits = bits & np.uint32(0xFFFFE000)
         return bits.view(np.float32).astype(np.float64)
 
@@ -99,8 +100,9 @@ class DType:
             return v.astype(np.float16).view(np.uint16).astype(np.uint64)
         if self.name == "f64":
             return v.view(np.uint64)
-        f32 = v.astype(np.float32).view(np.uint32).astype(np.uint64)
-        return f32 >> 16 if self.name == "bf16" else f32
+        if self.name in ML_DTYPES:
+            return v.astype(np.float32).astype(ML_DTYPES[self.name]).view(_storage(self.bits)).astype(np.uint64)
+        return v.astype(np.float32).view(np.uint32).astype(np.uint64)
 
     def decode(self, bits) -> np.ndarray:
         """Values (float64 or int64) of bit patterns of this type."""
@@ -112,21 +114,40 @@ class DType:
             return b.astype(np.uint16).view(np.float16).astype(np.float64)
         if self.name == "f64":
             return b.view(np.float64)
-        f32 = (b << np.uint64(16) if self.name == "bf16" else b).astype(np.uint32)
-        return f32.view(np.float32).astype(np.float64)
+        if self.name in ML_DTYPES:
+            return b.astype(_storage(self.bits)).view(ML_DTYPES[self.name]).astype(np.float64)
+        return b.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def _f32_bits_to_bf16(bits: np.ndarray) -> np.ndarray:
-    """Round-to-nearest-even of f32 bit patterns to bf16 bit patterns (NaN kept quiet)."""
-    bits = bits.astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
-    nan = (bits & 0x7FFFFFFF) > 0x7F800000
-    return np.where(nan, ((bits >> 16) | 0x40) & 0xFFFF, rounded).astype(np.uint16)
+def _storage(bits: int) -> str:
+    """The unsigned numpy type an ml_dtypes element of ``bits`` occupies (a 4-bit float takes one byte)."""
+    return f"u{max(bits // 8, 1)}"
+
+
+# ---- host arrays --------------------------------------------------------------------------------------------
+# Element types numpy lacks come from ml_dtypes (https://github.com/jax-ml/ml_dtypes): its bfloat16 rounds to
+# nearest even and keeps NaNs quiet, as the device's conversions do.  The storage-only floats are OCP's 8- and
+# 4-bit formats as ml_dtypes implements them (OCP Microscaling Formats (MX) v1.0 and OCP 8-bit Floating Point
+# v1.0, https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf): e4m3 and e2m1
+# have no infinities ("fn"), e8m0 is an unsigned exponent ("fnu").  All are rounded from f32; the 4-bit one is
+# stored one per byte here (packing two per byte is xegemm.quant's job).  The other types are numpy's own.
+ML_DTYPES = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
+             "e2m1": ml_dtypes.float4_e2m1fn, "e8m0": ml_dtypes.float8_e8m0fnu}
+HOST_DTYPES = {"f16": np.dtype(np.float16), "tf32": np.dtype(np.float32), "f32": np.dtype(np.float32),
+               "f64": np.dtype(np.float64), "s8": np.dtype(np.int8), "u8": np.dtype(np.uint8),
+               "s4": np.dtype(ml_dtypes.int4), "u4": np.dtype(ml_dtypes.uint4), "s32": np.dtype(np.int32),
+               **{name: np.dtype(t) for name, t in ML_DTYPES.items()}}
+
+
+def host_dtype(name: str) -> np.dtype:
+    """The numpy dtype of host arrays of a registry type, one element per numpy item (ml_dtypes for bf16, the
+    8- and 4-bit floats and the 4-bit integers; tf32 values travel as float32)."""
+    return HOST_DTYPES[dtype(name).name]
 
 
 # The registry, in the order configs list them.  Unit roundoffs: Higham, "Accuracy and Stability of
 # Numerical Algorithms", table 2.1 (f16, f32, f64); bf16 has 8 significand bits (2^-8); tf32 has f16's 11.
-# Accumulators (facts coopmatrix_layouts.md §0; OCLMMA; OCLTF32): bf16/f16 -> f32, or an accumulator of the input
+# Accumulators (docs/atoms.md §3.1; OCLMMA; OCLTF32): bf16/f16 -> f32, or an accumulator of the input
 # type (SIMD16 only: xegemm.targets); tf32 -> f32; 8- and 4-bit integers -> s32.
 DTYPES: dict[str, DType] = {t.name: t for t in (
     DType("f16", "F16", 16, "float", True, 2.0 ** -11, "f16", ("half", "fp16", "float16"), ("f32", "f16"),
@@ -141,6 +162,11 @@ DTYPES: dict[str, DType] = {t.name: t for t in (
     DType("s4", "S4", 4, "int", True, None, "i4", ("int4", "i4"), ("s32",), None, (0x40, 0x80)),
     DType("u4", "U4", 4, "int", False, None, "u4", ("uint4",), ("s32",), None, (0x40, 0x80)),
     DType("s32", "S32", 32, "int", True, None, None, ("int32", "i32"), (), "int"),
+    # storage-only floats of quantized operands (no Xe DPAS takes them: xegemm.quant converts them to f16/bf16)
+    DType("e4m3", None, 8, "float", True, 2.0 ** -4, None, ("fp8_e4m3", "float8_e4m3fn")),
+    DType("e5m2", None, 8, "float", True, 2.0 ** -3, None, ("fp8_e5m2", "float8_e5m2")),
+    DType("e2m1", None, 4, "float", True, 2.0 ** -2, None, ("fp4", "fp4_e2m1", "float4_e2m1fn")),
+    DType("e8m0", None, 8, "float", False, None, None, ("float8_e8m0fnu",)),   # powers of two only: MX scales
 )}
 BY_CODE: dict[str, DType] = {t.code: t for t in DTYPES.values() if t.code}
 ALIASES: dict[str, str] = {alias: t.name for t in DTYPES.values() for alias in t.aliases}

@@ -2,8 +2,8 @@
 
     D = convert_to_C( activation( alpha * acc + beta * C + bias ) )
 
-one element at a time, in the order written (CUTLASS's LinearCombination / LinearCombinationGeneric; the seed
-CoopMat proposal's MapElement: an element-wise function applied to every element a work-item holds).  This
+one element at a time, in the order written (CUTLASS's LinearCombination / LinearCombinationGeneric; the
+cooperative-matrix proposals' MapElement: an element-wise function applied to every element a work-item holds).  This
 module is the one home of that knowledge: the activations (:data:`ACTIVATIONS`, each with its OpenCL C
 spelling, its numpy reference, its Lipschitz bound and its error bound), the compute type, the output
 conversions (round to nearest even, saturating for integers), the kernel-name suffix, the numpy reference
@@ -21,6 +21,8 @@ decided when it is generated (beta = 0 reads nothing) and named in the kernel na
 from __future__ import annotations
 
 import math
+import sys
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -243,3 +245,17 @@ def reference_bounds(spec: EpilogueSpec, acc: np.ndarray, acc_tol, c_in: np.ndar
         + activation.error_units * U32 * (np.abs(y) + 1.0)
     tol = tol + np.finfo(np.float32).tiny
     return Bounds(_round_to(out, y), _round_to(out, y - tol), _round_to(out, y + tol))
+
+
+class _CallableModule(types.ModuleType):
+    """This module stays the fixed epilogue's home and, called, marks a function as a traced epilogue
+    (``xegemm.epilogue(fn)``, ``@xegemm.epilogue``; docs/epilogues.md): the tracer is imported on that call only,
+    since it builds on this module."""
+
+    def __call__(self, fn=None, **kwargs):
+        from xegemm.epilogue_graph.tracer import epilogue  # noqa: PLC0415 - the tracer imports this module
+
+        return epilogue(fn, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -38,8 +38,11 @@ from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.profile import time_numpy_reference
 from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic
-from xegemm.report import ResultStore, own_reference, problem_shape, write_reports
-from xegemm.reporting import write_run_page
+from xegemm.journal import ResultStore
+from xegemm.reporting import load_sources, write_run_page
+from xegemm.reporting.formats import headline_lines
+from xegemm.reporting.model import groups
+from xegemm.reporting.results import write_reports
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.verify import check_fits
 
@@ -115,9 +118,11 @@ def shielded():
 
 def run(config_path: str | Path, device: str | None = None, out_dir: str | Path | None = None,
         lowering: str | None = None, progress=sys.stderr, reference_repeats: int = 5,
-        limits: TimeLimits = TimeLimits(), on_stage=None, command: str | None = None) -> dict:
+        limits: TimeLimits = TimeLimits(), on_stage=None, command: str | None = None,
+        problems: list[dict] | None = None) -> dict:
     """Run a config end to end on a device and write results.json, results.csv, report.md and report.html into
-    out_dir (``command``: the command line that started the run, recorded in the reports).
+    out_dir (``command``: the command line that started the run, recorded in the reports; ``problems``: run at
+    these ``{"m", "n", "k", "batch"}`` instead of the config's problem and problem sweep).
 
     Every build and launch runs in a worker process with a time limit (:mod:`xegemm.evaluate.isolated`).  If
     ``out_dir`` already holds results of the same kernels (same source, lowering and compiler capabilities) on
@@ -127,6 +132,9 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     """
     started_at = time.time()
     config = load_config(config_path)
+    requested = list(problems or ())
+    if problems:
+        config = config.at_problems(problems)
     sycl_device = select_sycl_device(device)
     info = describe(sycl_device)
     low = choose_lowering(info, lowering)
@@ -158,11 +166,11 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
                 progress_observer.done += 1
                 p = pv.config.problem
                 say(f"[{progress_observer.done}/{len(planned)}] {pv.name} ({p.m}x{p.n}x{p.k}"
-                    + (f"x{p.batch}" if p.batch > 1 else "") + f"): {done['status']} (recorded earlier, kept)")
+                    + (f"x{p.batch}" if p.batch > 1 else "") + f"): {done.status} (recorded earlier, kept)")
                 continue
-            store.add(key, evaluator.evaluate(pv, source).as_dict())
+            store.add(key, evaluator.evaluate(pv, source))
             keys.append(key)
-        timed = any(store.get(k)["status"] == "ok" for k in keys)
+        timed = any(store.get(k).status == "ok" for k in keys)
         peak = evaluator.builder.measure_peak() if timed else None    # the roofline's ceilings
         evaluator.builder.close()
         # every timed variant carries the reference measured interleaved with it; a problem none of whose
@@ -170,8 +178,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         problems = {(pv.config.problem.m, pv.config.problem.n, pv.config.problem.k, pv.config.problem.batch)
                     for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n,
                                                                    config.problem.k, config.problem.batch)}
-        interleaved = {problem_shape(store.records[k].get("params", {})) for k in keys
-                       if own_reference(store.records[k])}
+        interleaved = {store.records[k].problem for k in keys if store.records[k].reference}
         references = {shape: time_numpy_reference(*shape, repeats=reference_repeats)
                       for shape in sorted(problems - interleaved)}
     except KeyboardInterrupt:
@@ -184,7 +191,10 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         words = ["xegemm", "run", str(config_path), "--out", str(out)] + (["--device", device] if device else []) \
             + (["--lowering", lowering] if lowering else []) \
             + (["--build-timeout", f"{limits.build_s:g}"] if limits.build_s != TimeLimits.build_s else []) \
-            + (["--run-timeout", f"{limits.run_s:g}"] if limits.run_s is not None else [])
+            + (["--run-timeout", f"{limits.run_s:g}"] if limits.run_s is not None else []) \
+            + (["--shapes", ",".join(f"{p['m']}x{p['n']}x{p['k']}" + (f"x{p['batch']}" if p.get("batch", 1) > 1
+                                                                     else "") for p in requested)]
+               if requested else [])
         raise RunInterrupted(f"interrupted: {len(keys)} of {len(planned)} variants are recorded in {out} (partial "
                              f"reports written); resume with: {shlex.join(words)}") from None
     finally:
@@ -195,6 +205,8 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         write_run_page(out)
     finally:
         store.close()
+    for line in headline_lines(groups(load_sources([out]))):
+        say(line)
     say(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}, {out / 'report.html'}")
     return results
 

@@ -4,7 +4,7 @@ A plan is built by composing atoms, CuTe-style: each sub-group tile is covered b
 operand fragment is located in the copy registers by comparing lane maps: a contiguous run when the
 coordinates of a run equal the operand's lane by lane (no code), else a reorder naming, per lane and
 element, the copy tile, register element and lane holding it (a per-lane permutation or a cross-lane gather,
-xe_atoms.md §1.4).  Nothing is special-cased per atom name: any legal atom whose layout fits is accepted,
+docs/atoms.md §1.4).  Nothing is special-cased per atom name: any legal atom whose layout fits is accepted,
 anything else is rejected with the rule and the numbers that fail.
 """
 
@@ -25,12 +25,13 @@ from xegemm.dtypes import ctype_shape, dtype
 from xegemm.epilogue import EpilogueSpec
 from xegemm.config.sections import tile_conflict
 from xegemm.errors import XegemmError
+from xegemm.quant import plan_violation as quant_violation
 from xegemm.stream_k import iterations as stream_k_iterations
 from xegemm.targets import dpas_widths, targets_at
 
 GATHER_TILE_BYTES = 64       # per lane: larger 1D block tiles are a reorder's last resort (see _choose)
 # The register estimate (:func:`_register_estimate`), fitted to what Debian's IGC allocates for the native k-step
-# on pvc (README "Registers"; the measured table is tests/data/register_spills.tsv):
+# on pvc (docs/registers.md; the measured table is tests/data/register_spills.tsv):
 RESERVED_GRF = {128: 20, 256: 18}   # by GRF mode: kernel arguments, loop counters, addresses beside the tiles
 SUBGROUPS_GRF = 8                   # more reserved when a work-group has several sub-groups (their positions)
 NEXT_CHUNK_SHARE = 8                # 1/8 of the copy tiles the next k-chunk adds are live early (hoisted loads)
@@ -44,7 +45,7 @@ PREFETCH_GRF = 2                    # per 2D block copy tile of a k-step, when p
 # at FITS 0; dg2 with its own rows (fewer, one group), where builds estimated up to 80 GRF under the budget spilled.
 MAY_SPILL_GRF = {16: {128: {1: (0, 14), 2: (0, 23), 3: (0, 34)}, 256: {1: (0, 10), 2: (0, 23), 3: (0, 60)}},
                  8: {128: {1: (-16, 0)}, 256: {1: (-81, 69)}}}
-REGISTER_VERDICTS = ("fits", "may spill", "spills")     # the estimate's word on a plan, README "Registers"
+REGISTER_VERDICTS = ("fits", "may spill", "spills")     # the estimate's word on a plan, docs/registers.md
 LAYOUT_LETTER = {"row": "t", "col": "n"}  # CUTLASS naming: t = row-major, n = column-major
 
 
@@ -66,7 +67,7 @@ class Fragment:
 
 @dataclass(frozen=True)
 class Reorder:
-    """An MMA fragment gathered element by element from copy registers (sycl-tla's ``reorder``, xe_atoms.md §1.4).
+    """An MMA fragment gathered element by element from copy registers (sycl-tla's ``reorder``, docs/atoms.md §1.4).
 
     ``sources[lane][e]`` = (tile, element, source lane): element ``e`` of the fragment (in register order, at the
     operand's element granularity) is, in ``lane``, element ``element`` of copy tile ``tile`` held by lane
@@ -457,6 +458,8 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
     SIMD16 DPAS (pvc, bmg); 8 = 1D sub-group block tiles (xegemm.atoms.block1d) + SIMD8 DPAS (dg2, which has
     no 2D block IO).  Either way every DPAS fragment is located in the copies' registers by comparing lane maps.
     """
+    if why := quant_violation(config):       # quantized operands: the group against the tile (xegemm.quant.rules)
+        raise PlanRejected(why)
     t, lay, tile = config.types, config.layout, config.tile
     bm, bn, bk = tile.workgroup
     sgm_count, sgn_count = tile.subgroups
@@ -473,7 +476,7 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         raise PlanRejected(f"work-group tile {bm}x{bn} does not split into {sgm_count}x{sgn_count} sub-group tiles")
     sgm, sgn = bm // sgm_count, bn // sgn_count
     if lay.c != "row":
-        raise PlanRejected("C must be row-major: 2D block stores write row-major blocks only (seed 004)" if block2d
+        raise PlanRejected("C must be row-major: 2D block stores write row-major blocks only (sycl-tla's xe_2d_copy.md, docs/atoms.md §1.1)" if block2d
                            else "C must be row-major: 1D sub-group block writes store row segments only")
     try:
         mma = (MmaAtom.parse(config.atoms.mma) if config.atoms.mma else
@@ -495,7 +498,7 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         if lay.a == "row":
             a_cands = _candidates("LD", ("N",), abits, 32, bk, "TF32" if t.a == "tf32" else None)
             a_extent, a_transpose = (sgm, bk), False
-        else:   # memory rows = k: the transposing loads (LD_T), sycl-tla's col-major A (xe_atoms.md §1.4)
+        else:   # memory rows = k: the transposing loads (LD_T), sycl-tla's col-major A (docs/atoms.md §1.4)
             a_cands = _candidates("LD", ("T",), abits, bk, sgm)
             a_extent, a_transpose = (bk, sgm), True
         a_plan = _choose("a", config.atoms.a, a_cands, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
@@ -518,7 +521,7 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
             if named and not named.startswith("XE_1D_"):
                 raise PlanRejected(f"atoms.{operand} = {named} is an Xe 2D block copy, but sub-group size {sg} "
                                    "plans move tiles with 1D sub-group block messages (no 2D block IO at SIMD8, "
-                                   f"xe_atoms.md §2): name an XE_1D_..._SG{sg} atom or leave atoms.{operand} unset")
+                                   f"docs/atoms.md §2): name an XE_1D_..._SG{sg} atom or leave atoms.{operand} unset")
         a_extent, a_transpose = ((sgm, bk), False) if lay.a == "row" else ((bk, sgm), True)
         a_plan = _choose_block1d("a", "LD", abits, sg, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
                                  a_transpose, config.atoms.a)
@@ -585,7 +588,7 @@ def _load_twin(store, issuable=None):
     """The load atom of the same block as C's store atom, holding every element where the store takes it (the
     epilogue reads C element by element beside the accumulator); PlanRejected naming the rule otherwise.
     When the lowering cannot issue that 2D block read (``issuable``: Debian's IGC has no 32-bit plain 2D
-    read) but can issue 1D sub-group block reads of the same rows with the same lane map (a row of 16
+    read) but can issue the 1D sub-group block reads of the same rows with the same lane map (a row of 16
     elements, lane l holding column l), those are taken."""
     if isinstance(store, Block1DAtom):
         twin = Block1DAtom(store.type_name, store.rows, store.cols, "LD", store.lanes)
@@ -624,7 +627,7 @@ def _choose_block1d(operand, op, bits, lanes, mma, extent, frag_shape, frag_grid
 
 
 def native_surface_violations(config: Config) -> list[str]:
-    """Rules of 2D block surfaces the problem breaks (xe_atoms.md §2), each with the padding that fixes it.
+    """Rules of 2D block surfaces the problem breaks (docs/atoms.md §2), each with the padding that fixes it.
 
     Base 64-byte aligned (for every batch), pitch a multiple of 16 bytes and >= the width, width >= 64 bytes.
     xegemm lays each operand out with pitch = width, so the rules land on the problem's dimensions.  Plans of
@@ -735,7 +738,7 @@ def register_verdict(total: int, budget: int, chunks: int, simd: int) -> str:
 
 def _register_estimate(config, mma, a_plan, b_plan, sgm, sgn) -> dict:
     """GRFs per thread of the native k-step, as Debian's IGC allocates them on pvc (fitted to the ISA's spills,
-    README "Registers"): accumulators; for A and B, the copy tiles one DPAS k-chunk reads (the k-step loads
+    docs/registers.md): accumulators; for A and B, the copy tiles one DPAS k-chunk reads (the k-step loads
     each tile just before its first chunk; the last chunk reading it frees it) plus an eighth of those the
     next chunk adds (loads the scheduler hoists); the address state of each 2D block tile's prefetch; reorder
     temporaries (one A fragment, or a k-chunk's B fragments, built before their DPAS; twice that for a

@@ -1,8 +1,19 @@
 """Timing: device event profiling for kernels, wall clock for the numpy reference, measured interleaved.
 
-Like the CUTLASS profiler and Kernel Tuner: warm-up launches first, then timed launches until both a count
-and a minimum measured time are reached; each launch is timed by its own profiling event (start to end on
-the device), and the statistics keep min, median, max, mean and the coefficient of variation.
+Warm-up is by time and stability, never by a count alone (:func:`warm_up`): a kernel's first launches on the
+CPU runtime are slower (its worker threads, pages, caches), for longer than a few launches of a small kernel,
+so a count chosen by a config made the same kernel measure 110 or 154 GFLOP/s depending on that count.  A side
+is launched until it has run :data:`WARMUP_MIN_MS` and the medians of three successive windows agree within
+:data:`WARMUP_AGREE` (Triton's ``do_bench`` warms up for a fixed 25 ms,
+https://github.com/triton-lang/triton/blob/main/python/triton/testing.py; the stability test is added because no
+fixed time fits every kernel), bounded by :data:`WARMUP_MAX_MS`; the config's ``profile.warmup`` is a minimum
+count on top.  Each round of an interleaved measurement re-warms a side after the pause until a run is back at
+that steady level (:func:`rewarm`).  The warm-up actually used is recorded with the timing
+(:class:`Warmup`, ``time_ms["warmup"]``).  Then timed launches run until both a count and a minimum measured
+time are reached; each launch is timed by its own profiling event (start to end on the device), and the
+statistics keep min, median, max, mean and the coefficient of variation.  ``xegemm run``, ``xegemm tune``,
+the benchmarks (``bench/``) and the peak measurement all time through this module, so a kernel has one speed
+whichever tool reports it.
 
 A ratio to a reference means something only if both sides saw the same machine: :func:`time_interleaved`
 alternates one kernel launch and one reference run, so load from other processes (or from the runtime's own
@@ -17,7 +28,7 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,10 +36,29 @@ from xegemm.runtime.cpu_path import cpu_code_path
 
 
 @dataclass(frozen=True)
+class Warmup:
+    """The warm-up a measurement used: untimed runs before timing (``runs``, ``ms`` of their measured time),
+    whether two successive windows' medians agreed (``settled``; False: stopped by :data:`WARMUP_MAX_MS` or
+    :data:`WARMUP_MAX_RUNS`), the steady median it reached, and ``round_runs``: the runs that brought the side
+    back to that level at the start of each round."""
+
+    runs: int
+    ms: float
+    settled: bool
+    steady_ms: float
+    round_runs: int = 0
+
+    def as_dict(self) -> dict:
+        return {"runs": self.runs, "ms": self.ms, "settled": self.settled, "steady_ms": self.steady_ms,
+                "round_runs": self.round_runs}
+
+
+@dataclass(frozen=True)
 class Timing:
-    """Statistics over repeated runs, in milliseconds."""
+    """Statistics over repeated runs, in milliseconds, and the warm-up before them (when known)."""
 
     samples_ms: tuple[float, ...]
+    warmup: Warmup | None = field(default=None, compare=False)
 
     @property
     def min(self) -> float:
@@ -54,8 +84,11 @@ class Timing:
         return statistics.stdev(self.samples_ms) / self.mean
 
     def as_dict(self) -> dict:
-        return {"min": self.min, "median": self.median, "max": self.max, "mean": self.mean, "cv": self.cv,
-                "runs": len(self.samples_ms)}
+        out = {"min": self.min, "median": self.median, "max": self.max, "mean": self.mean, "cv": self.cv,
+               "runs": len(self.samples_ms)}
+        if self.warmup is not None:
+            out["warmup"] = self.warmup.as_dict()
+        return out
 
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> int:
@@ -73,6 +106,55 @@ def launch_ms(submit) -> float:
     return (event.profiling_info_end - event.profiling_info_start) * 1e-6
 
 
+TIMING_METHOD = "warm-up by time and stability, rounds re-warmed, device events, median"   # in cache keys
+WARMUP_MIN_MS = 100.0    # warm up at least this much measured time (Triton's do_bench: 25 ms; a 1024^3 kernel
+                         # of 14 ms a launch measured 30 % slower after 2 warm-up launches than after 10)
+WARMUP_MAX_MS = 2000.0   # and stop at this much, settled or not (the config's minimum count may add more)
+WARMUP_MAX_RUNS = 5000   # or at this many runs (a kernel of microseconds)
+WARMUP_WINDOW = 3        # a window has at least this many runs
+WARMUP_WINDOW_MS = 10.0  # and this much measured time
+WARMUP_AGREE = 0.05      # the medians of the last WARMUP_AGREEING windows this close: warmed up
+WARMUP_AGREEING = 3      # (three, not two: a slow drift moves two neighbouring windows less than 5 %)
+REWARM_MAX_MS = 100.0    # a round's re-warm stops here even if no run came back to the steady level
+ROUND_MIN_MS = 20.0      # each round times a side for at least this much measured time
+ROUNDS = 4               # rounds per side of an interleaved measurement
+WARMUP_BOUND_MS = WARMUP_MAX_MS + 2 * ROUNDS * REWARM_MAX_MS   # the most warming one side of one measurement
+                                                               # (two attempts) takes beyond its minimum count
+
+
+def warm_up(sample, min_runs: int = 0) -> Warmup:
+    """Run ``sample()`` (one run; returns its time in ms) untimed until it is warm: at least ``min_runs`` runs
+    and :data:`WARMUP_MIN_MS` of measured time, and the medians of the last :data:`WARMUP_AGREEING` windows (each at least
+    :data:`WARMUP_WINDOW` runs and :data:`WARMUP_WINDOW_MS`) within :data:`WARMUP_AGREE` of each other; or
+    :data:`WARMUP_MAX_MS` / :data:`WARMUP_MAX_RUNS` reached (``settled`` False).  The measured time, not the
+    wall clock, decides, so a side's own duration is what counts."""
+    runs, spent, medians = 0, 0.0, []
+    while True:
+        window: list[float] = []
+        while len(window) < WARMUP_WINDOW or sum(window) < WARMUP_WINDOW_MS:
+            window.append(sample())
+            if runs + len(window) >= WARMUP_MAX_RUNS:
+                break
+        runs, spent = runs + len(window), spent + sum(window)
+        medians.append(statistics.median(window))
+        last = medians[-WARMUP_AGREEING:]
+        settled = len(last) == WARMUP_AGREEING and max(last) - min(last) <= WARMUP_AGREE * min(last)
+        if runs >= min_runs and ((settled and spent >= WARMUP_MIN_MS) or spent >= WARMUP_MAX_MS
+                                 or runs >= WARMUP_MAX_RUNS):
+            return Warmup(runs, spent, settled, medians[-1])
+
+
+def rewarm(sample, steady_ms: float) -> int:
+    """After a pause, run ``sample()`` untimed until a run is back at the steady level of :func:`warm_up` (within
+    :data:`WARMUP_AGREE`), at least once and for at most :data:`REWARM_MAX_MS`; returns the runs it took."""
+    runs, spent = 0, 0.0
+    while True:
+        ms = sample()
+        runs, spent = runs + 1, spent + ms
+        if ms <= steady_ms * (1 + WARMUP_AGREE) or spent >= REWARM_MAX_MS:
+            return runs
+
+
 def _timed_runs(sample, at_least: int, min_ms: float, max_runs: int) -> list[float]:
     """Run ``sample()`` at least ``at_least`` times and until ``min_ms`` of measured time (at most ``max_runs``)."""
     out: list[float] = []
@@ -82,48 +164,77 @@ def _timed_runs(sample, at_least: int, min_ms: float, max_runs: int) -> list[flo
 
 
 def time_kernel(submit, warmup: int, repeats: int, min_time_ms: float = 0.0, max_runs: int = 100_000) -> Timing:
-    """Time ``submit()`` (which returns a profiling-enabled dpctl event) on the device, on its own: ``warmup``
-    untimed launches, then at least ``repeats`` timed ones, until ``min_time_ms`` of device time."""
-    for _ in range(warmup):
-        launch_ms(submit)
-    return Timing(tuple(_timed_runs(lambda: launch_ms(submit), repeats, min_time_ms, max_runs)))
+    """Time ``submit()`` (which returns a profiling-enabled dpctl event) on the device, on its own: warmed up
+    (:func:`warm_up`, at least ``warmup`` runs), then at least ``repeats`` timed launches, until
+    ``min_time_ms`` of device time."""
+    sample = lambda: launch_ms(submit)    # noqa: E731
+    warm = warm_up(sample, warmup)
+    return Timing(tuple(_timed_runs(sample, repeats, min_time_ms, max_runs)), warm)
 
 
-ROUNDS = 4       # rounds per side of an interleaved measurement
 SETTLE_S = 0.05  # pause before each round: the other side's threads stop spinning (OpenBLAS and the OpenCL
                  # runtime's workers busy-wait after their work; on 2 cores they would steal the next round's)
 
 
+def time_rounds(sides: dict, rounds: int, runs: int, min_warmup: int = 0, min_round_ms: float = ROUND_MIN_MS,
+                max_runs: int = 100_000) -> dict[str, Timing]:
+    """Time several sides in the same rounds (for comparing variants with each other and with references).
+
+    Every side is first warmed up (:func:`warm_up`, at least ``min_warmup`` runs).  Then, ``rounds`` times,
+    each side in turn gets a pause of :data:`SETTLE_S`, is re-warmed to its steady level (:func:`rewarm`) and
+    timed for at least ``runs`` runs and ``min_round_ms`` of measured time.  ``sides`` maps a name to a function
+    that runs that side once and returns the run's time in ms; returns each side's :class:`Timing`."""
+    warm = {name: warm_up(sample, min_warmup) for name, sample in sides.items()}
+    again = {name: 0 for name in sides}
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, sample in sides.items():
+            time.sleep(SETTLE_S)
+            again[name] += rewarm(sample, warm[name].steady_ms)
+            times[name] += _timed_runs(sample, runs, min_round_ms, max(1, max_runs // rounds))
+    return {name: Timing(tuple(times[name]), replace(warm[name], round_runs=again[name]))
+            for name in sides}
+
+
 def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
-                     min_time_ms: float = 0.0, max_runs: int = 100_000, rounds: int = ROUNDS) -> tuple[Timing, Timing]:
+                     min_time_ms: float = 0.0, max_runs: int = 100_000, rounds: int = ROUNDS,
+                     warmed: tuple[Warmup, Warmup] | None = None) -> tuple[Timing, Timing]:
     """Time a kernel and a reference in alternating rounds: a round of kernel runs, a round of reference
-    runs, and so on, ``rounds`` rounds each.  Each round starts after a pause of :data:`SETTLE_S` with one
-    untimed run (the other side has just evicted this side's caches, and its threads may still spin); the
-    kernel's round has at least repeats / rounds timed runs and min_time_ms / rounds of measured time, the
-    reference's round as many runs as the kernel's (fewer if they would take longer than the kernel's round).
+    runs, and so on, ``rounds`` rounds each.  Both sides are warmed up first (:func:`warm_up`; ``warmup`` is
+    the kernel's minimum count).  Each round starts after a pause of :data:`SETTLE_S` and re-warms its side
+    (:func:`rewarm`: the other side has just evicted this side's caches, and its threads may still spin); the
+    kernel's round has at least repeats / rounds timed runs and max(min_time_ms / rounds,
+    :data:`ROUND_MIN_MS`) of measured time, the reference's round as many runs as the kernel's (fewer if they
+    would take longer than the kernel's round).
 
     Each ``sample_*()`` runs its side once and returns the run's time in ms.  Load that comes and goes falls
     on both sides alike; alternating single runs instead made each side run with caches and threads the
-    other had just disturbed (a 1024^3 kernel measured 2x slower).  Returns (kernel, reference) timings.
+    other had just disturbed (a 1024^3 kernel measured 2x slower).  Returns (kernel, reference) timings, each
+    with the :class:`Warmup` it used.  ``warmed``: the (kernel, reference) warm-ups of an earlier measurement of
+    the same sides just before (a second attempt): the sides are warm, each round's re-warm suffices.
     """
-    for _ in range(warmup):
-        sample_kernel()
-        sample_reference()
+    if warmed is None:
+        warm_kernel, warm_reference = warm_up(sample_kernel, warmup), warm_up(sample_reference)
+    else:
+        warm_kernel, warm_reference = (replace(w, round_runs=0) for w in warmed)
+    again_kernel = again_reference = 0
     per_round = max(1, -(-repeats // rounds))
     kernel: list[float] = []
     reference: list[float] = []
     for _ in range(rounds):
         time.sleep(SETTLE_S)
-        sample_kernel()
-        runs = _timed_runs(sample_kernel, per_round, min_time_ms / rounds, max(1, max_runs // rounds))
+        again_kernel += rewarm(sample_kernel, warm_kernel.steady_ms)
+        runs = _timed_runs(sample_kernel, per_round, max(min_time_ms / rounds, ROUND_MIN_MS),
+                           max(1, max_runs // rounds))
         kernel += runs
         time.sleep(SETTLE_S)
-        sample_reference()
+        again_reference += rewarm(sample_reference, warm_reference.steady_ms)
         spent, count = 0.0, 0
         while count < len(runs) and (count < per_round or spent < sum(runs)):
             reference.append(sample_reference())
             spent, count = spent + reference[-1], count + 1
-    return Timing(tuple(kernel)), Timing(tuple(reference))
+    return (Timing(tuple(kernel), replace(warm_kernel, round_runs=again_kernel)),
+            Timing(tuple(reference), replace(warm_reference, round_runs=again_reference)))
 
 
 # environment variables that decide how many threads the device runtime and the reference BLAS use, and
@@ -172,9 +283,10 @@ def measure_against_reference(sample_kernel, reference: NumpyReference, warmup: 
     number of ``attempts`` and the :func:`conditions`.
     """
     before = conditions()
-    best = None
+    best, warmed = None, None
     for attempt in (1, 2):
-        kernel, ref = time_interleaved(sample_kernel, reference.sample, warmup, repeats, min_time_ms)
+        kernel, ref = time_interleaved(sample_kernel, reference.sample, warmup, repeats, min_time_ms, warmed=warmed)
+        warmed = (kernel.warmup, ref.warmup)
         worst = max(kernel.cv, ref.cv)
         if best is None or worst < best[2]:
             best = (kernel, ref, worst)
@@ -190,6 +302,6 @@ def time_numpy_reference(m: int, n: int, k: int, batch: int = 1, repeats: int = 
     """Wall-clock time of numpy's float32 matmul of the same problem on its own (not interleaved: for a
     problem none of whose variants was timed), with which BLAS build it ran."""
     reference = NumpyReference(m, n, k, batch, seed)
-    reference.sample()  # warm-up
-    timing = Timing(tuple(reference.sample() for _ in range(max(1, repeats))))
+    warm = warm_up(reference.sample)
+    timing = Timing(tuple(reference.sample() for _ in range(max(1, repeats))), warm)
     return {**reference.record(timing), "interleaved": False, "conditions": conditions()}

@@ -3,7 +3,7 @@
 Nothing here is written by hand: every cell plans a representative variant with the planner
 (:func:`xegemm.plan.plan`, for the target's native lowering) and renders its native kernel for the target (a
 ``cl_intel_subgroup_2d_block_io`` driver's compiler capabilities), and shows either "yes" (some sub-group tile
-of :data:`SUBGROUP_TILES` works) or the rule that rejected it.  The README's tables
+of :data:`SUBGROUP_TILES` works) or the rule that rejected it.  docs/support.md's tables
 are this module's output (``xegemm support --markdown``), and a test keeps them equal.
 """
 

@@ -2,10 +2,10 @@
 
 A :class:`Target` holds what the planner, the atom rules, the lowerings and the ahead-of-time builds need to
 know of one GPU: DPAS execution size (= the sub-group size of its DPAS builtins) and register width
-(xe_atoms.md §3.1), whether it has 2D block messages (xe_atoms.md §2 "platforms"), which DPAS input types
-and accumulators it has (OCLMMA, OCLTF32; coopmatrix_layouts.md §0), the GRF modes, the sub-group limit
+(docs/atoms.md §3.1), whether it has 2D block messages (docs/atoms.md §2 "platforms"), which DPAS input types
+and accumulators it has (OCLMMA, OCLTF32; docs/atoms.md §3.1), the GRF modes, the sub-group limit
 per work-group, the OpenCL extensions a driver for it reports, and how Intel's offline compiler ``ocloc``
-and IGC's dumps name it (shared/facts/toolchain.md "ocloc").  Adding a target is one entry in
+and IGC's dumps name it (docs/compilers.md "ocloc").  Adding a target is one entry in
 :data:`TARGETS` plus its tests.
 """
 

@@ -51,14 +51,19 @@ def _values(rng, name: str, shape) -> np.ndarray:
     return t.round(rng.uniform(-1.0, 1.0, size=shape))
 
 
+def pack_nibbles(codes: np.ndarray) -> np.ndarray:
+    """4-bit codes (uint8, the last axis the contiguous one) packed two per byte, the lower index in the low
+    nibble; a row's odd last element is padded with a zero nibble."""
+    if codes.shape[-1] % 2:
+        codes = np.concatenate([codes, np.zeros(codes.shape[:-1] + (1,), np.uint8)], axis=-1)
+    return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << 4))
+
+
 def _storage(name: str, values: np.ndarray) -> np.ndarray:
     """Little-endian element bytes of ``values`` (the last axis is the contiguous one)."""
     t = dtype(name)
-    if t.bits == 4:    # two per byte, the lower index in the low nibble; odd rows padded with a zero nibble
-        codes = t.encode(values).astype(np.uint8)
-        if codes.shape[-1] % 2:
-            codes = np.concatenate([codes, np.zeros(codes.shape[:-1] + (1,), np.uint8)], axis=-1)
-        return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << 4))
+    if t.bits == 4:
+        return pack_nibbles(t.encode(values).astype(np.uint8))
     return np.ascontiguousarray(t.encode(values).astype(f"<u{t.bits // 8}")).view(np.uint8)
 
 
@@ -139,7 +144,6 @@ def accumulator_reference(config: Config, ops: Operands) -> tuple[np.ndarray, np
     exact = np.matmul(ops.a, ops.b)
     if acc.is_int:
         return exact, 0.0
-    k = config.problem.k
     magnitude = np.matmul(np.abs(ops.a), np.abs(ops.b))
     additions = np.zeros_like(exact)
     for rows, cols, _, count in k_pieces(config):

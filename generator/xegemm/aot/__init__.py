@@ -4,7 +4,7 @@ No Intel GPU is needed: ``compile_kernel`` builds OpenCL C for ``pvc`` (Xe-HPC) 
 disassembles the binary and counts what the machine code really issues (``dpas``, 2D block loads /
 stores / prefetches, sends, spills).  ``probe_compiler_capabilities`` records which 2D block builtin spellings
 the installed compiler turns into real messages — an old compiler silently drops some
-(shared/facts/toolchain.md "ocloc").
+(docs/compilers.md "ocloc").
 """
 
 from xegemm.aot.build import AotBuild, compile_kernel, compose_options

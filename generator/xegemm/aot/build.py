@@ -4,7 +4,7 @@ One build = ``ocloc compile`` (with IGC's shader dumps switched on) + ``ocloc di
 the binary, the per-kernel disassembly, the dumps' ``.asm`` headers, the log and :class:`IsaStats`.
 A failed compile is a result (``status == "failed_build"`` with the log), not an exception: callers such
 as the compiler-profile probe need to look at it.  So is a compile stopped at its time limit
-(``status == "timed_out"``, with the dumps IGC had written by then).  Facts: shared/facts/toolchain.md "ocloc".
+(``status == "timed_out"``, with the dumps IGC had written by then).  Facts: docs/compilers.md "What Debian's IGC issues".
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
 Old ocloc declares none of the ``__builtin_IB_subgroup_block_*`` functions: a kernel must declare each one
 it calls, with the right return type, or the compiler sizes the message from a wrong type.  The grammar is
-IGC-LSC's (shared/facts/xe_atoms.md §1.7)::
+IGC-LSC's (docs/atoms.md §1.7)::
 
     __builtin_IB_subgroup_block_{read_flat|read_cacheopts|read_prefetch|write_flat|write_cacheopts}
         [_transpose|_transform]_u{8,16,32,64}[_m{H}]k{W}[n16][v{C}]
     (long base, int width_bytes-1, int height-1, int pitch_bytes-1, int2 coord[, data][, cache])
 
-Per-lane data = H*W*C*elem_bytes / 16 bytes (sub-group 16, xe_atoms.md §2 "sub-group").  Lane types
+Per-lane data = H*W*C*elem_bytes / 16 bytes (sub-group 16, docs/atoms.md §2 "sub-group").  Lane types
 follow the compiler's own header (Debian libigdfcl1 1.0.12504 declares e.g. ``ushort16
 intel_subgroup_block_read_u8_m8k32v2``, ``uint8 intel_subgroup_block_read_transform_u16_k16``,
 ``uint8 intel_subgroup_block_read_transpose_u32_k8``): 8-bit rows of 32 bytes come packed in ushorts,
@@ -24,7 +24,7 @@ from xegemm.aot.errors import BuiltinNameError
 from xegemm.atoms.copy import Message, message_violations
 from xegemm.dtypes import CTYPE_BYTES, UNSIGNED_CTYPE
 
-SUB_GROUP = 16  # 2D block messages need a full sub-group of 16 (xe_atoms.md §2)
+SUB_GROUP = 16  # 2D block messages need a full sub-group of 16 (docs/atoms.md §2)
 
 _IB_NAME = re.compile(
     r"^__builtin_IB_subgroup_block_(?P<op>read_flat|read_cacheopts|read_prefetch|write_flat|write_cacheopts)"
@@ -89,7 +89,7 @@ def parse_block2d_builtin(name: str) -> Block2DBuiltin:
     """Decode a ``__builtin_IB_subgroup_block_*`` name; raise :class:`BuiltinNameError` if malformed."""
     m = _IB_NAME.match(name)
     if not m:
-        raise BuiltinNameError(f"{name!r} is not a 2D block builtin name of IGC's grammar (xe_atoms.md §1.7)")
+        raise BuiltinNameError(f"{name!r} is not a 2D block builtin name of IGC's grammar (docs/atoms.md §1.7)")
     op = {"read_flat": "read", "read_cacheopts": "read", "read_prefetch": "prefetch",
           "write_flat": "write", "write_cacheopts": "write"}[m["op"]]
     layout = m["layout"] or "plain"
@@ -99,10 +99,10 @@ def parse_block2d_builtin(name: str) -> Block2DBuiltin:
     if layout == "transform":
         # VNNI: width is 16 elements, the k of the name is the block height (u8: 32 rows).
         if bits not in (8, 16) or m["h"]:
-            raise BuiltinNameError(f"{name!r}: transform takes only u8/u16 and no _m (xe_atoms.md §1.7)")
+            raise BuiltinNameError(f"{name!r}: transform takes only u8/u16 and no _m (docs/atoms.md §1.7)")
         height, width = k, 16
     elif layout == "transpose":
-        # d32/d64 transposes; height defaults to the sub-group size (xe_atoms.md §1.7, §7 item 4).
+        # d32/d64 transposes; height defaults to the sub-group size (docs/atoms.md §1.7, §7.4).
         if bits not in (32, 64):
             raise BuiltinNameError(f"{name!r}: transpose takes only u32/u64 (8/16-bit ones are emulations)")
         height, width = int(m["h"] or SUB_GROUP), k

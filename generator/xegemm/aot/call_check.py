@@ -510,7 +510,7 @@ def _value_type(expr: str, scope: _Scope) -> CType | None:
 def _unknown_hint(name: str) -> str:
     """Why ``name`` is not documented, and the nearest documented names."""
     if name == "intel_sub_group_tf32_tf32_matrix_mad_k8_f32":
-        return ("an old IGC spelling (Debian's IGC 1.0.12504, shared/facts/toolchain.md); OCLTF32 documents "
+        return ("an old IGC spelling (Debian's IGC 1.0.12504, docs/compilers.md); OCLTF32 documents "
                 "intel_sub_group_tf32_tf32_matrix_mad_k8(float{,2,4} a, float8 b, float{,2,4,8} acc)")
     m = _BLOCK2D_NAME.match(name)
     if m:

@@ -2,15 +2,15 @@
 
 A spelling is *supported* only if its probe kernel builds AND the expected message appears in that
 kernel's ISA, writing back at least the data it should carry, with a block shape (decoded from the message
-header) that covers the one asked for and obeys the hardware rules (xe_atoms.md §2); a build that succeeds
-but drops or mangles the call counts as not supported (shared/facts/toolchain.md "ocloc").  All probes of a target go into ONE program (one kernel
+header) that covers the one asked for and obeys the hardware rules (docs/atoms.md §2); a build that succeeds
+but drops or mangles the call counts as not supported (docs/compilers.md "ocloc").  All probes of a target go into ONE program (one kernel
 per spelling); if the build fails, the compiler's error lines are mapped back to the probes that caused
 them and the rest is rebuilt, so a probe costs a few ocloc calls, not one per spelling.
 
 Probed capability sets are cached as JSON keyed by the compiler version (``ocloc query OCL_DRIVER_VERSION`` plus
 IGC's package version), the target and the probe catalog's digest.  Named capability sets can be forced instead of
 probing (argument or ``$XEGEMM_COMPILER_CAPABILITIES``): ``igc-1.0.12504`` (measured on Debian 12's ocloc) and
-``cl_intel_subgroup_2d_block_io`` (the full set newer drivers provide: xe_atoms.md §1.6, §1.7).
+``cl_intel_subgroup_2d_block_io`` (the full set newer drivers provide: docs/atoms.md §1.6, §1.7).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def _evaluate(probe: Probe, asm: str | None, target: Target) -> ProbeResult:
         why = block2d_violation(shape, probe.elem_bits, probe.layout, op)
         detail += f"; block {_shape_text(shape)} (asked {_shape_text(probe.shape)})"
         if why:  # e.g. IGC 1.0.12504 issues every plain read with 2 blocks, so u32 16-wide rows become 128 B
-            supported, detail = False, detail + f": illegal message, {why} (xe_atoms.md §2)"
+            supported, detail = False, detail + f": illegal message, {why} (docs/atoms.md §2)"
         elif (w, h) != (ew, eh) or c < ec:  # e.g. IGC 1.0.12504 builds transform_u16_k32 as 16 rows
             supported, detail = False, detail + ": not the asked block, data missing"
         else:
@@ -156,9 +156,9 @@ def _evaluate(probe: Probe, asm: str | None, target: Target) -> ProbeResult:
             if not exact:
                 detail += f": reads {c // ec}x the data asked (over-fetch)"
     if not hardware:
-        # The compiler may emit the message anyway, but the hardware has none (xe_atoms.md §2 "platforms").
+        # The compiler may emit the message anyway, but the hardware has none (docs/atoms.md §2 "platforms").
         supported = False
-        detail += f"; {target.arch} has no 2D block messages (xe_atoms.md §2): not usable"
+        detail += f"; {target.arch} has no 2D block messages (docs/atoms.md §2): not usable"
     return ProbeResult(probe.name, probe.family, probe.message, True, len(hits), rd, supported, detail, hardware,
                        _shape_text(shape), exact)
 
@@ -271,8 +271,8 @@ _IGC_1_0_12504_SUPPORTED: dict[str, dict[str, bool | None]] = {
 def _named_capabilities(name: str, target: Target) -> CompilerCapabilities:
     catalog = probe_catalog()
     if name == MODERN_CAPABILITIES:
-        # Newer drivers accept every shape in the catalog (xe_atoms.md §1.6 table, §1.7 grammar), exactly —
-        # on hardware with 2D block messages; DG2 has none (xe_atoms.md §2 "platforms").
+        # Newer drivers accept every shape in the catalog (docs/atoms.md §1.6 table, §1.7 grammar), exactly —
+        # on hardware with 2D block messages; DG2 has none (docs/atoms.md §2 "platforms").
         table = {p.name: (True if p.shape is not None else None) for p in catalog
                  if target.block2d or p.message not in BLOCK2D_MESSAGES}
         why = "assumed: a cl_intel_subgroup_2d_block_io driver (not measured here)"

@@ -35,7 +35,7 @@ class IgaMissingError(AotError):
 
 
 class BuiltinNameError(AotError):
-    """A 2D block builtin name that does not follow IGC's grammar (xe_atoms.md §1.7)."""
+    """A 2D block builtin name that does not follow IGC's grammar (docs/atoms.md §1.7)."""
 
 
 class OclocToolError(AotError):

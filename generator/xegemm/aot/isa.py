@@ -6,7 +6,7 @@ The disassembly (IGA syntax, one ``<kernel>_KernelHeap.asm`` per kernel) gives i
 A 2D block prefetch is a ``load_block2d`` whose destination is ``null``; IGA spells 2D stores
 ``store_block2d`` (checked by re-assembling a hand-edited send with ``ocloc asm`` and disassembling it).
 
-IGC's dumps (``IGC_ShaderDumpEnable=1``, shared/facts/toolchain.md "ocloc") carry per compiled variant
+IGC's dumps (``IGC_ShaderDumpEnable=1``, docs/compilers.md "What Debian's IGC issues") carry per compiled variant
 ``//.kernel NAME``, ``//.platform PVCXT``, ``//.thread_config numGRF=128, ...``, ``//.instCount N``,
 ``//.RA type ...`` and ``//.spill size BYTES``.  The spill field appears when the register allocator
 spilled (RA type ``GRAPH_COLORING_SPILL_*``, plus a ``//.spill GRF est. ref count`` line; the binary then

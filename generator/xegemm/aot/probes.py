@@ -2,16 +2,16 @@
 
 Each probe is one small sub-group-16 kernel that calls one spelling once and keeps its data alive; the
 probe passes when the build succeeds AND the expected message appears in that kernel's ISA (an old IGC
-builds some calls and silently drops them: shared/facts/toolchain.md "ocloc").  Spellings:
+builds some calls and silently drops them: docs/compilers.md "What Debian's IGC issues").  Spellings:
 
 - IGC builtins ``__builtin_IB_subgroup_block_{read_flat,read_prefetch,write_flat}_*`` (grammar and shapes:
-  xe_atoms.md §1.7; plain shapes kept to the hardware rules of §2: row <= 64 B, count <= 4/2/1 for
+  docs/atoms.md §1.7; plain shapes kept to the hardware rules of §2: row <= 64 B, count <= 4/2/1 for
   1-2/4/8-byte elements, stores <= 8 rows);
-- the public ``intel_sub_group_2d_block_*`` functions of ``cl_intel_subgroup_2d_block_io`` (xe_atoms.md
+- the public ``intel_sub_group_2d_block_*`` functions of ``cl_intel_subgroup_2d_block_io`` (docs/atoms.md
   §1.6: ``(global void* base, int width_bytes, int height, int pitch_bytes, int2 coord, private T* data)``);
-- the ``cl_intel_subgroup_extended_block_read`` functions old IGC declares (xe_atoms.md §1.7);
+- the ``cl_intel_subgroup_extended_block_read`` functions old IGC declares (docs/atoms.md §1.7);
 - LSC prefetch ``__builtin_IB_lsc_prefetch_global_uint(ptr, offset, cache)`` and the 1D sub-group block
-  write ``intel_sub_group_block_write8`` (toolchain.md "ocloc": a load to null, a ``store.ugm...t``).
+  write ``intel_sub_group_block_write8`` (docs/compilers.md "What Debian's IGC issues": a load to null, a ``store.ugm...t``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from xegemm.aot.builtins import SUB_GROUP, declare_block2d_builtin, parse_block2
 PLAIN_READ_HEIGHTS = (1, 2, 4, 8, 16, 32)
 STORE_HEIGHTS = (1, 2, 4, 8)
 
-# Surface of every probe: 64 B wide (the minimum), 32 rows, pitch 64 B (xe_atoms.md §2).
+# Surface of every probe: 64 B wide (the minimum), 32 rows, pitch 64 B (docs/atoms.md §2).
 _WIDTH, _HEIGHT, _PITCH = 64, 32, 64
 _IB_ARGS = f"(long)src, {_WIDTH - 1}, {_HEIGHT - 1}, {_PITCH - 1}, (int2)(0, 0)"
 _PUBLIC_ARGS = f"(global void *)src, {_WIDTH}, {_HEIGHT}, {_PITCH}, (int2)(0, 0)"
@@ -70,7 +70,7 @@ def _ib_probe(name: str) -> Probe:
 
 
 def _public_probe(op: str, bits: int, rows: int, cols: int, count: int) -> Probe:
-    """``intel_sub_group_2d_block_{op}_{bits}b_{rows}r{cols}x{count}c`` (xe_atoms.md §1.6)."""
+    """``intel_sub_group_2d_block_{op}_{bits}b_{rows}r{cols}x{count}c`` (docs/atoms.md §1.6)."""
     name = f"intel_sub_group_2d_block_{op}_{bits}b_{rows}r{cols}x{count}c"
     total = rows * cols * count * bits // 8
     layout = {"read_transform": "transform", "read_transpose": "transpose"}.get(op, "plain")

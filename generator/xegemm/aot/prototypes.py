@@ -1,7 +1,7 @@
 """The documented C prototypes of the Xe 2D block IO and DPAS builtins: the API surface a modern driver has.
 
 No compiler on this machine knows ``cl_intel_subgroup_2d_block_io`` (Debian's ocloc is too old:
-shared/facts/toolchain.md), so generated calls are checked against the Khronos documents instead.
+docs/compilers.md), so generated calls are checked against the Khronos documents instead.
 The prototypes are not copied: they are generated from the documents' rules, each cited below.
 
 Sources (KhronosGroup/OpenCL-Docs, mirror HEAD 1fb076bc, 2026-07-07):

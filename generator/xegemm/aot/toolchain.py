@@ -1,6 +1,6 @@
 """Locate Intel's offline compiler ``ocloc``, name its targets, ask its version and run it.
 
-Facts used here (shared/facts/toolchain.md, "ocloc"): Debian 12's ``intel-opencl-icd`` gives
+Facts used here (docs/compilers.md, "ocloc"): Debian 12's ``intel-opencl-icd`` gives
 ``/usr/bin/ocloc`` (compute runtime 22.43, IGC 1.0.12504); ``-device pvc`` builds for Xe-HPC and
 ``-device dg2-g10`` (also ``acm-g10``, ``dg2``) for Xe-HPG.  What each target is (its ``-device`` spelling,
 GRF width, DPAS width) lives in the target registry, :mod:`xegemm.targets`.
@@ -21,7 +21,7 @@ from xegemm.aot.errors import OclocMissingError, OclocToolError
 from xegemm.targets import AOT_TARGETS, Target, UnknownTargetError, get_target
 
 # Old drivers declare the DPAS and extended block read builtins only under these macros; a real driver
-# defines them itself (toolchain.md "ocloc"; libigdfcl's header guards both with #ifdef).
+# defines them itself (docs/compilers.md "ocloc"; libigdfcl's header guards both with #ifdef).
 FEATURE_MACROS = (
     "-Dcl_intel_subgroup_matrix_multiply_accumulate",
     "-Dcl_intel_subgroup_extended_block_read",

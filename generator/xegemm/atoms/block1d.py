@@ -1,6 +1,6 @@
 """1D sub-group block copy atoms: tiles of ``intel_sub_group_block_read*`` / ``write*`` rows.
 
-Devices without 2D block messages (DG2 / Xe-HPG: xe_atoms.md §2 "platforms") still have the 1D sub-group
+Devices without 2D block messages (DG2 / Xe-HPG: docs/atoms.md §2 "platforms") still have the 1D sub-group
 block messages of ``cl_intel_subgroups`` (and its ``_char``, ``_short``, ``_long`` companions; OCLSG below).
 One such message moves ONE row segment of S consecutive chunks, S = the sub-group size: lane l gets chunk
 l (``p[sub_group_local_id]``), a chunk being a uchar, ushort, uint or ulong.  A tile of R rows is R such
@@ -25,7 +25,7 @@ per lane, the column B[0..15][l] in register order, which is the lane map of the
 the two rows 2i and 2i+1 then share dword i of the registers (low half = even row), i.e. the VNNI packing.
 No message transforms or transposes: a layout that needs either is rejected by the lane-map proof.
 
-Sources (abbreviations as in shared/facts/xe_atoms.md):
+Sources (abbreviations as in docs/atoms.md, Sources):
 - OCLSG = KhronosGroup/OpenCL-Docs extensions/cl_intel_subgroups.asciidoc, "Sub-group Read and Write
   Functions": ``p[sub_group_local_id]`` first, ``p[sub_group_local_id + max_sub_group_size]`` next;
   "Restrictions": the pointer must be 4-byte aligned for reads and 16-byte aligned for writes; no defined

@@ -4,16 +4,16 @@ One parametric model (not a list of classes): a name is parsed into its parts, t
 hardware message that moves the block (element size, block width, height, count, kind), the message
 determines the per-work-item register image and the lane map, and the hardware rules decide legality.
 
-Sources (see shared/facts/xe_atoms.md for the citations behind each rule):
-- naming and the meaning of ``N``/``T``/``V``/``Packed_``: shared/seeds/004 ("2D Copy Operations for Intel
+Sources (docs/atoms.md gives the public source behind each rule):
+- naming and the meaning of ``N``/``T``/``V``/``Packed_``: sycl-tla media/docs/cpp/cute/xe_2d_copy.md ("2D Copy Operations for Intel
   XE Architecture"): an unpacked copy gives each work-item one column per 16 columns (the columns of one
   work-item are 16 apart); a packed copy gives each work-item adjacent columns, groups 32 apart for U8.
 - the hardware rules (row <= 64 B, height <= 32 for loads and <= 8 for stores, block counts, VNNI only for
-  8/16-bit, transpose only 32/64-bit, ...): xe_atoms.md §2 (SPV_INTEL_2d_block_io, cl_intel_subgroup_2d_block_io,
+  8/16-bit, transpose only 32/64-bit, ...): docs/atoms.md §2 (SPV_INTEL_2d_block_io, cl_intel_subgroup_2d_block_io,
   ESIMD ``check_lsc_block_2d_restrictions``, sycl-tla ``copy_xe_2d.hpp`` static_asserts).
-- how a block lands in registers: xe_atoms.md §2 "Register-to-lane mapping" (SPV_INTEL_2d_block_io,
+- how a block lands in registers: docs/atoms.md §2 "Register-to-lane mapping" (SPV_INTEL_2d_block_io,
   "Mapping Block Data to Invocations").
-- the sycl-tla catalog and its quirks: xe_atoms.md §1.2-§1.4.
+- the sycl-tla catalog and its quirks: docs/atoms.md §1.2-§1.4.
 
 ``xegemm`` also names prefetches in the same pattern with ``_PF_N`` (sycl-tla nests them in the load atoms).
 """
@@ -37,16 +37,16 @@ OPS = ("LD", "ST", "PF")
 LAYOUTS = ("N", "T", "V")
 NAME_RE = re.compile(r"^XE_2D_(Packed_)?(U4|U8|U16|U32|U64|TF32)x(\d+)x(\d+)_(LD|ST|PF)_([NTV])$")
 
-# Unpacked copies: one column per work-item per block of 16 columns (seed 004); TF32 blocks are 8 wide,
-# which deals two rows over the sub-group (the tf32 DPAS A operand, xe_atoms.md §1.2 TF32 rows).
+# Unpacked copies: one column per work-item per block of 16 columns (sycl-tla's xe_2d_copy.md, docs/atoms.md §1.1); TF32 blocks are 8 wide,
+# which deals two rows over the sub-group (the tf32 DPAS A operand, docs/atoms.md §1.2 TF32 rows).
 # There is no 4-bit message: U4 rows move as the 8-bit message of the same bytes, 64 nibbles (32 bytes) per
 # block, two bytes (four nibbles) per work-item: sycl-tla's XE_2D_U4x32x64_LD_N and XE_2D_U4x16x64_LD_N
-# are exactly these loads (IB_read_flat_u8_m32k32v1 -> ushort32, xe_atoms.md §1.2; sycl-tla follows them
-# with sub-group shuffles, xe_atoms.md "+SG shuffle"; xegemm uses the registers as loaded).  Work-item l holds
+# are exactly these loads (IB_read_flat_u8_m32k32v1 -> ushort32, docs/atoms.md §1.2; sycl-tla follows them
+# with sub-group shuffles, docs/atoms.md §1.2; xegemm uses the registers as loaded).  Work-item l holds
 # nibbles 4l..4l+3 of each 64-nibble row: the packed int4 DPAS A operand (OCLMMA).
 UNPACKED_BLOCK_COLS = {"U4": 64, "U8": 16, "U16": 16, "U32": 16, "U64": 16, "TF32": 8}
 UNPACKED_MESSAGE_BITS = {"U4": 8}
-# Packed copies (seed 004 "Data Distribution (Packed Copies)", sycl-tla catalog xe_atoms.md §1.2):
+# Packed copies (sycl-tla's xe_2d_copy.md "Data Distribution (Packed Copies)", docs/atoms.md §1.1, sycl-tla catalog docs/atoms.md §1.2):
 # the message element and the block width in columns of the named type.
 #   Packed_U8:  8-bit message, 32 columns per block (each work-item 2 adjacent bytes; blocks 32 apart)
 #   Packed_U16: 32-bit message, 32 columns per block (each work-item 2 adjacent u16)
@@ -55,7 +55,7 @@ PACKED_MESSAGE_BITS = {"U4": 32, "U8": 8, "U16": 32}
 PACKED_BLOCK_COLS = {"U4": 128, "U8": 32, "U16": 32}
 
 # Atoms sycl-tla defines whose definition deviates from what their name and the hardware rules say
-# (xe_atoms.md §1.2 notes and §7).  They are listed, flagged, and never chosen by the planner.
+# (docs/atoms.md §1.2 notes and §7).  They are listed, flagged, and never chosen by the planner.
 SYCL_TLA_QUIRKS = {
     "XE_2D_U8x32x32_LD_N": "sycl-tla issues a VNNI-transform load here (copy_xe_legacy_U8.hpp), so its "
                            "registers hold the LD_V layout, not the LD_N layout the name says",
@@ -70,11 +70,11 @@ SYCL_TLA_QUIRKS = {
     "XE_2D_U8x32x8_LD_T": "sycl-tla uses an IGC-emulated 8-bit transpose (load + moves); the hardware "
                           "transposes only 32/64-bit data, so xegemm models the d32 transpose of the same bytes",
     "XE_2D_U64x8x1_LD_T": "the builtin path reads 16 rows (IGC default transpose height) while the SPIR-V "
-                          "path reads 8 (xe_atoms.md §7.4)",
+                          "path reads 8 (docs/atoms.md §7.4)",
     "XE_2D_U64x8x2_LD_T": "the builtin path reads 16 rows (IGC default transpose height) while the SPIR-V "
-                          "path reads 8 (xe_atoms.md §7.4)",
+                          "path reads 8 (docs/atoms.md §7.4)",
     "XE_2D_U64x8x4_LD_T": "the builtin path reads 16 rows (IGC default transpose height) while the SPIR-V "
-                          "path reads 8; new sycl-tla asserts width < 4 for 64-bit transposes (§7.3-7.4)",
+                          "path reads 8; new sycl-tla asserts width < 4 for 64-bit transposes (docs/atoms.md §7.3-7.4)",
     "XE_2D_TF32x1x8_LD_N": "sycl-tla declares BlockShape = Shape<_32,_16> for it (copy-paste bug); the "
                            "call is <4,8,1,1>",
 }
@@ -86,7 +86,7 @@ class AtomError(XegemmError):
 
 @dataclass(frozen=True)
 class Message:
-    """One 2D block message: what the hardware moves (xe_atoms.md §2)."""
+    """One 2D block message: what the hardware moves (docs/atoms.md §2)."""
 
     kind: str          # "load" | "transform" (VNNI) | "transpose" | "store" | "prefetch"
     elem_bits: int     # 8, 16, 32, 64
@@ -133,7 +133,7 @@ class CopyAtom:
         if not m:
             raise AtomError(
                 f"'{name}' is not a 2D copy atom name: expected XE_2D_[Packed_]<U4|U8|U16|U32|U64|TF32>x<rows>x<cols>"
-                "_<LD|ST|PF>_<N|T|V>, e.g. XE_2D_U16x32x32_LD_N (seed 004)")
+                "_<LD|ST|PF>_<N|T|V>, e.g. XE_2D_U16x32x32_LD_N (sycl-tla's xe_2d_copy.md, docs/atoms.md §1.1)")
         packed, t, rows, cols, op, layout = m.groups()
         return cls(t, int(rows), int(cols), op, layout, bool(packed))
 
@@ -182,7 +182,7 @@ class CopyAtom:
             return Message("transform", mbits, block, self.rows, max(1, width // max(block, 1)))
         if self.layout == "T":
             # The hardware transposes 32- and 64-bit data only; narrower data moves as the d32 transpose
-            # of the same bytes (sycl-tla LD_T of U4/U8/U16, xe_atoms.md §1.2, §1.4).
+            # of the same bytes (sycl-tla LD_T of U4/U8/U16, docs/atoms.md §1.2, §1.4).
             mbits = 64 if e == 64 else 32
             return Message("transpose", mbits, self.cols * e // mbits, self.rows, 1)
         if self.packed:
@@ -217,7 +217,7 @@ class CopyAtom:
         msg = self.message
         if msg.kind == "transform":
             return 32
-        if msg.kind == "transpose":   # a 32-row d32 transpose gives uint16, two rows per lane (xe_atoms.md §2)
+        if msg.kind == "transpose":   # a 32-row d32 transpose gives uint16, two rows per lane (docs/atoms.md §2)
             return msg.elem_bits
         _, rowlen, _ = self.dealt_shape
         return msg.elem_bits * max(1, rowlen // SUB_GROUP)
@@ -266,7 +266,7 @@ class CopyAtom:
         The hardware deals the (padded, transformed or transposed) block to lanes row by row: a row of
         16 elements puts one in each lane; a wider row gives each lane row/16 consecutive elements; a
         narrower row shares one register row among 16/row rows (lanes 0..w-1 the first, ...); block
-        b follows block b-1 (SPV_INTEL_2d_block_io "Mapping Block Data to Invocations", xe_atoms.md §2).
+        b follows block b-1 (SPV_INTEL_2d_block_io "Mapping Block Data to Invocations", docs/atoms.md §2).
         """
         msg = self.message
         sub = self.sub_elements
@@ -305,14 +305,14 @@ class CopyAtom:
                        "register types exist only for power-of-two blocks)")
             return out
         if self.op == "ST" and self.layout != "N":
-            out.append("stores write row-major blocks only: use _ST_N (seed 004 'Storing Result Matrix')")
+            out.append("stores write row-major blocks only: use _ST_N (sycl-tla's xe_2d_copy.md 'Storing Result Matrix', docs/atoms.md §1.1)")
         if self.op == "PF" and self.layout != "N":
             out.append("prefetches take row-major blocks only: use _PF_N")
         if self.layout == "V" and t not in ("U4", "U8", "U16"):
-            out.append(f"VNNI (LD_V) packs 8- and 16-bit data only (4-bit data as its bytes), not {t} (xe_atoms.md §2 "
-                       "'VNNI transform'; seed 004: use LD_N for U32)")
+            out.append(f"VNNI (LD_V) packs 8- and 16-bit data only (4-bit data as its bytes), not {t} (docs/atoms.md §2 "
+                       "'VNNI transform'; sycl-tla's xe_2d_copy.md: use LD_N for U32)")
         if self.packed and t not in PACKED_MESSAGE_BITS:
-            out.append(f"Packed_ copies exist for U4, U8 and U16 only, not {t} (seed 004, sycl-tla catalog)")
+            out.append(f"Packed_ copies exist for U4, U8 and U16 only, not {t} (sycl-tla's xe_2d_copy.md and catalog, docs/atoms.md §1.1-1.2)")
         if self.packed and self.layout != "N":
             out.append("Packed_ copies are row-major (_N) loads/stores; no message packs a transpose or VNNI load")
         if self.layout == "T" and self.op == "LD" and (self.cols * e) % (64 if e == 64 else 32):
@@ -359,7 +359,7 @@ class CopyAtom:
 
     @property
     def ib_builtin(self) -> str:
-        """The IGC ``__builtin_IB_subgroup_block_*`` spelling of the message (xe_atoms.md §1.7)."""
+        """The IGC ``__builtin_IB_subgroup_block_*`` spelling of the message (docs/atoms.md §1.7)."""
         msg = self.message
         u = f"u{msg.elem_bits}"
         if msg.kind == "transform":
@@ -396,7 +396,7 @@ class CopyAtom:
 
 
 def message_violations(msg: Message) -> list[str]:
-    """Hardware rules of one 2D block message that ``msg`` breaks (xe_atoms.md §2 table)."""
+    """Hardware rules of one 2D block message that ``msg`` breaks (docs/atoms.md §2 table)."""
     out = []
     e, w, h, c = msg.elem_bits, msg.width, msg.height, msg.count
     if e not in (8, 16, 32, 64):

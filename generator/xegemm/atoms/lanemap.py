@@ -53,7 +53,7 @@ class LaneMap:
         return out
 
     def format_table(self, max_entries: int | None = None) -> str:
-        """A table like the seed documents': one row per work-item, its elements as ``row,col``."""
+        """A table like the documents' (docs/atoms.md §1.1, §8): one row per work-item, its elements as ``row,col``."""
         lines = []
         for lane, entries in enumerate(self.map):
             shown = entries if max_entries is None else entries[:max_entries]

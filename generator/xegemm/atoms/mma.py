@@ -3,14 +3,14 @@
 One DPAS computes D(M x N) = A(M x K) * B(K x N) + C for one sub-group.  An atom is named like sycl-tla's
 legacy atoms, ``XE_<M>x<N>x<K>_<D><A><B><C>_TT`` (e.g. ``XE_8x16x16_F32BF16BF16F32_TT``).
 
-Sources (abbreviations as in shared/facts/xe_atoms.md and shared/facts/coopmatrix_layouts.md):
+Sources (abbreviations as in docs/atoms.md, Sources):
 - OCLMMA = KhronosGroup/OpenCL-Docs extensions/cl_intel_subgroup_matrix_multiply_accumulate.asciidoc
 - OCLTF32 = KhronosGroup/OpenCL-Docs extensions/cl_intel_subgroup_matrix_multiply_accumulate_tf32.asciidoc
 - TLA:mma = intel/sycl-tla include/cute/arch/mma_xe.hpp;
   TLA:mmatraits/legacy = intel/sycl-tla include/cute/atom/mma_traits_xe_legacy.hpp
 - SPV2D = KhronosGroup/SPIRV-Registry extensions/INTEL/SPV_INTEL_2d_block_io.asciidoc (VNNI: lower row in lower bits)
 - SPVMMA = KhronosGroup/SPIRV-Registry extensions/INTEL/SPV_INTEL_subgroup_matrix_multiply_accumulate.asciidoc
-- SPVJM = SPV_INTEL_joint_matrix (shared/seeds/003): signedness pairs SU/US/UU, PackedInt4
+- SPVJM = SPV_INTEL_joint_matrix (docs/atoms.md, Sources): signedness pairs SU/US/UU, PackedInt4
 - XeTLA = intel/intel-extension-for-pytorch .../xetla/.../arch_config.hpp (systolic depth 8, repeat count <= 8)
 
 Two OpenCL C lowerings render from ``templates/mma/``: ``native.cl.j2`` (the builtin) and ``portable.cl.j2``
@@ -95,7 +95,7 @@ class MmaAtom:
             raise MmaAtomError(
                 f"{name!r} is not an MMA atom name: expected XE_<M>x<N>x<K>_<D><A><B><C>_TT with type codes "
                 f"from {', '.join(BY_CODE)} (e.g. XE_8x16x16_F32BF16BF16F32_TT; sycl-tla legacy naming, "
-                "xe_atoms.md §3.2)")
+                "docs/atoms.md §3.2)")
         m, n, k, d, a, b, c = match.groups()
         return cls(int(m), int(n), int(k), d, a, b, c)
 
@@ -154,7 +154,7 @@ class MmaAtom:
 
     @property
     def ops_per_channel(self) -> int:
-        """A/B elements per 32-bit channel (P = 32 / bits; K = 8 * P, systolic depth 8: xe_atoms.md §3.1)."""
+        """A/B elements per 32-bit channel (P = 32 / bits; K = 8 * P, systolic depth 8: docs/atoms.md §3.1)."""
         return 32 // self.a_type.bits
 
     @property
@@ -171,7 +171,7 @@ class MmaAtom:
         """
         return next(x for x in BUILTIN_M if x >= self.m)
 
-    # Per-work-item OpenCL C types (xe_atoms.md §3.4 from OCLMMA / OCLTF32):
+    # Per-work-item OpenCL C types (docs/atoms.md §3.4 from OCLMMA / OCLTF32):
     @property
     def a_ctype(self) -> str:
         """SIMD16: short{M} (ushort{M} for unsigned ints), tf32 float/float/float2/float4 (M = 1/2/4/8);
@@ -226,7 +226,7 @@ class MmaAtom:
 
     @property
     def spirv_operands(self) -> int:
-        """The operand flags of OpSubgroupMatrixMultiplyAccumulateINTEL (SPVMMA; coopmatrix_layouts.md §3.3)."""
+        """The operand flags of OpSubgroupMatrixMultiplyAccumulateINTEL (SPVMMA; docs/atoms.md §3.3)."""
         flags = 0
         for t, operand, signed in ((self.a_type, 0, 0x1), (self.b_type, 1, 0x2)):   # MatrixA/BSignedComponents
             flags |= t.spirv_flags[operand]
@@ -286,7 +286,7 @@ def _check(atom: MmaAtom) -> None:
              "(OCLMMA); mixed C/D types are not modelled")
     if atom.c not in ACCUMULATORS[atom.a]:
         fail(f"{atom.a} inputs with a {atom.c} accumulator: {atom.a} accumulates into "
-             f"{' or '.join(ACCUMULATORS[atom.a])} (OCLMMA, OCLTF32; coopmatrix_layouts.md §0)")
+             f"{' or '.join(ACCUMULATORS[atom.a])} (OCLMMA, OCLTF32; docs/atoms.md §3.1)")
     if not 1 <= atom.m <= 8:
         fail(f"M={atom.m}: M is the DPAS repeat count, 1..8 (XeTLA rcount_max=8; TLA:doc/rearch)")
     if atom.n not in dpas_widths():
@@ -328,12 +328,12 @@ def _a_lanes(atom: MmaAtom) -> list[list]:
     """A (m, k) per lane.
 
     - tf32 (SIMD16): lane l, float component v holds A[m = 2v + l/8][k = l%8]: "the first K work-items
-      contribute the even rows ... the remaining work-items the odd rows" (OCLTF32; xe_atoms.md §4 from
+      contribute the even rows ... the remaining work-items the odd rows" (OCLTF32; docs/atoms.md §4 from
       TLA:mmatraits/legacy ``Layout<Shape<Shape<_8,_2>,_4>,Stride<Stride<_8,_1>,_2>>``).
     - SIMD16 otherwise: each lane holds 16 bits of every row: component r = row r, lane l holds
       k = l*q .. l*q+q-1 with q = 16/bits, lower k in lower bits (OCLMMA "16 bits per lane per row";
-      xe_atoms.md §4: bf16 ``A[m=r][k=l]``, s8 ``{A[r][2l], A[r][2l+1]}``).
-    - SIMD8 (DG2): 32 bits of every row per lane, q = 32/bits (OCLMMA int{M} A; xe_atoms.md §4 "DG2").
+      docs/atoms.md §4: bf16 ``A[m=r][k=l]``, s8 ``{A[r][2l], A[r][2l+1]}``).
+    - SIMD8 (DG2): 32 bits of every row per lane, q = 32/bits (OCLMMA int{M} A; docs/atoms.md §4 "DG2").
     """
     lanes = []
     if atom.a == "TF32":
@@ -352,14 +352,14 @@ def _a_lanes(atom: MmaAtom) -> list[list]:
 def _b_lanes(atom: MmaAtom) -> list[list]:
     """B (k, n) per lane: lane = column n; 32-bit register i holds k = i*p .. i*p+p-1, p = 32/bits, the lower
     k in the lower bits (VNNI; OCLMMA "each work item contributes one column" of B; SPV2D VNNI packing;
-    xe_atoms.md §4: bf16 ``low16 = B[2r][l], high16 = B[2r+1][l]``, s8 ``B[4i..4i+3][l]``, tf32 ``B[k][l]``,
+    docs/atoms.md §4: bf16 ``low16 = B[2r][l], high16 = B[2r+1][l]``, s8 ``B[4i..4i+3][l]``, tf32 ``B[k][l]``,
     DG2 ``{B[2i][n], B[2i+1][n]}``).  In register order that is simply k = 0..K-1."""
     return [[(kk, lane) for kk in range(atom.k)] for lane in range(atom.n)]
 
 
 def _c_lanes(atom: MmaAtom) -> list[list]:
     """C and D (m, n) per lane: lane = column n, component r = row r (OCLMMA "each work item contributes one
-    column" of the accumulator; xe_atoms.md §4 ``C[m=r][n=l]``); rows >= M are padding."""
+    column" of the accumulator; docs/atoms.md §4 ``C[m=r][n=l]``); rows >= M are padding."""
     return [[(r, lane) if r < atom.m else None for r in range(atom.register_m)] for lane in range(atom.n)]
 
 
@@ -451,7 +451,7 @@ def tolerance(atom: MmaAtom) -> float:
     t = 2 (K + 1) u32 + 2 u_D.  The products of bf16, f16 and tf32 inputs are exact in f32 (at most 22
     significant bits; inputs whose products under- or overflow f32 are outside this bound), so the only errors are (a) summing K products and C in f32 in some order: at most
     gamma_K ~ K u32 times the sum of magnitudes (Higham, Accuracy and Stability, thm 3.1), with one extra term
-    of slack and doubled to admit truncating (round-toward-zero) adds, which the facts do not rule out for
+    of slack and doubled to admit truncating (round-toward-zero) adds, which the documents (docs/atoms.md) do not rule out for
     hardware DPAS; and (b) for a bf16/f16 accumulator, the result's rounding: the device and the reference
     each round to nearest (u_D), so they may land one ulp (2 u_D) apart.  Integer atoms are exact: 0.
     """

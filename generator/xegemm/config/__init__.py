@@ -16,7 +16,15 @@ except ``problem`` has a default; this is the complete list with the defaults::
       k: <required>
       batch: 1
     types: {a: bf16, b: bf16, acc: f32, c: f32}   # f16 bf16 tf32 f32 f64 s8 u8 s4 u4 s32
+      compute: null                   # quantized operands: f16 | bf16, the DPAS input (null: types.a)
     layout: {a: row, b: row, c: row}               # row | col
+    quant:                            # B quantized (xegemm.quant, docs/quantization.md); types.b: s8 u8 s4 u4
+      format: none                    #   e4m3 e5m2 e2m1; format none | plain | gptq | awq | mx
+      group: 128                      # K elements per scale | channel | tensor | block128 (FP8 B)
+      scale: f16                      # f16 | bf16 | f32 | e8m0
+      zero: none                      # none | u4 | s8 | u8 | f16 | bf16 (quantized units, before the scale)
+      scale_layout: kn                # kn = scales[K/group, N] | nk = scales[N, K/group]
+    quant_a: {format: none, ...}      # an FP8 A (types.a: e4m3 | e5m2): the same keys, plain only
     tile:
       workgroup: [256, 256, 32]       # BM, BN, BK: the work-group tile
       subgroups: [8, 4]               # SG_M, SG_N: the sub-group grid over BM x BN
@@ -33,7 +41,8 @@ except ``problem`` has a default; this is the complete list with the defaults::
     verify:
       seed: 0                         # seed of the random inputs
     profile:
-      warmup: 10                      # untimed launches before timing
+      warmup: 10                      # untimed launches before timing, at least; the warm-up goes on until the
+                                      # kernel's time is steady (xegemm.profile.warm_up), whatever this says
       repeats: 100                    # timed launches (at least)
       min_time_ms: 0.0                # keep launching until this much time is measured (0 = off)
     sweep: {}                         # dotted key -> list of values; cartesian product
@@ -79,7 +88,9 @@ from xegemm.config.schema import (
     Layout,
     Pipeline,
     Problem,
+    Moe,
     Profile,
+    Quant,
     Target,
     Tile,
     Types,
@@ -90,6 +101,6 @@ from xegemm.config.space import SearchSpace, expand
 
 __all__ = [
     "Atoms", "Config", "ConfigError", "ConfigIssue", "Constraint", "DTYPES", "LAYOUTS", "Layout", "Pipeline",
-    "Problem", "Profile", "SearchSpace", "Target", "Tile", "Types", "Variant", "Verify", "config_from_text",
+    "Moe", "Problem", "Profile", "Quant", "SearchSpace", "Target", "Tile", "Types", "Variant", "Verify", "config_from_text",
     "expand", "load_config",
 ]

@@ -25,6 +25,9 @@ from xegemm.dtypes import ALIASES, CODE_PATTERN, DTYPES as DTYPE_REGISTRY
 from xegemm.dtypes import dtype
 from xegemm.epilogue import ACTIVATIONS, BIAS_KINDS, OUTPUT_TYPES
 from xegemm.errors import XegemmError
+from xegemm.grouped.problem import GroupedProblem, GroupedProblemError
+from xegemm.quant.formats import FORMATS as QUANT_FORMATS
+from xegemm.quant.spec import COMPUTE_TYPES, FP8, GROUP_WORDS, SCALE_LAYOUTS, SCALE_TYPES, WEIGHT_TYPES, ZERO_TYPES
 
 # --------------------------------------------------------------------------------------------------------
 # Errors
@@ -178,6 +181,25 @@ def non_negative_ints(count: int, meaning: str) -> Check:
     return int_list(count, meaning, 0)
 
 
+def row_counts(value: Any) -> tuple[int, ...]:
+    """A list of any length of non-negative integers (rows per MoE expert)."""
+    if isinstance(value, (list, tuple)) and all(is_int(item) and item >= 0 for item in value):
+        return tuple(value)
+    raise expected("a list of non-negative integers (rows per expert)", value)
+
+
+def group_list(value: Any) -> tuple[tuple[int, int, int], ...]:
+    """A grouped problem's groups: a list of {m, n, k} mappings or 'MxNxK' strings (m may be 0; empty: none)."""
+    if not isinstance(value, (list, tuple)):
+        raise expected("a list of groups, each {m, n, k} or 'MxNxK'", value)
+    if not value:
+        return ()                      # not a grouped problem
+    try:
+        return tuple((g.m, g.n, g.k) for g in GroupedProblem.of(list(value)).groups)
+    except GroupedProblemError as exc:
+        raise Invalid(str(exc)) from None
+
+
 def _word(what: str, words: tuple[str, ...], aliases: Mapping[str, str]) -> Check:
     def check(value: Any) -> str:
         if not isinstance(value, str):
@@ -230,18 +252,37 @@ _MMA_ATOM = re.compile(rf"XE_[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*_(?:{CODE_PATTER
 _dtype = _word("data type", DTYPES, DTYPE_ALIASES)
 
 
-def _usable_dtype(role: str) -> Check:
-    """A data type that some Xe DPAS uses in this role: ``input`` (A, B) or ``accumulator`` (acc, C)."""
+def _usable_dtype(role: str, quantized: tuple[str, ...] = (), how: str = "") -> Check:
+    """A data type that some Xe DPAS uses in this role: ``input`` (A, B) or ``accumulator`` (acc, C), or one of
+    ``quantized`` (types a quantized operand is stored in, converted to types.compute: ``how`` says so)."""
     def usable(t) -> bool:
         return bool(t.accumulators) if role == "input" else t.acc_ctype is not None
 
     def check(value: Any) -> str:
         name = _dtype(value)
-        if not usable(dtype(name)):
+        if not usable(dtype(name)) and name not in quantized:
             ok = ", ".join(t.name for t in DTYPE_REGISTRY.values() if usable(t))
-            raise Invalid(f"{name} is a known data type, but no Xe DPAS has it as an {role} type; {role} types: {ok}")
+            raise Invalid(f"{name} is a known data type, but no Xe DPAS has it as an {role} type; {role} types: {ok}"
+                          + (f"; {how}" if how else ""))
         return name
     return check
+
+
+def quant_group(value: Any) -> int | str:
+    """``quant.group``: K elements per scale (a positive integer) or channel, tensor, block128."""
+    if is_int(value) and value > 0:
+        return value
+    if isinstance(value, str) and value.lower() in GROUP_WORDS:
+        return value.lower()
+    raise Invalid(f"expected a positive integer (K elements per scale) or one of {', '.join(GROUP_WORDS)}, found "
+                  f"{found(value)}" + (did_you_mean(value.lower(), GROUP_WORDS) if isinstance(value, str) else ""))
+
+
+def compute_dtype(value: Any) -> str | None:
+    """``types.compute``: the DPAS input type of a quantized GEMM, or null (auto: types.a when f16/bf16)."""
+    if value is None or value == "auto":
+        return None
+    return _word("compute type", COMPUTE_TYPES, DTYPE_ALIASES)(value)
 
 
 def _legal_copy_atom(name: str) -> str:
@@ -250,6 +291,12 @@ def _legal_copy_atom(name: str) -> str:
 
 
 input_dtype = _usable_dtype("input")
+a_dtype = _usable_dtype("input", FP8, "or FP8 (e4m3, e5m2) with a quant_a: section")
+b_dtype = _usable_dtype("input", WEIGHT_TYPES, f"or a quantized type ({', '.join(WEIGHT_TYPES)}) with a quant: section")
+quant_format = _word("quantization format", ("none", *QUANT_FORMATS), {})
+scale_dtype = _word("scale type", SCALE_TYPES, DTYPE_ALIASES)
+zero_dtype = _word("zero-point type", ZERO_TYPES, DTYPE_ALIASES)
+scale_layout = _word("scale layout", SCALE_LAYOUTS, {})
 accumulator_dtype = _usable_dtype("accumulator")
 layout = _word("layout", LAYOUTS, LAYOUT_ALIASES)
 bias_kind = _word("bias", BIAS_KINDS, {"per_row": "row", "per_col": "col", "column": "col", "per_column": "col"})

@@ -26,6 +26,7 @@ from xegemm.config.expressions import compile_expression
 from xegemm.files import CONFIG_BYTES, YAML_VALUES, FileRefused, read_text
 from xegemm.config.schema import Config, Constraint, assemble
 from xegemm.config.sections import (
+    GROUPS_SET,
     LEAF_CHECKS,
     SECTION_KEYS,
     SECTIONS,
@@ -34,6 +35,8 @@ from xegemm.config.sections import (
     TOP_LEAVES,
     tile_conflict,
 )
+from xegemm.grouped.problem import config_conflict
+from xegemm.quant import config_violations as quant_violations
 
 KeyPath = tuple[Any, ...]
 _PLAIN_SCALAR_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null")}
@@ -153,9 +156,14 @@ class _Reader:
                 continue
             ok, values[name] = self.check_value((*path, name), LEAF_CHECKS[f"{section}.{name}"], item)
             valid = valid and ok
+        grouped = section == "problem" and value.get("groups")
+        if grouped:
+            for name in set(GROUPS_SET) & set(value):
+                self.report((*path, name), "is set by problem.groups (the largest group's); leave it out")
+                valid = False
         if not partial:
             for f in fields(SECTIONS[section]):
-                if f.name not in value and _is_required(f):
+                if f.name not in value and _is_required(f) and not (grouped and f.name in GROUPS_SET):
                     self.report((*path, f.name), "missing required key")
                     valid = False
         return valid, values
@@ -191,6 +199,16 @@ class _Reader:
             conflict = tile_conflict(values["tile.split_k"], values["tile.stream_k"])
             if conflict:
                 self.report(("tile", "stream_k"), conflict)
+            if values["problem.groups"]:       # the planner's single-problem rules see the largest group
+                values.update({f"problem.{name}": max(max(g[i] for g in values["problem.groups"]), 1)
+                               for i, name in enumerate(GROUPS_SET)})
+            conflict = config_conflict(values["problem.groups"], values["moe.experts"], values["moe.rows"],
+                                       *(values[f"problem.{name}"] for name in ("m", "n", "k", "batch")))
+            if conflict:
+                self.report(("moe",) if values["moe.experts"] or values["moe.rows"] else ("problem", "groups"),
+                            conflict)
+            for key, message in quant_violations(assemble(values, sweep, constraints, self.source)):
+                self.report(tuple(key.split(".")), message)
         if self.issues:
             return None
         return assemble(values, sweep, constraints, self.source)

@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from xegemm.config.checks import ConfigError, ConfigIssue, Invalid, did_you_mean, show_value
 from xegemm.config.expressions import EVALUATION_ERRORS, compile_expression, evaluation_message
 from xegemm.config.sections import (
+    GROUPS_SET,
     LEAF_CHECKS,
     SECTION_KEYS,
     SECTIONS,
@@ -17,9 +18,11 @@ from xegemm.config.sections import (
     Atoms,
     Epilogue,
     Layout,
+    Moe,
     Pipeline,
     Problem,
     Profile,
+    Quant,
     Target,
     Tile,
     Types,
@@ -53,6 +56,11 @@ class Constraint:
         return f'constraint "{self.text}" {verdict}' + (f": {shown}" if shown else "")
 
 
+def is_problem_axis(axis: str) -> bool:
+    """A sweep axis that sets the problem: a shape, not a tuning parameter."""
+    return axis == "problem" or axis.startswith("problem.")
+
+
 @dataclass(frozen=True)
 class Config:
     """One validated config.  ``sweep`` maps a dotted key (or section) to its tuple of values."""
@@ -61,6 +69,8 @@ class Config:
     problem: Problem
     types: Types = Types()
     layout: Layout = Layout()
+    quant: Quant = Quant()        # B's quantization (format none: B is not quantized)
+    quant_a: Quant = Quant()      # A's (FP8 A only)
     tile: Tile = Tile()
     epilogue: Epilogue = Epilogue()
     atoms: Atoms = Atoms()
@@ -68,6 +78,7 @@ class Config:
     target: Target = Target()
     verify: Verify = Verify()
     profile: Profile = Profile()
+    moe: Moe = Moe()
     sweep: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, hash=False)
     constraints: tuple[Constraint, ...] = ()
     description: str = ""
@@ -97,14 +108,32 @@ class Config:
             raise ConfigError(issues)
         return assemble(values, self.sweep, self.constraints, self.source)
 
+    def at_problems(self, problems: list[Mapping[str, int]]) -> Config:
+        """A copy that runs at ``problems`` (each ``{"m", "n", "k", "batch"}``) instead of its own problem and
+        problem sweep; the other sweep axes stay.  What ``xegemm run --shapes`` and the tuner's shapes do."""
+        if not problems:
+            raise ConfigError([ConfigIssue(self.source, None, "problem", "no problem given")])
+        sweep = {key: choices for key, choices in self.sweep.items() if not is_problem_axis(key)}
+        if len(problems) > 1:
+            sweep["problem"] = tuple(dict(p) for p in problems)
+        first = self.with_overrides({f"problem.{key}": value for key, value in problems[0].items()})
+        return replace(first, sweep=sweep)
+
     def to_dict(self) -> dict[str, Any]:
-        """The config as plain JSON-able data, in the shape of the YAML file (loadable again)."""
+        """The config as plain JSON-able data, in the shape of the YAML file (loadable again); the grouped keys
+        (``problem.groups``, ``moe``) only when set."""
         data: dict[str, Any] = {key: getattr(self, key) for key in TOP_LEAVES}
         for section in SECTIONS:
             data[section] = {name: plain_data(getattr(getattr(self, section), name))
                              for name in SECTION_KEYS[section]}
         data["sweep"] = {key: [plain_data(choice) for choice in choices] for key, choices in self.sweep.items()}
         data["constraints"] = [constraint.text for constraint in self.constraints]
+        if not self.problem.groups:       # a single GEMM's data (results keys, reports) as before groups existed
+            del data["problem"]["groups"]
+        for name in GROUPS_SET if self.problem.groups else ():    # set by the groups, so not written
+            del data["problem"][name]
+        if self.moe == Moe():
+            del data["moe"]
         return data
 
 

@@ -11,12 +11,15 @@ from typing import Any
 
 from xegemm.config.checks import (
     Check,
+    a_dtype,
     accumulator_dtype,
     activation,
+    b_dtype,
     bias_kind,
+    compute_dtype,
     config_name,
     copy_atom,
-    input_dtype,
+    group_list,
     int_choice,
     layout,
     mma_atom,
@@ -28,7 +31,13 @@ from xegemm.config.checks import (
     output_dtype,
     positive_int,
     positive_ints,
+    row_counts,
+    quant_format,
+    quant_group,
+    scale_dtype,
+    scale_layout,
     text,
+    zero_dtype,
 )
 from xegemm.targets import GRF_MODES
 
@@ -40,23 +49,40 @@ def _key(check: Check, default: Any = MISSING) -> Any:
 
 @dataclass(frozen=True)
 class Problem:
-    """The GEMM problem: D[batch] = A[batch] (m x k) @ B[batch] (k x n)."""
+    """The GEMM problem: D[batch] = A[batch] (m x k) @ B[batch] (k x n); or ``groups``, a grouped problem (one
+    launch, one GEMM per group; M may be 0), which sets m, n and k to the largest group's (xegemm.grouped)."""
 
     m: int = _key(positive_int)
     n: int = _key(positive_int)
     k: int = _key(positive_int)
     batch: int = _key(positive_int, 1)
+    groups: tuple[tuple[int, int, int], ...] = _key(group_list, ())
+
+
+GROUPS_SET = ("m", "n", "k")     # the problem keys a groups list sets
+
+
+@dataclass(frozen=True)
+class Moe:
+    """A Mixture-of-Experts layer (xegemm.grouped): A's problem.m rows sorted by expert, ``experts`` weight
+    matrices of k x n, ``rows`` per expert (summing to problem.m; left out: spread evenly); 0 experts: off."""
+
+    experts: int = _key(non_negative_int, 0)
+    rows: tuple[int, ...] = _key(row_counts, ())
 
 
 @dataclass(frozen=True)
 class Types:
     """Element types of A, B, the accumulator and C (= D, the output; canonical names from ``DTYPES``).
-    C may differ from the accumulator: the epilogue converts (xegemm.epilogue)."""
+    C may differ from the accumulator: the epilogue converts (xegemm.epilogue).  A quantized B (``quant:``: s8 u8
+    s4 u4 e4m3 e5m2 e2m1) or FP8 A (``quant_a:``) is converted to ``compute`` (f16 | bf16; null: types.a), the
+    DPAS input type (xegemm.quant)."""
 
-    a: str = _key(input_dtype, "bf16")
-    b: str = _key(input_dtype, "bf16")
+    a: str = _key(a_dtype, "bf16")
+    b: str = _key(b_dtype, "bf16")
     acc: str = _key(accumulator_dtype, "f32")
     c: str = _key(output_dtype, "f32")
+    compute: str | None = _key(compute_dtype, None)
 
 
 @dataclass(frozen=True)
@@ -66,6 +92,21 @@ class Layout:
     a: str = _key(layout, "row")
     b: str = _key(layout, "row")
     c: str = _key(layout, "row")
+
+
+@dataclass(frozen=True)
+class Quant:
+    """How a quantized operand is stored (``quant:`` for B, ``quant_a:`` for an FP8 A; xegemm.quant,
+    docs/quantization.md): ``format`` none (not quantized) | plain | gptq | awq | mx; ``group``: K elements per
+    scale, channel, tensor or block128 (128 x 128, FP8 B); ``scale`` f16 | bf16 | f32 | e8m0; ``zero`` none | u4 |
+    s8 | u8 | f16 | bf16 (in quantized units, subtracted before the scale); ``scale_layout`` kn = scales[K/group,
+    N] or nk = scales[N, K/group]."""
+
+    format: str = _key(quant_format, "none")
+    group: int | str = _key(quant_group, 128)
+    scale: str = _key(scale_dtype, "f16")
+    zero: str = _key(zero_dtype, "none")
+    scale_layout: str = _key(scale_layout, "kn")
 
 
 @dataclass(frozen=True)
@@ -143,7 +184,9 @@ class Verify:
 
 @dataclass(frozen=True)
 class Profile:
-    """Timing: untimed warm-up launches, at least ``repeats`` timed launches, and at least ``min_time_ms``."""
+    """Timing: at least ``warmup`` untimed launches (a minimum: the warm-up goes on by time and stability until
+    the kernel's time is steady, :func:`xegemm.profile.warm_up`), at least ``repeats`` timed launches, and at
+    least ``min_time_ms`` of measured time."""
 
     warmup: int = _key(non_negative_int, 10)
     repeats: int = _key(positive_int, 100)
@@ -151,8 +194,9 @@ class Profile:
 
 
 SECTIONS: dict[str, type] = {
-    "problem": Problem, "types": Types, "layout": Layout, "tile": Tile, "epilogue": Epilogue, "atoms": Atoms,
-    "pipeline": Pipeline, "target": Target, "verify": Verify, "profile": Profile,
+    "problem": Problem, "types": Types, "layout": Layout, "quant": Quant, "quant_a": Quant, "tile": Tile,
+    "epilogue": Epilogue, "atoms": Atoms, "pipeline": Pipeline, "target": Target, "verify": Verify,
+    "profile": Profile, "moe": Moe,
 }
 TOP_LEAVES: dict[str, Check] = {"name": config_name, "description": text}
 LEAF_CHECKS: dict[str, Check] = {

@@ -13,14 +13,15 @@
   They are small classes with two hooks, :meth:`Observer.built` and :meth:`Observer.finished`, in the
   manner of Kernel Tuner's observers.
 
-Every outcome is one of :data:`STATUSES`; a variant that is not ``ok``/``generated`` carries a reason.
+Every outcome is one of :data:`STATUSES`; a variant that is not ``ok``/``generated`` carries a reason.  The record of
+an outcome, :class:`Evaluation`, and the status words live in :mod:`xegemm.result` (re-exported here).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +32,7 @@ from xegemm.lowering import Lowering
 from xegemm.plan import Plan, PlanRejected, plan, variant_stem
 from xegemm.render import render_kernel
 from xegemm.files import write_text_atomic
-
-# The one set of status words, for every job and every file it writes.
-STATUSES = (
-    "ok",             # built, and every observer's check passed (verified and timed on a device; ISA = plan)
-    "generated",      # rendered and written (generate: nothing was built)
-    "rejected",       # never built: a constraint, the planner, or the lowering rules it out (reason says which)
-    "failed_build",   # the compiler rejected it, or (AOT) its machine code does not issue what the plan says
-    "failed_verify",  # ran, but its result differs from the numpy reference beyond the tolerance
-    "error",          # the launch or the timing failed after a good build, or its worker died running it
-    "timeout",        # its build or its run overran the time limit; the worker was killed
-)
-PASSED = ("ok", "generated")
+from xegemm.result import PASSED, STATUSES, Evaluation  # noqa: F401 - re-exported: the evaluation layer's words
 
 
 @dataclass
@@ -113,45 +103,6 @@ def render_variant(pv: PlannedVariant, lowering: Lowering) -> str:
     return render_kernel(pv.plan, lowering)
 
 
-@dataclass
-class Evaluation:
-    """What happened to one variant (one row of results.csv, one entry of build.json)."""
-
-    name: str
-    status: str
-    reason: str | None
-    params: dict
-    plan: dict | None = None
-    time_ms: dict | None = None
-    gflops: float | None = None
-    gbps: float | None = None
-    max_abs_err: float | None = None
-    max_rel_err: float | None = None
-    bad_elements: int | None = None
-    build_s: float | None = None
-    source_sha256: str | None = None
-    log: str | None = None            # path of the saved build log (LogObserver)
-    extra: dict = field(default_factory=dict)
-    build_log: str | None = field(default=None, repr=False)   # the compiler's text, until a LogObserver saves it
-
-    def fail(self, status: str, reason: str) -> None:
-        """Mark the variant as failed with one of :data:`STATUSES` and a reason a person understands."""
-        assert status in STATUSES and status not in PASSED, status
-        self.status, self.reason = status, reason
-
-    @staticmethod
-    def digest(source: str) -> str:
-        """The sha256 of a kernel source: what identifies a built kernel in results and caches."""
-        return hashlib.sha256(source.encode()).hexdigest()
-
-    @property
-    def passed(self) -> bool:
-        return self.status in PASSED
-
-    def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "build_log"}
-
-
 class Observer:
     """A plug-in of the evaluation: sees each built kernel, and each finished evaluation."""
 
@@ -216,7 +167,7 @@ class ProgressObserver(Observer):
         self.done += 1
         if self.stream is None:
             return
-        speed = (f" {evaluation.gflops:.1f} GFLOP/s, median {evaluation.time_ms['median']:.3f} ms"
+        speed = (f" {evaluation.gflops:.1f} GFLOP/s, median {evaluation.median_ms:.3f} ms"
                  if evaluation.gflops is not None else "")
         why = f" - {evaluation.reason}" if evaluation.reason else ""
         p = pv.config.problem

@@ -113,7 +113,7 @@ class IsaObserver(Observer):
                             "unrolled by the compiler): " + "; ".join(wrong))
         registers = pv.plan.registers
         notes = []
-        if registers["verdict"] != "fits":     # the estimate could not tell (README "Registers"): the ISA decides
+        if registers["verdict"] != "fits":     # the estimate could not tell (docs/registers.md): the ISA decides
             over = ">" if registers["total_grf"] > registers["budget_grf"] else "<="
             notes.append(f"register estimate {registers['total_grf']} GRF {over} {registers['budget_grf']}: "
                          f"{registers['verdict']}")

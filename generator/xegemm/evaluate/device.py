@@ -7,21 +7,20 @@ verified kernels with device profiling events.  :func:`device_evaluator` chains 
 
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from xegemm.arguments import KernelCall
 from xegemm.config import Config
-from xegemm.dtypes import dtype
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.lowering import Lowering
 from xegemm.lowering.native import build_options
 from xegemm.profile import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
-from xegemm import stream_k
 from xegemm.errors import XegemmError
+from xegemm.plan import plan
 from xegemm.verify import check, check_fits, make_operands, poison_c, reference, reference_key
 
 BUILD_OPTIONS = "-cl-std=CL3.0 -cl-mad-enable"
@@ -35,19 +34,16 @@ def device_build_options(lowering: Lowering, config: Config) -> str:
 
 
 def workspace_bytes(config: Config) -> int:
-    """Split K: the partial sums, one accumulator per element of D per slice.  Stream-K: per work-group, its
-    slots of one work-group tile of accumulators each (xegemm.stream_k).  Else 0."""
-    p, tile, acc_bytes = config.problem, config.tile, dtype(config.types.acc).bits // 8
-    if tile.stream_k:
-        bm, bn, _ = tile.workgroup
-        return p.batch * tile.stream_k * stream_k.SLOTS * bm * bn * acc_bytes
-    return 0 if tile.split_k == 1 else p.batch * tile.split_k * p.m * p.n * acc_bytes
+    """Bytes of the workspace of split K (the partial sums) or stream-K (xegemm.stream_k), else 0: the formula of
+    :class:`xegemm.arguments.KernelCall`."""
+    call, p = KernelCall.of(plan(config, check_registers=False)), config.problem
+    return call.sizes(p.m, p.n, p.k, p.batch)["workspace_bytes"]
 
 
-def epilogue_arguments(config: Config) -> list:
-    """The kernel's last arguments: alpha, beta and the clamp bounds, as f32."""
+def epilogue_scalars(config: Config) -> dict[str, float]:
+    """The epilogue's float arguments: alpha, beta and the clamp bounds."""
     e = config.epilogue
-    return [ctypes.c_float(v) for v in (e.alpha, e.beta, *e.clamp)]
+    return {"alpha": e.alpha, "beta": e.beta, "clamp_lo": e.clamp[0], "clamp_hi": e.clamp[1]}
 
 
 class DeviceSession:
@@ -123,46 +119,20 @@ class DeviceBuilder(Builder):
             return None
         evaluation.build_s = time.perf_counter() - t0
         evaluation.extra["build_cached"] = bool(getattr(program, "from_cache", False))   # loaded, not compiled
-        config, plan = pv.config, pv.plan
+        config, p = pv.config, pv.config.problem
         bufs = self.session.buffers(config)
         queue = self.session.queue
-        launches = [(kernels[0], gemm_arguments(plan, bufs), plan.global_size(), plan.workgroup_size)]
-        if plan.reduces:
-            launches.append((kernels[1], reduce_arguments(plan, bufs), reduce_global_size(config), (16, 1, 1)))
+        call = KernelCall.of(pv.plan)
+        bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), device_buffers(bufs), epilogue_scalars(config))
+        launches = [(kernel, args, gsize, lsize) for kernel, (_, args, gsize, lsize) in zip(kernels, bound)]
         return DeviceKernel(self.session, config, bufs, lambda: submit_in_order(queue, launches))
 
 
-def gemm_arguments(plan, bufs) -> list:
-    """The GEMM kernel's arguments (templates/gemm.cl.j2); split K: C is the workspace of partial sums;
-    stream-K: the workspace comes last."""
-    config = plan.config
-    ops, p = bufs["ops"], config.problem
-    out, ldc = (bufs["workspace"], p.n * dtype(config.types.acc).bits // 8) if plan.split_k > 1 else (bufs["c"], ops.ldc)
-    args = [bufs["a"], bufs["b"], out, ctypes.c_int(p.m), ctypes.c_int(p.n), ctypes.c_int(p.k),
-            ctypes.c_int(ops.lda), ctypes.c_int(ops.ldb), ctypes.c_int(ldc), ctypes.c_long(ops.a_bytes[0].nbytes),
-            ctypes.c_long(ops.b_bytes[0].nbytes), ctypes.c_long(p.m * ldc), bufs["c_in"], bufs["bias"]] \
-        + epilogue_arguments(config)
-    if plan.stream_k:
-        return args + [bufs["workspace"]]
-    return args + ([ctypes.c_int(plan.k_slice())] if plan.split_k > 1 else [])
-
-
-def reduce_arguments(plan, bufs) -> list:
-    """The reduction kernel's arguments (templates/reduce.cl.j2; stream-K: K last)."""
-    ops, p = bufs["ops"], plan.config.problem
-    return [bufs["workspace"], bufs["c"], ctypes.c_int(p.m), ctypes.c_int(p.n), ctypes.c_int(ops.ldc),
-            ctypes.c_long(p.m * ops.ldc), bufs["c_in"], bufs["bias"]] + epilogue_arguments(plan.config) \
-        + ([ctypes.c_int(p.k)] if plan.stream_k else [])
-
-
-def reduce_global_size(config: Config) -> tuple[int, int, int]:
-    """One work-item per element of D (N rounded up to the work-group of 16).  Stream-K: one per element of a
-    work-group tile (BN rounded up to 16) per tile per batch; those of whole tiles return at once."""
-    p, tile = config.problem, config.tile
-    if tile.stream_k:
-        bm, bn, _ = tile.workgroup
-        return (-(-bn // 16) * 16, bm, p.batch * stream_k.tiles(p.m, p.n, tile.workgroup))
-    return (-(-p.n // 16) * 16, p.m, p.batch)
+def device_buffers(bufs) -> dict:
+    """A session's buffers under the names of :data:`xegemm.arguments.BUFFERS` (C is where D goes; its input
+    is ``c_in``)."""
+    return {"A": bufs["a"], "B": bufs["b"], "D": bufs["c"], "C": bufs["c_in"], "bias": bufs["bias"],
+            "workspace": bufs["workspace"]}
 
 
 class EventSpan:

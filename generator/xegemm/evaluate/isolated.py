@@ -28,7 +28,7 @@ from xegemm.evaluate.device import DeviceBuilder, DeviceSession, TimingObserver,
 from xegemm.evaluate.peak import measure_peak
 from xegemm.evaluate.gate import DeviceGate, GateHandle
 from xegemm.lowering import Lowering
-from xegemm.profile import gemm_flops
+from xegemm.profile import WARMUP_BOUND_MS, gemm_flops
 from xegemm.runtime.devices import select_sycl_device
 
 WORKER_START_S = 120.0     # importing dpctl and opening the device
@@ -41,7 +41,8 @@ class TimeLimits:
     """Seconds a worker may spend building one kernel, and running it (verification and timing).
 
     The run limit defaults to one that fits the problem: a minute plus every launch at 0.2 GFLOP/s, far
-    below what any generated kernel reaches on the CPU runtime, so only a hung kernel meets it."""
+    below what any generated kernel reaches on the CPU runtime, plus the longest warm-up of a measurement
+    (kernel and reference, two attempts), so only a hung kernel meets it."""
 
     build_s: float = 900.0
     run_s: float | None = None
@@ -51,7 +52,8 @@ class TimeLimits:
             return self.run_s
         p, prof = config.problem, config.profile
         launches = 1 + prof.warmup + max(1, prof.repeats)
-        return 60.0 + launches * gemm_flops(p.m, p.n, p.k, p.batch) / 2e8 + 2 * prof.min_time_ms / 1e3
+        return (60.0 + launches * gemm_flops(p.m, p.n, p.k, p.batch) / 2e8 + 2 * prof.min_time_ms / 1e3
+                + 2 * WARMUP_BOUND_MS / 1e3)
 
 
 class _StageReporter(Observer):
@@ -99,7 +101,7 @@ def _worker_main(conn, filter_string: str | None, gate: DeviceGate | None = None
             evaluation.fail("error", f"{type(exc).__name__}: {exc}")
         if handle is not None:
             handle.release()
-        conn.send(("done", evaluation.as_dict(), evaluation.build_log))
+        conn.send(("done", evaluation))
 
 
 def _peak(session: DeviceSession) -> dict:
@@ -238,11 +240,11 @@ class IsolatedDeviceBuilder(Builder):
                 if self.on_stage:
                     self.on_stage(stage, worker.pid)
             elif kind == "done":
-                result, evaluation.build_log = message[1], message[2]
+                done: Evaluation = message[1]
                 for key in ("status", "reason", "time_ms", "gflops", "gbps", "max_abs_err", "max_rel_err",
-                            "bad_elements", "build_s"):
-                    setattr(evaluation, key, result[key])
-                evaluation.extra.update(result["extra"])
+                            "bad_elements", "build_s", "build_log"):
+                    setattr(evaluation, key, getattr(done, key))
+                evaluation.extra.update(done.extra)
                 return None
 
 

@@ -2,7 +2,7 @@
 
 A table row names a variant (target, types, layout, sub-group tile, sub-groups, prefetch distance, GRF mode)
 and the spill bytes ocloc reported for its native kernel.  tests/data/register_spills.tsv is the table measured
-with Debian's compiler for pvc and dg2; a test compares the estimate's verdict with every row, and README
+with Debian's compiler for pvc and dg2; a test compares the estimate's verdict with every row, and docs/registers.md
 "Registers" says how well they agree.  ``python -m xegemm.evaluate.spills TABLE`` rebuilds every row with the
 installed ocloc and rewrites the spill bytes (about a second per row); ``--sample N --target T`` appends N
 fresh variants drawn at random near the estimate's limit, measured.  ``--timeout S`` stops a build after S
@@ -140,7 +140,7 @@ def write_table(path: Path | str, table: SpillTable) -> None:
     Path(path).write_text(text + "".join(c.row() + "\n" for c in table.cases))
 
 
-# what a random draw varies (README "Registers" lists the measured ranges)
+# what a random draw varies (docs/registers.md lists the measured ranges)
 TYPE_FAMILIES = (("bf16", "bf16", "f32", "f32"), ("f16", "f16", "f32", "f32"), ("bf16", "bf16", "bf16", "bf16"),
                  ("f16", "f16", "f16", "f16"),
                  *((a, b, "s32", "s32") for a in ("s8", "u8") for b in ("s8", "u8")),
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     if args.sample:
         new = draw(args.target, args.sample, tuple(args.band), args.seed, exclude=table.cases)
         first = len(table.cases) + 1
-        table.comments.append(f"rows {first}-{first + len(new) - 1}: {args.target}, drawn with seed {args.seed} within "
+        table.comments.append(f"rows {first}-{first + len(new) - 1}: {args.target}, drawn with --seed={args.seed} within "
                               f"{args.band[0]:+.0%} to {args.band[1]:+.0%} of the budget, built with {built_with}")
         table.cases += new
         dropped = _measure_into(out, table, list(range(first - 1, len(table.cases))), args.timeout)

@@ -5,9 +5,11 @@ plots, cutlass_profiler-style CSV, JSON for tools, or Markdown for terminals.
     model.py    groups per problem and types, best against references, profiler rows, run B against run A
     plots.py    matplotlib figures as inline SVG
     page.py     the HTML page (autoescaped jinja2 template)
-    formats.py  CSV, JSON and Markdown
+    formats.py  one writer per format: CSV (results.csv / trials.csv, and the profiler's), JSON, Markdown
+    results.py  a run's results.json, results.csv and report.md, from its journal
 
-``xegemm run`` writes ``report.html`` beside its results with :func:`write_run_page`.
+``xegemm run`` writes those (:func:`xegemm.reporting.results.write_reports`) and ``report.html`` beside them
+(:func:`write_run_page`); ``xegemm tune``'s export writes trials.json, trials.csv and report.html.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from xegemm.reporting.model import groups
 from xegemm.reporting.page import render_page
 from xegemm.reporting.sources import LOADERS, Source, load_source, load_sources
 
-__all__ = ["FORMATS", "LOADERS", "Source", "load_source", "render", "write_report", "write_run_page"]
+__all__ = ["FORMATS", "LOADERS", "Source", "load_source", "load_sources", "render", "write_report", "write_run_page"]
 
 
 def render(paths, fmt: str = "html", baseline=None, page_dir: Path | str = ".", command: str | None = None) -> str:

@@ -1,7 +1,12 @@
-"""The report as text for tools and terminals: cutlass_profiler-style CSV, JSON, Markdown.
+"""The report as text for tools and terminals: the CSV files, JSON and Markdown, one writer per format.
 
-The CSV has one row per variant and per reference in :data:`xegemm.reporting.model.PROFILER_COLUMNS`; the
-JSON holds the same rows under ``"rows"`` (so both always agree) with the sources, the groups and the comparison.
+- CSV: :func:`results_csv` writes results as :data:`xegemm.result.COLUMNS` plus one column per parameter
+  (``run``'s results.csv, ``tune``'s trials.csv); :func:`render_csv` writes the same values under
+  cutlass_profiler's headings, one row per variant and per reference
+  (:data:`xegemm.reporting.model.PROFILER_COLUMNS`).
+- JSON: the profiler rows under ``"rows"`` (so CSV and JSON always agree) with the sources, the groups and the
+  comparison.
+- Markdown: :func:`render_markdown`, ``xegemm report --format md`` and every run's report.md.
 """
 
 from __future__ import annotations
@@ -11,19 +16,34 @@ import io
 import json
 
 from xegemm import __version__
-from xegemm.reporting.model import PROFILER_COLUMNS, Group, compare, profiler_rows, tile_label
+from xegemm.reporting.model import (PROFILER_COLUMNS, Group, best_overall, compare, profiler_rows,
+                                    reference_detail, source_facts)
 from xegemm.reporting.sources import Source
+from xegemm.result import COLUMNS, STATUSES, Evaluation
 
 FORMATS = ("html", "csv", "json", "md")
 
 
-def render_csv(group_list: list[Group]) -> str:
+def _csv(rows: list[dict], columns) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=PROFILER_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
-    for row in profiler_rows(group_list):
-        writer.writerow({k: "" if row.get(k) is None else row[k] for k in PROFILER_COLUMNS})
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
     return buf.getvalue()
+
+
+def results_csv(results: list[Evaluation], leading: list[dict] | None = None) -> str:
+    """Results as CSV: ``leading[i]``'s columns first if given (a tuner's shape, point and value), then
+    :data:`xegemm.result.COLUMNS`, then every parameter any result has (sorted)."""
+    rows = [{**(leading[i] if leading else {}), **r.columns()} for i, r in enumerate(results)]
+    first = [k for row in leading or [] for k in row]
+    params = sorted({k for r in results for k in r.params})
+    return _csv(rows, list(dict.fromkeys([*first, *(c.name for c in COLUMNS), *params])))
+
+
+def render_csv(group_list: list[Group]) -> str:
+    return _csv(profiler_rows(group_list), PROFILER_COLUMNS)
 
 
 def render_json(sources: list[Source], group_list: list[Group], baseline: list[Source] | None) -> str:
@@ -33,9 +53,9 @@ def render_json(sources: list[Source], group_list: list[Group], baseline: list[S
                      "meta": {k: v for k, v in s.meta.items() if k != "device"} |
                      ({"device": {k: v for k, v in s.meta["device"].items() if k != "extensions"}}
                       if isinstance(s.meta.get("device"), dict) else {})} for s in sources],
-        "groups": [{"problem": g.problem, "types": g.types, "best": g.best["name"] if g.best else None,
+        "groups": [{"problem": g.problem, "types": g.types, "best": g.best.name if g.best else None,
                     "best_against_references": g.best_against_references(),
-                    "variants": [v["name"] for v in g.variants]} for g in group_list],
+                    "variants": [v.name for v in g.variants]} for g in group_list],
         "columns": list(PROFILER_COLUMNS),
         "rows": profiler_rows(group_list),
         "compare": compare(baseline, sources) if baseline is not None else None,
@@ -51,27 +71,77 @@ def _cell(text) -> str:
     return str(text or "").replace("|", "\\|").replace("\n", " ")[:300]
 
 
+def _reference_line(r: dict) -> str:
+    """One reference in words: what ran, how it was measured, its time and the conditions."""
+    how = (f"measured interleaved with the variants (alternating runs, so both sides saw the same load; "
+           f"{r.get('pooled', 1)} measurement(s) pooled)" if r.get("interleaved")
+           else "measured on its own after the variants")
+    times, cond = r.get("time_ms") or {}, r.get("conditions") or {}
+    load = (cond.get("loadavg") or [None])[0]
+    return (f"{reference_detail(r)}, {how}: median {_num(times.get('median'), '.3f')} ms = "
+            f"{_num(r.get('gflops'), '.1f')} GFLOP/s (CV {_num(times.get('cv'), '.1%')}, load average "
+            f"{_num(load, '.2f')}, {cond.get('affinity_cpus', '?')} CPUs"
+            + (f", CPU code path {cond['cpu_code_path']}" if cond.get("cpu_code_path") else "") + ")")
+
+
+def headline_lines(group_list: list[Group]) -> list[str]:
+    """Per problem, its best variant overall and its ratio to numpy, or why that ratio is not reliable (what
+    ``xegemm run`` prints at its end and report.md says first)."""
+    return [h.text for h in best_overall(group_list)]
+
+
+def _variant_row(g: Group, v: Evaluation) -> str:
+    status = v.status + (" (high CV)" if v.high_cv else "")
+    return (f"| {v.label} | {status} | {_num(v.gflops, '.1f')} | {_num(g.ratio(v), '.2f')} | "
+            f"{_num(v.median_ms, '.3f')} | {_num(v.cv, '.1%')} | {_num(v.max_abs_err, '.3g')} | {_cell(v.reason)} | "
+            f"`{v.name}` |")
+
+
 def render_markdown(sources: list[Source], group_list: list[Group], baseline: list[Source] | None) -> str:
-    """Per problem group: the best variant against the references, then every variant with its tile."""
+    """What ran (per source), then per problem group: the best variant against the references, then every
+    variant with its tile."""
     lines = ["# xegemm report: " + ", ".join(s.label for s in sources), ""]
+    top = headline_lines(group_list)
+    if top:
+        lines += ["Best overall per problem:", ""] + [f"- {line}" for line in top] + [""]
     for s in sources:
-        lines += [f"- {s.kind} `{s.path}`"] + [f"  - not read: {_cell(m)}" for m in s.missing]
+        facts = [(key, value) for key, value in source_facts(s, group_list) if key != "directory"]
+        lines += [f"- {s.kind} `{s.path}`"] + [f"  - {key}: {_cell(value)}" for key, value in facts]
+        lines += [f"  - not read: {_cell(m)}" for m in s.missing]
+        high = [v for v in s.variants if v.high_cv]
+        if high:
+            lines.append(f"  - warning: {len(high)} variant(s) kept a CV above 10% after measuring twice (marked "
+                         "'high CV' below): the machine was busy, so their times and ratios are uncertain")
+    counts = {}
+    for g in group_list:
+        for v in g.variants:
+            counts[v.status] = counts.get(v.status, 0) + 1
+    lines += ["", "Variants: " + (", ".join(f"{counts[st]} {st}" for st in STATUSES if st in counts) or "none") + "."]
     for g in group_list:
         lines += ["", f"## {g.title}", ""]
-        if g.best:
-            lines.append(f"Best: {g.best['gflops']:.1f} GFLOP/s, {tile_label(g.best['params'])}, `{g.best['name']}`")
-            lines += [f"- {r['detail']}: {_num(r['gflops'], '.1f')} GFLOP/s, xegemm best / reference "
-                      f"{_num(r['ratio'], '.2f')}" for r in g.best_against_references()]
-        else:
+        best = g.best
+        if best:
+            lines += [f"Best: {best.gflops:.1f} GFLOP/s, {best.label}, `{best.name}`: median "
+                      f"{_num(best.median_ms, '.3f')} ms over {best.runs} runs (min {_num(best.min_ms, '.3f')}, max {_num(best.max_ms, '.3f')}, CV "
+                      f"{_num(best.cv, '.1%')}); max abs error {_num(best.max_abs_err, '.3g')}", ""]
+            headline = g.headline()
+            for r in g.best_against_references():
+                shaky = "" if headline.reliable or r["provider"] != "numpy" else \
+                    f" (not measured reliably: {headline.why})"
+                lines.append(f"- {r['detail']}: {_num(r['gflops'], '.1f')} GFLOP/s, xegemm best / reference "
+                             f"{_num(r['ratio'], '.2f')}{shaky}")
+            lines += [f"- reference: {_reference_line(g.reference)}"] if g.reference else []
+        elif g.measured:
             lines.append("No variant of this problem verified, so none was timed.")
-        lines += ["", "| tile | status | GFLOP/s | median ms | CV | reason |", "|---|---|---|---|---|---|"]
-        for v in sorted(g.variants, key=lambda v: (v["status"] != "ok", -(v.get("gflops") or 0))):
-            t = v.get("time_ms") or {}
-            lines.append(f"| {tile_label(v['params'])} | {v['status']} | {_num(v.get('gflops'), '.1f')} | "
-                         f"{_num(t.get('median'), '.3f')} | {_num(t.get('cv'), '.1%')} | {_cell(v.get('reason'))} |")
+        else:
+            lines.append("Built ahead of time: nothing was run or timed.")
+        lines += ["", "| tile | status | GFLOP/s | vs numpy | median ms | CV | max abs err | reason | variant |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [_variant_row(g, v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))]
     if baseline is not None:
-        lines += ["", "## B against A", "", "| change | tile | GFLOP/s A | GFLOP/s B | B/A | variant |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {r['change']} | {r['label']} | {_num(r['gflops_a'], '.1f')} | {_num(r['gflops_b'], '.1f')} | "
-                  f"{_num(r['speedup'], '.2f')} | `{r['name']}` |" for r in compare(baseline, sources)]
+        lines += ["", "## B against A", "", "| change | tile | types | GFLOP/s A | GFLOP/s B | B/A | variant |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['change']} | {r['label']} | {r['types']} | {_num(r['gflops_a'], '.1f')} | "
+                  f"{_num(r['gflops_b'], '.1f')} | {_num(r['speedup'], '.2f')} | `{r['name']}` |"
+                  for r in compare(baseline, sources)]
     return "\n".join(lines) + "\n"

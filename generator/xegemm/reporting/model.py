@@ -6,18 +6,19 @@ Every renderer (HTML, CSV, JSON) reads this model; none computes its own numbers
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from dataclasses import dataclass, field
 
 from xegemm.dtypes import UnknownDTypeError, dtype
-from xegemm.evaluate import STATUSES
+from xegemm.profile import CV_LIMIT as STABLE_CV
 from xegemm.profile import gemm_flops
-from xegemm.report import own_reference
 from xegemm.reporting.sources import Source
-
-PROBLEM_KEYS = ("m", "n", "k", "batch")
-TYPE_KEYS = ("a", "b", "acc", "c", "layout")
+from xegemm.result import COLUMNS, PROBLEM_KEYS, STATUSES, TYPE_KEYS, Evaluation, joined
 CV_LIMIT = 0.05          # a timing whose coefficient of variation is above this is flagged as noisy
+# a ratio is headlined only when both sides' CV is at most xegemm.profile.CV_LIMIT (STABLE_CV), the limit above
+# which a measurement is taken again and then flagged
 
 # cutlass_profiler's Disposition and Status for each xegemm status (xegemm's own word is a column too)
 PROFILER_OUTCOME = {
@@ -40,8 +41,8 @@ PROFILER_COLUMNS = (
 
 # the parameters a sweep or a tuner varies, as the axes of the parameter-effect plots: (title, value of params)
 EFFECT_AXES = (
-    ("work-group tile", lambda p: _joined(p, ("wg_m", "wg_n", "wg_k"))),
-    ("sub-group grid", lambda p: _joined(p, ("sg_m", "sg_n"))),
+    ("work-group tile", lambda p: joined(p, ("wg_m", "wg_n", "wg_k"))),
+    ("sub-group grid", lambda p: joined(p, ("sg_m", "sg_n"))),
     ("prefetch", lambda p: p.get("prefetch")),
     ("GRF mode", lambda p: p.get("grf")),
     ("sub-group size", lambda p: p.get("subgroup_size")),
@@ -64,47 +65,16 @@ def k_decomposition(params: dict) -> tuple[str, int]:
     return ("parallel" if split > 1 else "serial"), split
 
 
-def _joined(p: dict, keys) -> str | None:
-    values = [p.get(k) for k in keys]
-    return None if any(v is None for v in values) else "x".join(map(str, values))
+def noisy(v: Evaluation) -> bool:
+    return v.cv is not None and v.cv > CV_LIMIT
 
 
-def tile_label(params: dict) -> str:
-    """The parameters of a variant in a few characters: ``32x32x16 sg1x2 pf0 grf256`` (plus split K or stream-K,
-    the swizzle, the register block and the epilogue when there are any: ``... splitk4 swz4 rb4x2 beta_biascol_relu``)."""
-    parts = [_joined(params, ("wg_m", "wg_n", "wg_k")), f"sg{_joined(params, ('sg_m', 'sg_n'))}"
-             if params.get("sg_m") is not None else None,
-             f"pf{params['prefetch']}" if params.get("prefetch") is not None else None,
-             f"grf{params['grf']}" if params.get("grf") is not None else None,
-             f"splitk{params['split_k']}" if (params.get("split_k") or 1) > 1 else None,
-             f"streamk{params['stream_k']}" if params.get("stream_k") else None,
-             f"swz{params['swizzle']}" if (params.get("swizzle") or 1) > 1 else None,
-             f"rb{params['register_block']}" if params.get("register_block") not in (None, "all") else None,
-             params["epilogue"] if params.get("epilogue") not in (None, "none") else None]
-    atoms = [str(params[k]) for k in ("atom_a", "atom_b", "atom_c") if params.get(k)]
-    return " ".join(x for x in parts if x) + (" " + "/".join(atoms) if atoms else "") or "?"
-
-
-def shape_of(params: dict) -> tuple:
-    return tuple(params.get(k) for k in PROBLEM_KEYS)
-
-
-def cv_of(v: dict) -> float | None:
-    return (v.get("time_ms") or {}).get("cv")
-
-
-def noisy(v: dict) -> bool:
-    cv = cv_of(v)
-    return cv is not None and cv > CV_LIMIT
-
-
-def gflops_range(v: dict) -> tuple[float, float] | None:
+def gflops_range(v: Evaluation) -> tuple[float, float] | None:
     """GFLOP/s at the slowest and the fastest timed run (min-max whiskers), from the median's GFLOP/s."""
-    t = v.get("time_ms") or {}
-    if not v.get("gflops") or not t.get("median") or not t.get("min") or not t.get("max"):
+    if not v.gflops or not v.median_ms or not v.min_ms or not v.max_ms:
         return None
-    work = v["gflops"] * t["median"]
-    return work / t["max"], work / t["min"]
+    work = v.gflops * v.median_ms
+    return work / v.max_ms, work / v.min_ms
 
 
 @dataclass
@@ -112,7 +82,7 @@ class Group:
     """The variants of one problem shape and type combination, with the references measured for it."""
 
     key: tuple
-    variants: list[dict] = field(default_factory=list)
+    variants: list[Evaluation] = field(default_factory=list)
     references: list[dict] = field(default_factory=list)
 
     @property
@@ -134,37 +104,105 @@ class Group:
     @property
     def measured(self) -> bool:
         """Whether any variant was run on a device (an AOT build times nothing)."""
-        return any(v.get("source_kind") in ("run", "tune") for v in self.variants)
+        return any(v.source_kind in ("run", "tune") for v in self.variants)
 
     @property
-    def timed(self) -> list[dict]:
+    def timed(self) -> list[Evaluation]:
         """The variants with a GFLOP/s, fastest first."""
-        return sorted((v for v in self.variants if v.get("gflops")), key=lambda v: -v["gflops"])
+        return sorted((v for v in self.variants if v.gflops), key=lambda v: -v.gflops)
 
     @property
-    def best(self) -> dict | None:
-        return next((v for v in self.timed if v["status"] == "ok"), None)
+    def best(self) -> Evaluation | None:
+        return next((v for v in self.timed if v.status == "ok"), None)
 
     def swept_axes(self) -> list[tuple[str, list]]:
         """(axis title, the value of every timed variant) for each parameter that takes more than one value."""
         axes = []
         for title, value in EFFECT_AXES:
-            values = [value(v["params"]) for v in self.timed]
+            values = [value(v.params) for v in self.timed]
             if len({str(x) for x in values}) > 1:
                 axes.append((title, values))
         return axes
 
-    def best_against_references(self) -> list[dict]:
-        """The best variant's GFLOP/s against each reference: ``{"provider", "gflops", "ratio"}``.  The numpy
-        reference is the one measured interleaved with the best variant itself where there is one (a shape's
-        run-level reference may belong to another type combination's best variant)."""
+    @property
+    def reference(self) -> dict | None:
+        """The numpy reference of this problem in the best variant's run (one per problem and run: the same in
+        every section of that problem), else the first one measured."""
+        numpy = [r for r in self.references if r.get("provider", "numpy") == "numpy"]
+        mine = [r for r in numpy if self.best and r.get("source") == self.best.source]
+        return (mine or numpy or [None])[0]
+
+    def ratio(self, v: Evaluation) -> float | None:
+        """A variant's GFLOP/s over the problem's numpy reference."""
+        ref = self.reference
+        return v.gflops / ref["gflops"] if v.gflops and ref and ref.get("gflops") else None
+
+    def headline(self) -> Headline | None:
+        """The best variant against the numpy reference, headlined only when both sides were stable."""
         best = self.best
-        own = own_reference(best) if best else None
-        references = [own, *(r for r in self.references if r.get("provider") != own.get("provider"))] if own \
+        if best is None:
+            return None
+        ref = self.reference
+        ref_cv = (ref.get("time_ms") or {}).get("cv") if ref else None
+        unstable = []
+        if best.cv is None or best.cv > STABLE_CV:
+            unstable.append(f"xegemm best CV {_percent(best.cv)}")
+        if ref is not None and (ref_cv is None or ref_cv > STABLE_CV or ref.get("high_cv")):
+            unstable.append(f"numpy CV {_percent(ref_cv)}")
+        loads = [x for x in (best.load1, ((ref or {}).get("conditions") or {}).get("loadavg", [None])[0])
+                 if isinstance(x, (int, float))]
+        why = (f"machine busy: load {max(loads):.1f}" if loads else "timings unstable") + \
+            (f"; {', '.join(unstable)}" if unstable else "")
+        return Headline(self, best, ref, self.ratio(best), not unstable and ref is not None, why)
+
+    def best_against_references(self) -> list[dict]:
+        """The best variant's GFLOP/s against each reference of its problem: ``{"provider", "detail", "gflops",
+        "ratio"}`` (the numpy one is the problem's pooled reference of the best variant's run)."""
+        best, ref = self.best, self.reference
+        references = [ref, *(r for r in self.references if r.get("provider", "numpy") != "numpy")] if ref \
             else self.references
         return [{"provider": r.get("provider", "reference"), "detail": reference_detail(r), "gflops": r.get("gflops"),
-                 "ratio": best["gflops"] / r["gflops"] if best and r.get("gflops") else None}
+                 "ratio": best.gflops / r["gflops"] if best and r.get("gflops") else None}
                 for r in references]
+
+
+def _percent(x) -> str:
+    return "not measured" if x is None else f"{x:.0%}"
+
+
+@dataclass
+class Headline:
+    """A problem's best variant against its numpy reference, and whether the ratio may be headlined: only when
+    both the kernel's and the reference's timings kept a CV within xegemm.profile.CV_LIMIT."""
+
+    group: Group
+    best: Evaluation
+    reference: dict | None
+    ratio: float | None
+    reliable: bool
+    why: str            # "machine busy: load 7.4; xegemm best CV 19%": what made it unreliable (and the load)
+
+    @property
+    def text(self) -> str:
+        """One line for a terminal: ``64x64x64 bf16: best 10.3 GFLOP/s, 0.44x numpy`` (or why not)."""
+        g = self.group
+        head = (f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} {g.types['a']}: best {self.best.gflops:.1f} "
+                f"GFLOP/s ({self.best.label})")
+        if self.ratio is None:
+            return head + ", no numpy reference"
+        if self.reliable:
+            return head + f", {self.ratio:.2f}x numpy"
+        return head + f"; ratio to numpy {self.ratio:.2f}x not measured reliably ({self.why})"
+
+
+def best_overall(group_list: list[Group]) -> list[Headline]:
+    """Per problem shape, the headline of its fastest group (whatever its types): the page's first lines."""
+    fastest: dict[tuple, Headline] = {}
+    for g in group_list:
+        h = g.headline()
+        if h is not None and (g.key[:4] not in fastest or h.best.gflops > fastest[g.key[:4]].best.gflops):
+            fastest[g.key[:4]] = h
+    return list(fastest.values())
 
 
 def reference_detail(r: dict) -> str:
@@ -177,26 +215,54 @@ def reference_detail(r: dict) -> str:
     return " ".join(bits)
 
 
-def group_key(params: dict) -> tuple:
-    return (*shape_of(params), *(params.get(k) for k in TYPE_KEYS))
-
-
 def groups(sources: list[Source]) -> list[Group]:
     """Every variant of ``sources`` in its problem and type group (ordered by problem), each group with the
-    references measured for its shape."""
+    references measured for its shape in each source (a source that lists none for a shape, such as one read
+    from its journal alone, gets its variants' interleaved numpy runs pooled)."""
     by_key: dict[tuple, Group] = {}
     for src in sources:
         for v in src.variants:
-            key = group_key(v["params"])
-            by_key.setdefault(key, Group(key)).variants.append(v)
+            by_key.setdefault(v.group_key, Group(v.group_key)).variants.append(v)
     for src in sources:
-        for r in src.references:
-            shape = tuple(r["problem"].get(k) for k in PROBLEM_KEYS)
+        listed = [(tuple(r["problem"].get(k) for k in PROBLEM_KEYS), r) for r in src.references]
+        for shape in sorted({v.problem for v in src.variants} - {shape for shape, _ in listed}, key=str):
+            pooled = pooled_reference([v for v in src.variants if v.problem == shape])
+            if pooled:
+                listed.append((shape, {"problem": dict(zip(PROBLEM_KEYS, shape)), **pooled}))
+        for shape, r in listed:
             for g in by_key.values():
                 if g.key[:4] == shape:
                     g.references.append({**r, "source": src.label})
     return sorted(by_key.values(), key=lambda g: tuple((x is None, str(x) if x is None else x) for x in g.key[:4])
                   + tuple(str(x) for x in g.key[4:]))
+
+
+# ---- one reference per problem -----------------------------------------------------------------------------
+
+def pooled_reference(results: list[Evaluation]) -> dict | None:
+    """One numpy reference for a problem, from every numpy run measured interleaved with its variants (all of
+    them, whatever their types): the median of those measurements' medians, the CV of all their runs pooled
+    (so a reference that changed while the variants ran, on a busy machine, shows a high CV), and the
+    conditions of the busiest of them.  None when no variant carries an interleaved reference."""
+    refs = [r.reference for r in results if r.reference and r.reference.get("interleaved")
+            and (r.reference.get("time_ms") or {}).get("median") and r.reference.get("gflops")]
+    if not refs:
+        return None
+    times = [ref["time_ms"] for ref in refs]
+    runs = [t.get("runs") or 1 for t in times]
+    means = [t.get("mean") or t["median"] for t in times]
+    total = sum(runs)
+    mean = sum(n * m for n, m in zip(runs, means)) / total
+    square = sum(n * (((t.get("cv") or 0.0) * m) ** 2 + m * m) for n, t, m in zip(runs, times, means)) / total
+    cv = math.sqrt(max(square - mean * mean, 0.0)) / mean
+    median = statistics.median(t["median"] for t in times)
+    flops = refs[0]["gflops"] * refs[0]["time_ms"]["median"]     # the same problem: one amount of work
+    busiest = max(refs, key=lambda ref: ((ref.get("conditions") or {}).get("loadavg") or [0.0])[0])
+    return {**{k: refs[0][k] for k in ("provider", "dtype", "numpy", "openblas_coretype") if k in refs[0]},
+            "time_ms": {"min": min(t.get("min", t["median"]) for t in times), "median": median,
+                        "max": max(t.get("max", t["median"]) for t in times), "mean": mean, "cv": cv, "runs": total},
+            "gflops": flops / median, "interleaved": True, "pooled": len(refs), "high_cv": cv > STABLE_CV,
+            "conditions": busiest.get("conditions") or {}}
 
 
 # ---- cutlass_profiler-style rows --------------------------------------------------------------------------
@@ -219,12 +285,21 @@ def _operand(p: dict, which: str, index: int) -> str | None:
     return f"{p[which]}:{layouts[index]}" if len(layouts) == 3 else str(p[which])
 
 
-def _measures(p: dict, median_ms: float | None, gflops: float | None) -> dict:
-    flops = gemm_flops(p["m"], p["n"], p["k"], p.get("batch") or 1) if None not in shape_of(p)[:3] else None
+def _measures(p: dict, median_ms: float | None) -> dict:
+    """What cutlass_profiler derives from the problem: bytes (A, B and C moved once), flops, intensity, GB/s."""
+    flops = gemm_flops(p["m"], p["n"], p["k"], p.get("batch") or 1) if None not in (p.get(k) for k in "mnk") else None
     nbytes = _bytes(p)
     return {"Bytes": nbytes, "Flops": flops, "Flops/Byte": round(flops / nbytes, 3) if flops and nbytes else None,
-            "Runtime": median_ms, "GB/s": nbytes / (median_ms * 1e6) if nbytes and median_ms else None,
-            "GFLOPs": gflops}
+            "GB/s": nbytes / (median_ms * 1e6) if nbytes and median_ms else None}
+
+
+# the profiler's headings of values results.csv has too (one value, two headings): the result's columns
+# (xegemm.result.COLUMNS) and its parameters
+PROFILER_SHARED = {**{c.profiler: c.name for c in COLUMNS if c.profiler},
+                   "m": "m", "n": "n", "k": "k", "batch_count": "batch", "accum": "acc", "cta_m": "wg_m",
+                   "cta_n": "wg_n", "cta_k": "wg_k", "warps_m": "sg_m", "warps_n": "sg_n",
+                   "subgroup_size": "subgroup_size", "stages": "prefetch", "grf": "grf", "epilogue": "epilogue"}
+assert set(PROFILER_SHARED) <= set(PROFILER_COLUMNS)
 
 
 def profiler_rows(group_list: list[Group]) -> list[dict]:
@@ -232,33 +307,29 @@ def profiler_rows(group_list: list[Group]) -> list[dict]:
     rows = []
     for number, g in enumerate(group_list, 1):
         for v in g.variants:
-            p, plan = v["params"], v.get("plan") or {}
+            p, plan, plain = v.params, v.plan or {}, v.columns()
             mma = _MMA_SHAPE.match(str(plan.get("mma") or p.get("atom_mma") or ""))
-            disposition, status = PROFILER_OUTCOME[v["status"]]
+            disposition, status = PROFILER_OUTCOME[v.status]
+            mode, slices = k_decomposition(p)
             rows.append({
-                "Problem": number, "Provider": "xegemm", "OperationKind": "gemm", "Operation": v["name"],
+                **dict.fromkeys(PROFILER_COLUMNS), **{h: plain.get(name) for h, name in PROFILER_SHARED.items()},
+                "Problem": number, "Provider": "xegemm", "OperationKind": "gemm",
                 "Disposition": disposition, "Status": status,
-                "m": p.get("m"), "n": p.get("n"), "k": p.get("k"), "batch_count": p.get("batch"),
-                "A": _operand(p, "a", 0), "B": _operand(p, "b", 1), "C": _operand(p, "c", 2), "accum": p.get("acc"),
-                "cta_m": p.get("wg_m"), "cta_n": p.get("wg_n"), "cta_k": p.get("wg_k"),
-                "warps_m": p.get("sg_m"), "warps_n": p.get("sg_n"), "subgroup_size": p.get("subgroup_size"),
+                "A": _operand(p, "a", 0), "B": _operand(p, "b", 1), "C": _operand(p, "c", 2),
                 "inst_m": int(mma[1]) if mma else None, "inst_n": int(mma[2]) if mma else None,
-                "inst_k": int(mma[3]) if mma else None, "stages": p.get("prefetch"), "grf": p.get("grf"),
-                "split_k_mode": k_decomposition(p)[0], "split_k_slices": k_decomposition(p)[1],
-                "epilogue": p.get("epilogue"),
+                "inst_k": int(mma[3]) if mma else None, "split_k_mode": mode, "split_k_slices": slices,
                 "atom_a": plan.get("copy_a") or p.get("atom_a"), "atom_b": plan.get("copy_b") or p.get("atom_b"),
-                "atom_c": plan.get("copy_c") or p.get("atom_c"),
-                **_measures(p, (v.get("time_ms") or {}).get("median"), v.get("gflops")),
-                "cv": cv_of(v), "xegemm_status": v["status"], "reason": v.get("reason"), "source": v.get("source")})
+                "atom_c": plan.get("copy_c") or p.get("atom_c"), **_measures(p, v.median_ms), "source": v.source})
         for r in g.references:
             q = {**r["problem"], "a": "f32", "b": "f32", "c": "f32", "acc": "f32", "layout": "row/row/row"}
+            times = r.get("time_ms") or {}
             rows.append({
                 **dict.fromkeys(PROFILER_COLUMNS), "Problem": number, "Provider": r.get("provider", "reference"),
                 "OperationKind": "gemm", "Operation": reference_detail(r), "Disposition": "not_verified",
                 "Status": "success", "m": q.get("m"), "n": q.get("n"), "k": q.get("k"), "batch_count": q.get("batch"),
                 "A": "f32:row", "B": "f32:row", "C": "f32:row", "accum": "f32",
-                **_measures(q, (r.get("time_ms") or {}).get("median"), r.get("gflops")),
-                "cv": (r.get("time_ms") or {}).get("cv"), "source": r.get("source")})
+                **_measures(q, times.get("median")), "Runtime": times.get("median"), "GFLOPs": r.get("gflops"),
+                "cv": times.get("cv"), "source": r.get("source")})
     return rows
 
 
@@ -268,30 +339,60 @@ def compare(base: list[Source], new: list[Source]) -> list[dict]:
     """Each variant of either side, matched by name and problem: its GFLOP/s in A and B, B/A, and the change
     (``faster``, ``slower``, ``same`` within the noise, ``new failure``, ``fixed``, ``vanished``, ``new``,
     ``still failing``)."""
-    def index(sources):
-        return {(v["name"], shape_of(v["params"])): v for s in sources for v in s.variants}
+    def index(sources) -> dict[tuple, Evaluation]:
+        return {(v.name, v.problem): v for s in sources for v in s.variants}
 
     a, b = index(base), index(new)
     rows = []
     for key in sorted(set(a) | set(b), key=lambda k: (k[0], str(k[1]))):
         va, vb = a.get(key), b.get(key)
-        speedup = vb["gflops"] / va["gflops"] if va and vb and va.get("gflops") and vb.get("gflops") else None
+        speedup = vb.gflops / va.gflops if va and vb and va.gflops and vb.gflops else None
         if va is None:
             change = "new"
         elif vb is None:
             change = "vanished"
-        elif va["status"] == "ok" and vb["status"] != "ok":
+        elif va.status == "ok" and vb.status != "ok":
             change = "new failure"
-        elif va["status"] != "ok" and vb["status"] == "ok":
+        elif va.status != "ok" and vb.status == "ok":
             change = "fixed"
         elif speedup is None:
             change = "still failing"
         else:
-            noise = max(2 * (cv_of(va) or 0), 2 * (cv_of(vb) or 0), 0.05)
+            noise = max(2 * (va.cv or 0), 2 * (vb.cv or 0), 0.05)
             change = "faster" if speedup > 1 + noise else "slower" if speedup < 1 - noise else "same"
-        rows.append({"name": key[0], "problem": dict(zip(PROBLEM_KEYS, key[1])),
-                     "label": tile_label((vb or va)["params"]),
-                     "status_a": va["status"] if va else None, "status_b": vb["status"] if vb else None,
-                     "gflops_a": va.get("gflops") if va else None, "gflops_b": vb.get("gflops") if vb else None,
-                     "speedup": speedup, "change": change, "reason_b": vb.get("reason") if vb else None})
+        either = vb or va
+        rows.append({"name": key[0], "problem": dict(zip(PROBLEM_KEYS, key[1])), "label": either.label,
+                     "types": "/".join(str(either.params.get(k)) for k in ("a", "b", "acc", "c")),
+                     "status_a": va.status if va else None, "status_b": vb.status if vb else None,
+                     "gflops_a": va.gflops if va else None, "gflops_b": vb.gflops if vb else None,
+                     "speedup": speedup, "change": change, "reason_b": vb.reason if vb else None})
     return rows
+
+
+# ---- what ran ----------------------------------------------------------------------------------------------
+
+def _when(meta: dict) -> str:
+    return " to ".join(x for x in (meta.get("started_at"), meta.get("written_at")) if x) or "unknown"
+
+
+def source_facts(src: Source, group_list: list[Group]) -> list[tuple[str, str]]:
+    """The header of one source: what ran, where, with what, when, and how it was started (the page's and the
+    Markdown's)."""
+    m = src.meta
+    device = src.device
+    cfg = m.get("config") if isinstance(m.get("config"), dict) else {"name": m.get("config")}
+    versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}
+    problems = sorted({g.title for g in group_list if any(v.source == src.label for v in g.variants)})
+    caps = m.get("compiler_capabilities") or m.get("capabilities")
+    return [("directory", str(src.path)),
+            ("config", f"{cfg.get('name') or '?'}" + (f" ({cfg['source']})" if cfg.get("source") else "")
+             + (f": {cfg['description']}" if cfg.get("description") else "")),
+            ("device", device.describe() if device else
+             (f"ahead of time for {m['target']}" if m.get("target") else "unknown")),
+            ("driver", device.driver_version or "unknown" if device else "-"),
+            ("runtime", ", ".join(f"{k} {v}" for k, v in versions.items()) or "unknown"),
+            ("lowering / compiler", f"{m.get('lowering') or 'native'}"
+             + (f"; compiler capabilities {caps}" if caps else "")),
+            ("problems", "; ".join(problems) or "unknown"),
+            ("date (UTC)", _when(m)),
+            ("command", m.get("command") or "not recorded")]

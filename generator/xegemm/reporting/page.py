@@ -15,9 +15,10 @@ import jinja2
 from markupsafe import Markup
 
 from xegemm import __version__
-from xegemm.evaluate import PASSED, STATUSES
 from xegemm.reporting import plots
-from xegemm.reporting.model import CV_LIMIT, Group, compare, k_decomposition, noisy, shape_of, tile_label
+from xegemm.reporting.model import (CV_LIMIT, STABLE_CV, Group, best_overall, compare, k_decomposition, noisy,
+                                    source_facts)
+from xegemm.result import PASSED, STATUSES, Evaluation
 from xegemm.reporting.sources import Source
 
 
@@ -30,38 +31,10 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _when(meta: dict) -> str:
-    return " to ".join(x for x in (meta.get("started_at"), meta.get("written_at")) if x) or "unknown"
-
-
-def _facts(src: Source, group_list: list[Group]) -> list[tuple[str, str]]:
-    """The header of one source: what ran, where, with what, when, and how it was started."""
-    m = src.meta
-    d = m.get("device") if isinstance(m.get("device"), dict) else {}
-    cfg = m.get("config") if isinstance(m.get("config"), dict) else {"name": m.get("config")}
-    versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}
-    problems = sorted({g.title for g in group_list if any(v["source"] == src.label for v in g.variants)})
-    facts = [("directory", str(src.path)),
-             ("config", f"{cfg.get('name') or '?'}" + (f" ({cfg['source']})" if cfg.get("source") else "")
-              + (f": {cfg['description']}" if cfg.get("description") else "")),
-             ("device", f"{d.get('name', 'unknown')} ({d.get('filter_string', '?')}, {d.get('backend', '?')}, "
-                        f"{d.get('compute_units', '?')} compute units)" if d else
-              (f"ahead of time for {m['target']}" if m.get("target") else "unknown")),
-             ("driver", str(d.get("driver_version", "unknown")) if d else "-"),
-             ("runtime", ", ".join(f"{k} {v}" for k, v in versions.items()) or "unknown"),
-             ("lowering / compiler", f"{m.get('lowering') or 'native'}"
-              + (f"; compiler capabilities {caps}" if (caps := m.get("compiler_capabilities") or m.get("capabilities"))
-                 else "")),
-             ("problems", "; ".join(problems) or "unknown"),
-             ("date (UTC)", _when(m)),
-             ("command", m.get("command") or "not recorded")]
-    return facts
-
-
 def _conditions(src: Source) -> list[tuple[str, str]]:
     c = src.meta.get("conditions") if isinstance(src.meta.get("conditions"), dict) else {}
-    loads = [v["load1"] for v in src.variants if isinstance(v.get("load1"), (int, float))]
-    cvs = [v["time_ms"]["cv"] for v in src.variants if (v.get("time_ms") or {}).get("cv") is not None]
+    loads = [v.load1 for v in src.variants if isinstance(v.load1, (int, float))]
+    cvs = [v.cv for v in src.variants if v.cv is not None]
     return [("load average (1, 5, 15 min) when written",
              ", ".join(f"{x:.2f}" for x in c["loadavg"]) if c.get("loadavg") else "not recorded"),
             ("1-min load while variants finished",
@@ -74,22 +47,21 @@ def _conditions(src: Source) -> list[tuple[str, str]]:
             ("CV of the timings", f"{min(cvs):.1%} to {max(cvs):.1%} (each over one variant's timed launches)" if cvs else "-")]
 
 
-def _row(v: dict) -> dict:
-    p, t, plan = v["params"], v.get("time_ms") or {}, v.get("plan") or {}
-    return {"trial": v.get("trial"), "status": v["status"],
+def _row(v: Evaluation) -> dict:
+    p, plan = v.params, v.plan or {}
+    return {"trial": v.trial, "status": v.status,
             "tile": "x".join(str(p.get(k, "?")) for k in ("wg_m", "wg_n", "wg_k")),
             "sg": f"{p.get('sg_m', '?')}x{p.get('sg_n', '?')}", "sgsize": p.get("subgroup_size"),
             "prefetch": p.get("prefetch"), "grf": p.get("grf"), "mma": plan.get("mma") or p.get("atom_mma") or "-",
             "epilogue": p.get("epilogue") or "-", "k_split": " ".join(map(str, k_decomposition(p))) if k_decomposition(p)[1] > 1 else "-",
             "copies": [f"{x.upper()}: {plan.get('copy_' + x) or p.get('atom_' + x) or '-'}" for x in "abc"],
-            "gflops": v.get("gflops"), "median": t.get("median"), "min": t.get("min"), "max": t.get("max"),
-            "cv": t.get("cv"), "noisy": noisy(v), "load1": v.get("load1"), "err": v.get("max_abs_err"),
-            "name": v["name"]}
+            "gflops": v.gflops, "median": v.median_ms, "min": v.min_ms, "max": v.max_ms,
+            "cv": v.cv, "noisy": noisy(v), "load1": v.load1, "err": v.max_abs_err, "name": v.name}
 
 
-def _log_link(v: dict, src: Source, page_dir: Path) -> str | None:
+def _log_link(v: Evaluation, src: Source, page_dir: Path) -> str | None:
     """A relative link from the page to the variant's saved compiler log, if it is on disk."""
-    candidates = [src.path / "logs" / f"{v['name']}.log"] + ([Path(v["log"])] if isinstance(v.get("log"), str) else [])
+    candidates = [src.path / "logs" / f"{v.name}.log"] + ([Path(v.log)] if isinstance(v.log, str) else [])
     for path in candidates:
         if path.is_file():
             return quote(os.path.relpath(path.resolve(), page_dir.resolve()))
@@ -100,27 +72,27 @@ def _isa_rows(sources: list[Source]) -> list[dict]:
     rows = []
     for src in sources:
         for v in src.variants:
-            isa, pred = v.get("isa") or {}, v.get("predicted") or {}
+            isa, pred = v.part("isa"), v.part("predicted")
             if not isa:          # never built (rejected: listed with the failures)
                 continue
             cells = []
             for key in ("dpas", "load_block2d", "store_block2d", "store_block1d"):
-                have = isa.get(key, (v.get("measured_messages") or {}).get(key))
+                have = isa.get(key, v.part("measured_messages").get(key))
                 want = pred.get(key)
                 cells.append({"text": f"{'-' if have is None else have} ({'-' if want is None else want})",
                               "off": have is not None and want is not None and have != want})
-            rows.append({"status": v["status"], "target": v.get("target") or isa.get("target"),
-                         "grf": v.get("grf") or isa.get("grf"), "cells": cells, "sends": isa.get("sends", "-"),
+            rows.append({"status": v.status, "target": v.extra.get("target") or isa.get("target"),
+                         "grf": v.extra.get("grf") or isa.get("grf"), "cells": cells, "sends": isa.get("sends", "-"),
                          "instructions": isa.get("instructions", "-"), "spills": isa.get("spill_bytes"),
-                         "name": v["name"], "reason": v.get("reason")})
+                         "name": v.name, "reason": v.reason})
     return rows
 
 
-def _convergence_series(group: Group) -> dict[str, list[dict]]:
-    series: dict[str, list[dict]] = {}
-    for v in sorted(group.variants, key=lambda v: (v.get("trial") is None, v.get("trial") or 0)):
-        if v.get("trial") is not None:
-            series.setdefault(f"{v.get('strategy', 'sweep')} ({v['source']})", []).append(v)
+def _convergence_series(group: Group) -> dict[str, list[Evaluation]]:
+    series: dict[str, list[Evaluation]] = {}
+    for v in sorted(group.variants, key=lambda v: (v.trial is None, v.trial or 0)):
+        if v.trial is not None:
+            series.setdefault(f"{v.strategy or 'sweep'} ({v.source})", []).append(v)
     return series
 
 
@@ -129,14 +101,17 @@ def _group_view(n: int, g: Group) -> dict:
     series = _convergence_series(g)
     converges = any(len(trials) > 1 for trials in series.values()) and bool(g.timed)
     return {"title": g.title, "short": f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} {g.types['a']}",
-            "best": g.best, "best_label": tile_label(g.best["params"]) if g.best else None, "measured": g.measured,
-            "references": g.best_against_references() if g.best else [],
-            "rows": [_row(v) for v in sorted(g.variants, key=lambda v: (v["status"] != "ok", -(v.get("gflops") or 0)))],
+            "best": g.best, "best_label": g.best.label if g.best else None, "measured": g.measured,
+            "headline": g.headline(), "references": g.best_against_references() if g.best else [],
+            "rows": [_row(v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))
+                     if v.status != "rejected"],
+            "rejected": sum(v.status == "rejected" for v in g.variants),
             "reference_plot": Markup(plots.reference_bars(g, f"g{n}-references")) if g.best and g.references else "",
-            "bars_plot": Markup(plots.variant_bars(g, f"g{n}-variants")) if g.measured else "",
+            "bars_plot": Markup(plots.variant_bars(g, f"g{n}-variants"))
+            if g.measured and any(v.status != "rejected" for v in g.variants) else "",
             "effects_plot": Markup(plots.parameter_effects(g, f"g{n}-effects")) if g.swept_axes() else "",
             "convergence_plot": Markup(plots.convergence(series, f"g{n}-convergence")) if converges else "",
-            "has_walls": any(t.get("finished_at") for trials in series.values() for t in trials)}
+            "has_walls": any(t.finished_at for trials in series.values() for t in trials)}
 
 
 # the order of the comparison table: what needs a look first
@@ -153,13 +128,13 @@ def _comparison_view(baseline: list[Source], sources: list[Source]) -> dict:
             "plot": Markup(plots.speedups(rows, "compare-speedups")) if any(r["speedup"] for r in rows) else ""}
 
 
-def _failures(sources: list[Source], group_list: list[Group], page_dir: Path) -> list[dict]:
+def _failures(sources: list[Source], group_list: list[Group], page_dir: Path, rejected: bool) -> list[dict]:
+    """The variants that were built and did not pass (``rejected``: those never built, instead)."""
     by_label = {s.label: s for s in sources}
-    return [{"status": v["status"], "problem": "x".join(map(str, shape_of(v["params"]))),
-             "tile": tile_label(v["params"]),
-             "reason": v.get("reason") or "(no reason recorded)", "name": v["name"],
-             "log": _log_link(v, by_label[v["source"]], page_dir)}
-            for g in group_list for v in g.variants if v["status"] not in PASSED]
+    return [{"status": v.status, "problem": "x".join(map(str, v.problem)), "tile": v.label,
+             "reason": v.reason or "(no reason recorded)", "name": v.name,
+             "log": _log_link(v, by_label[v.source], page_dir)}
+            for g in group_list for v in g.variants if v.status not in PASSED and (v.status == "rejected") == rejected]
 
 
 def _title(sources: list[Source]) -> str:
@@ -198,18 +173,20 @@ def render_page(sources: list[Source], group_list: list[Group], page_dir: Path,
     counts: dict[str, int] = {}
     for g in group_list:
         for v in g.variants:
-            counts[v["status"]] = counts.get(v["status"], 0) + 1
+            counts[v.status] = counts.get(v.status, 0) + 1
     timed = [v for g in group_list for v in g.timed]
     return _environment().get_template("page.html.j2").render(
         version=__version__, title=_title(sources), written=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        command=command, sources=[{"kind": s.kind, "label": s.label, "facts": _facts(s, group_list),
+        command=command, sources=[{"kind": s.kind, "label": s.label, "facts": source_facts(s, group_list),
                                    "missing": s.missing, "conditions": _conditions(s)} for s in sources],
         counts=[(s, counts[s]) for s in STATUSES if s in counts],
         nothing_timed=not timed and any(g.measured for g in group_list),
         groups=[_group_view(n, g) for n, g in enumerate(group_list, 1)],
         comparison=_comparison_view(baseline, sources) if baseline is not None else None,
-        failures=_failures(sources, group_list, page_dir),
-        roofline=Markup(plots.roofline(group_list, "roofline", _peaks(sources))) if any(v.get("gbps") for v in timed)
+        failures=_failures(sources, group_list, page_dir, rejected=False),
+        rejected=_failures(sources, group_list, page_dir, rejected=True),
+        overall=best_overall(group_list), stable_cv=f"{STABLE_CV:.0%}",
+        roofline=Markup(plots.roofline(group_list, "roofline", _peaks(sources))) if any(v.gbps for v in timed)
         else "", roofline_note=_roofline_note(sources), isa_rows=_isa_rows(sources),
         noisy=[v for g in group_list for v in g.variants if noisy(v)], cv_limit=f"{CV_LIMIT:.0%}",
         status_colours=plots.STATUS_COLOURS, change_colours=plots.CHANGE_COLOURS)

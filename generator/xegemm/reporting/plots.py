@@ -18,14 +18,15 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from xegemm.evaluate import STATUSES
-from xegemm.reporting.model import CV_LIMIT, Group, gflops_range, noisy, tile_label
+from xegemm.reporting.model import CV_LIMIT, Group, gflops_range, noisy
+from xegemm.result import STATUSES, Evaluation
 
 MAX_BARS = 40            # bars drawn per chart; the tables list every variant
 STATUS_COLOURS = {"ok": "#2e7d32", "generated": "#607d8b", "rejected": "#9e9e9e", "failed_build": "#c62828",
                   "failed_verify": "#ad1457", "error": "#6a1b9a", "timeout": "#8d6e63"}
 assert set(STATUS_COLOURS) == set(STATUSES)
 NOISY_COLOUR = "#f9a825"
+UNRELIABLE_COLOUR = "#bdbdbd"      # a reference whose ratio is not headlined (xegemm.reporting.model.Headline)
 CHANGE_COLOURS = {"faster": "#2e7d32", "slower": "#c62828", "same": "#9e9e9e", "new failure": "#ad1457",
                   "fixed": "#1565c0", "vanished": "#6a1b9a", "new": "#607d8b", "still failing": "#bdbdbd"}
 SERIES_COLOURS = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
@@ -53,9 +54,10 @@ def _figure(width: float, height: float) -> Figure:
 
 def variant_bars(group: Group, plot_id: str) -> str:
     """GFLOP/s per timed variant, fastest on top, min-max whiskers, CV at the bar's end; noisy bars amber;
-    variants that were not timed are listed under the bars as a coloured status mark at 0."""
+    variants that were built but not timed are listed under the bars as a coloured status mark at 0 (rejected
+    ones, never built, have their own table on the page)."""
     timed = group.timed[:MAX_BARS]
-    untimed = [v for v in group.variants if not v.get("gflops")][:MAX_BARS]
+    untimed = [v for v in group.variants if not v.gflops and v.status != "rejected"][:MAX_BARS]
     rows = len(timed) + len(untimed)
     fig = _figure(9, 1.0 + 0.28 * max(rows, 2))
     ax = fig.add_subplot()
@@ -63,28 +65,28 @@ def variant_bars(group: Group, plot_id: str) -> str:
     labels = []
     for i, v in enumerate(timed):
         y = rows - 1 - i
-        colour = NOISY_COLOUR if noisy(v) else STATUS_COLOURS[v["status"]]
-        bar = ax.barh(y, v["gflops"], color=colour, height=0.7)[0]
+        colour = NOISY_COLOUR if noisy(v) else STATUS_COLOURS[v.status]
+        bar = ax.barh(y, v.gflops, color=colour, height=0.7)[0]
         bar.set_gid(f"{plot_id}-bar-{i}")
         span = gflops_range(v)
         if span:
             # clamped: when the median is the slowest run, rounding can leave a tiny negative length
-            ax.errorbar(v["gflops"], y, xerr=[[max(0.0, v["gflops"] - span[0])], [max(0.0, span[1] - v["gflops"])]],
+            ax.errorbar(v.gflops, y, xerr=[[max(0.0, v.gflops - span[0])], [max(0.0, span[1] - v.gflops)]],
                         fmt="none",
                         ecolor="#212121", capsize=3, linewidth=1)
-        cv = (v.get("time_ms") or {}).get("cv")
-        ax.annotate(f"{v['gflops']:.1f}" + (f"  CV {cv:.1%}" if cv is not None else ""),
-                    (span[1] if span else v["gflops"], y), xytext=(4, 0), textcoords="offset points",
+        cv = v.cv
+        ax.annotate(f"{v.gflops:.1f}" + (f"  CV {cv:.1%}" if cv is not None else ""),
+                    (span[1] if span else v.gflops, y), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)
-        labels.append(tile_label(v["params"]))
-        titles[f"{plot_id}-bar-{i}"] = f"{v['name']}: {v['gflops']:.2f} GFLOP/s ({v['status']})"
+        labels.append(v.label)
+        titles[f"{plot_id}-bar-{i}"] = f"{v.name}: {v.gflops:.2f} GFLOP/s ({v.status})"
     for j, v in enumerate(untimed):
         y = rows - 1 - len(timed) - j
-        ax.plot([0], [y], marker="x", color=STATUS_COLOURS[v["status"]], markersize=8, gid=f"{plot_id}-untimed-{j}")
-        ax.annotate(v["status"], (0, y), xytext=(8, 0), textcoords="offset points", va="center", fontsize=8,
-                    color=STATUS_COLOURS[v["status"]])
-        labels.append(tile_label(v["params"]))
-        titles[f"{plot_id}-untimed-{j}"] = f"{v['name']}: {v['status']}"
+        ax.plot([0], [y], marker="x", color=STATUS_COLOURS[v.status], markersize=8, gid=f"{plot_id}-untimed-{j}")
+        ax.annotate(v.status, (0, y), xytext=(8, 0), textcoords="offset points", va="center", fontsize=8,
+                    color=STATUS_COLOURS[v.status])
+        labels.append(v.label)
+        titles[f"{plot_id}-untimed-{j}"] = f"{v.name}: {v.status}"
     ax.set_yticks(range(rows), list(reversed(labels)), fontsize=8)
     ax.set_ylim(-0.6, rows - 0.4)
     ax.set_xlabel("GFLOP/s (median; whiskers: slowest and fastest run)")
@@ -97,16 +99,19 @@ def variant_bars(group: Group, plot_id: str) -> str:
 
 
 def reference_bars(group: Group, plot_id: str) -> str:
-    """The best variant's GFLOP/s beside each reference measured in the same run."""
-    best = group.best
-    entries = [("xegemm best", best["gflops"], STATUS_COLOURS["ok"])] + \
-        [(str(r["provider"]), r["gflops"], SERIES_COLOURS[i % len(SERIES_COLOURS)])
+    """The best variant's GFLOP/s beside each reference measured in the same run (the numpy bar grey when the
+    ratio was not measured reliably)."""
+    best, reliable = group.best, group.headline().reliable
+    entries = [("xegemm best", best.gflops, STATUS_COLOURS["ok"])] + \
+        [(str(r["provider"]), r["gflops"], SERIES_COLOURS[i % len(SERIES_COLOURS)]
+          if reliable or r["provider"] != "numpy" else UNRELIABLE_COLOUR)
          for i, r in enumerate(group.best_against_references()) if r["gflops"]]
     fig = _figure(7, 0.8 + 0.4 * len(entries))
     ax = fig.add_subplot()
     for i, (label, value, colour) in enumerate(entries):
         ax.barh(len(entries) - 1 - i, value, color=colour, height=0.6)[0].set_gid(f"{plot_id}-bar-{i}")
-        ratio = f" ({best['gflops'] / value:.2f}x)" if i else ""
+        ratio = f" ({best.gflops / value:.2f}x{'' if colour != UNRELIABLE_COLOUR else ', not measured reliably'})" \
+            if i else ""
         ax.annotate(f"{value:.1f}{ratio}", (value, len(entries) - 1 - i), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)
     ax.set_yticks(range(len(entries)), [e[0] for e in reversed(entries)], fontsize=9)
@@ -126,12 +131,13 @@ def parameter_effects(group: Group, plot_id: str) -> str:
         categories = sorted({str(x) for x in values}, key=_natural)
         xs = [categories.index(str(x)) for x in values]
         colours = [NOISY_COLOUR if noisy(v) else STATUS_COLOURS["ok"] for v in timed]
-        ax.scatter(xs, [v["gflops"] for v in timed], c=colours, s=28, gid=f"{plot_id}-points-{j}", zorder=3)
+        ax.scatter(xs, [v.gflops for v in timed], c=colours, s=28, gid=f"{plot_id}-points-{j}", zorder=3)
         crowded = len(categories) > 4 or max(len(c) for c in categories) > 12   # slanted labels do not overlap
         ax.set_xticks(range(len(categories)), categories, fontsize=8, rotation=30 if crowded else 0,
                       ha="right" if crowded else "center")
         ax.set_title(title, fontsize=10)
         ax.set_xlim(-0.5, len(categories) - 0.5)
+        ax.set_ylim(bottom=0)                  # a rate: from 0, so that a small difference looks small
         ax.grid(axis="y", alpha=0.3)
         if j == 0:
             ax.set_ylabel("GFLOP/s")
@@ -142,11 +148,11 @@ def _natural(text: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
-def convergence(series: dict[str, list[dict]], plot_id: str) -> str:
+def convergence(series: dict[str, list[Evaluation]], plot_id: str) -> str:
     """Best GFLOP/s so far against trial number and, where finish times are known, wall time; one line per
     strategy (a sweep is a strategy whose trial order is its journal order).  ``series`` maps a strategy to its
     trials in order; a trial without GFLOP/s (rejected, failed) advances the count but not the best."""
-    timed_walls = any(t.get("finished_at") for trials in series.values() for t in trials)
+    timed_walls = any(t.finished_at for trials in series.values() for t in trials)
     fig = _figure(10 if timed_walls else 6, 3.2)
     panels = [fig.add_subplot(1, 2 if timed_walls else 1, 1)]
     if timed_walls:
@@ -154,12 +160,12 @@ def convergence(series: dict[str, list[dict]], plot_id: str) -> str:
     for j, (name, trials) in enumerate(series.items()):
         colour = SERIES_COLOURS[j % len(SERIES_COLOURS)]
         best, xs, ys, walls = 0.0, [], [], []
-        start = min((t["finished_at"] for t in trials if t.get("finished_at")), default=None)
+        start = min((t.finished_at for t in trials if t.finished_at), default=None)
         for n, t in enumerate(trials, 1):
-            best = max(best, t.get("gflops") or 0.0)
-            xs.append(t.get("trial") or n)          # the run's own trial numbers (the table's #)
+            best = max(best, t.gflops or 0.0)
+            xs.append(t.trial or n)          # the run's own trial numbers (the table's #)
             ys.append(best)
-            walls.append(t["finished_at"] - start if start is not None and t.get("finished_at") else None)
+            walls.append(t.finished_at - start if start is not None and t.finished_at else None)
         panels[0].step(xs, ys, where="post", color=colour, label=name)
         panels[0].plot(xs, ys, "o", color=colour, markersize=3, gid=f"{plot_id}-points-{j}")
         if timed_walls:
@@ -174,6 +180,7 @@ def convergence(series: dict[str, list[dict]], plot_id: str) -> str:
     if timed_walls:
         panels[1].set_xlabel("wall time since the first trial finished (s)")
     for ax in panels:
+        ax.set_ylim(bottom=0)                  # a rate: from 0
         ax.grid(alpha=0.3)
     return _svg(fig, plot_id)
 
@@ -188,7 +195,7 @@ def roofline(group_list: list[Group], plot_id: str, peaks: dict[str, dict]) -> s
     xs = []
     for j, g in enumerate(gr for gr in group_list if gr.timed):
         colour = SERIES_COLOURS[j % len(SERIES_COLOURS)]
-        points = [(v["gflops"] / v["gbps"], v["gflops"]) for v in g.timed if v.get("gbps")]
+        points = [(v.gflops / v.gbps, v.gflops) for v in g.timed if v.gbps]
         xs += [x for x, _ in points]
         ax.plot([x for x, _ in points], [y for _, y in points], "o", color=colour, markersize=4, alpha=0.8,
                 gid=f"{plot_id}-points-{j}", label=f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} "
@@ -231,7 +238,8 @@ def speedups(rows: list[dict], plot_id: str) -> str:
         titles[f"{plot_id}-bar-{i}"] = (f"{r['name']}: {r['gflops_a']:.2f} -> {r['gflops_b']:.2f} GFLOP/s "
                                         f"({r['change']})")
     ax.axvline(1, color="#212121", linewidth=1)
-    ax.set_yticks(range(len(timed)), [r["label"] for r in reversed(timed)], fontsize=8)
+    names = [f"{r['problem']['m']}x{r['problem']['n']}x{r['problem']['k']} {r['types']} {r['label']}" for r in timed]
+    ax.set_yticks(range(len(timed)), names[::-1], fontsize=8)
     ax.set_xlabel("speedup B / A (GFLOP/s)")
     ax.margins(x=0.2)
     ax.grid(axis="x", alpha=0.3)

@@ -1,7 +1,8 @@
 """Reading results for a report: one small loader per kind of output directory.
 
 A loader turns what a job wrote into a :class:`Source`: what ran where (``meta``), one row per variant
-(``variants``, the rows of results.json / build.json as they are, plus ``source``), the references measured
+(``variants``: each row of results.json / trials.json / build.json read back as an
+:class:`xegemm.result.Evaluation`, with its ``source``), the references measured
 in the same run, and ``missing``: every part that could not be read, said in words, so a report of a broken
 or partial directory still renders and tells the reader what is absent.
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from xegemm.errors import XegemmError
 from xegemm.files import RESULTS_BYTES, FileRefused, read_bytes
-from xegemm.evaluate import STATUSES
+from xegemm.result import DeviceRecord, Evaluation
 
 
 @dataclass
@@ -30,9 +31,14 @@ class Source:
     path: Path                    # the directory the job wrote
     label: str                    # how the report names it (the directory's name)
     meta: dict = field(default_factory=dict)
-    variants: list[dict] = field(default_factory=list)
+    variants: list[Evaluation] = field(default_factory=list)
     references: list[dict] = field(default_factory=list)   # {"problem": {m, n, k, batch}, "provider", "gflops", ...}
     missing: list[str] = field(default_factory=list)
+
+    @property
+    def device(self) -> DeviceRecord | None:
+        """The device the results were measured on (None: not recorded, e.g. an ahead-of-time build)."""
+        return DeviceRecord.from_dict(self.meta.get("device"))
 
 
 def _read_json(path: Path, missing: list[str]):
@@ -47,24 +53,25 @@ def _read_json(path: Path, missing: list[str]):
         return None
 
 
-def _checked_variants(rows, where: str, src: Source) -> list[dict]:
-    """The well-formed variant rows of ``rows`` (a dict with name and a known status), each tagged with its
-    source's label and kind; the others are named in the source's ``missing``."""
+def _checked_variants(rows, where: str, src: Source) -> list[Evaluation]:
+    """The well-formed variant rows of ``rows`` (a dict with name and a known status) as results, each tagged
+    with its source's label and kind; the others are named in the source's ``missing``."""
     missing = src.missing
     good = []
     for number, row in enumerate(rows if isinstance(rows, list) else [], 1):
-        if not isinstance(row, dict) or not isinstance(row.get("name"), str) or row.get("status") not in STATUSES:
+        try:
+            result = Evaluation.from_row(row)
+        except ValueError:
             missing.append(f"{where}: variant {number} is not a result row (no name or an unknown status); skipped")
             continue
-        if not isinstance(row.get("params"), dict):
-            row = {**row, "params": {}}
-        good.append({**row, "source": src.label, "source_kind": src.kind})
+        result.source, result.source_kind = src.label, src.kind
+        good.append(result)
     if not isinstance(rows, list):
         missing.append(f"{where}: no list of variants")
     return good
 
 
-def _journal_rows(journal: Path, src: Source) -> list[dict]:
+def _journal_rows(journal: Path, src: Source) -> list[Evaluation]:
     """Variant rows from a run's results.jsonl in journal order (the last record of a name and problem wins)."""
     missing = src.missing
     if not journal.exists():
@@ -84,11 +91,11 @@ def _journal_rows(journal: Path, src: Source) -> list[dict]:
             missing.append(f"{journal.name}:{number}: not a result record ({exc}); skipped")
             continue
         for row in _checked_variants([result], f"{journal.name}:{number}", src):
-            rows.pop((row["name"], json.dumps(row["params"], sort_keys=True)), None)
-            rows[(row["name"], json.dumps(row["params"], sort_keys=True))] = row
+            rows.pop((row.name, json.dumps(row.params, sort_keys=True)), None)
+            rows[(row.name, json.dumps(row.params, sort_keys=True))] = row
     ordered = list(rows.values())
     for trial, row in enumerate(ordered, 1):
-        row["trial"] = trial
+        row.trial = trial
     return ordered
 
 
@@ -176,5 +183,5 @@ def load_sources(paths) -> list[Source]:
         if names.count(src.label) > 1:
             src.label = str(src.path)
             for v in src.variants:
-                v["source"] = src.label
+                v.source = src.label
     return sources

@@ -4,7 +4,7 @@ The ``intel-opencl-rt`` wheel installs ``<prefix>/lib/libintelocl.so`` but its I
 (``<prefix>/etc/OpenCL/vendors/intel-cpu.icd``) holds a placeholder path from the package build
 (``/opt/anaconda1anaconda2anaconda3/lib/libintelocl.so``), so the OpenCL ICD loader finds nothing and
 dpctl lists no device.  Naming the library in ``OCL_ICD_FILENAMES`` before the loader first runs fixes
-that without touching any file (shared/facts/toolchain.md).  A user never has to set it by hand.
+that without touching any file (docs/compilers.md "The runtime pins").  A user never has to set it by hand.
 """
 
 from __future__ import annotations

@@ -223,6 +223,21 @@ class OpenCLBuffer:
                                              out.ctypes.data, 0, None, None), "clEnqueueReadBuffer")
         return out
 
+    def write_from(self, src: np.ndarray) -> None:
+        """Enqueue a write of a C-contiguous uint8 array without waiting: the caller keeps ``src`` alive and
+        unchanged until the queue has finished (a later blocking read or ``wait()`` on this in-order queue)."""
+        if src.nbytes > self.nbytes or not src.flags.c_contiguous:
+            raise ValueError(f"cannot write {src.nbytes} bytes from this array into a buffer of {self.nbytes}")
+        _check(library().clEnqueueWriteBuffer(self.queue.handle, self.handle, 0, 0, src.nbytes, src.ctypes.data,
+                                              0, None, None), "clEnqueueWriteBuffer")
+
+    def read_into(self, out: np.ndarray) -> None:
+        """Read the first ``out.nbytes`` bytes into a C-contiguous uint8 array."""
+        if out.nbytes > self.nbytes or not out.flags.c_contiguous:
+            raise ValueError(f"cannot read {out.nbytes} bytes from a buffer of {self.nbytes} into this array")
+        _check(library().clEnqueueReadBuffer(self.queue.handle, self.handle, CL_TRUE, 0, out.nbytes,
+                                             out.ctypes.data, 0, None, None), "clEnqueueReadBuffer")
+
     def __del__(self):
         if getattr(self, "handle", None) and _LIB is not None:
             _LIB.clReleaseMemObject(self.handle)
@@ -274,6 +289,7 @@ class OpenCLKernel:
         self.handle = library().clCreateKernel(program.handle, name.encode(), ctypes.byref(err))
         _check(err.value, f"clCreateKernel({name!r})")
         self._lock = threading.Lock()
+        self._args_set = None     # the argument list last set (kept alive): launching it again sets nothing
 
     def _set_args(self, args) -> None:
         lib = library()
@@ -289,13 +305,17 @@ class OpenCLKernel:
             _check(code, f"clSetKernelArg({self.name}, {i})")
 
     def launch(self, queue: OpenCLQueue, args, global_size, local_size) -> OpenCLEvent:
-        """Enqueue with OpenCL-order ranges; returns the event."""
+        """Enqueue with OpenCL-order ranges; returns the event.  Launching the same list object again sets no
+        argument (OpenCL keeps them): a caller must not change a list it has launched."""
         dims = len(global_size)
         g = (sz * dims)(*[int(x) for x in global_size])
         l_ = (sz * dims)(*[int(x) for x in local_size]) if local_size is not None else None
         event = vp()
         with self._lock:
-            self._set_args(args)
+            if args is not self._args_set:
+                self._args_set = None
+                self._set_args(args)
+                self._args_set = args
             _check(library().clEnqueueNDRangeKernel(queue.handle, self.handle, dims, None, g, l_, 0, None,
                                                     ctypes.byref(event)), f"clEnqueueNDRangeKernel({self.name})")
         return OpenCLEvent(event.value)

@@ -9,7 +9,7 @@ only.  dpctl finds the devices either way; which path a queue takes is decided o
 every other function follows the queue it is given.
 
 Ranges are taken in OpenCL NDRange order (x fastest) and reversed for dpctl, which wants SYCL order
-(shared/facts/toolchain.md: a ``reqd_work_group_size(16,1,1)`` kernel needs local range ``[1, 16]``).
+(docs/compilers.md "The Intel OpenCL CPU runtime": a ``reqd_work_group_size(16,1,1)`` kernel needs local range ``[1, 16]``).
 """
 
 from __future__ import annotations
@@ -134,6 +134,28 @@ def from_device(mem, dtype, shape) -> np.ndarray:
     return raw[: count * np.dtype(dtype).itemsize].view(dtype).reshape(shape).copy()
 
 
+def write_async(mem, array: np.ndarray) -> np.ndarray:
+    """Write a C-contiguous array to the start of a device allocation.  On the raw OpenCL path the write is
+    enqueued without waiting: keep the returned array alive until the queue is done (a later blocking read on
+    the same in-order queue).  Through dpctl it is a blocking copy."""
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    if isinstance(mem, opencl.OpenCLBuffer):
+        mem.write_from(data)
+    else:
+        mem.copy_from_host(data)
+    return data
+
+
+def read_into(mem, array: np.ndarray) -> np.ndarray:
+    """Copy the start of a device allocation into a C-contiguous numpy array (no intermediate copy)."""
+    view = array.reshape(-1).view(np.uint8)
+    if isinstance(mem, opencl.OpenCLBuffer):
+        mem.read_into(view)
+    else:
+        mem.copy_to_host(view)
+    return array
+
+
 def scalar(value, ctype=ctypes.c_int):
     """A kernel scalar argument (ints by default)."""
     return ctype(value)
@@ -143,7 +165,7 @@ def launch(queue, kernel, args, global_size, local_size):
     """Submit a kernel with OpenCL-order ranges; returns its event (``wait()``, ``profiling_info_start``/``_end``
     in ns)."""
     if isinstance(queue, opencl.OpenCLQueue):
-        return kernel.launch(queue, list(args), global_size, local_size)
+        return kernel.launch(queue, args if isinstance(args, list) else list(args), global_size, local_size)
     g = [int(x) for x in reversed(global_size)]
     l_ = [int(x) for x in reversed(local_size)]
     return queue.submit(kernel, list(args), g, l_)

@@ -1,7 +1,7 @@
 """The one entry point to the SYCL runtime: prepare the OpenCL ICD environment, then import dpctl.
 
 The Intel OpenCL CPU runtime's ICD file names a placeholder path, so ``OCL_ICD_FILENAMES`` must point at the
-venv's ``libintelocl.so`` before dpctl is first imported (shared/facts/toolchain.md).  Every module that uses
+venv's ``libintelocl.so`` before dpctl is first imported (docs/compilers.md "The runtime pins").  Every module that uses
 dpctl imports it from here, so the order is explicit and holds for any import order of the package.
 """
 

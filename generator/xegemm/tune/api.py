@@ -25,14 +25,14 @@ from tqdm import tqdm
 
 from xegemm.aot.toolchain import require_ocloc
 from xegemm.config import load_config
+from xegemm.errors import XegemmError
 from xegemm.evaluate.aot import AotBuilder
 from xegemm.evaluate.isolated import TimeLimits
 from xegemm.lowering import choose_lowering, named_lowering
-from xegemm.errors import XegemmError
 from xegemm.evaluate.peak import ceiling_gflops
 from xegemm.pipeline import RunInterrupted, shielded
 from xegemm.profile import time_numpy_reference
-from xegemm.report import writable_dir
+from xegemm.journal import writable_dir
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.tune.cache import MeasurementCache, default_cache_path
 from xegemm.tune.export import META, export, study_space as _study_space
@@ -82,14 +82,27 @@ def _shapes(config, shapes) -> list[Shape]:
     if shapes is None:
         return config_shapes(config)
     if isinstance(shapes, str):
-        return parse_shapes(shapes)
+        parsed = parse_shapes(shapes)
+        grouped = [s.label for s in parsed if not isinstance(s, Shape)]
+        if grouped:
+            raise XegemmError(f"--shapes: {grouped[0]} is a grouped problem; the tuner measures one GEMM per "
+                              "launch until the grouped kernels exist (docs/grouped.md)")
+        return parsed
     return [s if isinstance(s, Shape) else Shape(*s) for s in shapes]
 
 
-def _progress(total: int, enabled: bool | None):
-    """A tqdm bar on stderr: trials done / budget, best, failures, ETA; off when stderr is not a terminal."""
-    return tqdm(total=total, unit="trial", file=sys.stderr, disable=(None if enabled is None else not enabled),
-                dynamic_ncols=True, smoothing=0.1)
+# percent, a bar of fixed width, count, time and ETA first; the shape and the details last, where a narrow
+# terminal cuts the line (a bar sized to the rest of the line shrank to one character behind a long postfix)
+BAR_FORMAT = "{percentage:3.0f}%|{bar:16}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {desc}{postfix}"
+
+
+def _progress(total: int, initial: int, enabled: bool | None):
+    """A tqdm bar on stderr: points evaluated / the budget (the total is fixed from the start: pruned points
+    cost no budget and are counted apart), ETA from this run's pace, best and failures; off when stderr is not
+    a terminal.  ``initial``: points a previous run of the study already evaluated (a resume)."""
+    return tqdm(total=total, initial=initial, unit="trial", file=sys.stderr,
+                disable=(None if enabled is None else not enabled), dynamic_ncols=True, smoothing=0.1,
+                bar_format=BAR_FORMAT)
 
 
 def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | None = None,
@@ -97,14 +110,15 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
          seed: int | None = None, device: str | None = None, target: str | None = None,
          out: str | Path | None = None, cache: str | Path | None = None, retime: bool = False,
          limits: TimeLimits = TimeLimits(), heartbeat_s: int = HEARTBEAT_S, progress: bool | None = None,
-         capabilities: str | None = None) -> TuneResult:
+         capabilities: str | None = None, command: str | None = None) -> TuneResult:
     """Tune ``config_path`` (its sweep and constraints) for each shape; see the module docstring.
 
     ``strategy``: a name in :data:`xegemm.tune.strategies.STRATEGIES`; ``budget``: evaluated points per shape
     (pruned points are free); ``time_s``: stop starting trials after this many seconds; ``jobs``: worker
     processes building side by side (timing stays serial); ``storage``: an SQLAlchemy URL (default an SQLite
     file in ``out``); ``target``: ``pvc``/``dg2`` scores ahead-of-time builds instead of timing on a device;
-    ``cache``: the measurement cache file (False: none); ``retime``: ignore cache hits."""
+    ``cache``: the measurement cache file (False: none); ``retime``: ignore cache hits; ``command``: the command
+    line that started it, recorded in the study for the report."""
     config = load_config(config_path)
     chosen = get_strategy(strategy)
     check_jobs(jobs)
@@ -116,7 +130,7 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     resume = resume_command(config_path, shape_list, strategy, budget, time_s, jobs, storage, study, seed, device,
                             target, capabilities, out_dir, cache, retime, limits, heartbeat_s)
     name = study or config.name
-    meta_common: dict = {"config": config.to_dict(), "strategy": strategy}
+    meta_common: dict = {"config": config.to_dict(), "strategy": strategy, "command": command}
     if target is not None:
         require_ocloc()
         lowering = named_lowering("native", capabilities, target)
@@ -134,8 +148,8 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
         admit = None
         machine = Machine.of_device(info)
         ceiling = ceiling_gflops(info.compute_units)
-        meta_common.update(device={"filter": info.filter_string, "name": info.name, "driver": info.driver_version},
-                           objective="GFLOP/s")
+        # the device record results.json has too (xegemm.result.DeviceRecord reads both)
+        meta_common.update(device=info.as_dict(), objective="GFLOP/s")
     # capabilities: the set the kernels were spelled for; capabilities_named: how to get it again for the
     # export (None = probe the installed ocloc again, as the tuning run did)
     meta_common.update(lowering=lowering.name, capabilities=lowering.capabilities_name,
@@ -152,10 +166,11 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
                       for _ in range(jobs)]
     deadline = time.monotonic() + time_s if time_s else None
     studies, tallies = {}, {}
-    total = sum(min(budget, space.size) if budget else space.size for space in spaces)
-    bar = _progress(total, progress)
+    planned = [min(budget, space.size) if budget else space.size for space in spaces]
+    books = [ClaimBook(rdb, study_name(name, shape)) for shape in shape_list]
+    bar = _progress(sum(planned), sum(min(n, book.evaluated()) for n, book in zip(planned, books)), progress)
     try:
-        for shape, space in zip(shape_list, spaces):
+        for shape, space, book, plan in zip(shape_list, spaces, books, planned):
             sname = study_name(name, shape)
             bar.set_description(shape.label)
             s = optuna.create_study(storage=rdb, study_name=sname, direction="maximize",
@@ -166,11 +181,15 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
             elif META in s.user_attrs:
                 meta["reference"] = s.user_attrs[META].get("reference")
             s.set_user_attr(META, meta)
-            run = ShapeRun(s, rdb, space, ClaimBook(rdb, sname), chosen, budget, deadline, seed, machine,
+            run = ShapeRun(s, rdb, space, book, chosen, budget, deadline, seed, machine,
                            lambda summary: _advance(bar, tallies, summary), heartbeat_s)
             tallies[shape.label] = run.tally
             run.run(objectives)
             studies[shape.label] = s
+            unused = plan - min(plan, book.evaluated())
+            if unused and run.done():     # the space ran out first (its pruned points): the total shrinks
+                bar.total -= unused
+                bar.refresh()
     except KeyboardInterrupt:
         with shielded():
             _close(bar, objectives, measurements)
@@ -264,12 +283,13 @@ def resume_command(config_path, shapes: list[Shape], strategy: str, budget, time
 
 
 def _advance(bar, tallies: dict[str, Tally], summary: dict) -> None:
-    """One trial finished: move the bar; show the best kernel so far and the failures."""
-    if summary["status"] == "rejected" and bar.total is not None:
-        bar.total += 1
-    bar.update(1)
+    """One trial finished: an evaluated point moves the bar, a pruned one only its count; show the best so far
+    (the objective's value: GFLOP/s, or the static score with --target), pruned, failed and cached counts."""
+    if summary["status"] != "rejected":
+        bar.update(1)
     best = max((t.best for t in tallies.values() if t.best), default=None)
-    failed = sum(t.failed for t in tallies.values())
-    cached = sum(t.cached for t in tallies.values())
-    shown = f"best {best[0]:.1f} {best[1][:48]}, " if best else ""
-    bar.set_postfix_str(f"{shown}{failed} failed, {cached} cached", refresh=False)
+    counts = {"pruned": sum(t.pruned for t in tallies.values()), "failed": sum(t.failed for t in tallies.values()),
+              "cached": sum(t.cached for t in tallies.values())}
+    shown = [f"best {best[0]:.4g}"] if best else []
+    shown += [f"{n} {what}" for what, n in counts.items() if n]
+    bar.set_postfix_str(", ".join(shown), refresh=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 from xegemm.config import Config
 from xegemm.errors import XegemmError
 from xegemm.files import create_sqlite, set_aside, sqlite_problem
-from xegemm.profile import gemm_flops
+from xegemm.profile import TIMING_METHOD, gemm_flops
 from xegemm.runtime.program_cache import code_generation_settings
 
 CACHED_STATUSES = ("ok", "failed_build", "failed_verify")
@@ -46,7 +46,7 @@ def measurement_key(source: str, build_options: str, device_name: str, driver: s
     parts = {"schema": SCHEMA, "source": hashlib.sha256(source.encode()).hexdigest(), "options": build_options,
              "device": device_name, "driver": driver, "settings": code_generation_settings(), "lowering": lowering,
              "problem": [p.m, p.n, p.k, p.batch], "seed": config.verify.seed,
-             "profile": [prof.warmup, prof.repeats, prof.min_time_ms]}
+             "profile": [prof.warmup, prof.repeats, prof.min_time_ms], "timing": TIMING_METHOD}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 

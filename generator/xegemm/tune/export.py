@@ -6,8 +6,9 @@
   exactly one variant per shape is built).
 - ``best.json``: per shape the winning parameters, kernel, GFLOP/s (or score), time statistics, and the
   ratio to the numpy reference measured in the same tuning run.
-- ``trials.csv``: every trial that owns a point (pruned and failed ones too): parameters, status, reason,
-  build seconds, time statistics, whether it came from the cache.
+- ``trials.csv``: every trial that owns a point (pruned and failed ones too): its shape, point and value, then
+  the result's columns as results.csv has them (status, reason, times, GFLOP/s, whether it came from the
+  cache, every parameter).
 - ``kernels/<name>.cl``: the winners, rendered again from the config in the database.
 - ``trials.json`` and ``report.html``: every trial as a result row like ``run``'s (with its trial number, when it
   finished and the strategy), which ``xegemm report`` reads, and the report page made from it.
@@ -15,8 +16,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import sys
 import time
@@ -33,13 +32,15 @@ from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.lowering import Lowering, named_lowering
 from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic, write_text_atomic
-from xegemm.report import utc, versions
 from xegemm.reporting import write_report
+from xegemm.reporting.formats import results_csv
+from xegemm.reporting.results import problem_references, set_ratios, utc, versions
+from xegemm.result import Evaluation
 from xegemm.tune.shapes import Shape, is_problem_axis
 from xegemm.tune.space import TuneSpace
 from xegemm.tune.study import ClaimBook
 
-META = "xegemm"     # the study user attribute holding the config, shape, lowering, device and reference
+META = "xegemm"     # the study user attribute holding the config, shape, lowering, device, command and reference
 
 
 def shape_studies(storage, name: str) -> list[optuna.Study]:
@@ -58,8 +59,24 @@ def owned_trials(study: optuna.Study, storage) -> list[optuna.trial.FrozenTrial]
     return [trials[n] for n in owners if trials[n].state in (TrialState.COMPLETE, TrialState.PRUNED)]
 
 
-def best_trial(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
-    ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"]
+def trial_result(trial: optuna.trial.FrozenTrial, meta: dict) -> Evaluation | None:
+    """A finished trial's result, read back through :meth:`xegemm.result.Evaluation.from_user_attrs`, with its
+    trial number, finish time and strategy (and an ahead-of-time study's score); None when it holds no result."""
+    try:
+        result = Evaluation.from_user_attrs(trial.user_attrs)
+    except ValueError:
+        return None
+    done = trial.datetime_complete
+    result.trial, result.finished_at = trial.number, done.timestamp() if done else None
+    result.strategy, result.score = meta.get("strategy"), trial.value if meta.get("target") else None
+    return result
+
+
+def best_trial(trials: list[optuna.trial.FrozenTrial], results: dict[int, Evaluation]
+               ) -> optuna.trial.FrozenTrial | None:
+    """The complete trial with the highest value among those whose result is ``ok`` (the earliest of a tie)."""
+    ok = [t for t in trials if t.state == TrialState.COMPLETE and t.number in results
+          and results[t.number].status == "ok"]
     return max(ok, key=lambda t: (t.value, -t.number)) if ok else None
 
 
@@ -115,58 +132,32 @@ def best_config(config: Config, winners: list[tuple[dict, dict]]) -> dict:
     return data
 
 
-def _row(trial: optuna.trial.FrozenTrial, axes: list[str]) -> dict:
+def _leading(trial: optuna.trial.FrozenTrial, axes: list[str]) -> dict:
+    """trials.csv's columns before the result's: the shape, the point's axes, the trial's value, who ran it."""
     a = trial.user_attrs
-    t = a.get("time_ms") or {}
-    return {"shape": a.get("shape"), "trial": trial.number, "status": a.get("status"), "reason": a.get("reason"),
-            "kernel": a.get("kernel"), **{axis: trial.params.get(axis) for axis in axes},
-            "value": trial.value, "gflops": a.get("gflops"), "median_ms": t.get("median"), "min_ms": t.get("min"),
-            "max_ms": t.get("max"), "cv": t.get("cv"), "build_s": a.get("build_s"), "cached": a.get("cached"),
+    return {"shape": a.get("shape"), **{axis: trial.params.get(axis) for axis in axes}, "value": trial.value,
             "retry_of": a.get("retry_of"), "worker": a.get("worker")}
 
 
-def _csv(rows: list[dict]) -> str:
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return out.getvalue()
-
-
-def _result_row(trial: optuna.trial.FrozenTrial, meta: dict) -> dict:
-    """A trial as a result row of ``run``'s results.json, plus its trial number, finish time and strategy."""
-    a = trial.user_attrs
-    done = trial.datetime_complete
-    return {"name": a.get("kernel") or f"trial-{trial.number}", "status": a.get("status"), "reason": a.get("reason"),
-            "params": a.get("params") or {}, "time_ms": a.get("time_ms"), "gflops": a.get("gflops"),
-            "max_abs_err": a.get("max_abs_err"), "build_s": a.get("build_s"), "log": a.get("log"),
-            "extra": a.get("extra") or {}, "cached": a.get("cached"), "trial": trial.number,
-            "finished_at": done.timestamp() if done else None, "strategy": meta.get("strategy"),
-            "score": trial.value if meta.get("target") else None}
-
-
-def _trials_document(name: str, metas: list[dict], variants: list[dict], references: list[dict]) -> dict:
+def _trials_document(name: str, metas: list[dict], variants: list[Evaluation], references: list[dict]) -> dict:
     """trials.json: the study's trials in the shape of ``run``'s results.json (what ``xegemm report`` reads)."""
     meta = metas[0] if metas else {}
-    starts = [v["finished_at"] for v in variants if v.get("finished_at")]
+    starts = [v.finished_at for v in variants if v.finished_at]
     config = meta.get("config") or {}
-    device = meta.get("device") or {}
     return {"kind": "tune", "study": name, "strategy": meta.get("strategy"), "objective": meta.get("objective"),
             "config": {"name": config.get("name"), "source": f"study {name}", "description": config.get("description")},
-            "device": {"filter_string": device.get("filter"), "name": device.get("name"),
-                       "driver_version": device.get("driver")} if device else None,
+            "device": meta.get("device"), "command": meta.get("command"),
             "target": meta.get("target"), "lowering": meta.get("lowering"),
             "compiler_capabilities": meta.get("capabilities"), "versions": versions(),
             "started_at": utc(min(starts)) if starts else None, "written_at": utc(time.time()),
-            "variants": variants, "references": references}
+            "variants": [v.to_row() for v in variants], "references": references}
 
 
 def export(storage, name: str, out_dir: Path | str) -> dict:
     """Write best.yaml, best.json, trials.csv and kernels/ into ``out_dir`` from the study; return best.json."""
     out = Path(out_dir)
-    rows, best, winners, config, kernels = [], {}, [], None, {}
-    metas, variants, references = [], [], []
+    leading, results, best, winners, config, kernels = [], [], {}, [], None, {}
+    metas, references = [], []
     for study in shape_studies(storage, name):
         meta = study.user_attrs[META]
         metas.append(meta)
@@ -174,33 +165,34 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
         trials = owned_trials(study, storage)
         space = study_space(meta)
         axes = list(space.choices)
-        rows += [_row(t, axes) for t in trials]
-        variants += [_result_row(t, meta) for t in trials if t.user_attrs.get("status")]
+        recorded = {t.number: r for t in trials if (r := trial_result(t, meta)) is not None}
+        leading += [_leading(t, axes) for t in trials if t.number in recorded]
+        results += recorded.values()
         shape = Shape(**meta["shape"])
-        winner = best_trial(trials)
+        winner = best_trial(trials, recorded)
         entry = {"shape": shape.as_dict(), "trials": len(trials),
                  "pruned": sum(t.state == TrialState.PRUNED for t in trials), "best": None}
+        # the numpy runs measured interleaved with every trial, pooled; else the study's, taken when the study
+        # was created (an AOT study, or trials from before interleaved references)
+        problem = (shape.m, shape.n, shape.k, shape.batch)
+        reference = problem_references(list(recorded.values())).get(problem) or meta.get("reference")
+        set_ratios(list(recorded.values()), {problem: reference} if reference else {})
+        if reference:
+            references.append({"problem": shape.as_dict(), **reference})
         if winner is not None:
-            a = winner.user_attrs
-            # the numpy run measured interleaved with the winner's own timing; else the study's, taken when the
-            # study was created (an AOT study, or a trial from before interleaved references)
-            reference = (a.get("extra") or {}).get("reference") or meta.get("reference")
-            entry["best"] = {"trial": winner.number, "kernel": a["kernel"], "params": dict(winner.params),
-                             "config_params": a.get("params"), "value": winner.value, "gflops": a.get("gflops"),
-                             "time_ms": a.get("time_ms"), "build_s": a.get("build_s"), "extra": a.get("extra"),
-                             "reference": reference,
-                             "ratio_to_reference": (a["gflops"] / reference["gflops"]
-                                                    if reference and a.get("gflops") else None)}
+            r = recorded[winner.number]
+            entry["best"] = {"trial": winner.number, "kernel": r.name, "params": dict(winner.params),
+                             "config_params": r.params, "value": winner.value, "gflops": r.gflops,
+                             "time_ms": r.time_ms, "build_s": r.build_s, "extra": r.extra, "reference": reference,
+                             "ratio_to_reference": r.vs_numpy}
             winners.append(_winner(meta, winner))
-            if reference:
-                references.append({"problem": shape.as_dict(), **reference})
             pv = plan_variant(space.search.variant({axis: space.choices[axis][winner.params[axis]] for axis in axes}))
             kernels[pv.name] = render_variant(pv, named_lowering(meta["lowering"], meta.get("capabilities_named"),
                                                                  meta.get("target") or "pvc"))
         best[shape.label] = entry
-    for moved in _keep_richer_export(out, len(variants)):
+    for moved in _keep_richer_export(out, len(results)):
         print(f"xegemm: note: {moved}", file=sys.stderr, flush=True)
-    write_text_atomic(out / "trials.csv", _csv(rows))
+    write_text_atomic(out / "trials.csv", results_csv(results, leading))
     result = {"study": name, "shapes": best}
     write_json_atomic(out / "best.json", result)
     if winners:
@@ -208,7 +200,7 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
                           + yaml.safe_dump(best_config(config, winners), sort_keys=False))
     for kernel, source in kernels.items():
         write_text_atomic(out / "kernels" / f"{kernel}.cl", source)
-    write_json_atomic(out / "trials.json", _trials_document(name, metas, variants, references))
+    write_json_atomic(out / "trials.json", _trials_document(name, metas, results, references))
     write_report([out], out / "report.html")
     return result
 

@@ -18,7 +18,7 @@ It multiplies six factors, each in (0, 1]:
 What it does not know: the cache's associativity and the hardware prefetchers, which work-groups run at the
 same time on different compute units, the compiler's scheduling, instruction latencies, and anything about the
 CPU runtime's vectoriser (so ``tile.register_block`` choices score alike: which block keeps its
-accumulators in registers depends on how the runtime unrolls the block's k loop, README "Register blocks").
+accumulators in registers depends on how the runtime unrolls the block's k loop, docs/kernels.md "Register blocks").
 ``model`` uses it to evaluate the best-predicted points first; ``--target`` (no device) uses it, gated by the
 machine code, as its score.
 """

@@ -39,17 +39,20 @@ class _CachedObjective:
     def cache_key(self, candidate: Candidate) -> str:
         raise NotImplementedError
 
-    def evaluate(self, candidate: Candidate) -> dict:
-        """The candidate's evaluation as a dict (``cached``: True when it came from the cache)."""
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        """The candidate's evaluation (``cached``: True when it came from the cache)."""
         key = self.cache_key(candidate) if self.cache is not None else None
         if key is not None and not self.retime:
             hit = self.cache.get(key)
             if hit is not None:
-                return {**hit, "cached": True}
-        result = self.evaluator.evaluate(candidate.planned, candidate.source).as_dict()
+                result = Evaluation.from_row(hit)
+                result.cached = True
+                return result
+        result = self.evaluator.evaluate(candidate.planned, candidate.source)
         if key is not None:
-            self.cache.put(key, result)
-        return {**result, "cached": False}
+            self.cache.put(key, result.to_row())
+        result.cached = False
+        return result
 
     def close(self) -> None:
         """Release what the evaluator holds (worker processes)."""
@@ -74,8 +77,8 @@ class DeviceObjective(_CachedObjective):
                                self.info.driver_version, self.lowering.name, config)
 
     @staticmethod
-    def value(result: dict) -> float:
-        return float(result["gflops"]) if result["status"] == "ok" and result.get("gflops") else 0.0
+    def value(result: Evaluation) -> float:
+        return float(result.gflops) if result.status == "ok" and result.gflops else 0.0
 
     def close(self) -> None:
         self.evaluator.builder.close()
@@ -97,20 +100,20 @@ class AotObjective(_CachedObjective):
                                self.lowering.capabilities_name or "", self.lowering.name, config)
 
     @staticmethod
-    def value(result: dict) -> float:
-        if result["status"] != "ok":
+    def value(result: Evaluation) -> float:
+        if result.status != "ok":
             return 0.0
-        spill = (result.get("extra", {}).get("isa") or {}).get("spill_bytes", 0)
-        return -float(spill) if spill else float(result["extra"]["score"])
+        spill = result.part("isa").get("spill_bytes", 0)
+        return -float(spill) if spill else float(result.extra["score"])
 
-    def evaluate(self, candidate: Candidate) -> dict:
+    def evaluate(self, candidate: Candidate) -> Evaluation:
         result = super().evaluate(candidate)
-        result.setdefault("extra", {})["score"] = predict(candidate.planned.plan, Machine.of_target(self.target)).score
+        result.extra["score"] = predict(candidate.planned.plan, Machine.of_target(self.target)).score
         return result
 
 
-def failure(candidate: Candidate, status: str, reason: str) -> dict:
-    """An evaluation dict for a candidate that was never evaluated (pruned): its status and reason."""
-    evaluation = Evaluation(candidate.planned.name, "ok", None, params_of(candidate.planned.config))
+def failure(candidate: Candidate, status: str, reason: str) -> Evaluation:
+    """The evaluation of a candidate that was never evaluated (pruned): its status and reason."""
+    evaluation = Evaluation(candidate.planned.name, "ok", None, params_of(candidate.planned.config), cached=False)
     evaluation.fail(status, reason)
-    return {**evaluation.as_dict(), "cached": False}
+    return evaluation

@@ -25,6 +25,7 @@ from typing import Callable
 import optuna
 from optuna.trial import TrialState
 
+from xegemm.result import Evaluation
 from xegemm.tune.model import Machine
 from xegemm.tune.objective import failure
 from xegemm.tune.space import Candidate, TuneSpace
@@ -150,13 +151,11 @@ class ShapeRun:
         self._tell_duplicate(trial, claim.owner, f"point already claimed by trial {claim.owner}")
         return False
 
-    def _record(self, trial: optuna.Trial, candidate: Candidate, result: dict) -> None:
+    def _record(self, trial: optuna.Trial, candidate: Candidate, result: Evaluation) -> None:
+        """The trial's point and worker, then the result through its own user attributes
+        (:meth:`xegemm.result.Evaluation.to_user_attrs`; the export reads them back with ``from_user_attrs``)."""
         attrs = {"shape": candidate.shape.label, "point": candidate.key, "worker": self.worker,
-                 "status": result["status"], "reason": result["reason"], "kernel": result["name"],
-                 "gflops": result.get("gflops"), "time_ms": result.get("time_ms"), "build_s": result.get("build_s"),
-                 "max_abs_err": result.get("max_abs_err"), "cached": result.get("cached", False),
-                 "source_sha256": result.get("source_sha256"), "log": result.get("log"),
-                 "params": result.get("params"), "extra": result.get("extra") or {}}
+                 **result.to_user_attrs()}
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
 
@@ -196,17 +195,17 @@ class ShapeRun:
         self.study.tell(trial, value)
         with self.tally.lock:
             self.tally.evaluated += 1
-            self.tally.cached += bool(result.get("cached"))
-            self.tally.failed += result["status"] != "ok"
-            if result["status"] == "ok" and (self.tally.best is None or value > self.tally.best[0]):
-                self.tally.best = (value, result["name"])
-        self.on_trial(self._summary(candidate, result["status"], value, result))
+            self.tally.cached += bool(result.cached)
+            self.tally.failed += result.status != "ok"
+            if result.status == "ok" and (self.tally.best is None or value > self.tally.best[0]):
+                self.tally.best = (value, result.name)
+        self.on_trial(self._summary(candidate, result.status, value, result))
         return 0
 
     @staticmethod
     def _summary(candidate: Candidate, status: str, value, result) -> dict:
         return {"shape": candidate.shape.label, "kernel": candidate.planned.name, "status": status, "value": value,
-                "cached": bool(result and result.get("cached"))}
+                "cached": bool(result and result.cached)}
 
     # ---- the loop --------------------------------------------------------------------------------------
 

@@ -3,6 +3,10 @@
 A file is either YAML (a list of ``{m, n, k, batch}`` mappings or ``"MxNxK[xB]"`` strings) or the
 ``.in`` files GEMM benchmarks already use: one ``M N K`` or ``M N K L`` (L = batch) per line, ``#`` comments
 and blank lines skipped.  Every mistake names the file and line.
+
+A grouped problem (xegemm.grouped: one launch, one GEMM per group) is its groups joined by ``+`` in a label,
+``100x256x128+0x256x128`` (M may be 0), or ``{groups: [{m, n, k}, "MxNxK", ...]}`` in a YAML list; it is a
+:class:`~xegemm.grouped.problem.GroupedProblem` among the shapes.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from xegemm.config import Config, SearchSpace
+from xegemm.config.schema import is_problem_axis
 from xegemm.errors import XegemmError
 from xegemm.files import CONFIG_BYTES, load_yaml_file, read_text
+from xegemm.grouped.problem import GROUP_SEPARATOR, GroupedProblem
 
 MAX_SHAPES = 1000
 _LABEL = re.compile(r"^\s*(\d+)x(\d+)x(\d+)(?:x(\d+))?\s*$")
@@ -54,7 +60,26 @@ def parse_label(text: str, where: str = "--shapes") -> Shape:
     return _shape([int(g) for g in match.groups() if g is not None], where)
 
 
-def _from_yaml(path: Path) -> list[Shape]:
+def parse_problem(text: str, where: str = "--shapes") -> Shape | GroupedProblem:
+    """A label: one shape, or a grouped problem's groups joined by ``+``."""
+    if GROUP_SEPARATOR in text:
+        try:
+            return GroupedProblem.parse(text)
+        except XegemmError as exc:
+            raise XegemmError(f"{where}: {exc}") from None
+    return parse_label(text, where)
+
+
+def _grouped(item: dict, where: str) -> GroupedProblem:
+    if set(item) != {"groups"} or not isinstance(item["groups"], list):
+        raise XegemmError(f"{where}: a grouped problem is {{groups: [{{m, n, k}} or 'MxNxK', ...]}}, found {repr(item)[:80]}")
+    try:
+        return GroupedProblem.of(item["groups"])
+    except XegemmError as exc:
+        raise XegemmError(f"{where}: {exc}") from None
+
+
+def _from_yaml(path: Path) -> list[Shape | GroupedProblem]:
     data = load_yaml_file(path, CONFIG_BYTES, "shapes file")
     if isinstance(data, dict) and "shapes" in data:
         data = data["shapes"]
@@ -65,7 +90,9 @@ def _from_yaml(path: Path) -> list[Shape]:
     for i, item in enumerate(data, 1):
         where = f"{path}: shape {i}"
         if isinstance(item, str):
-            shapes.append(parse_label(item, where))
+            shapes.append(parse_problem(item, where))
+        elif isinstance(item, dict) and "groups" in item:
+            shapes.append(_grouped(item, where))
         elif isinstance(item, dict) and set(item) <= {"m", "n", "k", "batch"} and {"m", "n", "k"} <= set(item):
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in item.values()):
                 raise XegemmError(f"{where}: m, n, k and batch must be integers, found {repr(item)[:80]}")
@@ -91,24 +118,20 @@ def _from_lines(path: Path) -> list[Shape]:
     return shapes
 
 
-def parse_shapes(spec: str) -> list[Shape]:
-    """Shapes from ``--shapes``: a comma list of labels, a YAML file, or a ``.in`` file; duplicates dropped."""
+def parse_shapes(spec: str) -> list[Shape | GroupedProblem]:
+    """Shapes from ``--shapes``: a comma list of labels (a grouped problem's groups joined by ``+``), a YAML
+    file, or a ``.in`` file; duplicates dropped."""
     path = Path(spec)
     if path.is_file():
         shapes = _from_yaml(path) if path.suffix in (".yaml", ".yml") else _from_lines(path)
     else:
-        shapes = [parse_label(part.strip()) for part in spec.split(",") if part.strip()]
+        shapes = [parse_problem(part.strip()) for part in spec.split(",") if part.strip()]
         if not shapes:
             raise XegemmError(f"--shapes: '{spec}' names no shape and is not a file")
     shapes = list(dict.fromkeys(shapes))
     if len(shapes) > MAX_SHAPES:
         raise XegemmError(f"--shapes: {len(shapes)} shapes; at most {MAX_SHAPES} (each is a study of its own)")
     return shapes
-
-
-def is_problem_axis(axis: str) -> bool:
-    """A sweep axis that sets the problem: a shape, not a tuning parameter."""
-    return axis == "problem" or axis.startswith("problem.")
 
 
 def config_shapes(config: Config) -> list[Shape]:

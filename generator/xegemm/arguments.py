@@ -1,0 +1,176 @@
+"""The arguments of a planned kernel, in order, and how each is computed: one description for every caller.
+
+A :class:`KernelCall` lists, for the GEMM kernel (templates/gemm.cl.j2) and, with split K or stream-K, its second
+kernel (templates/reduce.cl.j2): each argument's name, OpenCL C type and meaning, and its value as either a
+buffer the caller binds (``A``, ``B``, ``D``, ``C``, ``bias``, ``workspace``), an epilogue scalar (``alpha``,
+``beta``, ``clamp_lo``, ``clamp_hi``) or an integer formula of M, N, K and batch (:mod:`xegemm.formula`: the
+same text is evaluated in Python and printed as C).  Global sizes and the workspace size are formulas too.
+
+The call API (:mod:`xegemm.api`) binds a call's arrays through :meth:`KernelCall.bind`; the exporter
+(:mod:`xegemm.export`) prints the same list into ``manifest.json`` and the C launchers.  Operands are laid out
+compactly: the pitch of a row-major M x K operand is K elements, of a column-major one M elements (4-bit
+elements two per byte, a row's odd last element padded with a zero nibble), and a batch follows the last.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from xegemm import stream_k
+from xegemm.dtypes import dtype
+from xegemm.formula import evaluate, substitute
+from xegemm.plan import Plan
+
+BUFFERS = ("A", "B", "D", "C", "bias", "workspace")     # what a caller binds, by these names
+SCALARS = ("alpha", "beta", "clamp_lo", "clamp_hi")      # the epilogue's float arguments
+SIZES = ("M", "N", "K", "batch")                          # the inputs of every formula
+CTYPES = {"int": ctypes.c_int, "long": ctypes.c_long, "float": ctypes.c_float}
+REDUCE_LOCAL = (16, 1, 1)                                 # templates/reduce.cl.j2's work-group
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One kernel argument: its parameter name and OpenCL C type, what it means, and where its value comes from
+    (a buffer of :data:`BUFFERS`, a scalar of :data:`SCALARS`, or an integer formula of :data:`SIZES`)."""
+
+    name: str
+    ctype: str
+    meaning: str
+    value: str
+
+    @property
+    def is_buffer(self) -> bool:
+        return self.ctype.endswith("*")
+
+    def as_dict(self) -> dict:
+        kind = "buffer" if self.is_buffer else "scalar" if self.value in SCALARS else "formula"
+        return {"name": self.name, "type": self.ctype, "meaning": self.meaning, "kind": kind, "value": self.value}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel of a call: its name, arguments, global size (formulas, OpenCL order) and local size."""
+
+    kernel: str
+    arguments: tuple[Argument, ...]
+    global_size: tuple[str, str, str]
+    local_size: tuple[int, int, int]
+
+
+def _pitch(elements: str, bits: int) -> str:
+    """Bytes of a compact row of ``elements`` elements of ``bits`` bits (4-bit: two per byte, rounded up)."""
+    return f"{elements} * {bits // 8}" if bits >= 8 else f"({elements} + {8 // bits - 1}) / {8 // bits}"
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """How one planned kernel is called: its launches in order and the formulas they use."""
+
+    plan: Plan
+    launches: tuple[Launch, ...]
+    formulas: tuple[tuple[str, str], ...]       # (name, expression) steps over M, N, K, batch
+    workspace: str                               # bytes of the workspace (a formula; "0": none)
+
+    @classmethod
+    def of(cls, plan: Plan) -> KernelCall:
+        config = plan.config
+        t, lay, tile = config.types, config.layout, config.tile
+        bm, bn, bk = tile.workgroup
+        lx, ly, _ = plan.workgroup_size
+        acc_bytes = dtype(t.acc).bits // 8
+        a_bits, b_bits, c_bits = dtype(t.a).bits, dtype(t.b).bits, dtype(t.c).bits
+        steps = [("lda", _pitch("K" if lay.a == "row" else "M", a_bits)),
+                 ("ldb", _pitch("N" if lay.b == "row" else "K", b_bits)),
+                 ("ldc", _pitch("N", c_bits)),
+                 ("stride_a", "lda * " + ("M" if lay.a == "row" else "K")),
+                 ("stride_b", "ldb * " + ("K" if lay.b == "row" else "N")),
+                 ("stride_c", "ldc * M")]
+        out, ld_out = "D", "ldc"
+        if plan.split_k > 1:
+            steps += [("ldw", f"N * {acc_bytes}"), ("stride_w", "ldw * M"),
+                      ("k_slice", substitute("((K + S - 1) / S + BK - 1) / BK * BK", {"S": plan.split_k, "BK": bk}))]
+            out, ld_out = "workspace", "ldw"
+            workspace = f"batch * {plan.split_k} * M * N * {acc_bytes}"
+            grid = (f"(N + {bn - 1}) / {bn} * {lx}", f"(M + {bm - 1}) / {bm} * {ly}", f"batch * {plan.split_k}")
+        elif plan.stream_k:
+            steps += [(name, substitute(expr, {"BM": bm, "BN": bn, "BK": bk})) for name, expr in stream_k.GRID[:3]]
+            workspace = f"batch * {plan.stream_k * stream_k.SLOTS * bm * bn * acc_bytes}"
+            grid = (str(plan.stream_k * lx), str(ly), "batch")
+        else:
+            workspace = "0"
+            grid = (f"(N + {bn - 1}) / {bn} * {lx}", f"(M + {bm - 1}) / {bm} * {ly}", "batch")
+        stride_out = "stride_w" if plan.split_k > 1 else "stride_c"
+        gemm = [Argument("A", "const global uchar*", "A's elements, batch after batch", "A"),
+                Argument("B", "const global uchar*", "B's elements, batch after batch", "B"),
+                Argument("C", "global uchar*", "D, the result (split K: the workspace of partial sums)", out),
+                Argument("M", "int", "rows of A and D", "M"), Argument("N", "int", "columns of B and D", "N"),
+                Argument("K", "int", "columns of A, rows of B", "K"),
+                Argument("lda", "int", "bytes between rows of A's storage", "lda"),
+                Argument("ldb", "int", "bytes between rows of B's storage", "ldb"),
+                Argument("ldc", "int", "bytes between rows of D's storage", ld_out),
+                Argument("batch_stride_a", "long", "bytes between A's batches", "stride_a"),
+                Argument("batch_stride_b", "long", "bytes between B's batches", "stride_b"),
+                Argument("batch_stride_c", "long", "bytes between D's batches", stride_out),
+                Argument("Cin", "const global uchar*", "C, read when beta != 0 (laid out as D)", "C"),
+                Argument("bias", "const global float*", "the f32 bias vector (length M: per row, N: per column)",
+                         "bias"),
+                *_epilogue_arguments()]
+        if plan.split_k > 1:
+            gemm.append(Argument("k_slice", "int", "elements of K per split-K slice", "k_slice"))
+        elif plan.stream_k:
+            gemm.append(Argument("W", "global uchar*", "the stream-K workspace of pieces of tiles", "workspace"))
+        launches = [Launch(plan.name, tuple(gemm), grid, plan.workgroup_size)]
+        if plan.reduces:
+            reduce = [Argument("W", "const global uchar*", "the workspace the GEMM kernel wrote", "workspace"),
+                      Argument("C", "global uchar*", "D, the result", "D"),
+                      Argument("M", "int", "rows of D", "M"), Argument("N", "int", "columns of D", "N"),
+                      Argument("ldc", "int", "bytes between rows of D's storage", "ldc"),
+                      Argument("batch_stride_c", "long", "bytes between D's batches", "stride_c"),
+                      Argument("Cin", "const global uchar*", "C, read when beta != 0 (laid out as D)", "C"),
+                      Argument("bias", "const global float*", "the f32 bias vector", "bias"),
+                      *_epilogue_arguments()]
+            if plan.stream_k:
+                reduce.append(Argument("K", "int", "columns of A, rows of B", "K"))
+                rgrid = (str(-(-bn // 16) * 16), str(bm), "batch * tiles")
+            else:
+                rgrid = ("(N + 15) / 16 * 16", "M", "batch")
+            launches.append(Launch(plan.name + "_reduce", tuple(reduce), rgrid, REDUCE_LOCAL))
+        return cls(plan, tuple(launches), tuple(steps), workspace)
+
+    # -- evaluation ---------------------------------------------------------------------------------------------
+    def sizes(self, m: int, n: int, k: int, batch: int) -> dict:
+        """Every formula's value for a problem (M, N, K, batch and the steps), plus ``workspace_bytes`` and each
+        launch's global size (``global0``, ``global1``): what :meth:`bind` needs, worked out once per shape."""
+        sizes = evaluate(self.formulas, {"M": m, "N": n, "K": k, "batch": batch})
+        sizes["workspace_bytes"] = self.value(self.workspace, sizes)
+        for i, launch in enumerate(self.launches):
+            sizes[f"global{i}"] = tuple(self.value(g, sizes) for g in launch.global_size)
+        return sizes
+
+    def value(self, expr: str, sizes: dict[str, int]) -> int:
+        """One formula (a global size, the workspace) for sizes of :meth:`sizes`."""
+        return evaluate((("_", expr),), sizes)["_"]
+
+    def bind(self, sizes: dict[str, int], buffers: dict, scalars: dict[str, float]) -> list[tuple]:
+        """Per launch: (kernel name, argument values in order, global size, local size).  ``buffers`` maps
+        :data:`BUFFERS` names to device buffers, ``scalars`` :data:`SCALARS` names to floats."""
+        out = []
+        for i, launch in enumerate(self.launches):
+            values = []
+            for arg in launch.arguments:
+                if arg.is_buffer:
+                    values.append(buffers[arg.value])
+                elif arg.value in SCALARS:
+                    values.append(ctypes.c_float(scalars[arg.value]))
+                else:
+                    values.append(CTYPES[arg.ctype](sizes[arg.value]))
+            out.append((launch.kernel, values, sizes[f"global{i}"], launch.local_size))
+        return out
+
+
+def _epilogue_arguments() -> list[Argument]:
+    return [Argument("alpha", "float", "D = alpha * acc + beta * C (+ bias, then the activation)", "alpha"),
+            Argument("beta", "float", "the scale of C (0: C is not read)", "beta"),
+            Argument("clamp_lo", "float", "the clamp activation's lower bound", "clamp_lo"),
+            Argument("clamp_hi", "float", "the clamp activation's upper bound", "clamp_hi")]

@@ -1,0 +1,217 @@
+"""``xegemm export``: kernels a C, C++ or SYCL host program can load and launch without xegemm.
+
+Per target (``cpu``: the portable lowering for any OpenCL device; ``pvc`` / ``dg2``: the native lowering,
+built ahead of time with ocloc) and per kernel of the source (a config, its sweep, or a tune directory's
+best.yaml): the OpenCL C source and, ahead of time, the device binary.  Beside them:
+
+- ``manifest.json``: per kernel its entries (the GEMM kernel and, for split K and stream-K, its second kernel),
+  each entry's arguments in order with type, meaning and value (:class:`xegemm.arguments.KernelCall`, the
+  description the call API binds through), global sizes as formulas of M, N, K and batch, the local size and
+  the required sub-group size, the workspace size formula, the pitch and alignment rules, the build options,
+  and for binaries the ISA statistics;
+- ``xegemm_kernels.h``: a launcher per kernel (``xegemm_<name>_launch``) that sets the arguments in that order
+  and enqueues, returning the OpenCL status, and ``xegemm_<name>_workspace_bytes``;
+- ``example.c`` and a ``Makefile``: ``make -C DIR run`` builds the example against the OpenCL ICD loader and
+  runs every ``cpu`` kernel on generated data against a plain C reference (``N passed, 0 failed``).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from xegemm.aot.build import compile_kernel, compose_options
+from xegemm.api.gemm import load_source
+from xegemm.arguments import KernelCall
+from xegemm.config import expand
+from xegemm.dtypes import dtype
+from xegemm.epilogue import ACTIVATIONS, EpilogueSpec
+from xegemm.errors import XegemmError
+from xegemm.evaluate import plan_variant, render_variant
+from xegemm.evaluate.aot import AotBuilder
+from xegemm.evaluate.device import BUILD_OPTIONS
+from xegemm.lowering import named_lowering
+from xegemm.plan import BLOCK2D_SUB_GROUP
+from xegemm.render import environment
+from xegemm.files import write_json_atomic, write_text_atomic
+from xegemm.runtime.environment import find_cpu_runtime
+
+TARGETS = ("cpu", "pvc", "dg2")
+EXAMPLE_TYPES = {"f16", "bf16", "tf32", "f32", "s8", "u8", "s4", "u4"}     # inputs example.c generates
+EXAMPLE_ACCUMULATORS = {"f32", "s32"}
+VALUES = np.arange(-8, 9) / 8      # example.c's float inputs: k/8, exact in every input type
+
+
+@dataclass
+class Exported:
+    """One kernel for one target: its plan's call description, file names and what was built."""
+
+    target: str
+    call: KernelCall
+    source_file: str
+    binary_file: str | None
+    options: str
+    isa: dict | None
+    example: str | None        # why example.c leaves it out, or None when it runs it
+
+
+def _rules(config, target: str) -> list[str]:
+    """The pitch and alignment rules of the exported layout on a target (docs/use.md)."""
+    rules = ["operands are compact: pitch = the row's width (lda, ldb, ldc are formulas of M, N, K), batch after "
+             "batch; 4-bit elements two per byte, lower index in the low nibble, odd rows padded",
+             "D and C are row-major; A and B as the kernel's layouts say"]
+    if target == "cpu":
+        return rules
+    if config.tile.subgroup_size == BLOCK2D_SUB_GROUP:
+        rules += ["2D block surfaces: every operand's base 64-byte aligned (each batch too), pitch a multiple of "
+                  "16 bytes, row width >= 64 bytes"]
+    else:
+        rules += ["1D sub-group block messages: rows of A and B 4-byte aligned, rows of C 16-byte aligned"]
+    return rules
+
+
+def _example_skip(config) -> str | None:
+    t = config.types
+    if t.a not in EXAMPLE_TYPES or t.b not in EXAMPLE_TYPES:
+        return f"example.c generates no {t.a} x {t.b} inputs"
+    if t.acc not in EXAMPLE_ACCUMULATORS:
+        return f"example.c's reference has no {t.acc} accumulator (it rounds like the verifier's only for f32 and s32)"
+    return None
+
+
+def export(source, out_dir: Path | str, targets=("cpu",), progress=None) -> dict:
+    """Write the kernels of ``source`` for ``targets`` into ``out_dir``; return the manifest."""
+    out = Path(out_dir)
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        raise XegemmError(f"unknown export target {unknown[0]!r}: choose from {', '.join(TARGETS)}")
+    if out.exists() and any(out.iterdir()):
+        raise XegemmError(f"{out} exists and is not empty: export into a new directory")
+    config, _, label = load_source(source)
+    exported: list[Exported] = []
+    skipped: list[dict] = []
+    for target in targets:
+        lowering = named_lowering("portable") if target == "cpu" else named_lowering("native", None, target)
+        admit = None if target == "cpu" else AotBuilder(target, out / target)
+        seen = set()
+        for variant in expand(config):
+            if variant.rejected:
+                continue
+            pv = plan_variant(variant, lowering)
+            if pv.plan is None:
+                skipped.append({"target": target, "variant": pv.name, "reason": pv.reason})
+                continue
+            if pv.plan.name in seen:
+                continue
+            seen.add(pv.plan.name)
+            why = admit.admit(pv) if admit else None
+            try:
+                text = why or render_variant(pv, lowering)
+            except XegemmError as exc:
+                why = str(exc)
+            if why:
+                skipped.append({"target": target, "variant": pv.plan.name, "reason": why})
+                continue
+            exported.append(_write_kernel(out, target, pv, text, progress))
+    if not exported:
+        raise XegemmError(f"{label}: no kernel could be exported for {', '.join(targets)}: "
+                          + "; ".join(f"{s['variant']} ({s['target']}): {s['reason']}" for s in skipped[:3]))
+    manifest = _manifest(label, exported, skipped)
+    write_json_atomic(out / "manifest.json", manifest)
+    env = environment()
+    cpu = [e for e in exported if e.target == "cpu"]
+    context = {"kernels": [_c_kernel(e) for e in _unique_launchers(exported)], "runnable": [
+        _c_kernel(e) for e in cpu if e.example is None], "left_out": [(e.call.plan.name, e.example) for e in cpu
+                                                                      if e.example is not None],
+        "values": VALUES.tolist(), "f16_bits": VALUES.astype(np.float16).view(np.uint16).tolist(),
+        "icd": str(find_cpu_runtime() or ""), "u32": 2.0 ** -24}
+    write_text_atomic(out / "xegemm_kernels.h", env.get_template("export/xegemm_kernels.h.j2").render(**context))
+    write_text_atomic(out / "example.c", env.get_template("export/example.c.j2").render(**context))
+    write_text_atomic(out / "Makefile", env.get_template("export/Makefile.j2").render(**context))
+    return manifest
+
+
+def _write_kernel(out: Path, target: str, pv, text: str, progress) -> Exported:
+    plan = pv.plan
+    name = plan.name
+    source_file = f"{target}/{name}.cl"
+    write_text_atomic(out / source_file, text)
+    options = BUILD_OPTIONS if target == "cpu" else compose_options(pv.config.target.grf)
+    binary_file, isa = None, None
+    if target != "cpu":
+        if progress:
+            print(f"ocloc {target}: {name}", file=progress, flush=True)
+        build = compile_kernel(text, target, grf=pv.config.target.grf, workdir=out / target / f".{name}.build",
+                               dumps=False)
+        if not build.ok or build.binary is None:
+            raise XegemmError(f"ocloc could not build {name} for {target}: "
+                              + next((ln for ln in build.log.splitlines() if "error" in ln), build.log[-300:]))
+        binary_file = f"{target}/{name}.bin"
+        shutil.copyfile(build.binary, out / binary_file)
+        isa = build.stats.to_dict() if build.stats else None
+        shutil.rmtree(out / target / f".{name}.build", ignore_errors=True)
+    return Exported(target, KernelCall.of(plan), source_file, binary_file, options, isa,
+                    _example_skip(pv.config) if target == "cpu" else "not a cpu kernel")
+
+
+def _manifest(label: str, exported: list[Exported], skipped: list[dict]) -> dict:
+    kernels = []
+    for e in exported:
+        plan, call = e.call.plan, e.call
+        config = plan.config
+        kernels.append({
+            "name": plan.name, "target": e.target, "source": e.source_file, "binary": e.binary_file,
+            "launcher": f"xegemm_{_c_name(plan.name)}_launch",
+            "types": {"a": config.types.a, "b": config.types.b, "acc": config.types.acc, "c": config.types.c},
+            "layout": {"a": config.layout.a, "b": config.layout.b, "c": config.layout.c},
+            "epilogue": {"alpha": config.epilogue.alpha, "beta": config.epilogue.beta, "bias": config.epilogue.bias,
+                         "activation": config.epilogue.activation, "clamp": list(config.epilogue.clamp)},
+            "sub_group_size": config.tile.subgroup_size,
+            "formulas": [{"name": n, "value": v} for n, v in call.formulas],
+            "workspace_bytes": call.workspace,
+            "entries": [{"kernel": launch.kernel, "arguments": [a.as_dict() for a in launch.arguments],
+                         "global_size": list(launch.global_size), "local_size": list(launch.local_size)}
+                        for launch in call.launches],
+            "rules": _rules(config, e.target), "build_options": e.options, "isa": e.isa,
+            "example": "runs" if e.example is None else f"left out: {e.example}"})
+    return {"source": label, "formulas_are": "C integer arithmetic over M, N, K, batch (xegemm.formula)",
+            "kernels": kernels, "skipped": skipped}
+
+
+def _c_name(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def _unique_launchers(exported: list[Exported]) -> list[Exported]:
+    """One launcher per kernel name (the same arguments on every target)."""
+    seen, out = set(), []
+    for e in exported:
+        if e.call.plan.name not in seen:
+            seen.add(e.call.plan.name)
+            out.append(e)
+    return out
+
+
+def _c_kernel(e: Exported) -> dict:
+    """What the C templates print for one kernel."""
+    plan, call = e.call.plan, e.call
+    config = plan.config
+    t = config.types
+    spec = EpilogueSpec.of(config)
+    act = ACTIVATIONS[spec.activation]
+    return {"name": plan.name, "c": _c_name(plan.name), "source": e.source_file, "options": e.options,
+            "formulas": call.formulas, "workspace": call.workspace,
+            "launches": [{"kernel": launch.kernel, "arguments": launch.arguments, "global": launch.global_size,
+                          "local": launch.local_size} for launch in call.launches],
+            "a": dtype(t.a), "b": dtype(t.b), "acc": dtype(t.acc), "c_type": dtype(t.c),
+            "layout_a": config.layout.a, "layout_b": config.layout.b,
+            "alpha": spec.alpha, "beta": spec.beta, "bias": spec.bias, "activation": spec.activation,
+            "clamp": spec.clamp, "lipschitz": act.lipschitz, "act_error": act.error_units,
+            "exact": spec.exact_integer,
+            "problem": (config.problem.m, config.problem.n, config.problem.k, config.problem.batch),
+            "splits": config.tile.split_k + (2 * math.ceil(config.problem.k / config.tile.workgroup[2])
+                                             if config.tile.stream_k else 0)}

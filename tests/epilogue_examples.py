@@ -1,0 +1,32 @@
+"""The example epilogues of docs/epilogues.md, as plain functions, shared by the host and the device tests of
+traced epilogues (tests/test_epilogue_graph.py, tests/test_epilogue_graph_device.py)."""
+
+from xegemm import ops
+
+
+def bias_gelu(acc, bias):
+    """Bias + GELU, the pre-activation as a second output."""
+    pre = acc + bias
+    return {"d": ops.gelu(pre), "pre": pre}
+
+
+def residual(acc, c):
+    """The residual add (stored as bf16 by the tests)."""
+    return acc + c
+
+
+def gated(acc, up):
+    """A gated unit: silu(acc) * up, up an auxiliary input matrix."""
+    return ops.silu(acc) * up
+
+
+def scaled_s8(acc, scale):
+    """A per-row scale times acc, clamped (stored as s8 by the tests)."""
+    return ops.clamp(scale * acc, -100.0, 100.0)
+
+
+def row_stats(acc, bias):
+    """relu(acc + bias) with its row, column and whole-tile reductions."""
+    y = ops.relu(acc + bias)
+    return {"d": y, "rowmax": ops.row_max(y), "rowsum": ops.row_sum(y), "colsum": ops.col_sum(y),
+            "colmax": ops.col_max(y), "total": ops.sum(y)}
