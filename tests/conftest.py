@@ -4,9 +4,13 @@ Tests that need Intel's offline compiler carry the ``ocloc`` marker, tests that 
 chromium the ``browser`` marker; this is the one place that decides whether they run: where the tool is missing
 they are skipped with what to install (``make test`` installs both itself when run as root)."""
 
+import glob
 import importlib.util
 import os
+import pwd
 import shutil
+import socket
+import subprocess
 import tempfile
 
 import pytest
@@ -145,3 +149,76 @@ def session(sycl_device):
     from xegemm.pipeline import DeviceSession
 
     return DeviceSession(sycl_device)
+
+
+POSTGRES_MISSING = ("PostgreSQL's initdb/pg_ctl are not installed: as root, `make test` installs them "
+                    "(.ci/install-postgresql.sh: Debian's postgresql); otherwise run "
+                    "`sudo bash .ci/install-postgresql.sh`")
+SECRET = "not-a-real-secret"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pg_binary(name: str) -> str | None:
+    return shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None)
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+class PostgreSQLServer:
+    """A PostgreSQL server of its own in a temporary directory, which a test may stop and start again."""
+
+    def __init__(self, pg_ctl: str, data: str, root: str, port: int, as_user: list[str]):
+        self.pg_ctl, self.data, self.root, self.port, self.as_user = pg_ctl, data, root, port, as_user
+        # the README's form: postgresql:// is psycopg 3 under SQLAlchemy 2.1
+        self.url = f"postgresql://xegemm:{SECRET}@127.0.0.1:{port}/postgres"
+
+    def start(self) -> None:
+        subprocess.run([*self.as_user, self.pg_ctl, "-D", self.data, "-l", f"{self.root}/server.log", "-w", "-o",
+                        f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1", "start"],
+                       check=True, capture_output=True)
+
+    def stop(self, mode: str = "fast") -> None:
+        subprocess.run([*self.as_user, self.pg_ctl, "-D", self.data, "-m", mode, "-w", "stop"], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def postgresql_server():
+    """A real PostgreSQL server (initdb refuses root: as root it runs as the `postgres` user, or `nobody`)."""
+    initdb, pg_ctl = _pg_binary("initdb"), _pg_binary("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip(POSTGRES_MISSING)
+    root = tempfile.mkdtemp(prefix="xegemm-pg-")
+    as_user = []
+    if os.geteuid() == 0:
+        user = next((u for u in ("postgres", "nobody") if _has_user(u)), None)
+        if user is None or not shutil.which("runuser"):
+            pytest.skip("running as root with neither a `postgres` nor a `nobody` user (initdb refuses root)")
+        entry = pwd.getpwnam(user)
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+        as_user = ["runuser", "-u", user, "--"]
+    data = f"{root}/data"
+    subprocess.run([*as_user, initdb, "-D", data, "-A", "trust", "-U", "xegemm", "--no-sync", "-E", "UTF8"],
+                   check=True, capture_output=True)
+    server = PostgreSQLServer(pg_ctl, data, root, _free_port(), as_user)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgresql_url(postgresql_server):
+    return postgresql_server.url

@@ -66,7 +66,7 @@ def test_exhaustive_covers_the_space_prunes_without_building_and_a_second_tune_b
         assert "registers" in trial.user_attrs["reason"]
         assert trial.user_attrs["build_s"] is None and trial.user_attrs["source_sha256"] is None
     # the cache holds exactly the built kernels: a pruned point was never built
-    assert sqlite3.connect(cache).execute("SELECT count(*) FROM measurements").fetchone()[0] == TINY_LEGAL
+    assert sqlite3.connect(cache).execute("SELECT count(*) FROM entries").fetchone()[0] == TINY_LEGAL
     tally = first.tallies["64x64x64"]
     assert (tally.evaluated, tally.pruned, tally.cached) == (TINY_LEGAL, TINY_PRUNED, 0)
 
@@ -156,12 +156,14 @@ def test_target_scores_ahead_of_time_builds_without_a_device(tiny_tune_config, t
 
 def test_the_cache_keeps_only_deterministic_outcomes(tmp_path):
     cache = MeasurementCache(tmp_path / "c.db")
-    for key, evaluation in {"ok": {"status": "ok", "gflops": 1.0}, "bad": {"status": "failed_build"},
+    timed = {"status": "ok", "gflops": 2 * 64 ** 3 / (0.5 * 1e6), "time_ms": {"median": 0.5},
+             "params": {"m": 64, "n": 64, "k": 64, "batch": 1}}
+    for key, evaluation in {"ok": timed, "bad": {"status": "failed_build"},
                             "slow": {"status": "timeout"}, "err": {"status": "error"},
                             "died": {"status": "failed_build", "extra": {"worker_lost": "build"}}}.items():
         cache.put(key, evaluation)
     assert [k for k in ("ok", "bad", "slow", "err", "died") if cache.get(k)] == ["ok", "bad"]
-    assert cache.get("ok") == {"status": "ok", "gflops": 1.0}
+    assert cache.get("ok") == timed
 
 
 def test_the_cpu_code_path_is_part_of_a_measurement_key(tiny_tune_config, monkeypatch):
@@ -193,7 +195,7 @@ def test_a_build_that_overruns_its_limit_is_that_trials_timeout_and_the_study_go
     points = _points(result)
     assert [s for _, s in points if s != "rejected"] == ["timeout", "timeout"]
     assert result.best["shapes"]["64x64x64"]["best"] is None
-    assert sqlite3.connect(cache).execute("SELECT count(*) FROM measurements").fetchone()[0] == 0
+    assert sqlite3.connect(cache).execute("SELECT count(*) FROM entries").fetchone()[0] == 0
 
 
 def test_a_time_limit_stops_starting_trials(tiny_tune_config, tmp_path):

@@ -1,31 +1,21 @@
 """Several `xegemm tune` processes on one study, and studies that are interrupted: real processes, a real
 SQLite file and a real PostgreSQL server started here in a temporary directory, real signals."""
 
-import glob
-import os
-import pwd
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 
 import optuna
 import pytest
-from conftest import TINY_LEGAL, TINY_PRUNED
+from conftest import SECRET, TINY_LEGAL, TINY_PRUNED
 from optuna.trial import TrialState
 
 from xegemm.tune.study import ClaimBook, open_storage
 
 pytestmark = pytest.mark.device
 
-POSTGRES_MISSING = ("PostgreSQL's initdb/pg_ctl are not installed: as root, `make test` installs them "
-                    "(.ci/install-postgresql.sh: Debian's postgresql); otherwise run "
-                    "`sudo bash .ci/install-postgresql.sh`")
-SECRET = "not-a-real-secret"
 
 
 def _tune(config, tmp_path, tag, *args):
@@ -57,52 +47,6 @@ def _check_budget_done_once(url, study, budget):
     assert Counter(t.user_attrs["point"] for t in recorded).most_common(1)[0][1] == 1
     assert {t.number for t in recorded} == {t.number for t in owners}
     return owners
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pg_binary(name: str) -> str | None:
-    return shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None)
-
-
-@pytest.fixture(scope="module")
-def postgresql_url():
-    """A PostgreSQL server of its own in a temporary directory (initdb refuses root: as root it runs as the
-    `postgres` user, or `nobody`)."""
-    initdb, pg_ctl = _pg_binary("initdb"), _pg_binary("pg_ctl")
-    if not (initdb and pg_ctl):
-        pytest.skip(POSTGRES_MISSING)
-    root = tempfile.mkdtemp(prefix="xegemm-pg-")
-    as_user = []
-    if os.geteuid() == 0:
-        user = next((u for u in ("postgres", "nobody") if _has_user(u)), None)
-        if user is None or not shutil.which("runuser"):
-            pytest.skip("running as root with neither a `postgres` nor a `nobody` user (initdb refuses root)")
-        entry = pwd.getpwnam(user)
-        os.chown(root, entry.pw_uid, entry.pw_gid)
-        as_user = ["runuser", "-u", user, "--"]
-    data, port = f"{root}/data", _free_port()
-    subprocess.run([*as_user, initdb, "-D", data, "-A", "trust", "-U", "xegemm", "--no-sync", "-E", "UTF8"],
-                   check=True, capture_output=True)
-    subprocess.run([*as_user, pg_ctl, "-D", data, "-l", f"{root}/server.log", "-w", "-o",
-                    f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
-    try:
-        yield f"postgresql+psycopg2://xegemm:{SECRET}@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*as_user, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _has_user(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])

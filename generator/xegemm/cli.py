@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import signal
 import sys
 import tempfile
+import threading
+import time
+import traceback
 from pathlib import Path
 
 from xegemm import __version__
@@ -17,6 +21,9 @@ from xegemm.errors import XegemmError
 # The command line imports what a command needs when that command runs (imports inside the functions below):
 # the library pulls in matplotlib, Optuna (SQLAlchemy) and numpy, about 1.4 s of imports, which `--help` and
 # `--version` must not pay.  This module is the one exception to "imports at the top" (docs/architecture.md).
+
+
+MAX_COUNT = 10**9       # the largest count an option takes (--budget, --jobs, --heartbeat)
 
 
 def _failures() -> tuple[str, ...]:
@@ -147,7 +154,6 @@ def cmd_run(args) -> int:
     from xegemm.pipeline import run
     from xegemm.tune.shapes import parse_shapes
     limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
-    signal.signal(signal.SIGTERM, _interrupt)     # stop like Ctrl-C: partial reports, the resume command
     results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering, limits=limits,
                   command=args.command_line, progress=sys.stderr,      # this sys.stderr, not the one at import
                   problems=[shape.as_dict() for shape in parse_shapes(args.shapes)] if args.shapes else None)
@@ -160,7 +166,12 @@ def cmd_run(args) -> int:
     return 0
 
 
+_SIGNALLED: list[int] = []
+
+
 def _interrupt(signum, frame):
+    """SIGTERM stops like Ctrl-C (partial reports, the resume command), and exits 128 + its number."""
+    _SIGNALLED.append(signum)
     raise KeyboardInterrupt
 
 
@@ -213,19 +224,27 @@ def parse_duration(text: str) -> float:
         seconds = float(number) * units[unit]
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a duration; write e.g. 90s, 5m or 1h") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}': a duration must be positive")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}': a duration must be a positive number of seconds")
     return seconds
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a positive integer")
-    return value
+def _checked(convert, ok, what: str):
+    """An argparse type: ``convert(text)`` when ``ok`` accepts it, else the error '... is not WHAT'."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"'{text}' is not {what}")
+        return value
+    return parse
+
+
+_seconds = _checked(float, lambda v: math.isfinite(v) and v > 0, "a positive number of seconds")
+_seed = _checked(int, lambda v: 0 <= v < 2**32, f"a seed (an integer from 0 to {2**32 - 1})")
+_positive = _checked(int, lambda v: 0 < v <= MAX_COUNT, f"a positive integer (at most {MAX_COUNT})")
 
 
 def cmd_tune(args) -> int:
@@ -244,7 +263,6 @@ def cmd_tune(args) -> int:
               f"in {out or Path('.')}")
         _print_best(result)
         return 0
-    signal.signal(signal.SIGTERM, _interrupt)
     limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
     result = tune(args.config, shapes=args.shapes, strategy=args.strategy, budget=args.budget, time_s=args.time,
                   jobs=args.jobs, storage=args.storage, study=args.study, seed=args.seed, device=args.device,
@@ -364,9 +382,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help="default: native on a device with Xe 2D block IO and DPAS, else portable")
         p.add_argument("--strict", action="store_true",
                        help="exit 1 if any variant fails to build or verify, times out, or none verifies")
-        p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
+        p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
                        help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
-        p.add_argument("--run-timeout", type=float, metavar="S",
+        p.add_argument("--run-timeout", type=_seconds, metavar="S",
                        help="seconds one variant's verification and timing may take (default: from the problem size)")
         p.set_defaults(func=cmd_run)
 
@@ -405,7 +423,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--storage", help="SQLAlchemy URL of the study database, e.g. postgresql://user:pw@host/db "
                                          "(default: sqlite in --out); workers sharing it share the study")
         p.add_argument("--study", help="study name (default: the config's name)")
-        p.add_argument("--seed", type=int, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
+        p.add_argument("--seed", type=_seed, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
         p.add_argument("--device", help="dpctl filter string (default: the best device)")
         p.add_argument("--target", choices=AOT_TARGETS, help="no device: score ahead-of-time builds for this GPU "
                                                               "(ocloc) and rank a shortlist")
@@ -419,9 +437,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             f"failed and its point retried (default {HEARTBEAT_S})")
         p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
                                                              "from the study database")
-        p.add_argument("--build-timeout", type=float, default=TimeLimits.build_s, metavar="S",
+        p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
                        help=f"seconds one build may take (default {TimeLimits.build_s:.0f})")
-        p.add_argument("--run-timeout", type=float, metavar="S",
+        p.add_argument("--run-timeout", type=_seconds, metavar="S",
                        help="seconds one trial's verification and timing may take (default: from the problem size)")
         p.set_defaults(func=cmd_tune)
 
@@ -442,25 +460,69 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupted_code() -> int:
+    return 128 + _SIGNALLED[0] if _SIGNALLED else 130
+
+
+def _error_log(exc: BaseException) -> str:
+    """Write the traceback of an internal error to a log file; its path (or why there is none)."""
+    text = "".join(traceback.format_exception(exc))
+    for folder in (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xegemm" / "errors",
+                   Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, path = tempfile.mkstemp(dir=folder, prefix=time.strftime("xegemm-error-%Y%m%d-%H%M%S-"),
+                                        suffix=".log")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(f"{shlex.join(sys.argv)}\nxegemm {__version__}\n\n{text}")
+            return path
+        except OSError:
+            continue
+    return "(no log: neither the cache directory nor the temporary directory is writable)"
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     command = next((word for word in words if not word.startswith("-")), "")    # no top-level option takes a value
     args = build_parser(command).parse_args(words)
     args.command_line = shlex.join(["xegemm", *words])
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
+    try:
+        return _main(args)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args) -> int:
+    """Run the command; every way it can end becomes an exit code and at most one line on stderr."""
     try:
         return args.func(args)
     except XegemmError as exc:
         if hasattr(exc, "exit_code"):            # an interrupted run or study (RunInterrupted): no "error:"
             print(f"xegemm: {exc}", file=sys.stderr)
-            return exc.exit_code
+            return _interrupted_code() if _SIGNALLED else exc.exit_code
         print(f"xegemm: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("xegemm: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted_code()
     except BrokenPipeError:  # output piped into `head` and closed: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:   # the file system refused (a name too long, no permission, a full disk): say which
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"xegemm: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:
+        print(f"xegemm: error: out of memory (the machine or a limit such as `ulimit -v` ran out); details in "
+              f"{_error_log(exc)}", file=sys.stderr)
+        return 3
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line and a log, never a traceback
+        print(f"xegemm: internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+              f"; the traceback is in {_error_log(exc)} (please report it)", file=sys.stderr)
+        return 70
 
 
 if __name__ == "__main__":  # pragma: no cover

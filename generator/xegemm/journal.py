@@ -3,7 +3,7 @@
 ``results.jsonl`` gets one line per finished variant (:meth:`xegemm.evaluate.Evaluation.to_row`), flushed and
 fsync'ed as it finishes, so an interrupted sweep loses nothing and a rerun into the same directory resumes.
 ``<out>/.lock`` keeps a second run out of the directory while one writes it.  Every file xegemm writes goes
-through :func:`write_text_atomic` (temporary file + rename): readers see the old or the new content.  The
+through :func:`xegemm.files.write_text_atomic` (temporary file + rename): readers see the old or the new content.  The
 documents made from the journal (results.json, results.csv, report.md) are written by
 :mod:`xegemm.reporting.results`.
 """
@@ -20,35 +20,8 @@ from pathlib import Path
 
 from xegemm import __version__
 from xegemm.errors import XegemmError
+from xegemm.files import RESULTS_BYTES, read_bytes
 from xegemm.result import Evaluation
-
-
-def write_text_atomic(path: Path | str, text: str) -> None:
-    """Write a file so that readers see the old or the new content, never a torn one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; results are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_json_atomic(path: Path | str, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def writable_dir(path: Path | str, what: str = "output directory") -> Path:
@@ -103,7 +76,7 @@ class ResultStore:
         self.records: dict[str, Evaluation] = {}   # key -> the result, with when it finished and the load then
         self.damaged: list[str] = []     # "results.jsonl:LINE: what is wrong", for lines that were skipped
         if self.journal.exists():
-            text = self.journal.read_text(encoding="utf-8", errors="replace")
+            text = read_bytes(self.journal, RESULTS_BYTES, "results journal").decode("utf-8", errors="replace")
             if text and not text.endswith("\n"):
                 # an interrupted write left a torn last line: cut it so the next record starts a fresh line
                 keep = text[: text.rfind("\n") + 1]

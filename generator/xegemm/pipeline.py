@@ -9,8 +9,13 @@ recorded with its reason (and build log) and the sweep goes on; only verified va
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from xegemm.aot.toolchain import require_ocloc
@@ -32,7 +37,8 @@ from xegemm.evaluate.device import DeviceSession, device_evaluator
 from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.profile import time_numpy_reference
-from xegemm.journal import ResultStore, write_json_atomic
+from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic
+from xegemm.journal import ResultStore
 from xegemm.reporting import load_sources, write_run_page
 from xegemm.reporting.formats import headline_lines
 from xegemm.reporting.model import groups
@@ -69,7 +75,12 @@ def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "port
     manifest = {"config": config.name, "lowering": low.name, "capabilities": low.capabilities_name,
                 "kernels": entries}
     manifest_path = out / "manifest.json"
-    existing = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    try:
+        existing = json.loads(read_text(manifest_path, RESULTS_BYTES, "manifest")) if manifest_path.exists() else {}
+    except (XegemmError, ValueError) as exc:
+        print(f"xegemm: note: {manifest_path} was not a manifest ({str(exc)[:120]}); moved to "
+              f"{set_aside(manifest_path)}, a new one is written", file=sys.stderr)
+        existing = {}
     configs = existing.get("configs", {}) if isinstance(existing, dict) else {}
     configs[config.name] = manifest
     write_json_atomic(manifest_path, {"generated_by": "xegemm generate", "configs": dict(sorted(configs.items()))})
@@ -90,6 +101,21 @@ class RunInterrupted(XegemmError):
     exit_code = 130
 
 
+@contextmanager
+def shielded():
+    """Finish a cleanup whatever the user presses: SIGINT and SIGTERM are ignored inside (a second Ctrl-C while
+    the partial reports are written would otherwise lose them) and restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def run(config_path: str | Path, device: str | None = None, out_dir: str | Path | None = None,
         lowering: str | None = None, progress=sys.stderr, reference_repeats: int = 5,
         limits: TimeLimits = TimeLimits(), on_stage=None, command: str | None = None,
@@ -106,6 +132,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     """
     started_at = time.time()
     config = load_config(config_path)
+    requested = list(problems or ())
     if problems:
         config = config.at_problems(problems)
     sycl_device = select_sycl_device(device)
@@ -116,8 +143,10 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     too_big = sorted({why for pv in planned if (why := check_fits(pv.config, info.global_mem_bytes))})
     if too_big:
         raise XegemmError("; ".join(too_big))
-    store = ResultStore(out, config=config, device=info)      # a writable, unlocked directory, or an error now
     say = (lambda text: print(text, file=progress, flush=True)) if progress else (lambda text: None)
+    store = ResultStore(out, config=config, device=info)      # a writable, unlocked directory, or an error now
+    for moved in _set_aside_foreign_reports(out, config):      # under the directory's lock
+        say(f"note: {moved}")
     for damage in store.damaged:
         say(f"warning: {damage}")
     progress_observer = ProgressObserver(progress, len(planned))
@@ -152,15 +181,21 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         references = {shape: time_numpy_reference(*shape, repeats=reference_repeats)
                       for shape in sorted(problems - interleaved)}
     except KeyboardInterrupt:
-        evaluator.builder.close()
-        write_reports(store, keys, {}, lowering=low.name, capabilities=low.capabilities_name, command=command,
-                      started_at=started_at)
-        write_run_page(out)
-        store.close()
+        with shielded():
+            evaluator.builder.close()
+            write_reports(store, keys, {}, lowering=low.name, capabilities=low.capabilities_name, command=command,
+                          started_at=started_at)
+            write_run_page(out)
+            store.close()
+        words = ["xegemm", "run", str(config_path), "--out", str(out)] + (["--device", device] if device else []) \
+            + (["--lowering", lowering] if lowering else []) \
+            + (["--build-timeout", f"{limits.build_s:g}"] if limits.build_s != TimeLimits.build_s else []) \
+            + (["--run-timeout", f"{limits.run_s:g}"] if limits.run_s is not None else []) \
+            + (["--shapes", ",".join(f"{p['m']}x{p['n']}x{p['k']}" + (f"x{p['batch']}" if p.get("batch", 1) > 1
+                                                                     else "") for p in requested)]
+               if requested else [])
         raise RunInterrupted(f"interrupted: {len(keys)} of {len(planned)} variants are recorded in {out} (partial "
-                             f"reports written); resume with: xegemm run {config_path} --out {out}"
-                             + (f" --device {device}" if device else "") + (f" --lowering {lowering}" if lowering
-                                                                              else "")) from None
+                             f"reports written); resume with: {shlex.join(words)}") from None
     finally:
         evaluator.builder.close()
     try:
@@ -173,6 +208,31 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         say(line)
     say(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}, {out / 'report.html'}")
     return results
+
+
+REPORT_FILES = ("results.json", "results.csv", "report.md", "report.html")
+
+
+def _set_aside_foreign_reports(out: Path, config) -> list[str]:
+    """Move aside reports in ``out`` that this run would replace but that are not an earlier run of the same
+    config (another config's results, or a user's own files of those names); one line per file moved."""
+    present = [out / name for name in REPORT_FILES if os.path.lexists(out / name)]
+    if not present:
+        return []
+    why = None
+    if not (out / "results.jsonl").exists():
+        why = "no results journal beside them: not an xegemm run"
+    elif os.path.lexists(out / "results.json"):
+        try:
+            previous = json.loads(read_text(out / "results.json", RESULTS_BYTES, "results file"))
+            name = (previous.get("config") or {}).get("name") if isinstance(previous, dict) else None
+            if name != config.name:
+                why = f"the results of config '{name}', not '{config.name}'"
+        except (XegemmError, ValueError) as exc:
+            why = f"results.json is not xegemm's results ({str(exc)[:80]})"
+    if why is None:
+        return []
+    return [f"{path} moved to {set_aside(path)} ({why}); this run writes its own" for path in present]
 
 
 # ---- build (ahead of time) -------------------------------------------------------------------------------
@@ -190,14 +250,29 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     planned = plan_variants(config, low)
     evaluator = aot_evaluator(low, target, out, grf, observers=(ProgressObserver(progress, len(planned)),))
     entries = []
-    for pv in planned:
-        ev = evaluator.evaluate(pv)
-        entries.append({"name": ev.name, "status": ev.status, "reason": ev.reason, "params": ev.params, "plan": ev.plan,
-                        "target": target, "grf": ev.extra.get("grf", grf or pv.config.target.grf),
-                        "capabilities": low.capabilities_name,
-                        "isa": ev.extra.get("isa"), "predicted": ev.extra.get("predicted"),
-                        "measured_messages": ev.extra.get("measured_messages"), "source_sha256": ev.source_sha256,
-                        "artefacts": ev.extra.get("artefacts"), "log": ev.log})
+    try:
+        for pv in planned:
+            entries.append(_build_entry(evaluator.evaluate(pv), pv, target, grf, low))
+    except KeyboardInterrupt:
+        with shielded():
+            write_json_atomic(out / "build.json", {"config": config.name, "target": target,
+                                                   "capabilities": low.capabilities_name, "variants": entries,
+                                                   "interrupted": True})
+        raise RunInterrupted(f"interrupted: {len(entries)} of {len(planned)} variants built; {out / 'build.json'} "
+                             f"lists them (marked interrupted); build again with: "
+                             + shlex.join(["xegemm", "build", str(config_path), "--target", target, "--out", str(out)]
+                                          + (["--grf", str(grf)] if grf else [])
+                                          + (["--capabilities", capabilities_name] if capabilities_name else []))) \
+            from None
     result = {"config": config.name, "target": target, "capabilities": low.capabilities_name, "variants": entries}
     write_json_atomic(out / "build.json", result)
     return result
+
+
+def _build_entry(ev: Evaluation, pv: PlannedVariant, target: str, grf: int | None, low: Lowering) -> dict:
+    return {"name": ev.name, "status": ev.status, "reason": ev.reason, "params": ev.params, "plan": ev.plan,
+            "target": target, "grf": ev.extra.get("grf", grf or pv.config.target.grf),
+            "capabilities": low.capabilities_name,
+            "isa": ev.extra.get("isa"), "predicted": ev.extra.get("predicted"),
+            "measured_messages": ev.extra.get("measured_messages"), "source_sha256": ev.source_sha256,
+            "artefacts": ev.extra.get("artefacts"), "log": ev.log}

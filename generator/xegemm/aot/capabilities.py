@@ -30,6 +30,7 @@ from xegemm.aot.errors import CapabilitiesError
 from xegemm.aot.isa import block2d_shapes, parse_instructions
 from xegemm.aot.probes import Probe, ProbeProgram, catalog_digest, probe_catalog, probe_program
 from xegemm.aot.toolchain import aot_target, compiler_version
+from xegemm.files import CONFIG_BYTES, FileRefused, read_text
 from xegemm.targets import EXT_2D_BLOCK_IO, Target
 
 CAPABILITIES_ENV = "XEGEMM_COMPILER_CAPABILITIES"
@@ -231,8 +232,8 @@ def probe_compiler_capabilities(target: str = "pvc", *, cache_dir: Path | None =
     path = Path(cache_dir or default_cache_dir()) / f"{version.key}_{t.name}.json"
     if not refresh and path.exists():
         try:
-            cached = CompilerCapabilities.from_json(path.read_text())
-        except CapabilitiesError:
+            cached = CompilerCapabilities.from_json(read_text(path, CONFIG_BYTES, "capability cache"))
+        except (CapabilitiesError, FileRefused):
             cached = None
         if cached is not None and cached.catalog == digest and cached.target == t.name:
             return cached
@@ -298,7 +299,7 @@ def load_capabilities(name_or_path: str | Path, target: str = "pvc") -> Compiler
         return _named_capabilities(str(name_or_path), t)
     path = Path(name_or_path)
     if path.suffix == ".json" and path.exists():
-        caps = CompilerCapabilities.from_json(path.read_text())
+        caps = CompilerCapabilities.from_json(read_text(path, CONFIG_BYTES, "capabilities file"))
         if caps.target != t.name:
             raise CapabilitiesError(f"{path} is a capability set for {caps.target}, not {t.name}")
         return caps

@@ -87,6 +87,8 @@ class CoopMatrixLayout:
                 "lanes": self.sg, "map": self.lane_map.to_json()}
 
 
+MAX_ELEMENTS = 1 << 16     # elements of one layout table (joint matrices are at most a few thousand)
+
 def _is_power_of_two(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 1 and x & (x - 1) == 0
 
@@ -104,6 +106,9 @@ def _validate(use: str, rows: int, cols: int, sg: int, dtype: str) -> int:
         raise CoopMatrixLayoutError(f"sub-group size (S) must be a power of two >= 1 (got {sg!r})")
     if not isinstance(cols, int) or isinstance(cols, bool) or cols < 1:
         raise CoopMatrixLayoutError(f"cols (N) must be an integer >= 1 (got {cols!r})")
+    if rows * cols > MAX_ELEMENTS or sg > MAX_ELEMENTS:
+        raise CoopMatrixLayoutError(f"a {rows}x{cols} matrix (sub-group {sg}) is larger than any cooperative "
+                                    f"matrix: at most {MAX_ELEMENTS} elements and a sub-group of at most that")
     return ELEMENT_BYTES[dtype]
 
 

@@ -4,6 +4,7 @@ the schema, every problem reported with its file, line and dotted key in one :cl
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import MISSING, Field, fields
 from pathlib import Path
@@ -22,6 +23,7 @@ from xegemm.config.checks import (
     show_value,
 )
 from xegemm.config.expressions import compile_expression
+from xegemm.files import CONFIG_BYTES, YAML_VALUES, FileRefused, read_text
 from xegemm.config.schema import Config, Constraint, assemble
 from xegemm.config.sections import (
     GROUPS_SET,
@@ -39,7 +41,8 @@ from xegemm.quant import config_violations as quant_violations
 KeyPath = tuple[Any, ...]
 _PLAIN_SCALAR_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null")}
 _MAP_TAG, _SEQ_TAG = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
-_MAX_VALUES = 100_000
+_MAX_VALUES = YAML_VALUES
+MAX_SWEEP_POINTS = 100_000    # points a sweep may span, counted before any is listed
 
 
 def _dotted(path: KeyPath) -> str:
@@ -242,6 +245,11 @@ class _Reader:
         for section in (key for key in axes if key in SECTIONS):
             for leaf in {f"{section}.{name}" for choice in axes[section] for name in choice} & axes.keys():
                 self.report(("sweep", leaf), f"is also swept by sweep key '{section}'; sweep each key once")
+        points = math.prod(len(choices) for choices in axes.values())
+        if points > MAX_SWEEP_POINTS:
+            sizes = " x ".join(f"{len(choices)} {key}" for key, choices in axes.items())
+            self.report(("sweep",), f"spans {points} points ({sizes}); at most {MAX_SWEEP_POINTS} are allowed: "
+                                    "split the sweep into several configs or narrow its axes")
         return axes
 
     def check_choice(self, key: str, choice: Any, path: KeyPath) -> tuple[bool, Any]:
@@ -325,10 +333,7 @@ def load_config(path: str | Path) -> Config:
     """Read and validate a YAML config file. Raises ConfigError naming file:line for every problem."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([ConfigIssue(source, None, None, f"cannot read the file: {exc.strerror or exc}")]) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError([ConfigIssue(source, None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) \
-            from None
+        text = read_text(path, CONFIG_BYTES)
+    except FileRefused as exc:
+        raise ConfigError([ConfigIssue(source, None, None, str(exc).removeprefix(f"{source}: "))]) from None
     return config_from_text(text, source)

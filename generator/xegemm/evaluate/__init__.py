@@ -32,7 +32,7 @@ from xegemm.kernel_name import KernelName
 from xegemm.lowering import Lowering
 from xegemm.plan import Plan, PlanRejected, plan
 from xegemm.render import render_kernel
-from xegemm.journal import write_text_atomic
+from xegemm.files import write_text_atomic
 from xegemm.result import PASSED, STATUSES, Evaluation  # noqa: F401 - re-exported: the evaluation layer's words
 
 

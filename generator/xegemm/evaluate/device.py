@@ -18,8 +18,9 @@ from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observe
 from xegemm.lowering import Lowering
 from xegemm.profile import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
+from xegemm.errors import XegemmError
 from xegemm.plan import plan
-from xegemm.verify import check, make_operands, poison_c, reference, reference_key
+from xegemm.verify import check, check_fits, make_operands, poison_c, reference, reference_key
 
 def device_build_options(lowering: Lowering, config: Config) -> str:
     """The OpenCL build options of a variant on a device (xegemm.build_flags; native: with its GRF mode)."""
@@ -54,6 +55,9 @@ class DeviceSession:
         key = (config.problem, config.types, config.layout, config.epilogue, reference_key(config), config.verify.seed,
                workspace_bytes(config))
         if key != self._problem_key:
+            too_big = check_fits(config, getattr(self.device, "global_mem_size", None))
+            if too_big:          # refused before numpy or the device is asked for the memory
+                raise XegemmError(too_big)
             ops = make_operands(config)
             poison = poison_c(config)
             nothing = np.zeros(4, np.uint8)    # what a kernel that reads no C or bias is given instead

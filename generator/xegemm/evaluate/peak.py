@@ -22,6 +22,18 @@ WORK_ITEMS_PER_CU = 4096
 COPY_BYTES = 64 << 20  # per buffer (less on a device with little memory)
 LOCAL_SIZE = 64
 
+# A physical ceiling, not a measurement: no device does more than this many flops per clock per compute unit at
+# this clock.  Both are well above any documented Xe or x86 rate (docs/reliability.md), so a measurement above
+# the ceiling is a broken timer or a damaged record, never a fast kernel.
+CEILING_FLOPS_PER_CLOCK = 4096
+CEILING_GHZ = 6.0
+
+
+def ceiling_gflops(compute_units: int) -> float:
+    """The most GFLOP/s a device of ``compute_units`` can physically do (see CEILING_FLOPS_PER_CLOCK)."""
+    return max(1, compute_units) * CEILING_FLOPS_PER_CLOCK * CEILING_GHZ
+
+
 SOURCE = f"""
 __kernel void xegemm_peak_copy(__global const float4 *src, __global float4 *dst) {{
     size_t i = get_global_id(0);

@@ -37,7 +37,7 @@ from xegemm.build_flags import STANDARD as BUILD_OPTIONS
 from xegemm.lowering import named_lowering
 from xegemm.plan import BLOCK2D_SUB_GROUP
 from xegemm.render import environment
-from xegemm.journal import write_json_atomic, write_text_atomic
+from xegemm.files import write_json_atomic, write_text_atomic
 from xegemm.runtime.environment import find_cpu_runtime
 
 TARGETS = ("cpu", "pvc", "dg2")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xegemm.journal import write_text_atomic
+from xegemm.files import write_text_atomic
 from xegemm.reporting.formats import FORMATS, render_csv, render_json, render_markdown
 from xegemm.reporting.model import groups
 from xegemm.reporting.page import render_page

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy
 
 from xegemm import __version__
-from xegemm.journal import ResultStore, write_json_atomic, write_text_atomic
+from xegemm.files import write_json_atomic, write_text_atomic
+from xegemm.journal import ResultStore
 from xegemm.profile import conditions
 from xegemm.reporting.formats import render_markdown, results_csv
 from xegemm.reporting.model import PROBLEM_KEYS, groups, pooled_reference

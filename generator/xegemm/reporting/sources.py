@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xegemm.errors import XegemmError
+from xegemm.files import RESULTS_BYTES, FileRefused, read_bytes
 from xegemm.result import DeviceRecord, Evaluation
 
 
@@ -46,8 +47,8 @@ def _read_json(path: Path, missing: list[str]):
         missing.append(f"{path.name} is missing")
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except ValueError as exc:
+        return json.loads(read_bytes(path, RESULTS_BYTES, "results file").decode("utf-8", errors="replace"))
+    except (ValueError, FileRefused) as exc:
         missing.append(f"{path.name} is damaged and was not read ({exc})")
         return None
 
@@ -77,7 +78,12 @@ def _journal_rows(journal: Path, src: Source) -> list[Evaluation]:
         missing.append(f"{journal.name} is missing too: no variant can be shown")
         return []
     rows: dict[tuple, dict] = {}
-    for number, line in enumerate(journal.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    try:
+        text = read_bytes(journal, RESULTS_BYTES, "results journal").decode("utf-8", errors="replace")
+    except FileRefused as exc:
+        missing.append(f"{journal.name} was not read ({exc})")
+        return []
+    for number, line in enumerate(text.splitlines(), 1):
         try:
             entry = json.loads(line)
             result = {**entry["result"], **{k: entry[k] for k in ("finished_at", "load1") if k in entry}}

@@ -8,6 +8,8 @@ lowering a device gets is read from its extension list (``CL_DEVICE_EXTENSIONS``
 from __future__ import annotations
 
 import ctypes
+import os
+import resource
 from dataclasses import asdict, dataclass, field
 
 from xegemm.errors import DeviceNotFoundError, RuntimeSetupError
@@ -76,14 +78,39 @@ def dpctl_module():
     return dpctl
 
 
+def _resource_limits() -> list[str]:
+    """Finite limits of this process that can stop the OpenCL CPU runtime from starting (it maps hundreds of MiB
+    of address space when it loads), and too little free memory."""
+    found = []
+    for name, what in (("RLIMIT_AS", "address space (ulimit -v)"), ("RLIMIT_DATA", "data segment (ulimit -d)")):
+        soft, _ = resource.getrlimit(getattr(resource, name))
+        if soft != resource.RLIM_INFINITY:
+            found.append(f"the {what} is limited to {soft >> 20} MiB")
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        if available < 512 << 20:
+            found.append(f"only {available >> 20} MiB of memory is free")
+    except (ValueError, OSError):   # pragma: no cover - not on Linux
+        pass
+    return found
+
+
 def _no_device_message() -> str:
     lib = find_cpu_runtime()
-    where = (f"the Intel OpenCL CPU runtime was found at {lib}" if lib else
-             "the Intel OpenCL CPU runtime (libintelocl.so from the intel-opencl-rt wheel) was not found")
-    return ("dpctl sees no SYCL device. Looked for a Level Zero GPU, an OpenCL GPU and the OpenCL CPU "
-            f"device; {where}. Fix: reinstall the pinned runtime (`rm -rf .venv && make test`), or "
-            "`pip install intel-opencl-rt==2026.0.0 intel-cmplr-lib-ur==2026.0.0` (2026.2.0 of "
-            "intel-cmplr-lib-ur ships no OpenCL adapter).")
+    limits = _resource_limits()
+    if lib and limits:
+        return ("dpctl sees no SYCL device: the Intel OpenCL CPU runtime at " f"{lib} could not start because "
+                + " and ".join(limits) + ". Fix: raise the limit (e.g. `ulimit -v unlimited`) or free memory; "
+                "the installation is fine.")
+    if lib:
+        return ("dpctl sees no SYCL device. Looked for a Level Zero GPU, an OpenCL GPU and the OpenCL CPU device; "
+                f"the Intel OpenCL CPU runtime was found at {lib} but reported no device. If it is damaged, "
+                "reinstall it: `pip install --force-reinstall intel-opencl-rt==2026.0.0 "
+                "intel-cmplr-lib-ur==2026.0.0` (2026.2.0 of intel-cmplr-lib-ur ships no OpenCL adapter).")
+    return ("dpctl sees no SYCL device. Looked for a Level Zero GPU, an OpenCL GPU and the OpenCL CPU device; the "
+            "Intel OpenCL CPU runtime (libintelocl.so from the intel-opencl-rt wheel) was not found. Fix: install "
+            "the pinned runtime (`make test` creates .venv with it), or `pip install intel-opencl-rt==2026.0.0 "
+            "intel-cmplr-lib-ur==2026.0.0` (2026.2.0 of intel-cmplr-lib-ur ships no OpenCL adapter).")
 
 
 _EXTENSION_CACHE: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}

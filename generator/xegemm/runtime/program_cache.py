@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 from pathlib import Path
 
+from xegemm.files import FileRefused, read_bytes
 from xegemm.runtime.cpu_path import cpuinfo_fields
 
 CACHE_VARIABLE = "XEGEMM_CACHE_DIR"
 MAGIC = b"XEGEMM-PROGRAM-1\n"
+MAX_ENTRY_BYTES = 512 << 20    # a program binary; the largest GEMM kernels' are a few MiB
+_REPORTED: list[str] = []      # the first damaged entry of this process, reported on stderr
 STATS = {"hits": 0, "misses": 0, "stores": 0, "discarded": 0}
 
 
@@ -84,14 +88,25 @@ def load(key: str) -> bytes | None:
     if path is None:
         return None
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = read_bytes(path, MAX_ENTRY_BYTES, "program cache entry")
+    except FileRefused as exc:
+        if path.exists():
+            _report_once(f"{exc}; it is removed and the program rebuilt")
+            discard(key)
         return None
     head, digest, payload = data[:len(MAGIC)], data[len(MAGIC):len(MAGIC) + 32], data[len(MAGIC) + 32:]
     if head != MAGIC or hashlib.sha256(payload).digest() != digest or not payload:
+        _report_once(f"the program cache entry {path} is damaged (its checksum does not match); it is removed "
+                     "and the program rebuilt (later damaged entries are replaced without a message)")
         discard(key)
         return None
     return payload
+
+
+def _report_once(text: str) -> None:
+    if not _REPORTED:
+        _REPORTED.append(text)
+        print(f"xegemm: warning: {text}", file=sys.stderr, flush=True)
 
 
 def discard(key: str) -> None:

@@ -10,6 +10,8 @@ evaluated are kept, interrupted ones are retried, and the budget is completed.
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 import time
 import warnings
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+from optuna.exceptions import StorageInternalError
+from sqlalchemy.exc import SQLAlchemyError
 from tqdm import tqdm
 
 from xegemm.aot.toolchain import require_ocloc
@@ -25,19 +29,36 @@ from xegemm.errors import XegemmError
 from xegemm.evaluate.aot import AotBuilder
 from xegemm.evaluate.isolated import TimeLimits
 from xegemm.lowering import choose_lowering, named_lowering
-from xegemm.pipeline import RunInterrupted
+from xegemm.evaluate.peak import ceiling_gflops
+from xegemm.pipeline import RunInterrupted, shielded
 from xegemm.profile import time_numpy_reference
 from xegemm.journal import writable_dir
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.tune.cache import MeasurementCache, default_cache_path
-from xegemm.tune.export import META, export
+from xegemm.tune.export import META, export, study_space as _study_space
 from xegemm.tune.model import Machine
 from xegemm.tune.objective import AotObjective, DeviceObjective
 from xegemm.tune.runner import ShapeRun, Tally
 from xegemm.tune.shapes import Shape, config_shapes, parse_shapes
 from xegemm.tune.space import TuneSpace
 from xegemm.tune.strategies import get_strategy
-from xegemm.tune.study import HEARTBEAT_S, ClaimBook, default_url, mask_url, open_storage, study_name
+from xegemm.tune.study import (
+    HEARTBEAT_S,
+    ClaimBook,
+    StorageError,
+    default_url,
+    definition_changes,
+    describe_failure,
+    mask_url,
+    open_storage,
+    resumable_url,
+    space_changes,
+    study_definition,
+    study_name,
+)
+from xegemm.verify import check_fits
+
+JOBS_PER_CPU = 4        # --jobs at most this many workers per usable CPU
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # heartbeats (stale-trial detection) are "experimental" in Optuna and assume study.optimize; the tuner sends
@@ -100,36 +121,51 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     line that started it, recorded in the study for the report."""
     config = load_config(config_path)
     chosen = get_strategy(strategy)
+    check_jobs(jobs)
+    if seed is not None and not 0 <= seed < 2**32:
+        raise XegemmError(f"--seed {seed}: a seed is an integer from 0 to {2**32 - 1}")
     shape_list = _shapes(config, shapes)
     out_dir = writable_dir(Path(out) if out else Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
     url = storage or default_url(out_dir)
-    rdb = open_storage(url, heartbeat_s)
+    resume = resume_command(config_path, shape_list, strategy, budget, time_s, jobs, storage, study, seed, device,
+                            target, capabilities, out_dir, cache, retime, limits, heartbeat_s)
     name = study or config.name
-    measurements = None if cache is False else MeasurementCache(cache or default_cache_path())
     meta_common: dict = {"config": config.to_dict(), "strategy": strategy, "command": command}
     if target is not None:
         require_ocloc()
         lowering = named_lowering("native", capabilities, target)
-        objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, retime) for _ in range(jobs)]
         admit = AotBuilder(target, out_dir / "aot").admit
         machine = Machine.of_target(target)
         meta_common.update(target=target, objective="aot score")
+        info, ceiling = None, None
     else:
         info = describe(select_sycl_device(device))
+        too_big = sorted({why for shape in shape_list
+                          if (why := check_fits(config.with_overrides(shape.overrides()), info.global_mem_bytes))})
+        if too_big:
+            raise XegemmError("; ".join(too_big))
         lowering = choose_lowering(info)
-        objectives = [DeviceObjective(info, lowering, out_dir / "logs", limits, measurements, retime)
-                      for _ in range(jobs)]
         admit = None
         machine = Machine.of_device(info)
+        ceiling = ceiling_gflops(info.compute_units)
         # the device record results.json has too (xegemm.result.DeviceRecord reads both)
         meta_common.update(device=info.as_dict(), objective="GFLOP/s")
     # capabilities: the set the kernels were spelled for; capabilities_named: how to get it again for the
     # export (None = probe the installed ocloc again, as the tuning run did)
     meta_common.update(lowering=lowering.name, capabilities=lowering.capabilities_name,
                        capabilities_named=capabilities)
+    spaces = [TuneSpace(config, shape, lowering, admit) for shape in shape_list]
+    rdb = open_storage(url, heartbeat_s)
+    _check_resumable(rdb, name, meta_common, shape_list, spaces, url)
+    measurements = None if cache is False else MeasurementCache(cache or default_cache_path(),
+                                                                ceiling_gflops=ceiling)
+    if target is not None:
+        objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, retime) for _ in range(jobs)]
+    else:
+        objectives = [DeviceObjective(info, lowering, out_dir / "logs", limits, measurements, retime)
+                      for _ in range(jobs)]
     deadline = time.monotonic() + time_s if time_s else None
     studies, tallies = {}, {}
-    spaces = [TuneSpace(config, shape, lowering, admit) for shape in shape_list]
     planned = [min(budget, space.size) if budget else space.size for space in spaces]
     books = [ClaimBook(rdb, study_name(name, shape)) for shape in shape_list]
     bar = _progress(sum(planned), sum(min(n, book.evaluated()) for n, book in zip(planned, books)), progress)
@@ -155,18 +191,95 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
                 bar.total -= unused
                 bar.refresh()
     except KeyboardInterrupt:
+        with shielded():
+            _close(bar, objectives, measurements)
         raise RunInterrupted(f"interrupted: every finished trial is in the study at {mask_url(url)}; the "
-                             f"interrupted ones are retried on resume: xegemm tune {config_path} --out {out_dir}"
-                             + (f" --storage {mask_url(url)}" if storage else "")
-                             + (f" --study {name}" if study else "")) from None
-    finally:
-        bar.close()
-        for objective in objectives:
-            objective.close()
-        if measurements is not None:
-            measurements.close()
+                             f"interrupted ones are retried on resume: {resume}") from None
+    except (StorageInternalError, SQLAlchemyError) as exc:
+        _close(bar, objectives, measurements)
+        raise StorageError(f"the study database {mask_url(url)} failed: {describe_failure(exc, url)}; every "
+                           f"finished trial is kept; when it is back, resume with: {resume}") from None
+    except BaseException:
+        _close(bar, objectives, measurements)
+        raise
+    _close(bar, objectives, measurements)
     best = export(rdb, name, out_dir)
     return TuneResult(studies, best, out_dir, mask_url(url), tallies)
+
+
+def _close(bar, objectives, measurements) -> None:
+    bar.close()
+    for objective in objectives:
+        objective.close()
+    if measurements is not None:
+        measurements.close()
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def max_jobs() -> int:
+    """The most ``--jobs`` workers this machine can use: each is a thread and a device worker process, and they
+    share the CPUs (timing stays serial)."""
+    return JOBS_PER_CPU * usable_cpus()
+
+
+def check_jobs(jobs: int) -> None:
+    if not 1 <= jobs <= max_jobs():
+        raise XegemmError(f"--jobs {jobs}: at least 1 and at most {max_jobs()} workers on this machine "
+                          f"({JOBS_PER_CPU} per usable CPU, {usable_cpus()} CPUs)")
+
+
+def _check_resumable(rdb, name: str, meta_common: dict, shapes: list[Shape], spaces: list[TuneSpace],
+                     url: str) -> None:
+    """Refuse, before any trial starts, to add to a study that another problem or another space made."""
+    existing = set(optuna.study.get_all_study_names(rdb))
+    for shape, space in zip(shapes, spaces):
+        sname = study_name(name, shape)
+        if sname not in existing:
+            continue
+        old = optuna.load_study(study_name=sname, storage=rdb).user_attrs.get(META)
+        if not old:
+            continue
+        new = {**meta_common, "shape": shape.as_dict()}
+        changes = definition_changes(study_definition(old), study_definition(new))
+        if not changes:
+            changes = space_changes(_study_space(old).grid(), space.grid())
+            what = "another search space"
+        else:
+            what = "another problem"
+        if changes:
+            raise XegemmError(f"the study '{sname}' in {mask_url(url)} was made for {what}: "
+                              + "; ".join(changes[:6]) + ("; ..." if len(changes) > 6 else "")
+                              + ". Resume it with the config it was made with, or start a new study with "
+                                "--study NAME or another --out")
+
+
+def resume_command(config_path, shapes: list[Shape], strategy: str, budget, time_s, jobs: int, storage, study,
+                   seed, device, target, capabilities, out_dir, cache, retime: bool, limits: TimeLimits,
+                   heartbeat_s: int) -> str:
+    """The ``xegemm tune`` command that resumes this run: every option it was given, the password of a storage
+    URL as ``$XEGEMM_DB_PASSWORD`` (in double quotes, so the shell expands it)."""
+    words = ["xegemm", "tune", str(config_path), "--out", str(out_dir),
+             "--shapes", ",".join(shape.label for shape in shapes), "--strategy", strategy]
+    options = [("--budget", budget), ("--time", f"{time_s:g}s" if time_s else None),
+               ("--jobs", jobs if jobs != 1 else None), ("--study", study), ("--seed", seed),
+               ("--device", device), ("--target", target), ("--capabilities", capabilities),
+               ("--cache", cache if cache not in (None, False) else None),
+               ("--build-timeout", f"{limits.build_s:g}" if limits.build_s != TimeLimits.build_s else None),
+               ("--run-timeout", f"{limits.run_s:g}" if limits.run_s is not None else None),
+               ("--heartbeat", heartbeat_s if heartbeat_s != HEARTBEAT_S else None)]
+    words += [str(w) for option, value in options if value is not None for w in (option, value)]
+    words += (["--no-cache"] if cache is False else []) + (["--retime"] if retime else [])
+    text = shlex.join(words)
+    if storage:
+        url = resumable_url(storage).replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+        text += f' --storage "{url}"'
+    return text
 
 
 def _advance(bar, tallies: dict[str, Tally], summary: dict) -> None:

@@ -8,7 +8,8 @@ Only deterministic outcomes are kept (``ok``, ``failed_build``, ``failed_verify`
 ``timeout`` or a worker process that died may be the machine's fault, and is evaluated again.
 
 Why not a *build* cache: dpctl 0.22 cannot load program binaries, so a kernel built in one process cannot be
-reused in another; the cache stores measurements.  The file is SQLite (default
+reused in another; the cache stores measurements, each with its checksum and checked for plausibility.  The
+file is SQLite (default
 ``$XDG_CACHE_HOME/xegemm/measurements.db``), safe for several processes at once.
 """
 
@@ -16,17 +17,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
 from xegemm.config import Config
-from xegemm.profile import TIMING_METHOD
+from xegemm.errors import XegemmError
+from xegemm.files import create_sqlite, set_aside, sqlite_problem
+from xegemm.profile import TIMING_METHOD, gemm_flops
 from xegemm.runtime.program_cache import code_generation_settings
 
 CACHED_STATUSES = ("ok", "failed_build", "failed_verify")
-SCHEMA = 1
+SCHEMA = 2             # 2: entries carry a checksum (table `entries`)
 
 
 def default_cache_path() -> Path:
@@ -45,25 +50,129 @@ def measurement_key(source: str, build_options: str, device_name: str, driver: s
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-class MeasurementCache:
-    """``get(key)`` / ``put(key, evaluation)`` on an SQLite file."""
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
-    def __init__(self, path: Path | str):
+
+def implausible(evaluation: dict, ceiling: float | None) -> str | None:
+    """Why a cached ``ok`` evaluation cannot be a measurement, or None: GFLOP/s that disagree with the problem
+    and the median time, or above the device's physical ceiling (:func:`xegemm.evaluate.peak.ceiling_gflops`)."""
+    if evaluation.get("status") != "ok" or evaluation.get("time_ms") is None and evaluation.get("gflops") is None:
+        return None          # not a timing (a failure, or an ahead-of-time score)
+    gflops, median = evaluation.get("gflops"), (evaluation.get("time_ms") or {}).get("median")
+    params = evaluation.get("params") or {}
+    try:
+        gflops, median = float(gflops), float(median)
+        expected = gemm_flops(*(int(params[k]) for k in ("m", "n", "k", "batch"))) / (max(median, 1e-9) * 1e6)
+    except (TypeError, ValueError, KeyError):
+        return "no GFLOP/s, time or problem"
+    if not (math.isfinite(gflops) and gflops > 0 and median > 0):
+        return f"{gflops} GFLOP/s in {median} ms"
+    if abs(gflops - expected) > 0.01 * expected:
+        return f"{gflops:.1f} GFLOP/s, but its problem in {median} ms is {expected:.1f}"
+    if ceiling is not None and gflops > ceiling:
+        return f"{gflops:.1f} GFLOP/s is above the device's physical ceiling of {ceiling:.0f}"
+    return None
+
+
+class MeasurementCache:
+    """``get(key)`` / ``put(key, evaluation)`` on an SQLite file.
+
+    Each entry carries the sha256 of its evaluation; an entry whose checksum fails, or whose measurement is
+    implausible (:func:`implausible`), is removed and evaluated again.  A file that is not a healthy database
+    is moved aside (``measurements.db.1`` ...) and a new one started.  Each kind of damage is reported once, on
+    ``warn`` (default: stderr), with the file's path."""
+
+    def __init__(self, path: Path | str, warn=None, ceiling_gflops: float | None = None):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS measurements (key TEXT PRIMARY KEY, evaluation TEXT NOT NULL, "
-                        "stored REAL NOT NULL)")
+        self.ceiling = ceiling_gflops
+        self._warn = warn or (lambda text: print(f"xegemm: warning: {text}", file=sys.stderr, flush=True))
+        self._reported: set[str] = set()
+        self.discarded = 0
+        self.db = self._open()
+
+    def _say_once(self, kind: str, text: str) -> None:
+        if kind not in self._reported:
+            self._reported.add(kind)
+            self._warn(text)
+
+    def _set_aside(self, why: str) -> None:
+        aside = set_aside(self.path, ("-wal", "-shm"))
+        self._say_once("file", f"the measurement cache {self.path} was {why}; moved it to {aside} and started a "
+                               "new one (its kernels are measured again)")
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise XegemmError(f"cannot create the measurement cache's directory {self.path.parent}: "
+                              f"{exc.strerror or exc}; give --cache FILE or --no-cache") from None
+        problem = sqlite_problem(self.path)
+        if problem:
+            self._set_aside(problem)
+        try:
+            create_sqlite(self.path)
+        except (OSError, sqlite3.Error) as exc:
+            raise XegemmError(f"cannot create the measurement cache {self.path}: {exc}; give --cache FILE or "
+                              "--no-cache") from None
+        for attempt in range(2):
+            try:
+                db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, evaluation TEXT NOT NULL, "
+                           "checksum TEXT NOT NULL, stored REAL NOT NULL)")
+                return db
+            except sqlite3.DatabaseError as exc:
+                if attempt or not self.path.exists():
+                    raise XegemmError(f"cannot use the measurement cache {self.path}: {exc}; give --cache FILE or "
+                                      "--no-cache") from None
+                self._set_aside(f"unusable ({exc})")
+        raise AssertionError("unreachable")
+
+    def _forget(self, key: str, why: str) -> None:
+        self.discarded += 1
+        self._say_once("entry", f"the measurement cache {self.path} had a bad entry ({why}); it was removed and "
+                                "the kernel is measured again (later bad entries are removed without a message)")
+        try:
+            self.db.execute("DELETE FROM entries WHERE key = ?", (key,))
+        except sqlite3.DatabaseError:
+            pass
 
     def get(self, key: str) -> dict | None:
-        row = self.db.execute("SELECT evaluation FROM measurements WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        try:
+            row = self.db.execute("SELECT evaluation, checksum FROM entries WHERE key = ?", (key,)).fetchone()
+        except sqlite3.DatabaseError as exc:
+            self._say_once("read", f"the measurement cache {self.path} cannot be read ({exc}); measuring without "
+                                   "it (move the file aside to start a new one)")
+            return None
+        if row is None:
+            return None
+        text, checksum = row
+        if _digest(text) != checksum:
+            self._forget(key, "its checksum does not match")
+            return None
+        try:
+            evaluation = json.loads(text)
+        except ValueError:
+            self._forget(key, "not JSON")
+            return None
+        why = implausible(evaluation, self.ceiling) if isinstance(evaluation, dict) else "not a record"
+        if why:
+            self._forget(key, why)
+            return None
+        return evaluation
 
     def put(self, key: str, evaluation: dict) -> None:
         if evaluation.get("status") in CACHED_STATUSES and "worker_lost" not in (evaluation.get("extra") or {}):
-            self.db.execute("INSERT OR REPLACE INTO measurements VALUES (?, ?, ?)",
-                            (key, json.dumps(evaluation), time.time()))
+            if implausible(evaluation, self.ceiling):
+                return
+            text = json.dumps(evaluation)
+            try:
+                self.db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?)",
+                                (key, text, _digest(text), time.time()))
+            except sqlite3.DatabaseError as exc:
+                self._say_once("write", f"the measurement cache {self.path} cannot be written ({exc}); results "
+                                        "are kept in the study only")
 
     def close(self) -> None:
         self.db.close()

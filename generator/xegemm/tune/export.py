@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +31,7 @@ from xegemm.config.schema import plain_data
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.lowering import Lowering, named_lowering
-from xegemm.journal import write_json_atomic, write_text_atomic
+from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic, write_text_atomic
 from xegemm.reporting import write_report
 from xegemm.reporting.formats import results_csv
 from xegemm.reporting.results import problem_references, set_ratios, utc, versions
@@ -82,14 +84,15 @@ def study_config(meta: dict) -> Config:
     return config_from_text(yaml.safe_dump(meta["config"], sort_keys=False), source="<study>")
 
 
-def _space(meta: dict) -> TuneSpace:
+def study_space(meta: dict) -> TuneSpace:
+    """The tuning space a study's trials were drawn from (from its metadata)."""
     return TuneSpace(study_config(meta), Shape(**meta["shape"]), Lowering(meta["lowering"]))
 
 
 def _winner(meta: dict, trial: optuna.trial.FrozenTrial) -> tuple[dict, dict]:
     """A winner as sweep axes (``problem`` and the config's axes: section choices stay whole) and as the
     dotted keys they set (for the constraint that pairs the shape with its winner)."""
-    space, shape = _space(meta), Shape(**meta["shape"])
+    space, shape = study_space(meta), Shape(**meta["shape"])
     point = {axis: space.choices[axis][trial.params[axis]] for axis in space.choices}
     return {"problem": shape.as_dict(), **point}, {**shape.overrides(), **space.search.overrides(point)}
 
@@ -160,7 +163,7 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
         metas.append(meta)
         config = config or study_config(meta)
         trials = owned_trials(study, storage)
-        space = _space(meta)
+        space = study_space(meta)
         axes = list(space.choices)
         recorded = {t.number: r for t in trials if (r := trial_result(t, meta)) is not None}
         leading += [_leading(t, axes) for t in trials if t.number in recorded]
@@ -187,6 +190,8 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
             kernels[pv.name] = render_variant(pv, named_lowering(meta["lowering"], meta.get("capabilities_named"),
                                                                  meta.get("target") or "pvc"))
         best[shape.label] = entry
+    for moved in _keep_richer_export(out, len(results)):
+        print(f"xegemm: note: {moved}", file=sys.stderr, flush=True)
     write_text_atomic(out / "trials.csv", results_csv(results, leading))
     result = {"study": name, "shapes": best}
     write_json_atomic(out / "best.json", result)
@@ -198,6 +203,27 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
     write_json_atomic(out / "trials.json", _trials_document(name, metas, results, references))
     write_report([out], out / "report.html")
     return result
+
+
+EXPORT_FILES = ("trials.json", "trials.csv", "best.json", "best.yaml", "report.html")
+
+
+def _keep_richer_export(out: Path, trials: int) -> list[str]:
+    """An earlier export in ``out`` with more trials than this one (the study was damaged, or another study is
+    exported here) is moved aside, never overwritten: one line per file moved."""
+    previous = out / "trials.json"
+    if not previous.exists():
+        return []
+    try:
+        document = json.loads(read_text(previous, RESULTS_BYTES, "export"))
+        had = len(document["variants"])
+    except (XegemmError, ValueError, KeyError, TypeError):
+        had = None
+    if had is not None and had <= trials:
+        return []
+    why = f"it holds {had} trials, this export {trials}" if had is not None else "it is not an xegemm export"
+    return [f"{out / name} moved to {set_aside(out / name)} ({why})" for name in EXPORT_FILES
+            if (out / name).exists()]
 
 
 def study_names(storage) -> list[str]:

@@ -15,13 +15,13 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
 from xegemm.config import Config, Problem, SearchSpace
 from xegemm.config.schema import is_problem_axis
 from xegemm.errors import XegemmError
+from xegemm.files import CONFIG_BYTES, load_yaml_file, read_text
 from xegemm.grouped.problem import GROUP_SEPARATOR, GroupedProblem
 
+MAX_SHAPES = 1000
 _LABEL = re.compile(r"^\s*(\d+)x(\d+)x(\d+)(?:x(\d+))?\s*$")
 
 
@@ -54,7 +54,7 @@ def parse_problem(text: str, where: str = "--shapes") -> Shape | GroupedProblem:
 
 def _grouped(item: dict, where: str) -> GroupedProblem:
     if set(item) != {"groups"} or not isinstance(item["groups"], list):
-        raise XegemmError(f"{where}: a grouped problem is {{groups: [{{m, n, k}} or 'MxNxK', ...]}}, found {item!r}")
+        raise XegemmError(f"{where}: a grouped problem is {{groups: [{{m, n, k}} or 'MxNxK', ...]}}, found {repr(item)[:80]}")
     try:
         return GroupedProblem.of(item["groups"])
     except XegemmError as exc:
@@ -62,14 +62,12 @@ def _grouped(item: dict, where: str) -> GroupedProblem:
 
 
 def _from_yaml(path: Path) -> list[Shape | GroupedProblem]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise XegemmError(f"{path}: not valid YAML: {exc}") from None
+    data = load_yaml_file(path, CONFIG_BYTES, "shapes file")
     if isinstance(data, dict) and "shapes" in data:
         data = data["shapes"]
     if not isinstance(data, list) or not data:
-        raise XegemmError(f"{path}: expected a list of shapes ({{m, n, k, batch}} or 'MxNxK'), found {data!r}")
+        raise XegemmError(f"{path}: expected a list of shapes ({{m, n, k, batch}} or 'MxNxK'), found "
+                          f"{repr(data)[:80]}")
     shapes = []
     for i, item in enumerate(data, 1):
         where = f"{path}: shape {i}"
@@ -79,16 +77,16 @@ def _from_yaml(path: Path) -> list[Shape | GroupedProblem]:
             shapes.append(_grouped(item, where))
         elif isinstance(item, dict) and set(item) <= {"m", "n", "k", "batch"} and {"m", "n", "k"} <= set(item):
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in item.values()):
-                raise XegemmError(f"{where}: m, n, k and batch must be integers, found {item}")
+                raise XegemmError(f"{where}: m, n, k and batch must be integers, found {repr(item)[:80]}")
             shapes.append(_shape([item["m"], item["n"], item["k"], item.get("batch", 1)], where))
         else:
-            raise XegemmError(f"{where}: expected {{m, n, k[, batch]}} or 'MxNxK', found {item!r}")
+            raise XegemmError(f"{where}: expected {{m, n, k[, batch]}} or 'MxNxK', found {repr(item)[:80]}")
     return shapes
 
 
 def _from_lines(path: Path) -> list[Shape]:
     shapes = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(read_text(path, CONFIG_BYTES, "shapes file").splitlines(), 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
@@ -112,7 +110,10 @@ def parse_shapes(spec: str) -> list[Shape | GroupedProblem]:
         shapes = [parse_problem(part.strip()) for part in spec.split(",") if part.strip()]
         if not shapes:
             raise XegemmError(f"--shapes: '{spec}' names no shape and is not a file")
-    return list(dict.fromkeys(shapes))
+    shapes = list(dict.fromkeys(shapes))
+    if len(shapes) > MAX_SHAPES:
+        raise XegemmError(f"--shapes: {len(shapes)} shapes; at most {MAX_SHAPES} (each is a study of its own)")
+    return shapes
 
 
 def config_shapes(config: Config) -> list[Shape]:
