@@ -3,6 +3,7 @@ paths and their environments, the round-robin timing, CLBlast's tuning results a
 forms, the references' skip reasons, and the run's orchestration with a stand-in for the measuring process.  Nothing here times a
 kernel: speed is the real run's business, and no test has a timing threshold."""
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ import bench.provision as provision
 from bench.blas_worker import operands
 from bench.clblast import CALLS, CLBlastGemm, find_clblast
 from bench.code_paths import AVX2, AVX512, cpu_model, host_code_paths
+from xegemm import profile
 from xegemm.runtime.cpu_path import host_flags
 from bench.goals_table import evaluate_row, goal, markdown, path_table, tile_of
 from bench.references import check_f32_gemm
@@ -104,14 +106,18 @@ def test_code_paths_follow_the_host_and_set_each_library_alike():
 
 
 def test_every_side_runs_in_every_round_and_a_noisy_one_is_measured_again(monkeypatch):
-    monkeypatch.setattr(interleave, "SETTLE_S", 0.0)
+    """bench.interleave times as xegemm run does (xegemm.profile.time_rounds): each side warmed up, then per
+    round each side in turn; a side whose CV stays high is measured once more and flagged."""
+    monkeypatch.setattr(profile, "SETTLE_S", 0.0)
     calls = []
     steady = {name: (lambda name=name: calls.append(name) or 1.0) for name in ("kernel", "numpy")}
-    times = interleave.round_robin(steady, rounds=3, launches=2)
-    assert times == {"kernel": [1.0] * 6, "numpy": [1.0] * 6}
-    assert calls == (["kernel"] * 3 + ["numpy"] * 3) * 3                   # one untimed + 2 timed, alternating
+    timings = interleave.round_robin(steady, rounds=3, launches=2)
+    # the kernel's warm-up, numpy's warm-up, then one block per side per round, alternating
+    assert [name for name, _ in itertools.groupby(calls)] == ["kernel", "numpy"] * 4
+    for timing in timings.values():
+        assert set(timing.samples_ms) == {1.0} and len(timing.samples_ms) >= 3 * 2 and timing.warmup.settled
     assert interleave.measure_sides(steady, 2, 2)["attempts"] == 1
-    values = iter([1.0, 5.0] * 100)
+    values = itertools.cycle([1.0, 5.0])
     noisy = {"kernel": lambda: 1.0, "numpy": lambda: next(values)}
     measured = interleave.measure_sides(noisy, 2, 2)
     assert measured["attempts"] == 2 and measured["high_cv"] == ["numpy"]
