@@ -70,6 +70,10 @@ class Backend(ABC):
     def run(self, queue, kernel, args: list, global_size, local_size):
         """Submit a kernel with OpenCL-order ranges; its event (``wait()``, ``profiling_info_start``/``_end``)."""
 
+    @abstractmethod
+    def owns(self, queue) -> bool:
+        """Whether ``queue`` is one of this backend's queues (what every other call on it follows)."""
+
 
 class OpenCLBackend(Backend):
     """Raw OpenCL through ctypes, with programs stored in and loaded from the persistent binary cache."""
@@ -107,6 +111,9 @@ class OpenCLBackend(Backend):
     def allocate(self, queue, nbytes: int):
         return opencl.OpenCLBuffer(queue, max(nbytes, 1))
 
+    def owns(self, queue) -> bool:
+        return isinstance(queue, opencl.OpenCLQueue)
+
     def run(self, queue, kernel, args: list, global_size, local_size):
         return kernel.launch(queue, list(args), global_size, local_size)
 
@@ -133,6 +140,9 @@ class DpctlBackend(Backend):
     def allocate(self, queue, nbytes: int):
         return dpmem.MemoryUSMDevice(max(nbytes, 1), queue=queue)
 
+    def owns(self, queue) -> bool:
+        return True     # a SYCL queue, whatever its device (USM arrays on an OpenCL device live in one)
+
     def run(self, queue, kernel, args: list, global_size, local_size):
         g = [int(x) for x in reversed(global_size)]
         l_ = [int(x) for x in reversed(local_size)]
@@ -148,5 +158,6 @@ def backend_for(sycl_device) -> Backend:
 
 
 def queue_backend(queue) -> Backend:
-    """The backend serving ``queue`` (that of its device)."""
-    return backend_for(queue.sycl_device)
+    """The backend that made ``queue``: a raw OpenCL queue's, else dpctl's (a SYCL queue, e.g. the one the call
+    API uses for USM arrays, may be on an OpenCL device too)."""
+    return next(b for b in BACKENDS if b.owns(queue))
