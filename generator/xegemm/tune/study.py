@@ -40,6 +40,7 @@ from sqlalchemy.exc import (
     NoSuchModuleError,
     OperationalError,
     ProgrammingError,
+    SQLAlchemyError,
 )
 
 from xegemm.errors import XegemmError
@@ -67,6 +68,10 @@ RETRY_VARIABLE = "XEGEMM_DB_RETRY_S"   # another retry time in seconds (0: fail 
 # storage methods that only describe the storage, never touch the database: not retried
 _LOCAL = {"get_heartbeat_interval", "get_failed_trial_callback", "get_heartbeat_stale_trial_callback",
           "remove_session", "is_heartbeat_enabled"}
+# private storage methods Optuna's own cache in front of an RDB storage (optuna.storages._CachedStorage) calls
+# directly: retried like the public ones (a test checks this list against the installed Optuna)
+CACHE_CALLS = ("_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials",
+               "_get_stale_trial_ids")
 
 
 _CHECKED: set[str] = set()     # SQLite files found healthy by this process
@@ -158,19 +163,29 @@ def describe_failure(exc: BaseException, url: str) -> str:
     return first[:300]
 
 
+_LOST = ("connection", "server closed", "terminating", "shutting down", "starting up", "timeout",
+         "could not receive", "ssl syscall", "the database system is", "database is locked")
+
+
+def _chain(exc: BaseException):
+    """``exc`` and what led to it, through both ``raise ... from`` (``__cause__``) and an exception raised while
+    handling another (``__context__``: Optuna rolls a session back inside its ``except``, and a rollback on a
+    dead connection raises anew)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+
+
 def _transient(exc: BaseException) -> bool:
     """A lost or refused connection (worth waiting for), not a wrong query or a full disk."""
-    seen = exc
-    while seen is not None:
+    for seen in _chain(exc):
         if isinstance(seen, DBAPIError):
-            if seen.connection_invalidated or isinstance(seen, (InterfaceError,)):
+            if seen.connection_invalidated or isinstance(seen, InterfaceError):
                 return True
             if isinstance(seen, OperationalError):
-                text = str(seen.orig).lower()
-                return any(w in text for w in ("connection", "server closed", "terminating", "shutting down",
-                                               "starting up", "timeout", "could not receive", "ssl syscall",
-                                               "the database system is", "database is locked"))
-        seen = seen.__cause__
+                return any(w in str(seen.orig).lower() for w in _LOST)
     return False
 
 
@@ -193,7 +208,7 @@ def with_retries(call):
     while True:
         try:
             return call()
-        except (StorageInternalError, OperationalError, InterfaceError, DBAPIError) as exc:
+        except (StorageInternalError, SQLAlchemyError) as exc:
             if not _transient(exc) or waited >= budget:
                 raise
             if not _warned.is_set():
@@ -230,7 +245,7 @@ def _create(url: str, heartbeat_s: int) -> optuna.storages.RDBStorage:
     _metadata.create_all(storage.engine, checkfirst=True)
     for name in dir(storage):             # every public method Optuna calls, retried while the server is away
         method = getattr(storage, name)
-        if not name.startswith("_") and name not in _LOCAL and inspect.ismethod(method):
+        if ((not name.startswith("_") and name not in _LOCAL) or name in CACHE_CALLS) and inspect.ismethod(method):
             setattr(storage, name, _retrying(method))
     return storage
 
