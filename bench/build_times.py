@@ -38,6 +38,7 @@ from pathlib import Path
 
 from bench import REPO
 from bench.code_paths import host_code_paths
+from bench.revision import python_at
 from xegemm.config.reader import config_from_text
 from xegemm.epilogue import ACTIVATIONS, OUTPUT_TYPES
 from xegemm.evaluate import plan_variants, render_variant
@@ -119,17 +120,10 @@ BEFORE = "before_"      # the prefix of --against's columns in a child's rows
 
 
 def render_at(rev: str, features: list[str]) -> list[dict]:
-    """:func:`render` as the commit ``rev`` of this repository does it: its tree is checked out into a scratch
-    directory and renders there in a child process (its own ``xegemm`` and ``bench.build_times``)."""
-    with tempfile.TemporaryDirectory(prefix="xegemm-build-times-rev-") as tree:
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
-        code = ("import json, sys; from bench.build_times import render; "
-                "json.dump(render(json.loads(sys.argv[1])), sys.stdout)")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([f"{tree}/generator", tree])}
-        done = subprocess.run([sys.executable, "-c", code, json.dumps(features)], env=env, cwd=tree,
-                              capture_output=True, text=True, check=True)
-    return [{**entry, "side": BEFORE} for entry in json.loads(done.stdout)]
+    """:func:`render` as the commit ``rev`` of this repository does it (:func:`bench.revision.python_at`)."""
+    code = ("import json, sys; from bench.build_times import render; "
+            "json.dump(render(json.loads(sys.argv[1])), sys.stdout)")
+    return [{**entry, "side": BEFORE} for entry in python_at(rev, code, json.dumps(features))]
 
 
 # ---- the child: raw OpenCL builds, one process per code path --------------------------------------------

@@ -603,18 +603,29 @@ static inline float xe_gelu_tanh(float x)
 
 #ifndef XE_F32_TO_F16_RNE
 #define XE_F32_TO_F16_RNE
-/* f32 -> f16 bits, round to nearest even, and f16 bits -> f32 (vstore_half_rte, vload_half: core OpenCL C,
-   no cl_khr_fp16 needed). */
+/* f32 -> f16 bits, round to nearest even (IEEE 754 binary16).  Normals: rebias the exponent, round away 13
+   mantissa bits on the integer (a carry may reach the exponent, up to infinity from 65520 on).  Below 2^-14:
+   adding 0.5, whose ulp is f16's smallest subnormal (2^-24), rounds the magnitude to a multiple of 2^-24 to
+   nearest even in the float unit; the low bits of the sum are then the f16 bits (0x400 when it rounds up to
+   2^-14).  A NaN stays a quiet NaN with the payload's top bits, as vstore_half_rte gives it. */
 static inline ushort xe_f32_to_f16_rne(float f)
 {
-    ushort h;
-    vstore_half_rte(f, 0, (half*)&h);
-    return h;
+    const uint u = as_uint(f), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
+    const uint normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    const uint subnormal = as_uint(as_float(a) + 0.5f) - 0x3f000000u;
+    const uint h = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x1ffu)
+                 : a >= 0x477ff000u ? 0x7c00u : a >= 0x38800000u ? normal : subnormal;
+    return (ushort)(sign | h);
 }
 
+/* f16 bits -> f32, exact: normals rebias the exponent; subnormals are m * 2^-24 (exact in f32); infinities and
+   NaNs keep their payload, a signalling NaN becomes quiet as vload_half makes it. */
 static inline float xe_f16_to_f32(ushort h)
 {
-    return vload_half(0, (const half*)&h);
+    const uint sign = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    const uint bits = e == 0x1fu ? 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u)
+                    : e ? ((e + 112u) << 23) | (m << 13) : as_uint((float)m * 0x1p-24f);
+    return as_float(sign | bits);
 }
 #endif
 
