@@ -1,6 +1,6 @@
 """Build time per kernel feature on the portable lowering: a table of cold builds, both CPU code paths.
 
-``python -m bench.build_times [--repeats N] [--features plain,alpha,...] [--out DIR]`` renders one kernel per
+``python -m bench.build_times [--repeats N] [--features plain,alpha,...] [--against REV] [--out DIR]`` renders one kernel per
 feature (:data:`FEATURES`: plain, alpha, beta, bias, each activation, each output type, each layout, split-K,
 stream-K, register blocks), all on one base tile (:data:`BASE`), and builds each in a fresh child process per
 CPU code path (the runtime's own choice for the host, and ``CL_CONFIG_CPU_TARGET_ARCH=core-avx2``; the
@@ -15,7 +15,10 @@ Per feature and code path it records the median over ``--repeats`` of:
   runtime's IR) and ``clLinkProgram`` (the back end: optimisation, sub-group vectorisation, x86 code);
 - ``noopt_s``: ``clBuildProgram`` with ``-cl-opt-disable``;
 
-and the source's size (characters, lines, and statements: ``;`` count).  The table goes to stdout and, with
+and the source's size (characters, lines, and statements: ``;`` count).  ``--against REV`` also renders every
+feature as the commit ``REV`` of this repository renders it (its tree checked out into a scratch directory)
+and builds the two sources of a feature alternately in the same child, repeat by repeat (the order swapped
+every repeat), so the load of a shared machine falls on both alike; the table then gives both and their ratio.  The table goes to stdout and, with
 ``--out``, to ``build_times.md`` and ``build_times.json`` there.  Times are measured, never asserted; the
 machine's load is recorded with them (:func:`xegemm.profile.conditions`).
 """
@@ -35,6 +38,7 @@ from pathlib import Path
 
 from bench import REPO
 from bench.code_paths import host_code_paths
+from bench.revision import python_at
 from xegemm.config.reader import config_from_text
 from xegemm.epilogue import ACTIVATIONS, OUTPUT_TYPES
 from xegemm.evaluate import plan_variants, render_variant
@@ -60,6 +64,7 @@ FEATURES: dict[str, str] = {
     "bias row": "epilogue: {bias: row}",
     "bias col": "epilogue: {bias: col}",
     **{f"activation {name}": f"epilogue: {{activation: {name}}}" for name in ACTIVATIONS if name != "none"},
+    "inputs bf16": "types: {a: bf16, b: bf16, acc: f32, c: f32}",
     **{f"output {t}": f"types: {{a: f16, b: f16, acc: f32, c: {t}}}" for t in OUTPUT_TYPES
        if t != "f32" and not t.startswith(("s", "u"))},
     # integer outputs need integer inputs (an s32 accumulator): their own base, and their own plain row
@@ -109,6 +114,16 @@ def render(features: list[str]) -> list[dict]:
         out.append({"feature": feature, "source": source, "options": device_build_options(lowering, pv.config),
                     "chars": len(source), "lines": source.count("\n"), "statements": source.count(";")})
     return out
+
+
+BEFORE = "before_"      # the prefix of --against's columns in a child's rows
+
+
+def render_at(rev: str, features: list[str]) -> list[dict]:
+    """:func:`render` as the commit ``rev`` of this repository does it (:func:`bench.revision.python_at`)."""
+    code = ("import json, sys; from bench.build_times import render; "
+            "json.dump(render(json.loads(sys.argv[1])), sys.stdout)")
+    return [{**entry, "side": BEFORE} for entry in python_at(rev, code, json.dumps(features))]
 
 
 # ---- the child: raw OpenCL builds, one process per code path --------------------------------------------
@@ -167,37 +182,47 @@ def _child(sources_path: Path, repeats: int, stages: tuple[str, ...]) -> None:
         return t1 - t0, t2 - t1
 
     build("__kernel void warm_up(__global int *x) { x[get_global_id(0)] = 1; }", "")   # the runtime's start-up
+    groups: dict[str, list[dict]] = {}          # a feature's sources (this tree's, and --against's): interleaved
     for entry in json.loads(sources_path.read_text()):
-        if "source" not in entry:
-            continue
-        runs: dict[str, list[float]] = {stage: [] for stage in STAGES}
+        if "source" in entry:
+            groups.setdefault(entry["feature"], []).append(entry)
+    for feature, entries in groups.items():
+        runs = {entry.get("side", ""): {stage: [] for stage in STAGES} for entry in entries}
         try:
-            for _ in range(repeats):
-                if "build_s" in stages:
-                    runs["build_s"].append(build(entry["source"], entry["options"]))
-                if "compile_s" in stages or "link_s" in stages:
-                    compile_s, link_s = compile_link(entry["source"], entry["options"])
-                    runs["compile_s"].append(compile_s)
-                    runs["link_s"].append(link_s)
-                if "noopt_s" in stages:
-                    runs["noopt_s"].append(build(entry["source"], f"{entry['options']} -cl-opt-disable".strip()))
+            for repeat in range(repeats):
+                for entry in entries if repeat % 2 == 0 else entries[::-1]:
+                    side = runs[entry.get("side", "")]
+                    if "build_s" in stages:
+                        side["build_s"].append(build(entry["source"], entry["options"]))
+                    if "compile_s" in stages or "link_s" in stages:
+                        compile_s, link_s = compile_link(entry["source"], entry["options"])
+                        side["compile_s"].append(compile_s)
+                        side["link_s"].append(link_s)
+                    if "noopt_s" in stages:
+                        side["noopt_s"].append(build(entry["source"],
+                                                     f"{entry['options']} -cl-opt-disable".strip()))
         except RuntimeError as exc:
-            print(json.dumps({"feature": entry["feature"], "error": str(exc)}), flush=True)
+            print(json.dumps({"feature": feature, "error": str(exc)}), flush=True)
             continue
-        print(json.dumps({"feature": entry["feature"], **{k: statistics.median(v) for k, v in runs.items() if v},
-                          "runs": {k: v for k, v in runs.items()}}), flush=True)
+        row = {"feature": feature}
+        for name, side in runs.items():
+            row.update({f"{name}{k}": statistics.median(v) for k, v in side.items() if v})
+            row[f"{name}runs"] = side
+        print(json.dumps(row), flush=True)
 
 
 # ---- the parent ------------------------------------------------------------------------------------------
 
-def measure(features: list[str], repeats: int, stages: tuple[str, ...] = STAGES) -> dict:
+def measure(features: list[str], repeats: int, stages: tuple[str, ...] = STAGES, against: str | None = None) -> dict:
     rendered = render(features)
+    before = render_at(against, features) if against else []
     paths, skipped = host_code_paths()
     result = {"base": BASE.strip(), "repeats": repeats, "conditions_before": conditions(), "features": rendered,
-              "paths": {}, "skipped_paths": skipped}
+              "paths": {}, "skipped_paths": skipped, "against": against,
+              "features_before": {e["feature"]: e for e in before}}
     with tempfile.TemporaryDirectory(prefix="xegemm-build-times-") as scratch:
         sources = Path(scratch) / "sources.json"
-        sources.write_text(json.dumps(rendered))
+        sources.write_text(json.dumps(rendered + before))
         for path in paths:
             env = {**path.environment(os.environ), "XEGEMM_CACHE_DIR": ""}
             print(f"measuring the {path.name} code path ({len(rendered)} kernels x {repeats})...", file=sys.stderr,
@@ -210,24 +235,27 @@ def measure(features: list[str], repeats: int, stages: tuple[str, ...] = STAGES)
                     row = json.loads(line)
                     rows[row["feature"]] = row
                     print(f"  {path.name} {row['feature']}: " + ", ".join(
-                        f"{k} {row[k]:.2f}" for k in STAGES if k in row) + row.get("error", ""), file=sys.stderr,
-                          flush=True)
+                        f"{k} {row[k]:.2f}" for k in (*STAGES, *(BEFORE + s for s in STAGES)) if k in row)
+                          + row.get("error", ""), file=sys.stderr, flush=True)
                 errors = child.stderr.read()
             if child.returncode:
                 print(f"bench.build_times: the child on {path.name} failed (rows so far kept): {errors[-2000:]}",
                       file=sys.stderr)
     result["conditions_after"] = conditions()
-    for entry in result["features"]:
+    for entry in (*result["features"], *result["features_before"].values()):
         entry.pop("source", None)
     return result
 
 
 def table(result: dict) -> str:
     paths = list(result["paths"])
+    against = result.get("against")
     plain = {p: result["paths"][p].get("plain", {}).get("build_s") for p in paths}
     head = ["feature", "source chars", "statements"]
     for p in paths:
-        head += [f"{p} build s", f"{p} x plain", f"{p} compile s", f"{p} link s", f"{p} -cl-opt-disable s"]
+        head += [f"{p} build s", f"{p} x plain"]
+        head += [f"{p} build s at {against}", f"{p} now / {against}"] if against else []
+        head += [f"{p} compile s", f"{p} link s", f"{p} -cl-opt-disable s"]
     rows = []
     for entry in result["features"]:
         row = [entry["feature"]]
@@ -237,18 +265,23 @@ def table(result: dict) -> str:
         row += [str(entry["chars"]), str(entry["statements"])]
         for p in paths:
             m = result["paths"][p].get(entry["feature"], {})
+            width = 7 if against else 5
             if "build_s" not in m:
-                row += [m.get("error", "not measured")] + [""] * 4
+                row += [m.get("error", "not measured")] + [""] * (width - 1)
                 continue
             ratio = f"{m['build_s'] / plain[p]:.1f}" if plain[p] else ""
-            row += [f"{m['build_s']:.2f}", ratio] + [f"{m[k]:.2f}" if k in m else "-"
-                                                     for k in ("compile_s", "link_s", "noopt_s")]
+            row += [f"{m['build_s']:.2f}", ratio]
+            if against:
+                old = m.get(BEFORE + "build_s")
+                row += [f"{old:.2f}", f"{m['build_s'] / old:.2f}"] if old else ["-", "-"]
+            row += [f"{m[k]:.2f}" if k in m else "-" for k in ("compile_s", "link_s", "noopt_s")]
         rows.append(row)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     before, after = result["conditions_before"], result["conditions_after"]
-    lines.append(f"\nMedian of {result['repeats']} cold builds per cell; load average {before['loadavg'][0]:.1f} "
-                 f"before, {after['loadavg'][0]:.1f} after, {before['cpu_count']} CPUs.")
+    interleaved = f", each interleaved with the same feature rendered at {against}" if against else ""
+    lines.append(f"\nMedian of {result['repeats']} cold builds per cell{interleaved}; load average "
+                 f"{before['loadavg'][0]:.1f} before, {after['loadavg'][0]:.1f} after, {before['cpu_count']} CPUs.")
     return "\n".join(lines)
 
 
@@ -260,6 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stages", default=",".join(STAGES),
                         help=f"what to time per kernel, comma-separated subset of {','.join(STAGES)} (default all; "
                              "build_s must be among them)")
+    parser.add_argument("--against", metavar="REV",
+                        help="also build every feature as git revision REV renders it, interleaved (a ratio column)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     stages = tuple(x.strip() for x in args.stages.split(","))
@@ -272,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [f for f in features if f not in FEATURES]
     if unknown:
         parser.error(f"unknown features {unknown}; known: {', '.join(FEATURES)}")
-    result = measure(features, args.repeats, stages)
+    result = measure(features, args.repeats, stages, args.against)
     text = table(result)
     print(text)
     if args.out:

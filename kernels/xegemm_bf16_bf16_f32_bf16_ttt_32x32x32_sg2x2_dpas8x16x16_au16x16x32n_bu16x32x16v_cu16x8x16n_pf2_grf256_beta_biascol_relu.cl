@@ -213,18 +213,18 @@ static inline void xe_copy_u16x16x32_ld_n_into(
         v[30] = xe_ldu_u16(base, pitch_bytes, y + 14, x + 16 + lane);
         v[31] = xe_ldu_u16(base, pitch_bytes, y + 15, x + 16 + lane);
     } else {
-        /* gathered in a local array (its index comes from the table), then copied with constant indices so
-           that the caller's v can stay in registers */
-        ushort c[32] = { 0 };
+        /* gathered in a local array of uint (its index comes from the table), then copied with constant
+           indices so that the caller's v can stay in registers */
+        uint c[32] = { 0 };
         for (int e = 0; e < 32; ++e) {
             constant const short* t = xe_copy_u16x16x32_ld_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                c[t[0]] |= (ushort)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+                c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
         for (int i = 0; i < 32; ++i)
-            v[i] = c[i];
+            v[i] = (ushort)c[i];
     }
 }
 
@@ -302,8 +302,8 @@ static inline void xe_copy_u16x32x16_ld_v_into(
         v[14] = (uint)xe_ldu_u16(base, pitch_bytes, y + 28, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 29, x + lane) << 16;
         v[15] = (uint)xe_ldu_u16(base, pitch_bytes, y + 30, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 31, x + lane) << 16;
     } else {
-        /* gathered in a local array (its index comes from the table), then copied with constant indices so
-           that the caller's v can stay in registers */
+        /* gathered in a local array of uint (its index comes from the table), then copied with constant
+           indices so that the caller's v can stay in registers */
         uint c[16] = { 0 };
         for (int e = 0; e < 32; ++e) {
             constant const short* t = xe_copy_u16x32x16_ld_v_edge[e];
@@ -313,7 +313,7 @@ if (lane < t[2])
                 c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
         for (int i = 0; i < 16; ++i)
-            v[i] = c[i];
+            v[i] = (uint)c[i];
     }
 }
 
@@ -356,14 +356,14 @@ static inline void xe_copy_u16x8x16_st_n(
         xe_stu_u16(base, pitch_bytes, y + 6, x + lane, v[6]);
         xe_stu_u16(base, pitch_bytes, y + 7, x + lane, v[7]);
     } else {
-        union { ushort8 v; ushort c[8]; } u;
-        u.v = v;
+        /* the components as uint (constant indices), then indexed from the table */
+        const uint c[8] = { (uint)(ushort)v[0], (uint)(ushort)v[1], (uint)(ushort)v[2], (uint)(ushort)v[3], (uint)(ushort)v[4], (uint)(ushort)v[5], (uint)(ushort)v[6], (uint)(ushort)v[7] };
         for (int e = 0; e < 8; ++e) {
             constant const short* t = xe_copy_u16x8x16_st_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                xe_st_u16(base, width_bytes, height, pitch_bytes, row, col, (ushort)((u.c[t[0]] >> t[1])));
+                xe_st_u16(base, width_bytes, height, pitch_bytes, row, col, (ushort)((c[t[0]] >> t[1])));
         }
     }
 }
@@ -413,18 +413,18 @@ static inline void xe_copy_u16x8x16_ld_n_into(
         v[6] = xe_ldu_u16(base, pitch_bytes, y + 6, x + lane);
         v[7] = xe_ldu_u16(base, pitch_bytes, y + 7, x + lane);
     } else {
-        /* gathered in a local array (its index comes from the table), then copied with constant indices so
-           that the caller's v can stay in registers */
-        ushort c[8] = { 0 };
+        /* gathered in a local array of uint (its index comes from the table), then copied with constant
+           indices so that the caller's v can stay in registers */
+        uint c[8] = { 0 };
         for (int e = 0; e < 8; ++e) {
             constant const short* t = xe_copy_u16x8x16_ld_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                c[t[0]] |= (ushort)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+                c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
         for (int i = 0; i < 8; ++i)
-            v[i] = c[i];
+            v[i] = (ushort)c[i];
     }
 }
 

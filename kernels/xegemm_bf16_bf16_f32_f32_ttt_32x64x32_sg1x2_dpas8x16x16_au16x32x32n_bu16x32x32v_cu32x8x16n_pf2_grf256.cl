@@ -278,18 +278,18 @@ static inline void xe_copy_u16x32x32_ld_n_into(
         v[62] = xe_ldu_u16(base, pitch_bytes, y + 30, x + 16 + lane);
         v[63] = xe_ldu_u16(base, pitch_bytes, y + 31, x + 16 + lane);
     } else {
-        /* gathered in a local array (its index comes from the table), then copied with constant indices so
-           that the caller's v can stay in registers */
-        ushort c[64] = { 0 };
+        /* gathered in a local array of uint (its index comes from the table), then copied with constant
+           indices so that the caller's v can stay in registers */
+        uint c[64] = { 0 };
         for (int e = 0; e < 64; ++e) {
             constant const short* t = xe_copy_u16x32x32_ld_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                c[t[0]] |= (ushort)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+                c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
         for (int i = 0; i < 64; ++i)
-            v[i] = c[i];
+            v[i] = (ushort)c[i];
     }
 }
 
@@ -415,8 +415,8 @@ static inline void xe_copy_u16x32x32_ld_v_into(
         v[30] = (uint)xe_ldu_u16(base, pitch_bytes, y + 28, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 29, x + 16 + lane) << 16;
         v[31] = (uint)xe_ldu_u16(base, pitch_bytes, y + 30, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 31, x + 16 + lane) << 16;
     } else {
-        /* gathered in a local array (its index comes from the table), then copied with constant indices so
-           that the caller's v can stay in registers */
+        /* gathered in a local array of uint (its index comes from the table), then copied with constant
+           indices so that the caller's v can stay in registers */
         uint c[32] = { 0 };
         for (int e = 0; e < 64; ++e) {
             constant const short* t = xe_copy_u16x32x32_ld_v_edge[e];
@@ -426,7 +426,7 @@ if (lane < t[2])
                 c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
         for (int i = 0; i < 32; ++i)
-            v[i] = c[i];
+            v[i] = (uint)c[i];
     }
 }
 
@@ -469,14 +469,14 @@ static inline void xe_copy_u32x8x16_st_n(
         xe_stu_u32(base, pitch_bytes, y + 6, x + lane, v[6]);
         xe_stu_u32(base, pitch_bytes, y + 7, x + lane, v[7]);
     } else {
-        union { uint8 v; uint c[8]; } u;
-        u.v = v;
+        /* the components as uint (constant indices), then indexed from the table */
+        const uint c[8] = { (uint)(uint)v[0], (uint)(uint)v[1], (uint)(uint)v[2], (uint)(uint)v[3], (uint)(uint)v[4], (uint)(uint)v[5], (uint)(uint)v[6], (uint)(uint)v[7] };
         for (int e = 0; e < 8; ++e) {
             constant const short* t = xe_copy_u32x8x16_st_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                xe_st_u32(base, width_bytes, height, pitch_bytes, row, col, (uint)((u.c[t[0]] >> t[1])));
+                xe_st_u32(base, width_bytes, height, pitch_bytes, row, col, (uint)((c[t[0]] >> t[1])));
         }
     }
 }

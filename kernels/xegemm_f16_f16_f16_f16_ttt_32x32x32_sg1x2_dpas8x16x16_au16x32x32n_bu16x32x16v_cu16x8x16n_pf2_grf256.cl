@@ -278,18 +278,18 @@ static inline void xe_copy_u16x32x32_ld_n_into(
         v[62] = xe_ldu_u16(base, pitch_bytes, y + 30, x + 16 + lane);
         v[63] = xe_ldu_u16(base, pitch_bytes, y + 31, x + 16 + lane);
     } else {
-        /* gathered in a local array (its index comes from the table), then copied with constant indices so
-           that the caller's v can stay in registers */
-        ushort c[64] = { 0 };
+        /* gathered in a local array of uint (its index comes from the table), then copied with constant
+           indices so that the caller's v can stay in registers */
+        uint c[64] = { 0 };
         for (int e = 0; e < 64; ++e) {
             constant const short* t = xe_copy_u16x32x32_ld_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                c[t[0]] |= (ushort)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+                c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
         for (int i = 0; i < 64; ++i)
-            v[i] = c[i];
+            v[i] = (ushort)c[i];
     }
 }
 
@@ -367,8 +367,8 @@ static inline void xe_copy_u16x32x16_ld_v_into(
         v[14] = (uint)xe_ldu_u16(base, pitch_bytes, y + 28, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 29, x + lane) << 16;
         v[15] = (uint)xe_ldu_u16(base, pitch_bytes, y + 30, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 31, x + lane) << 16;
     } else {
-        /* gathered in a local array (its index comes from the table), then copied with constant indices so
-           that the caller's v can stay in registers */
+        /* gathered in a local array of uint (its index comes from the table), then copied with constant
+           indices so that the caller's v can stay in registers */
         uint c[16] = { 0 };
         for (int e = 0; e < 32; ++e) {
             constant const short* t = xe_copy_u16x32x16_ld_v_edge[e];
@@ -378,7 +378,7 @@ if (lane < t[2])
                 c[t[0]] |= (uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
         for (int i = 0; i < 16; ++i)
-            v[i] = c[i];
+            v[i] = (uint)c[i];
     }
 }
 
@@ -421,14 +421,14 @@ static inline void xe_copy_u16x8x16_st_n(
         xe_stu_u16(base, pitch_bytes, y + 6, x + lane, v[6]);
         xe_stu_u16(base, pitch_bytes, y + 7, x + lane, v[7]);
     } else {
-        union { ushort8 v; ushort c[8]; } u;
-        u.v = v;
+        /* the components as uint (constant indices), then indexed from the table */
+        const uint c[8] = { (uint)(ushort)v[0], (uint)(ushort)v[1], (uint)(ushort)v[2], (uint)(ushort)v[3], (uint)(ushort)v[4], (uint)(ushort)v[5], (uint)(ushort)v[6], (uint)(ushort)v[7] };
         for (int e = 0; e < 8; ++e) {
             constant const short* t = xe_copy_u16x8x16_st_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                xe_st_u16(base, width_bytes, height, pitch_bytes, row, col, (ushort)((u.c[t[0]] >> t[1])));
+                xe_st_u16(base, width_bytes, height, pitch_bytes, row, col, (ushort)((c[t[0]] >> t[1])));
         }
     }
 }
@@ -511,18 +511,29 @@ static inline ushort8 xe_put_half8_into_ushort8(ushort8 v, int o, half8 f)
 
 #ifndef XE_F32_TO_F16_RNE
 #define XE_F32_TO_F16_RNE
-/* f32 -> f16 bits, round to nearest even, and f16 bits -> f32 (vstore_half_rte, vload_half: core OpenCL C,
-   no cl_khr_fp16 needed). */
+/* f32 -> f16 bits, round to nearest even (IEEE 754 binary16).  Normals: rebias the exponent, round away 13
+   mantissa bits on the integer (a carry may reach the exponent, up to infinity from 65520 on).  Below 2^-14:
+   adding 0.5, whose ulp is f16's smallest subnormal (2^-24), rounds the magnitude to a multiple of 2^-24 to
+   nearest even in the float unit; the low bits of the sum are then the f16 bits (0x400 when it rounds up to
+   2^-14).  A NaN stays a quiet NaN with the payload's top bits, as vstore_half_rte gives it. */
 static inline ushort xe_f32_to_f16_rne(float f)
 {
-    ushort h;
-    vstore_half_rte(f, 0, (half*)&h);
-    return h;
+    const uint u = as_uint(f), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
+    const uint normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    const uint subnormal = as_uint(as_float(a) + 0.5f) - 0x3f000000u;
+    const uint h = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x1ffu)
+                 : a >= 0x477ff000u ? 0x7c00u : a >= 0x38800000u ? normal : subnormal;
+    return (ushort)(sign | h);
 }
 
+/* f16 bits -> f32, exact: normals rebias the exponent; subnormals are m * 2^-24 (exact in f32); infinities and
+   NaNs keep their payload, a signalling NaN becomes quiet as vload_half makes it. */
 static inline float xe_f16_to_f32(ushort h)
 {
-    return vload_half(0, (const half*)&h);
+    const uint sign = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    const uint bits = e == 0x1fu ? 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u)
+                    : e ? ((e + 112u) << 23) | (m << 13) : as_uint((float)m * 0x1p-24f);
+    return as_float(sign | bits);
 }
 #endif
 

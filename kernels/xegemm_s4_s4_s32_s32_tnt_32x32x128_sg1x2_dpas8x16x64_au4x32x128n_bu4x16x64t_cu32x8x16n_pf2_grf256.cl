@@ -469,18 +469,18 @@ static inline void xe_copy_u4x32x128_ld_n_into(
         v[62] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 67 + lane * 4) << 12;
         v[63] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 67 + lane * 4) << 12;
     } else {
-        /* gathered in a local array (its index comes from the table), then copied with constant indices so
-           that the caller's v can stay in registers */
-        ushort c[64] = { 0 };
+        /* gathered in a local array of uint (its index comes from the table), then copied with constant
+           indices so that the caller's v can stay in registers */
+        uint c[64] = { 0 };
         for (int e = 0; e < 256; ++e) {
             constant const short* t = xe_copy_u4x32x128_ld_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                c[t[0]] |= (ushort)xe_ld_u4(base, width_bytes, height, pitch_bytes, row, col) << t[1];
+                c[t[0]] |= (uint)xe_ld_u4(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
         for (int i = 0; i < 64; ++i)
-            v[i] = c[i];
+            v[i] = (ushort)c[i];
     }
 }
 
@@ -582,8 +582,8 @@ static inline void xe_copy_u4x16x64_ld_t_into(
         v[6] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 48) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 49) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 50) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 51) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 52) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 53) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 54) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 55) << 28;
         v[7] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 56) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 57) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 58) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 59) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 60) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 61) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 62) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 63) << 28;
     } else {
-        /* gathered in a local array (its index comes from the table), then copied with constant indices so
-           that the caller's v can stay in registers */
+        /* gathered in a local array of uint (its index comes from the table), then copied with constant
+           indices so that the caller's v can stay in registers */
         uint c[8] = { 0 };
         for (int e = 0; e < 64; ++e) {
             constant const short* t = xe_copy_u4x16x64_ld_t_edge[e];
@@ -593,7 +593,7 @@ if (lane < t[2])
                 c[t[0]] |= (uint)xe_ld_u4(base, width_bytes, height, pitch_bytes, row, col) << t[1];
         }
         for (int i = 0; i < 8; ++i)
-            v[i] = c[i];
+            v[i] = (uint)c[i];
     }
 }
 
@@ -636,14 +636,14 @@ static inline void xe_copy_u32x8x16_st_n(
         xe_stu_u32(base, pitch_bytes, y + 6, x + lane, v[6]);
         xe_stu_u32(base, pitch_bytes, y + 7, x + lane, v[7]);
     } else {
-        union { uint8 v; uint c[8]; } u;
-        u.v = v;
+        /* the components as uint (constant indices), then indexed from the table */
+        const uint c[8] = { (uint)(uint)v[0], (uint)(uint)v[1], (uint)(uint)v[2], (uint)(uint)v[3], (uint)(uint)v[4], (uint)(uint)v[5], (uint)(uint)v[6], (uint)(uint)v[7] };
         for (int e = 0; e < 8; ++e) {
             constant const short* t = xe_copy_u32x8x16_st_n_edge[e];
             const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
             const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
 if (lane < t[2])
-                xe_st_u32(base, width_bytes, height, pitch_bytes, row, col, (uint)((u.c[t[0]] >> t[1])));
+                xe_st_u32(base, width_bytes, height, pitch_bytes, row, col, (uint)((c[t[0]] >> t[1])));
         }
     }
 }

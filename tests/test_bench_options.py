@@ -53,3 +53,26 @@ def test_make_passes_config_and_shapes_through():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "--bench-config a.yaml --bench-config b.yaml --bench-shapes 8x8x8" in " ".join(done.stdout.split())
+
+
+def test_against_renders_in_the_tree_of_the_other_commit():
+    """``--against REV`` (bench.build_times, bench.interleave) runs the renderer of commit REV: its own xegemm,
+    from a checkout outside this tree, with the arguments given."""
+    from bench.revision import python_at
+    got = python_at("HEAD", "import json, sys, xegemm; print(json.dumps([xegemm.__file__, sys.argv[1:]]))", "a", "b")
+    assert not Path(got[0]).is_relative_to(ROOT) and got[0].endswith("xegemm/__init__.py")
+    assert got[1] == ["a", "b"]
+
+
+def test_the_build_time_table_gives_each_feature_against_the_other_commit():
+    from bench.build_times import BEFORE, table
+    loads = {"loadavg": [1.0, 1.0, 1.0], "cpu_count": 2}
+    result = {"repeats": 3, "against": "abc123", "conditions_before": loads, "conditions_after": loads,
+              "features": [{"feature": "plain", "chars": 10, "statements": 2},
+                           {"feature": "output f16", "chars": 12, "statements": 3}],
+              "paths": {"avx512": {"plain": {"build_s": 1.0, BEFORE + "build_s": 1.0},
+                                   "output f16": {"build_s": 1.2, BEFORE + "build_s": 2.4}}}}
+    text = table(result)
+    assert "| avx512 build s at abc123 | avx512 now / abc123 |" in text
+    assert "| output f16 | 12 | 3 | 1.20 | 1.2 | 2.40 | 0.50 | - | - | - |" in text
+    assert "each interleaved with the same feature rendered at abc123" in text

@@ -9,7 +9,6 @@ conversions themselves are checked bit for bit on the device; the native lowerin
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 from conftest import break_kernel, one_variant
@@ -18,7 +17,6 @@ from xegemm.config import ConfigError, config_from_text
 from xegemm.epilogue import ACTIVATIONS, EpilogueSpec, reference_bounds
 from xegemm.pipeline import run_variant
 from xegemm.plan import plan
-from xegemm.render import environment
 
 FAST = "profile: {warmup: 1, repeats: 2}\n"
 RAGGED = "problem: {m: 45, n: 70, k: 72, batch: 2}\n"
@@ -94,38 +92,38 @@ SPECIAL = np.array([0.0, -0.0, 1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 **
                     np.inf, -np.inf, np.nan], dtype=np.float32)
 
 
+def _rounding_edges() -> np.ndarray:
+    """f32 bit patterns at every rounding edge of f16 and bf16: for each exponent from f32's subnormals to its
+    infinity and each bit position an f16 (normal or subnormal) or bf16 rounds at, the ties and their
+    neighbours, with the kept bit even and odd, both signs; then NaNs with and without payload."""
+    rng = np.random.default_rng(5)
+    exponents = np.arange(0, 256, dtype=np.uint32)
+    positions = np.arange(12, 26, dtype=np.uint32)          # f16 normals round at bit 13, subnormals up to 24
+    positions = np.concatenate([positions, [16]])            # bf16
+    low = (np.uint32(1) << (positions - 1))[:, None] + np.array([-1, 0, 1], dtype=np.int64)[None, :]
+    low = low.astype(np.uint32).reshape(-1)
+    odd = np.concatenate([np.zeros_like(low), (np.uint32(1) << np.repeat(positions, 3)).astype(np.uint32)])
+    low = np.concatenate([low, low]) | odd
+    high = rng.integers(0, 1 << 23, size=(exponents.size, 2), dtype=np.uint32)
+    mant = (high[:, :, None] & ~np.uint32((1 << 26) - 1) & 0x7FFFFF) | low[None, None, :]
+    x = (exponents[:, None, None] << 23) | (mant & 0x7FFFFF)
+    x = np.concatenate([x.reshape(-1), rng.integers(0, 1 << 32, 4096, dtype=np.uint64).astype(np.uint32),
+                        np.array([0x7F800001, 0x7FC00000, 0x7FBFFFFF, 0x7F802000, 0x7FFFFFFF], np.uint32)])
+    return np.concatenate([x, x | np.uint32(0x80000000), SPECIAL.view(np.uint32)])
+
+
 @pytest.mark.device
 def test_conversions_round_to_nearest_even_bit_for_bit(sycl_device):
-    from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
-    convert = environment().get_template("convert.cl.j2").module
-    source = f"""{convert.bf16_rne()}
-{convert.f16_rne()}
-__kernel void conv(const global float* x, global ushort* bf, global ushort* hf)
-{{
-    const int i = get_global_id(0);
-    bf[i] = xe_f32_to_bf16_rne(x[i]);
-    hf[i] = xe_f32_to_f16_rne(x[i]);
-}}
-"""
-    rng = np.random.default_rng(5)
-    x = np.concatenate([SPECIAL, rng.standard_normal(1000).astype(np.float32) * 1e3,
-                        rng.integers(0, 2 ** 32, 1000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
-    x = np.resize(x, 2048)
-    queue = make_queue(sycl_device, profiling=False)
-    kernel = build_program(queue, source).get_sycl_kernel("conv")
-    xs, bf, hf = to_device(queue, x), to_device(queue, np.zeros(x.size, np.uint16)), \
-        to_device(queue, np.zeros(x.size, np.uint16))
-    launch(queue, kernel, [xs, bf, hf], (x.size, 1, 1), (64, 1, 1)).wait()
-    got_bf, got_hf = from_device(bf, np.uint16, x.shape), from_device(hf, np.uint16, x.shape)
-    want_bf = x.astype(ml_dtypes.bfloat16).view(np.uint16)
-    with np.errstate(over="ignore"):
-        want_hf = x.astype(np.float16).view(np.uint16)
-    nan = np.isnan(x)
-    assert np.array_equal(got_bf[~nan], want_bf[~nan])
-    # NaNs stay quiet NaNs of the same sign (the kernel keeps the payload's top bits; ml_dtypes makes it canonical)
-    assert np.all((got_bf[nan] & 0x7FC0) == 0x7FC0) and np.array_equal(got_bf[nan] >> 15, want_bf[nan] >> 15)
-    assert np.array_equal(got_hf[~nan], want_hf[~nan])
-    assert np.all((got_hf[nan] & 0x7C00) == 0x7C00) and np.all(got_hf[nan] & 0x3FF)
+    """Both lowerings' f16 conversions (the portable integer ones, the native lowering's vstore_half_rte and
+    vload_half) and bf16's, on the device, against each other and numpy: every f16 pattern, and f32 patterns at
+    every rounding edge (``python -m bench.conversions`` runs all 2^32)."""
+    from bench.conversions import Converter, f16_mismatches, f32_mismatches
+    converter = Converter(sycl_device)
+    x = _rounding_edges()
+    failures = {**f32_mismatches(x, *converter.f32(x)), **f16_mismatches(*converter.f16())}
+    assert x.size > 20000
+    assert {name: x[bad][:4].tolist() if bad.size == x.size else np.flatnonzero(bad)[:4].tolist()
+            for name, bad in failures.items() if bad.any()} == {}
 
 
 # ---- the reference and its bounds -------------------------------------------------------------------------

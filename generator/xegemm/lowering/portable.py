@@ -59,6 +59,9 @@ def copy_plan(atom: CopyAtom) -> dict:
     narrow = atom.elem_bits < atom.register_elem_bits
     return {"extent": (atom.rows, atom.cols), "fast": _fast_lines(atom), "edge": tuple(edge), "length": length,
             "elem_ctype": UNSIGNED_CTYPE[max(8, atom.elem_bits)],      # a 4-bit element travels in a uchar
+            # the edge path's components, indexed from the table: 32 bits at least, since the CPU runtime moves
+            # a 32-bit element per lane at a lane-dependent index with one gather, an 8- or 16-bit one lane by lane
+            "edge_ctype": UNSIGNED_CTYPE[max(32, atom.register_elem_bits)],
             "mask": f" & {hex((1 << atom.elem_bits) - 1)}u" if narrow else ""}
 
 

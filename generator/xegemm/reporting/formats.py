@@ -16,7 +16,7 @@ import io
 import json
 
 from xegemm import __version__
-from xegemm.reporting.model import (PROFILER_COLUMNS, Group, best_overall, compare, profiler_rows,
+from xegemm.reporting.model import (CV_LIMIT, PROFILER_COLUMNS, Group, best_overall, compare, profiler_rows,
                                     reference_detail, source_facts)
 from xegemm.reporting.sources import Source
 from xegemm.result import COLUMNS, STATUSES, Evaluation
@@ -110,7 +110,7 @@ def render_markdown(sources: list[Source], group_list: list[Group], baseline: li
         lines += [f"  - not read: {_cell(m)}" for m in s.missing]
         high = [v for v in s.variants if v.high_cv]
         if high:
-            lines.append(f"  - warning: {len(high)} variant(s) kept a CV above 10% after measuring twice (marked "
+            lines.append(f"  - warning: {len(high)} variant(s) kept a CV above {CV_LIMIT:.0%} after measuring twice (marked "
                          "'high CV' below): the machine was busy, so their times and ratios are uncertain")
     counts = {}
     for g in group_list:

@@ -12,13 +12,13 @@ import statistics
 from dataclasses import dataclass, field
 
 from xegemm.dtypes import UnknownDTypeError, dtype
-from xegemm.profile import CV_LIMIT as STABLE_CV
+from xegemm.profile import CV_LIMIT
 from xegemm.profile import gemm_flops
 from xegemm.reporting.sources import Source
 from xegemm.result import COLUMNS, PROBLEM_KEYS, STATUSES, TYPE_KEYS, Evaluation, joined
-CV_LIMIT = 0.05          # a timing whose coefficient of variation is above this is flagged as noisy
-# a ratio is headlined only when both sides' CV is at most xegemm.profile.CV_LIMIT (STABLE_CV), the limit above
-# which a measurement is taken again and then flagged
+# xegemm.profile.CV_LIMIT, the one limit of a timing's coefficient of variation: above it a measurement is taken
+# again and then flagged, the reports draw it as noisy (amber), and a ratio is headlined only when both sides are
+# within it
 
 # cutlass_profiler's Disposition and Status for each xegemm status (xegemm's own word is a column too)
 PROFILER_OUTCOME = {
@@ -145,9 +145,9 @@ class Group:
         ref = self.reference
         ref_cv = (ref.get("time_ms") or {}).get("cv") if ref else None
         unstable = []
-        if best.cv is None or best.cv > STABLE_CV:
+        if best.cv is None or best.cv > CV_LIMIT:
             unstable.append(f"xegemm best CV {_percent(best.cv)}")
-        if ref is not None and (ref_cv is None or ref_cv > STABLE_CV or ref.get("high_cv")):
+        if ref is not None and (ref_cv is None or ref_cv > CV_LIMIT or ref.get("high_cv")):
             unstable.append(f"numpy CV {_percent(ref_cv)}")
         loads = [x for x in (best.load1, ((ref or {}).get("conditions") or {}).get("loadavg", [None])[0])
                  if isinstance(x, (int, float))]
@@ -261,7 +261,7 @@ def pooled_reference(results: list[Evaluation]) -> dict | None:
     return {**{k: refs[0][k] for k in ("provider", "dtype", "numpy", "openblas_coretype") if k in refs[0]},
             "time_ms": {"min": min(t.get("min", t["median"]) for t in times), "median": median,
                         "max": max(t.get("max", t["median"]) for t in times), "mean": mean, "cv": cv, "runs": total},
-            "gflops": flops / median, "interleaved": True, "pooled": len(refs), "high_cv": cv > STABLE_CV,
+            "gflops": flops / median, "interleaved": True, "pooled": len(refs), "high_cv": cv > CV_LIMIT,
             "conditions": busiest.get("conditions") or {}}
 
 

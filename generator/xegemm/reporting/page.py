@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from xegemm import __version__
 from xegemm.reporting import plots
-from xegemm.reporting.model import (CV_LIMIT, STABLE_CV, Group, best_overall, compare, k_decomposition, noisy,
+from xegemm.reporting.model import (CV_LIMIT, Group, best_overall, compare, k_decomposition, noisy,
                                     source_facts)
 from xegemm.result import PASSED, STATUSES, Evaluation
 from xegemm.reporting.sources import Source
@@ -185,7 +185,7 @@ def render_page(sources: list[Source], group_list: list[Group], page_dir: Path,
         comparison=_comparison_view(baseline, sources) if baseline is not None else None,
         failures=_failures(sources, group_list, page_dir, rejected=False),
         rejected=_failures(sources, group_list, page_dir, rejected=True),
-        overall=best_overall(group_list), stable_cv=f"{STABLE_CV:.0%}",
+        overall=best_overall(group_list),
         roofline=Markup(plots.roofline(group_list, "roofline", _peaks(sources))) if any(v.gbps for v in timed)
         else "", roofline_note=_roofline_note(sources), isa_rows=_isa_rows(sources),
         noisy=[v for g in group_list for v in g.variants if noisy(v)], cv_limit=f"{CV_LIMIT:.0%}",
