@@ -210,9 +210,15 @@ class ShapeRun:
     # ---- the loop --------------------------------------------------------------------------------------
 
     def _heartbeats(self) -> None:
+        """Beat for the running trials.  A beat is best effort: one that fails even after the storage's retries
+        is skipped (a trial goes stale only after three missed intervals), never a traceback from this thread;
+        the workers' own storage calls meet the same database and report what is wrong with it."""
         while not self.stop.wait(self.heartbeat_s / 2):
             for trial_id in list(self.running.values()):
-                self.storage.record_heartbeat(trial_id)
+                try:
+                    self.storage.record_heartbeat(trial_id)
+                except Exception:  # noqa: BLE001 - see the docstring
+                    break
 
     def _work(self, objective, errors: list) -> None:
         duplicates = 0
