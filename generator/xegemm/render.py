@@ -21,6 +21,7 @@ from xegemm.lowering.native import NativeUnsupported
 from xegemm.lowering.portable import staged_kstep
 from xegemm.lowering.reorder import plan_reorders
 from xegemm.plan import Plan, PlanRejected
+from xegemm.render_epilogue import Stage
 from xegemm.swizzle import c_lines as swizzle_c_lines
 from xegemm.templating import environment, render_macro, wide_vector_typedefs
 
@@ -83,11 +84,17 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
         return [{"origin": origin, "puts": [
             (frag.offset, staged.packed(i, j) if staged else f"acc_{i}_{j}")
             for (i, j), frag in operand.fragments.items() if frag.tile == t],
-            "put": f"xe_put_{acc}_into_{store.register_type}", "biases": [], "uses_lane": False}
+            "put": f"xe_put_{acc}_into_{store.register_type}", "biases": [], "uses_lane": False,
+            "statements": [], "aux_loads": [], "aux_stores": []}
             for t, origin in enumerate(operand.tiles)]
+    stage = Stage.of(plan, spec if partial else None)
+    outputs = [o.name for o in stage.graph.outputs[1:]]
+    stores = {a.name: a for a in stage.aux if a.output}
     tiles = []
     for t, (r0, c0) in enumerate(operand.tiles):
-        values, biases = ["0"] * count, {}     # biases: the tile's bias loads, one per distinct index
+        values, biases = ["0"] * count, {}     # biases: the tile's vector loads, one per distinct index
+        aux_values = {name: ["0"] * count for name in outputs}
+        statements = []
         for (i, j), frag in operand.fragments.items():
             if frag.tile != t:
                 continue
@@ -97,15 +104,26 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
                 e = frag.offset + r
                 row = _lane_coordinate([cmap[lane][e][0] for lane in range(sg)], sg)
                 col = _lane_coordinate([cmap[lane][e][1] for lane in range(sg)], sg)
-                where = _plus("m0", r0, row) if spec.bias == "row" else _plus("n0", c0, col)
-                limit = "M" if spec.bias == "row" else "N"
-                c_in = load_float(spec.out, "ci" + (f".s{e:x}" if count > 1 else ""))
-                load = f"{where} < {limit} ? bias[{where}] : 0.0f"
-                name = biases.setdefault(load, f"bias{len(biases)}")
-                values[e] = spec.element(_accumulator_element(plan, staged, i, j, r, spec.exact_integer), c_in, name)
-        loads = [(name, load) for load, name in biases.items()] if spec.bias != "none" else []
+
+                def vector(param, kind):
+                    where = _plus("m0", r0, row) if kind == "row" else _plus("n0", c0, col)
+                    load = f"{where} < {'M' if kind == 'row' else 'N'} ? {param}[{where}] : 0.0f"
+                    taken = sum(name.startswith(param) for name in biases.values())
+                    return biases.setdefault(load, f"{param}{taken}")
+                code = stage.element(_accumulator_element(plan, staged, i, j, r, stage.graph.exact_integer),
+                                     f".s{e:x}" if count > 1 else "", vector, f"xe_e{e}_")
+                statements += code.statements
+                values[e] = code.outputs["d"]
+                for name in outputs:
+                    aux_values[name][e] = code.outputs[name]
+        loads = [(name, load) for load, name in biases.items()]
         tiles.append({"origin": (r0, c0), "values": values, "biases": loads, "puts": [],
-                      "uses_lane": any("lane" in load for _, load in loads)})
+                      "uses_lane": any("lane" in load for _, load in loads), "statements": statements,
+                      "aux_loads": [{"type": a.atom.register_type, "var": a.register, "fn": a.atom.fn_name,
+                                     "surface": stage.surface(a)} for a in stage.aux if not a.output],
+                      "aux_stores": [{"type": stores[name].atom.register_type, "fn": stores[name].atom.fn_name,
+                                      "surface": stage.surface(stores[name]), "values": aux_values[name]}
+                                     for name in outputs]})
     return tiles
 
 
@@ -185,7 +203,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     bm, bn, bk = cfg.tile.workgroup
     sgm_count, sgn_count = cfg.tile.subgroups
     copies = [plan.a.atom, plan.b.atom, plan.c.atom] + [p.prefetch for p in (plan.a, plan.b) if p.prefetch] \
-        + ([plan.c_in] if plan.c_in else []) + ([plan.partial.atom] if plan.partial else [])
+        + ([plan.c_in] if plan.c_in else []) + ([plan.partial.atom] if plan.partial else []) \
+        + [a.atom for a in plan.aux]
     mt, nt, kt = plan.mma_grid
     # the staged k-step takes portable 2D copies into arrays of register components (scalars per lane)
     mma = lowering_class(mma_lowering) if mma_lowering else type(lowering)
@@ -208,7 +227,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
         mma_library=mma.render_mma([plan.mma]),
         fragment_helpers="\n".join(fragment_helpers(plan)),
-        staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue,
+        staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue, stage=Stage.of(plan),
         reduction=reduction(plan) if plan.reduces else None,
         stream_k=stream_k_lines(plan) if plan.stream_k else None,
         partial_tiles=epilogue_tiles(plan, staged_plan, partial=True) if plan.stream_k else [],
