@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from xegemm import stream_k
 from xegemm.dtypes import dtype
+from xegemm.epilogue_stage import input_param
 from xegemm.formula import evaluate, substitute
 from xegemm.plan import Plan
 
@@ -44,7 +45,7 @@ class Argument:
         return self.ctype.endswith("*")
 
     def as_dict(self) -> dict:
-        kind = "buffer" if self.is_buffer else "scalar" if self.value in SCALARS else "formula"
+        kind = "buffer" if self.is_buffer else "scalar" if self.ctype == "float" else "formula"
         return {"name": self.name, "type": self.ctype, "meaning": self.meaning, "kind": kind, "value": self.value}
 
 
@@ -116,6 +117,7 @@ class KernelCall:
                 Argument("bias", "const global float*", "the f32 bias vector (length M: per row, N: per column)",
                          "bias"),
                 *_epilogue_arguments()]
+        gemm += traced_arguments(plan)
         if plan.split_k > 1:
             gemm.append(Argument("k_slice", "int", "elements of K per split-K slice", "k_slice"))
         elif plan.stream_k:
@@ -154,19 +156,48 @@ class KernelCall:
 
     def bind(self, sizes: dict[str, int], buffers: dict, scalars: dict[str, float]) -> list[tuple]:
         """Per launch: (kernel name, argument values in order, global size, local size).  ``buffers`` maps
-        :data:`BUFFERS` names to device buffers, ``scalars`` :data:`SCALARS` names to floats."""
+        :data:`BUFFERS` names (and a traced epilogue's ``in_<name>``, ``out_<name>``) to device buffers,
+        ``scalars`` :data:`SCALARS` names (and a traced epilogue's scalar inputs ``in_<name>``) to floats."""
         out = []
         for i, launch in enumerate(self.launches):
             values = []
             for arg in launch.arguments:
                 if arg.is_buffer:
                     values.append(buffers[arg.value])
-                elif arg.value in SCALARS:
+                elif arg.ctype == "float":
                     values.append(ctypes.c_float(scalars[arg.value]))
                 else:
                     values.append(CTYPES[arg.ctype](sizes[arg.value]))
             out.append((launch.kernel, values, sizes[f"global{i}"], launch.local_size))
         return out
+
+
+def traced_arguments(plan: Plan) -> list[Argument]:
+    """A traced epilogue's arguments after the fixed ones (docs/epilogues.md): each named input (a matrix of its
+    type laid out as D, a row or column f32 vector, an f32 scalar), then each auxiliary output (laid out as D);
+    the value is the kernel parameter's own name (``in_<name>``, ``out_<name>``), the key a caller binds."""
+    graph = plan.graph
+    if graph is None:
+        return []
+    out = []
+    for i in graph.inputs:
+        if i.name in ("acc", "c"):
+            continue
+        name = input_param(i.name)
+        if i.kind == "matrix":
+            out.append(Argument(name, "const global uchar*", f"input {i.name}: an M x N {i.type} matrix, batch after "
+                                "batch", name))
+        elif i.kind == "scalar":
+            out.append(Argument(name, "float", f"input {i.name}: a scalar", name))
+        else:
+            length = "M: one per row" if i.kind == "row" else "N: one per column"
+            out.append(Argument(name, "const global float*", f"input {i.name}: an f32 vector of length {length}",
+                                name))
+    for a in plan.aux:
+        if a.output:
+            out.append(Argument(a.param, "global uchar*", f"output {a.name}: an M x N {a.type} matrix, batch after "
+                                "batch", a.param))
+    return out
 
 
 def _epilogue_arguments() -> list[Argument]:

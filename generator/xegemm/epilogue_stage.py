@@ -58,7 +58,7 @@ def plan_auxiliaries(config, graph: Graph, c_plan: OperandPlan, mma, subgroup_ti
         names = ", ".join(o.name for o in graph.reductions())
         raise PlanRejected(f"epilogue {graph.function}: reductions ({names}) are not in the GEMM kernels yet "
                            "(docs/epilogues.md, Status)")
-    wanted = [(i.name, i.type, False) for i in graph.inputs if i.kind == "matrix" and i.name != "c"] \
+    wanted = [(i.name, i.type, False) for i in graph.inputs if i.kind == "matrix" and i.name not in ("acc", "c")] \
         + [(o.name, o.type, True) for o in graph.auxiliaries()]
     out = []
     for name, type_name, output in wanted:

@@ -76,7 +76,7 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
     cmap = store.lane_map.map
     frag_rows = plan.mma.lane_map("c").map[0]
     count = store.register_length
-    if spec.identity and spec.out == spec.acc:
+    if spec.identity and spec.out == spec.acc and (partial or plan.graph is None):
         # D = acc, bit for bit: each accumulator register is moved into the store register whole, by the put
         # helper (templates/fragments.cl.j2).  Measured: IGC 1.0.12504 spills 128 B on the 256x256x32 / 8x4
         # reference tile when the same register is built from its elements, and none with the helper.
@@ -166,7 +166,8 @@ def fragment_helpers(plan: Plan) -> list[str]:
         src_bits, src_n = ctype_shape(operand.atom.register_type)
         out.append(str(macros.take(dst, UNSIGNED_CTYPE[bits], dst_n, operand.atom.register_type,
                                    src_n * src_bits // bits)))
-    stores = [(plan.c, plan.kernel_epilogue)] + ([(plan.partial, plan.partial_epilogue)] if plan.partial else [])
+    stores = ([(plan.c, plan.kernel_epilogue)] if plan.graph is None else []) \
+        + ([(plan.partial, plan.partial_epilogue)] if plan.partial else [])
     for store, spec in stores:
         if spec.identity and spec.out == spec.acc:  # see epilogue_tiles
             acc = plan.mma.ctype("c")

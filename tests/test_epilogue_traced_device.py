@@ -1,0 +1,95 @@
+"""Traced epilogues in the real GEMM kernel, run on the default device (the Intel OpenCL CPU runtime): each
+documented example (docs/epilogues.md) is planned, rendered in the portable lowering, built, launched on a
+ragged batched problem (M, N, K not multiples of the tile, batch 2) and verified against its numpy reference
+in float64 with the tolerance of each op, D and every auxiliary output (xegemm.verify); and broken kernels of
+those graphs (an op dropped, a broadcast along the wrong axis, an auxiliary store lost) fail verification.
+One kernel per case, to keep the suite cheap."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from xegemm import evaluate
+from xegemm.config import config_from_text
+from xegemm.evaluate import plan_variants
+from xegemm.evaluate.device import DeviceSession
+from xegemm.pipeline import run_variant
+
+pytestmark = pytest.mark.device
+
+SHAPE = """\
+problem: {{m: 37, n: 45, k: 40, batch: 2}}
+types: {{a: bf16, b: bf16, acc: f32, c: {c}}}
+tile: {{workgroup: [32, 32, 32], subgroups: [1, 2]}}
+profile: {{warmup: 0, repeats: 1}}
+epilogue: {epilogue}
+"""
+
+# name: (D's type, the epilogue section; functions of tests/epilogue_examples.py)
+CASES = {
+    "bias_gelu_pre": ("bf16", '{function: "epilogue_examples:bias_gelu", inputs: {bias: row}, outputs: {pre: f32}}'),
+    "residual_bf16": ("bf16", '{function: "epilogue_examples:residual"}'),
+    "gated_up": ("f16", '{function: "epilogue_examples:gated", inputs: {up: {kind: matrix, type: f16}}}'),
+    "scale_clamp_s8": ("s8", '{function: "epilogue_examples:scaled_s8", inputs: {scale: row}}'),
+    "activations": ("f32", '{function: "epilogue_examples:activations"}'),
+}
+
+
+def planned(name: str, **replace):
+    c, epilogue = CASES[name]
+    for old, new in replace.items():
+        epilogue = epilogue.replace(old, new)
+    (pv,) = plan_variants(config_from_text(SHAPE.format(c=c, epilogue=epilogue)))
+    assert pv.plan is not None, pv.reason
+    return pv
+
+
+@pytest.fixture(scope="module")
+def session(sycl_device):
+    return DeviceSession(sycl_device)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_traced_epilogue_verifies_in_the_gemm_kernel(name, session):
+    pv = planned(name)
+    assert "_epi_" in pv.plan.name and pv.plan.graph.key in pv.plan.name
+    result = run_variant(pv, session)
+    assert result.status == "ok", (name, result.status, result.reason)
+
+
+def _rendered_as(broken, monkeypatch):
+    """Make the evaluator build ``broken``'s kernel (another graph, the same arguments) under the name of the plan
+    it evaluates: verification then checks the broken kernel against the correct graph's reference."""
+    original = evaluate.render_variant
+    monkeypatch.setattr(evaluate, "render_variant", lambda pv, lowering: original(broken, lowering).replace(
+        broken.plan.name, pv.plan.name))
+
+
+# name: (the correct case, the broken one: a replacement in its epilogue section, or a mutation of its source)
+BROKEN = {
+    "gelu dropped": ("bias_gelu_pre", {"bias_gelu": "bias_gelu_dropped"}),
+    "bias along the wrong axis": ("bias_gelu_pre", {"bias: row": "bias: col"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_a_broken_graph_fails_verification_through_the_kernel(name, session, monkeypatch):
+    correct, replace = BROKEN[name]
+    _rendered_as(planned(correct, **replace), monkeypatch)
+    result = run_variant(planned(correct), session)
+    assert result.status == "failed_verify", (name, result.status, result.reason)
+    assert result.time_ms is None
+
+
+def test_an_auxiliary_output_never_stored_fails_verification(session, monkeypatch):
+    original = evaluate.render_variant
+
+    def without_aux_store(pv, lowering):     # the first tile's store of the pre-activation lost
+        source, n = re.subn(r"\n\s*\w+\(out_pre, N \* 4, M, N \* 4,[^;]*;", "", original(pv, lowering), count=1)
+        assert n == 1
+        return source
+    monkeypatch.setattr(evaluate, "render_variant", without_aux_store)
+    result = run_variant(planned("bias_gelu_pre"), session)
+    assert result.status == "failed_verify" and "output pre" in result.reason, (result.status, result.reason)
