@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import re
 
+import epilogue_examples
+import ml_dtypes
+import numpy as np
 import pytest
 
+import xegemm
 from xegemm import evaluate
 from xegemm.config import config_from_text
 from xegemm.evaluate import plan_variants
+from xegemm.dtypes import dtype
+from xegemm.epilogue_graph.reference import mismatches, reference
+from xegemm.errors import XegemmError
 from xegemm.evaluate.device import DeviceSession
 from xegemm.pipeline import run_variant
 
@@ -93,3 +100,23 @@ def test_an_auxiliary_output_never_stored_fails_verification(session, monkeypatc
     monkeypatch.setattr(evaluate, "render_variant", without_aux_store)
     result = run_variant(planned("bias_gelu_pre"), session)
     assert result.status == "failed_verify" and "output pre" in result.reason, (result.status, result.reason)
+
+
+def test_the_call_api_takes_named_inputs_and_returns_every_output(sycl_device):
+    """xegemm.load(cfg, epilogue=fn): bias passed by name (a row vector by its shape), D and the pre-activation
+    returned, each within the graph's reference; the same kernel as the config's (the same source)."""
+    cfg = config_from_text(SHAPE.format(c="bf16", epilogue="{}"))
+    fn = xegemm.epilogue(epilogue_examples.bias_gelu, outputs={"pre": "f32"})
+    gemm = xegemm.load(cfg, device=sycl_device, epilogue=fn)
+    rng = np.random.default_rng(3)
+    a, b = (dtype("bf16").round(rng.uniform(-1, 1, s)).astype(ml_dtypes.bfloat16) for s in ((2, 37, 40), (2, 40, 45)))
+    bias = rng.uniform(-1, 1, (37, 1)).astype(np.float32)
+    got = gemm(a, b, bias=bias)
+    assert set(got) == {"d", "pre"} and got["pre"].dtype == np.float32 and got["d"].shape == (2, 37, 45)
+    assert gemm.last_kernel.name == planned("bias_gelu_pre").plan.name
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    tol = 2 * 41 * 2.0 ** -24 * np.matmul(np.abs(a64), np.abs(b64))
+    bounds = reference(fn.trace({"bias": "row"}, out="bf16"), np.matmul(a64, b64), tol, {"bias": bias})
+    assert mismatches(bounds["d"], got["d"]) == 0 and mismatches(bounds["pre"], got["pre"]) == 0
+    with pytest.raises(XegemmError, match="reads input 'bias'"):
+        gemm(a, b)

@@ -89,9 +89,19 @@ def graph_of(config) -> Graph | None:
     e, t = config.epilogue, config.types
     if not e.traced:
         return None
+    return _traced(e.function, e.inputs, e.outputs, t.c, t.acc, _search(config))
+
+
+def function_of(config):
+    """The Python function of a config's traced epilogue (imported when the config names it)."""
+    fn = config.epilogue.function
+    return resolve_function(fn, list(_search(config))) if isinstance(fn, str) else fn
+
+
+def _search(config) -> tuple[str, ...]:
+    """Where a config's function is looked for before the Python path: the config file's folder."""
     source = Path(str(config.source))
-    search = (str(source.parent),) if source.suffix in (".yaml", ".yml") else ()
-    return _traced(e.function, e.inputs, e.outputs, t.c, t.acc, search)
+    return (str(source.parent),) if source.suffix in (".yaml", ".yml") else ()
 
 
 @functools.lru_cache(maxsize=256)
