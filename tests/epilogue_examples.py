@@ -42,3 +42,10 @@ def bias_gelu_dropped(acc, bias):
     """bias_gelu with its GELU lost (a broken kernel for the device tests)."""
     pre = acc + bias
     return {"d": pre, "pre": pre}
+
+
+def row_stats_wrong_axis(acc, bias):
+    """row_stats with its row sum taken over columns (a broken kernel for the device tests)."""
+    y = ops.relu(acc + bias)
+    return {"d": y, "rowmax": ops.row_max(y), "rowsum": ops.col_sum(y), "colsum": ops.col_sum(y),
+            "colmax": ops.col_max(y), "total": ops.sum(y)}

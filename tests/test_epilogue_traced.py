@@ -62,8 +62,18 @@ def test_a_bad_traced_epilogue_is_a_config_error(epilogue, message):
 def test_what_the_kernels_cannot_do_yet_is_rejected_with_the_reason():
     with pytest.raises(PlanRejected, match="split K and stream-K"):
         plan(config(tile=", split_k: 2"))
-    with pytest.raises(PlanRejected, match="reductions"):
-        plan(config('{function: "epilogue_examples:row_stats", inputs: {bias: col}}'))
+
+
+def test_each_reduction_has_its_partials_and_a_fixup_launch():
+    p = plan(config('{function: "epilogue_examples:row_stats", inputs: {bias: col}}'))
+    call = KernelCall.of(p)
+    names = [launch.kernel.removeprefix(p.name) for launch in call.launches]
+    assert names == ["", "_rowmax", "_rowsum", "_colsum", "_colmax", "_total"]
+    sizes = call.sizes(37, 45, 64, 2)      # rows: 2 tiles of 32 columns x 2 sub-groups x 16 lanes per row of D;
+    floats = 2 * (64 * 37) * 2 + 2 * 2 * 45 * 2 + 2 * (2 * 2 * 32)   # columns: 2 tiles x 1 sub-group; sums
+    assert sizes["workspace_bytes"] == 4 * floats
+    assert (sizes["xe_colsum_length"], sizes["xe_colsum_slots"], sizes["global3"]) == (45, 2, (48, 2, 1))
+    assert sizes["xe_total_offset"] == 2 * (64 * 37) * 2 + 2 * 2 * 45 * 2
 
 
 def test_a_traced_config_writes_back_its_function_form():

@@ -27,7 +27,7 @@ from xegemm.pipeline import run_variant
 pytestmark = pytest.mark.device
 
 SHAPE = """\
-problem: {{m: 37, n: 45, k: 40, batch: 2}}
+problem: {{m: 37, n: {n}, k: 40, batch: 2}}
 types: {{a: bf16, b: bf16, acc: f32, c: {c}}}
 tile: {{workgroup: [32, 32, 32], subgroups: [1, 2]}}
 profile: {{warmup: 0, repeats: 1}}
@@ -38,17 +38,18 @@ epilogue: {epilogue}
 CASES = {
     "bias_gelu_pre": ("bf16", '{function: "epilogue_examples:bias_gelu", inputs: {bias: row}, outputs: {pre: f32}}'),
     "residual_bf16": ("bf16", '{function: "epilogue_examples:residual"}'),
-    "gated_up": ("f16", '{function: "epilogue_examples:gated", inputs: {up: {kind: matrix, type: f16}}}'),
+    "gated_up": ("bf16", '{function: "epilogue_examples:gated", inputs: {up: {kind: matrix, type: bf16}}}'),
     "scale_clamp_s8": ("s8", '{function: "epilogue_examples:scaled_s8", inputs: {scale: row}}'),
     "activations": ("f32", '{function: "epilogue_examples:activations"}'),
+    "row_stats": ("f32", '{function: "epilogue_examples:row_stats", inputs: {bias: col}}'),
 }
 
 
-def planned(name: str, **replace):
+def planned(name: str, n: int = 45, **replace):
     c, epilogue = CASES[name]
     for old, new in replace.items():
         epilogue = epilogue.replace(old, new)
-    (pv,) = plan_variants(config_from_text(SHAPE.format(c=c, epilogue=epilogue)))
+    (pv,) = plan_variants(config_from_text(SHAPE.format(c=c, epilogue=epilogue, n=n)))
     assert pv.plan is not None, pv.reason
     return pv
 
@@ -74,19 +75,22 @@ def _rendered_as(broken, monkeypatch):
         broken.plan.name, pv.plan.name))
 
 
-# name: (the correct case, the broken one: a replacement in its epilogue section, or a mutation of its source)
+# name: (the correct case, the broken one: a replacement in its epilogue section, the output that must fail);
+# square (M = N = 37), so that a reduction over the wrong axis has as many values as the right one
 BROKEN = {
-    "gelu dropped": ("bias_gelu_pre", {"bias_gelu": "bias_gelu_dropped"}),
-    "bias along the wrong axis": ("bias_gelu_pre", {"bias: row": "bias: col"}),
+    "gelu dropped": ("bias_gelu_pre", {"bias_gelu": "bias_gelu_dropped"}, "C"),
+    "bias along the wrong axis": ("bias_gelu_pre", {"bias: row": "bias: col"}, "C"),
+    "row sum over the wrong axis": ("row_stats", {"row_stats": "row_stats_wrong_axis"}, "output rowsum"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_a_broken_graph_fails_verification_through_the_kernel(name, session, monkeypatch):
-    correct, replace = BROKEN[name]
-    _rendered_as(planned(correct, **replace), monkeypatch)
-    result = run_variant(planned(correct), session)
+    correct, replace, output = BROKEN[name]
+    _rendered_as(planned(correct, n=37, **replace), monkeypatch)
+    result = run_variant(planned(correct, n=37), session)
     assert result.status == "failed_verify", (name, result.status, result.reason)
+    assert result.reason.startswith("output") == (output != "C") and output.removeprefix("C") in result.reason
     assert result.time_ms is None
 
 
@@ -105,7 +109,7 @@ def test_an_auxiliary_output_never_stored_fails_verification(session, monkeypatc
 def test_the_call_api_takes_named_inputs_and_returns_every_output(sycl_device):
     """xegemm.load(cfg, epilogue=fn): bias passed by name (a row vector by its shape), D and the pre-activation
     returned, each within the graph's reference; the same kernel as the config's (the same source)."""
-    cfg = config_from_text(SHAPE.format(c="bf16", epilogue="{}"))
+    cfg = config_from_text(SHAPE.format(c="bf16", epilogue="{}", n=45))
     fn = xegemm.epilogue(epilogue_examples.bias_gelu, outputs={"pre": "f32"})
     gemm = xegemm.load(cfg, device=sycl_device, epilogue=fn)
     rng = np.random.default_rng(3)

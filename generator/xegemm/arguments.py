@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from xegemm import stream_k
 from xegemm.dtypes import dtype
-from xegemm.epilogue_stage import input_param
+from xegemm.epilogue_stage import input_param, workspace_floats
 from xegemm.formula import evaluate, substitute
 from xegemm.plan import Plan
 
@@ -98,9 +98,12 @@ class KernelCall:
             steps += [(name, substitute(expr, {"BM": bm, "BN": bn, "BK": bk})) for name, expr in stream_k.GRID[:3]]
             workspace = f"batch * {plan.stream_k * stream_k.SLOTS * bm * bn * acc_bytes}"
             grid = (str(plan.stream_k * lx), str(ly), "batch")
-        else:
-            workspace = "0"
+        else:   # a traced epilogue's reductions: their partials (xegemm.epilogue_stage.ReductionPlan)
+            workspace = f"({workspace_floats(plan.reductions)}) * 4" if plan.reductions else "0"
             grid = (f"(N + {bn - 1}) / {bn} * {lx}", f"(M + {bm - 1}) / {bm} * {ly}", "batch")
+            for r in plan.reductions:
+                steps += [(f"xe_{r.name}_offset", r.offset), (f"xe_{r.name}_length", r.length),
+                          (f"xe_{r.name}_slots", r.slots)]
         stride_out = "stride_w" if plan.split_k > 1 else "stride_c"
         gemm = [Argument("A", "const global uchar*", "A's elements, batch after batch", "A"),
                 Argument("B", "const global uchar*", "B's elements, batch after batch", "B"),
@@ -138,6 +141,15 @@ class KernelCall:
             else:
                 rgrid = ("(N + 15) / 16 * 16", "M", "batch")
             launches.append(Launch(plan.name + "_reduce", tuple(reduce), rgrid, REDUCE_LOCAL))
+        for r in plan.reductions:    # each reduction's fix-up: its partials combined in slot order
+            fixup = (Argument("W", "const global float*", "the partials the GEMM kernel wrote", "workspace"),
+                     Argument("out", "global uchar*", f"output {r.name}: {r.type} per {r.kind} of D, batch after "
+                              "batch", f"out_{r.name}"),
+                     Argument("offset", "long", "floats of the workspace before this reduction's", f"xe_{r.name}_offset"),
+                     Argument("length", "int", "values per batch", f"xe_{r.name}_length"),
+                     Argument("tiles", "int", "partials per value", f"xe_{r.name}_slots"))
+            launches.append(Launch(f"{plan.name}_{r.name}", fixup, (f"(xe_{r.name}_length + 15) / 16 * 16", "batch", "1"),
+                                   REDUCE_LOCAL))
         return cls(plan, tuple(launches), tuple(steps), workspace)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
@@ -197,6 +209,8 @@ def traced_arguments(plan: Plan) -> list[Argument]:
         if a.output:
             out.append(Argument(a.param, "global uchar*", f"output {a.name}: an M x N {a.type} matrix, batch after "
                                 "batch", a.param))
+    if plan.reductions:
+        out.append(Argument("xe_partials", "global float*", "the reductions' partials (the workspace)", "workspace"))
     return out
 
 

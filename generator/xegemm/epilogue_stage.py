@@ -54,10 +54,6 @@ def plan_auxiliaries(config, graph: Graph, c_plan: OperandPlan, mma, subgroup_ti
     if tile.split_k > 1 or tile.stream_k:
         raise PlanRejected(f"epilogue {graph.function}: a traced epilogue runs in the GEMM kernel's epilogue stage, "
                            "which split K and stream-K leave to their fix-up kernel; use split_k: 1 and stream_k: 0")
-    if graph.reductions():
-        names = ", ".join(o.name for o in graph.reductions())
-        raise PlanRejected(f"epilogue {graph.function}: reductions ({names}) are not in the GEMM kernels yet "
-                           "(docs/epilogues.md, Status)")
     wanted = [(i.name, i.type, False) for i in graph.inputs if i.kind == "matrix" and i.name not in ("acc", "c")] \
         + [(o.name, o.type, True) for o in graph.auxiliaries()]
     out = []
@@ -77,3 +73,59 @@ def plan_auxiliaries(config, graph: Graph, c_plan: OperandPlan, mma, subgroup_ti
                 raise PlanRejected(f"{what}: {exc}") from None
         out.append(AuxMatrix(name, type_name, output, atom))
     return tuple(out)
+
+
+# ---- reductions: per-tile partials, then a fix-up kernel in fixed order -----------------------------------------
+
+@dataclass(frozen=True)
+class ReductionPlan:
+    """Where a reduction's partials go (docs/epilogues.md, "Deterministic reductions").  Each work-item combines
+    its own elements of the sub-group tile in a fixed order into one partial per row it holds (a row reduction),
+    per column (a column reduction) or one (a sum), and stores it to its own slot of the workspace, laid out
+    [batch][slot][length]; the fix-up kernel ``<kernel>_<name>`` combines each element's slots in slot order.
+
+    * row: a slot per (sub-group column, lane): ``(n0 / sgN) * SG + lane``; ceil(N / BN) * SG_N * SG slots of M.
+    * col: a slot per sub-group row: ``m0 / sgM``; ceil(M / BM) * SG_M slots of N (each column in one lane).
+    * scalar: a slot per sub-group and lane; slots of 1.
+
+    ``slots``, ``length`` and ``offset`` (floats before its partials in the workspace) are formulas of M, N and
+    batch (xegemm.formula); ``slot`` the C of the work-item's slot."""
+
+    name: str
+    kind: str
+    type: str
+    slots: str
+    length: str
+    offset: str
+    slot: str
+
+    @property
+    def floats(self) -> str:
+        """Floats of its partials: batch x slots x length."""
+        return f"batch * ({self.slots}) * {self.length}"
+
+
+def plan_reductions(config, graph: Graph, subgroup_tile) -> tuple[ReductionPlan, ...]:
+    """The workspace of a traced epilogue's reductions, in output order."""
+    (bm, bn, _), (sgm_count, sgn_count), sg = config.tile.workgroup, config.tile.subgroups, config.tile.subgroup_size
+    sgm, sgn = subgroup_tile
+    tiles_m, tiles_n = f"(M + {bm - 1}) / {bm}", f"(N + {bn - 1}) / {bn}"
+    out, offset = [], "0"
+    for o in graph.reductions():
+        kind = graph.nodes[o.node].kind
+        if kind == "row":
+            slots, length, slot = f"{tiles_n} * {sgn_count * sg}", "M", f"(n0 / {sgn}) * {sg} + lane"
+        elif kind == "col":
+            slots, length, slot = f"{tiles_m} * {sgm_count}", "N", f"m0 / {sgm}"
+        else:
+            slots, length = f"{tiles_m} * {tiles_n} * {sgm_count * sgn_count * sg}", "1"
+            slot = f"((m0 / {sgm}) * ({tiles_n}) * {sgn_count} + n0 / {sgn}) * {sg} + lane"
+        r = ReductionPlan(o.name, kind, o.type, slots, length, offset, slot)
+        out.append(r)
+        offset = f"{offset} + {r.floats}" if offset != "0" else r.floats
+    return tuple(out)
+
+
+def workspace_floats(reductions) -> str:
+    """Floats of the whole workspace of a traced epilogue's reductions (a formula; "0": none)."""
+    return " + ".join(f"({r.floats})" for r in reductions) or "0"

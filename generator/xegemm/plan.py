@@ -23,7 +23,7 @@ from xegemm.epilogue import EpilogueSpec
 from xegemm.epilogue_graph.config import graph_of
 from xegemm.epilogue_graph.errors import EpilogueError
 from xegemm.epilogue_graph.graph import Graph
-from xegemm.epilogue_stage import AuxMatrix, plan_auxiliaries
+from xegemm.epilogue_stage import AuxMatrix, ReductionPlan, plan_auxiliaries, plan_reductions
 from xegemm.errors import PlanRejected, XegemmError
 from xegemm.kernel_name import KernelName
 from xegemm.operands import OperandPlan
@@ -53,6 +53,7 @@ class Plan:
     partial: OperandPlan | None = None           # stream-K: how pieces of tiles are stored, as accumulators
     graph: Graph | None = None                   # a traced epilogue (docs/epilogues.md); None: the fixed one
     aux: tuple[AuxMatrix, ...] = ()              # the traced epilogue's auxiliary matrices and their atoms
+    reductions: tuple[ReductionPlan, ...] = ()   # the traced epilogue's reductions: partials and fix-ups
 
     @property
     def split_k(self) -> int:
@@ -244,5 +245,5 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
                            f"{bm}x{bn} x {k_tiles} k-tiles of {bk}): a work-group would get none; use at most {iters}")
     name = str(KernelName.of_plan(config, mma, a_plan.atom, b_plan.atom, c_plan.atom, epilogue, graph))
     return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in, partial,
-                graph, aux)
+                graph, aux, plan_reductions(config, graph, (sgm, sgn)) if graph else ())
 

@@ -67,7 +67,7 @@ def _plus(base: str, origin: int, offset: str) -> str:
     return f"{base} + {origin} + {offset}" if origin else f"{base} + {offset}"
 
 
-def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
+def epilogue_tiles(plan: Plan, staged, partial: bool = False, stage: Stage | None = None) -> list[dict]:
     """Per C tile: its origin, and each element of its store register computed from the accumulator (and C,
     and the bias) as xegemm.epilogue spells the element function.  ``partial``: stream-K's store of a piece
     of a tile, the accumulator as it is (plan.partial)."""
@@ -87,8 +87,8 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
             "put": f"xe_put_{acc}_into_{store.register_type}", "biases": [], "uses_lane": False,
             "statements": [], "aux_loads": [], "aux_stores": []}
             for t, origin in enumerate(operand.tiles)]
-    stage = Stage.of(plan, spec if partial else None)
-    outputs = [o.name for o in stage.graph.outputs[1:]]
+    stage = Stage.of(plan, spec if partial else None) if stage is None or partial else stage
+    outputs = [o.name for o in stage.graph.auxiliaries()]
     stores = {a.name: a for a in stage.aux if a.output}
     tiles = []
     for t, (r0, c0) in enumerate(operand.tiles):
@@ -113,12 +113,16 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
                 code = stage.element(_accumulator_element(plan, staged, i, j, r, stage.graph.exact_integer),
                                      f".s{e:x}" if count > 1 else "", vector, f"xe_e{e}_")
                 statements += code.statements
+                if code.reductions:
+                    lanes = [[cmap[lane][e][axis] for lane in range(sg)] for axis in (0, 1)]
+                    statements += stage.reduce(code.reductions, _plus("m0", r0, row), _plus("n0", c0, col), lanes)
                 values[e] = code.outputs["d"]
                 for name in outputs:
                     aux_values[name][e] = code.outputs[name]
         loads = [(name, load) for load, name in biases.items()]
         tiles.append({"origin": (r0, c0), "values": values, "biases": loads, "puts": [],
-                      "uses_lane": any("lane" in load for _, load in loads), "statements": statements,
+                      "uses_lane": any("lane" in line for line in [load for _, load in loads] + statements),
+                      "statements": statements,
                       "aux_loads": [{"type": a.atom.register_type, "var": a.register, "fn": a.atom.fn_name,
                                      "surface": stage.surface(a)} for a in stage.aux if not a.output],
                       "aux_stores": [{"type": stores[name].atom.register_type, "fn": stores[name].atom.fn_name,
@@ -215,6 +219,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         copy_library = lowering.render_copies(copies)
     except NativeUnsupported as exc:
         raise PlanRejected(str(exc)) from exc
+    stage = Stage.of(plan)
+    tiles = epilogue_tiles(plan, staged_plan, stage=stage)      # (the stage learns its reductions' partials)
     context = dict(
         plan=plan, config=cfg, lowering=lowering.name, version=__version__, source_name=Path(str(cfg.source)).name,
         bm=bm, bn=bn, bk=bk, sgm_count=sgm_count, sgn_count=sgn_count, sg=cfg.tile.subgroup_size,
@@ -228,12 +234,12 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
         mma_library=mma.render_mma([plan.mma]),
         fragment_helpers="\n".join(fragment_helpers(plan)),
-        staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue, stage=Stage.of(plan),
+        staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue, stage=stage,
         reduction=reduction(plan) if plan.reduces else None,
         stream_k=stream_k_lines(plan) if plan.stream_k else None,
         partial_tiles=epilogue_tiles(plan, staged_plan, partial=True) if plan.stream_k else [],
         swizzle=cfg.tile.swizzle, swizzle_lines=swizzle_c_lines(cfg.tile.swizzle) if cfg.tile.swizzle > 1 else [],
-        epilogue_tiles=epilogue_tiles(plan, staged_plan), reorders=plan_reorders(plan),
+        epilogue_tiles=tiles, reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
     )
     source = environment().get_template("gemm.cl.j2").render(**context)

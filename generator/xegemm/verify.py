@@ -214,11 +214,11 @@ def check_fits(config: Config, device_bytes: int | None = None) -> str | None:
     return None
 
 
-def poison_c(config: Config, type_name: str | None = None) -> np.ndarray:
-    """The bytes C (or an auxiliary output of ``type_name``) is filled with before every run (all-ones: NaN for
-    floats, -1 for ints) plus guard bytes."""
+def poison_c(config: Config, type_name: str | None = None, elements: int | None = None) -> np.ndarray:
+    """The bytes C (or an extra output of ``type_name`` and ``elements``) is filled with before every run
+    (all-ones: NaN for floats, -1 for ints) plus guard bytes."""
     p = config.problem
-    nbytes = p.batch * p.m * p.n * dtype(type_name or config.types.c).bits // 8
+    nbytes = (p.batch * p.m * p.n if elements is None else elements) * dtype(type_name or config.types.c).bits // 8
     return np.concatenate([np.full(nbytes, 0xFF, np.uint8), np.full(GUARD_BYTES, GUARD_BYTE, np.uint8)])
 
 
@@ -253,16 +253,15 @@ def check(config: Config, c_raw: np.ndarray, ref: Reference, outputs: dict | Non
 
 
 def _check_matrix(config: Config, type_name: str, what: str, c_raw: np.ndarray, ref: Bounds) -> Verdict:
-    p = config.problem
     c = dtype(type_name)
-    nbytes = p.batch * p.m * p.n * c.bits // 8
+    nbytes = ref.expected.size * c.bits // 8
     guard = c_raw[nbytes:]
     if np.any(guard != GUARD_BYTE):
         first = int(np.argmax(guard != GUARD_BYTE))
         return Verdict(False, None, None, int((guard != GUARD_BYTE).sum()),
                        f"out-of-bounds write: guard byte {first} after {what} was overwritten")
     bits = c_raw[:nbytes].view(f"<u{c.bits // 8}").astype(np.uint64)
-    got = c.decode(bits).reshape(p.batch, p.m, p.n)
+    got = c.decode(bits).reshape(ref.expected.shape)
     want = ref.expected
     err = np.abs(got - want)
     bad = ~((got >= ref.low) & (got <= ref.high))    # NaN (an element never written) counts as bad

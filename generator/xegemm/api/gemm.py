@@ -263,15 +263,15 @@ class Gemm:
             _check_output_like("c", c, d_shape, t.c)
         arrays, scalars = traced.named_buffers(config, named, batch, m, n)
         q, nothing = self.queue, np.zeros(4, np.uint8)
-        outputs = traced.outputs_of(config)
+        outputs = traced.outputs_of(config, d_shape)
         bufs = {"A": to_device(q, host_bytes(opa, choice.layout_a, t.a)),
                 "B": to_device(q, host_bytes(opb, choice.layout_b, t.b)),
                 "D": to_device(q, np.zeros(max(4, s["stride_c"] * batch), np.uint8)),
                 "C": to_device(q, np.ascontiguousarray(c).reshape(-1).view(np.uint8) if reads_c else nothing),
                 "bias": to_device(q, nothing), "workspace": to_device(q, np.zeros(max(4, s["workspace_bytes"]), np.uint8)),
                 **{param: to_device(q, array) for param, array in arrays.items()},
-                **{param: to_device(q, np.zeros(max(4, m * n * batch * dtype(type_name).bits // 8), np.uint8))
-                   for param, type_name in outputs}}
+                **{param: to_device(q, np.zeros(max(4, int(np.prod(shape)) * dtype(type_name).bits // 8), np.uint8))
+                   for param, type_name, shape in outputs}}
         kernels = self._kernels_for(q, choice)
         bound = [(kern, args, g, l_) for kern, (_, args, g, l_) in
                  zip(kernels, choice.call.bind(s, bufs, self._scalars(choice, 1.0, 0.0) | scalars))]
@@ -279,8 +279,8 @@ class Gemm:
         d = from_device(bufs["D"], expected_dtype(t.c, False), d_shape)
         if not outputs:
             return d
-        return {"d": d, **{param.removeprefix("out_"): from_device(bufs[param], expected_dtype(type_name, False),
-                                                                     d_shape) for param, type_name in outputs}}
+        return {"d": d, **{param.removeprefix("out_"): from_device(bufs[param], expected_dtype(type_name, False), shape)
+                           for param, type_name, shape in outputs}}
 
     def _types(self, opa: Operand, opb: Operand) -> tuple[str, str]:
         """The registry types of A and B from their dtypes, among those the kernels take."""

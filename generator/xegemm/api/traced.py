@@ -89,6 +89,9 @@ def named_buffers(config: Config, named: dict, batch: int, m: int, n: int) -> tu
     return arrays, scalars
 
 
-def outputs_of(config: Config) -> list[tuple[str, str]]:
-    """(kernel parameter, type) of each auxiliary output."""
-    return [(f"out_{o.name}", o.type) for o in graph_of(config).auxiliaries()]
+def outputs_of(config: Config, d_shape: tuple) -> list[tuple[str, str, tuple]]:
+    """(kernel parameter, type, shape) of each extra output: an auxiliary matrix is shaped as D, a row reduction
+    (batch, M), a column reduction (batch, N), a sum (batch,) (without the batch for an unbatched call)."""
+    graph, (*batch, m, n) = graph_of(config), d_shape
+    shapes = {"matrix": d_shape, "row": (*batch, m), "col": (*batch, n), "scalar": tuple(batch)}
+    return [(f"out_{o.name}", o.type, shapes[graph.nodes[o.node].kind]) for o in graph.outputs[1:]]

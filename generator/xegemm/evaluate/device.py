@@ -105,7 +105,7 @@ class DeviceBuilder(Builder):
         t0 = time.perf_counter()
         try:
             program = build_program(self.session.queue, source, options)
-            names = [pv.plan.name] + ([pv.plan.name + "_reduce"] if pv.plan.reduces else [])
+            names = [launch.kernel for launch in KernelCall.of(pv.plan).launches]
             for name in names:
                 if not program.has_sycl_kernel(name):    # dpctl would crash the process looking it up
                     raise BuildError(f"the program defines no kernel named {name}", source)
@@ -146,8 +146,10 @@ def traced_buffers(queue, config: Config, ops) -> dict:
         else:
             data = ops.named_bytes[name] if kind == "matrix" else np.asarray(value, np.float32)
             named[input_param(name)] = to_device(queue, data)
-    for o in graph.auxiliaries() if graph else ():
-        poison = poison_c(config, o.type)
+    p = config.problem
+    for o in graph.outputs[1:] if graph else ():     # auxiliary matrices, then reductions (per row, column, batch)
+        elements = p.batch * {"matrix": p.m * p.n, "row": p.m, "col": p.n, "scalar": 1}[graph.nodes[o.node].kind]
+        poison = poison_c(config, o.type, elements)
         outputs[f"out_{o.name}"] = (to_device(queue, poison), poison, o.name)
     return {"named": named, "named_scalars": scalars, "aux_outputs": outputs}
 
