@@ -49,3 +49,9 @@ def row_stats_wrong_axis(acc, bias):
     y = ops.relu(acc + bias)
     return {"d": y, "rowmax": ops.row_max(y), "rowsum": ops.col_sum(y), "colsum": ops.col_sum(y),
             "colmax": ops.col_max(y), "total": ops.sum(y)}
+
+
+def gated_pre(acc, up):
+    """A gated unit that also stores its activation: an auxiliary input and an auxiliary output."""
+    act = ops.silu(acc)
+    return {"d": act * up, "act": act}

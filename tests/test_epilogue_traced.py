@@ -9,6 +9,7 @@ from xegemm.arguments import KernelCall
 from xegemm.config import ConfigError, config_from_text
 from xegemm.kernel_name import parse_kernel_name
 from xegemm.plan import PlanRejected, plan
+from xegemm.pipeline import build_config as build_pvc
 from xegemm.render import render_kernel
 
 BASE = """\
@@ -81,3 +82,18 @@ def test_a_traced_config_writes_back_its_function_form():
     assert data == {"alpha": 1.0, "beta": 0.0, "bias": "none", "activation": "none", "clamp": [0.0, 6.0],
                     "function": "epilogue_examples:bias_gelu", "inputs": {"bias": "row"}, "outputs": {"pre": "f16"}}
     assert "function" not in config_from_text(BASE.format(epilogue="{}", tile="")).to_dict()["epilogue"]
+
+
+@pytest.mark.ocloc
+def test_a_traced_epilogue_builds_for_pvc_with_its_aux_messages_counted(tmp_path):
+    """Ahead of time with ocloc: an auxiliary input read and an auxiliary output stored beside D, each with the
+    messages of its planned atom (xegemm.evaluate.aot.predicted_counts), no spill."""
+    path = tmp_path / "traced.yaml"
+    path.write_text(BASE.format(epilogue='{function: "epilogue_examples:gated_pre", inputs: {up: matrix}, '
+                                         'outputs: {act: bf16}}', tile=""))
+    result = build_pvc(path, target="pvc", out_dir=tmp_path / "out")
+    (v,) = result["variants"]
+    assert v["status"] == "ok", v["reason"]
+    assert v["isa"]["spill_bytes"] == 0
+    for kind in ("load_block2d", "store_block2d", "store_block1d"):
+        assert v["measured_messages"][kind] == v["predicted"][kind], kind

@@ -140,7 +140,7 @@ class Plan:
         """Plain data for manifests and reports."""
         return {"name": self.name, "mma": self.mma.name, "copy_a": self.a.atom.name, "copy_b": self.b.atom.name,
                 "copy_c": self.c.atom.name, "copy_c_in": self.c_in.name if self.c_in else None,
-                "epilogue": self.epilogue.describe() if self.epilogue else None, "subgroup_tile": list(self.subgroup_tile),
+                "epilogue": self.graph.describe() if self.graph else self.epilogue.describe() if self.epilogue else None, "subgroup_tile": list(self.subgroup_tile),
                 "mma_grid": list(self.mma_grid), "workgroup_size": list(self.workgroup_size),
                 "registers": dict(self.registers), "messages_per_kstep": self.predicted_messages()}
 

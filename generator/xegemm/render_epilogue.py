@@ -148,9 +148,4 @@ class Stage:
         """One line for the kernel's header comment."""
         if not self.traced:
             raise ValueError("the fixed epilogue describes itself (EpilogueSpec.describe)")
-        g = self.graph
-        inputs = ", ".join(f"{i.name} ({i.kind}{'' if i.kind != 'matrix' else ' ' + i.type})"
-                           for i in g.inputs if i.name != "acc")
-        outputs = ", ".join(f"{o.name} as {o.type}" for o in g.outputs)
-        return (f"traced {g.function} ({g.tag}, graph {g.key}): {outputs}" + (f"; reads {inputs}" if inputs else "")
-                + ", computed in f32")
+        return self.graph.describe()
