@@ -21,6 +21,8 @@ from xegemm.lowering.native import NativeUnsupported
 from xegemm.lowering.portable import staged_kstep
 from xegemm.lowering.reorder import plan_reorders
 from xegemm.plan import Plan, PlanRejected
+from xegemm.epilogue_graph.emit import element_code
+from xegemm.epilogue_graph.fixed import fixed_graph
 from xegemm.render_epilogue import Stage
 from xegemm.swizzle import c_lines as swizzle_c_lines
 from xegemm.templating import environment, render_macro, wide_vector_typedefs
@@ -141,9 +143,16 @@ def reduction(plan: Plan) -> dict:
         c_spelling(acc.name, "workspace_load", "{i}")
     return {"name": plan.name + "_reduce", "w_ctype": UNSIGNED_CTYPE[acc.bits], "sum_ctype": "int" if exact else "float",
             "partial": partial, "c_ctype": UNSIGNED_CTYPE[dtype(t.c).bits],
-            "element": spec.element("sum", load_float(t.c, "c_bits"), "b"),
+            "element": _fixed_element(spec, "sum", load_float(t.c, "c_bits"), "b"),
             # stream-K's GEMM kernel applies the epilogue to whole tiles: its definitions are there already
-            "definitions": spec.definitions() if plan.split_k > 1 else ""}
+            "definitions": element_code(fixed_graph(spec)).definitions if plan.split_k > 1 else ""}
+
+
+def _fixed_element(spec, acc: str, c_in: str, bias: str) -> str:
+    """One element of D of the fixed epilogue ``spec``, printed from its graph (as the GEMM kernel's stage)."""
+    code = element_code(fixed_graph(spec), {"acc": acc, "c": c_in, "bias": bias})
+    assert not code.statements, "the fixed epilogue's graph uses each value once"
+    return code.outputs["d"]
 
 
 def stream_k_lines(plan: Plan) -> dict:

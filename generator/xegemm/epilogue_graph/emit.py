@@ -8,7 +8,7 @@ print the same text around their own loads and stores.  Values used once are inl
 once (a pre-activation stored as an auxiliary output, a result that is also reduced) become ``const``
 temporaries.  Operands print with C's precedence, parenthesised wherever the graph's order of evaluation
 would otherwise change (``a + (b + c)`` stays so: f32 addition does not associate).  For the fixed epilogue's
-graphs (:mod:`.fixed`) this is exactly the expression :meth:`xegemm.epilogue.EpilogueSpec.element` prints.
+graphs (:mod:`.fixed`) this is exactly the expression the fixed epilogue's kernels have always printed.
 
 Reductions are deterministic without atomics, as split K's and stream-K's fix-ups are (templates/reduce.cl.j2):
 each work-group combines its tile's contributions in a fixed order into one partial per row (per column, or
