@@ -167,8 +167,8 @@ def run(device, graph: Graph, acc: np.ndarray, inputs: dict) -> dict[str, np.nda
         length, tiles = partial_layout(r, M, N, TILE)
         t = dtype(r.type)
         out = to_device(queue, np.zeros(BATCH * length, NUMPY_OF[t.bits]))
-        launch(queue, program.get_sycl_kernel(f"fix_{r.name}"), [parts[r.name], out, ctypes.c_int(length),
-                                                                 ctypes.c_int(tiles)],
+        launch(queue, program.get_sycl_kernel(f"fix_{r.name}"), [parts[r.name], out, ctypes.c_long(0),
+                                                                 ctypes.c_int(length), ctypes.c_int(tiles)],
                (-(-length // 16) * 16, BATCH, 1), (16, 1, 1)).wait()
         values = t.decode(from_device(out, NUMPY_OF[t.bits], (BATCH, length)))
         got[r.name] = values[:, 0] if r.reduction.kind == "scalar" else values

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from xegemm import stream_k
 from xegemm.dtypes import dtype
+from xegemm.epilogue_stage import input_param, workspace_floats
 from xegemm.formula import evaluate, substitute
 from xegemm.plan import Plan
 
@@ -44,7 +45,7 @@ class Argument:
         return self.ctype.endswith("*")
 
     def as_dict(self) -> dict:
-        kind = "buffer" if self.is_buffer else "scalar" if self.value in SCALARS else "formula"
+        kind = "buffer" if self.is_buffer else "scalar" if self.ctype == "float" else "formula"
         return {"name": self.name, "type": self.ctype, "meaning": self.meaning, "kind": kind, "value": self.value}
 
 
@@ -97,9 +98,12 @@ class KernelCall:
             steps += [(name, substitute(expr, {"BM": bm, "BN": bn, "BK": bk})) for name, expr in stream_k.GRID[:3]]
             workspace = f"batch * {plan.stream_k * stream_k.SLOTS * bm * bn * acc_bytes}"
             grid = (str(plan.stream_k * lx), str(ly), "batch")
-        else:
-            workspace = "0"
+        else:   # a traced epilogue's reductions: their partials (xegemm.epilogue_stage.ReductionPlan)
+            workspace = f"({workspace_floats(plan.reductions)}) * 4" if plan.reductions else "0"
             grid = (f"(N + {bn - 1}) / {bn} * {lx}", f"(M + {bm - 1}) / {bm} * {ly}", "batch")
+            for r in plan.reductions:
+                steps += [(f"xe_{r.name}_offset", r.offset), (f"xe_{r.name}_length", r.length),
+                          (f"xe_{r.name}_slots", r.slots)]
         stride_out = "stride_w" if plan.split_k > 1 else "stride_c"
         gemm = [Argument("A", "const global uchar*", "A's elements, batch after batch", "A"),
                 Argument("B", "const global uchar*", "B's elements, batch after batch", "B"),
@@ -116,6 +120,7 @@ class KernelCall:
                 Argument("bias", "const global float*", "the f32 bias vector (length M: per row, N: per column)",
                          "bias"),
                 *_epilogue_arguments()]
+        gemm += traced_arguments(plan)
         if plan.split_k > 1:
             gemm.append(Argument("k_slice", "int", "elements of K per split-K slice", "k_slice"))
         elif plan.stream_k:
@@ -136,6 +141,15 @@ class KernelCall:
             else:
                 rgrid = ("(N + 15) / 16 * 16", "M", "batch")
             launches.append(Launch(plan.name + "_reduce", tuple(reduce), rgrid, REDUCE_LOCAL))
+        for r in plan.reductions:    # each reduction's fix-up: its partials combined in slot order
+            fixup = (Argument("W", "const global float*", "the partials the GEMM kernel wrote", "workspace"),
+                     Argument("out", "global uchar*", f"output {r.name}: {r.type} per {r.kind} of D, batch after "
+                              "batch", f"out_{r.name}"),
+                     Argument("offset", "long", "floats of the workspace before this reduction's", f"xe_{r.name}_offset"),
+                     Argument("length", "int", "values per batch", f"xe_{r.name}_length"),
+                     Argument("tiles", "int", "partials per value", f"xe_{r.name}_slots"))
+            launches.append(Launch(f"{plan.name}_{r.name}", fixup, (f"(xe_{r.name}_length + 15) / 16 * 16", "batch", "1"),
+                                   REDUCE_LOCAL))
         return cls(plan, tuple(launches), tuple(steps), workspace)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
@@ -154,19 +168,50 @@ class KernelCall:
 
     def bind(self, sizes: dict[str, int], buffers: dict, scalars: dict[str, float]) -> list[tuple]:
         """Per launch: (kernel name, argument values in order, global size, local size).  ``buffers`` maps
-        :data:`BUFFERS` names to device buffers, ``scalars`` :data:`SCALARS` names to floats."""
+        :data:`BUFFERS` names (and a traced epilogue's ``in_<name>``, ``out_<name>``) to device buffers,
+        ``scalars`` :data:`SCALARS` names (and a traced epilogue's scalar inputs ``in_<name>``) to floats."""
         out = []
         for i, launch in enumerate(self.launches):
             values = []
             for arg in launch.arguments:
                 if arg.is_buffer:
                     values.append(buffers[arg.value])
-                elif arg.value in SCALARS:
+                elif arg.ctype == "float":
                     values.append(ctypes.c_float(scalars[arg.value]))
                 else:
                     values.append(CTYPES[arg.ctype](sizes[arg.value]))
             out.append((launch.kernel, values, sizes[f"global{i}"], launch.local_size))
         return out
+
+
+def traced_arguments(plan: Plan) -> list[Argument]:
+    """A traced epilogue's arguments after the fixed ones (docs/epilogues.md): each named input (a matrix of its
+    type laid out as D, a row or column f32 vector, an f32 scalar), then each auxiliary output (laid out as D);
+    the value is the kernel parameter's own name (``in_<name>``, ``out_<name>``), the key a caller binds."""
+    graph = plan.graph
+    if graph is None:
+        return []
+    out = []
+    for i in graph.inputs:
+        if i.name in ("acc", "c"):
+            continue
+        name = input_param(i.name)
+        if i.kind == "matrix":
+            out.append(Argument(name, "const global uchar*", f"input {i.name}: an M x N {i.type} matrix, batch after "
+                                "batch", name))
+        elif i.kind == "scalar":
+            out.append(Argument(name, "float", f"input {i.name}: a scalar", name))
+        else:
+            length = "M: one per row" if i.kind == "row" else "N: one per column"
+            out.append(Argument(name, "const global float*", f"input {i.name}: an f32 vector of length {length}",
+                                name))
+    for a in plan.aux:
+        if a.output:
+            out.append(Argument(a.param, "global uchar*", f"output {a.name}: an M x N {a.type} matrix, batch after "
+                                "batch", a.param))
+    if plan.reductions:
+        out.append(Argument("xe_partials", "global float*", "the reductions' partials (the workspace)", "workspace"))
+    return out
 
 
 def _epilogue_arguments() -> list[Argument]:

@@ -7,9 +7,8 @@ cooperative-matrix proposals' MapElement: an element-wise function applied to ev
 module is the one home of that knowledge: the activations (:data:`ACTIVATIONS`, each with its OpenCL C
 spelling, its numpy reference, its Lipschitz bound and its error bound), the compute type, the output
 conversions (round to nearest even, saturating for integers), the kernel-name suffix, the numpy reference
-the verifier applies, and the tolerance that follows from them.  The kernel template
-(templates/gemm.cl.j2) prints what :meth:`EpilogueSpec.element` gives for each element, and the
-functions :meth:`EpilogueSpec.definitions` gives.
+the verifier applies, and the tolerance that follows from them.  The kernels print it as a graph
+(:func:`xegemm.epilogue_graph.fixed.fixed_graph`, the one code path of fixed and traced epilogues).
 
 Compute type: f32 (``float``), except the exact integer path: an s32 accumulator stored to an integer C with
 alpha = 1, beta = 0, no bias and no float activation is converted with saturation only (exact).  Bias
@@ -144,25 +143,6 @@ class EpilogueSpec:
         conv = "" if self.out == self.acc and self.identity else f", converted to {self.out} ({how})"
         compute = "s32 (exact)" if self.exact_integer else "f32"
         return f"D = {expr}, computed in {compute}{conv}"
-
-    # -- OpenCL C --------------------------------------------------------------------------------------------
-    def definitions(self) -> str:
-        """The OpenCL C functions the element expressions call (the activation's)."""
-        return ACTIVATIONS[self.activation].definition(integer=self.exact_integer)
-
-    def element(self, acc: str, c_in: str | None, bias: str | None) -> str:
-        """One element of D as a C expression of its storage bits: ``acc`` is the accumulator element as a
-        float (an int on the exact integer path), ``c_in`` the C element as a float, ``bias`` the bias
-        element."""
-        activation = ACTIVATIONS[self.activation]
-        if self.exact_integer:
-            return store_int(self.out, activation.call(acc, integer=True))
-        terms = [f"alpha * {acc}" if self.scales else acc]
-        if self.reads_c:
-            terms.append(f"beta * {c_in}")
-        if self.bias != "none":
-            terms.append(bias)
-        return store_float(self.out, activation.call(" + ".join(terms)))
 
 
 def load_float(type_name: str, bits: str) -> str:

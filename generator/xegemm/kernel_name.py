@@ -4,12 +4,13 @@ A kernel name is CUTLASS-style and is the key of everything (results, reports, c
 
     xegemm_<A>_<B>_<acc>_<C>_<layouts>_<BM>x<BN>x<BK>_sg<SGM>x<SGN>_dpas<M>x<N>x<K>_a<atom>_b<atom>_c<atom>
         _pf<prefetch>_grf<GRF>[_swz<S>][_rb<R>x<J>][_alpha][_beta][_bias<row|col>][_<activation>]
-        [_splitk<S>][_streamk<G>]
+        [_epi_<tag>_<key>][_splitk<S>][_streamk<G>]
 
 with the types' config names (xegemm.dtypes), the layouts' kernel-name letters (xegemm.layouts: ``t`` =
 row-major, ``n`` = column-major, for A, B and C), the copy atoms' short names (``short_name`` of
 xegemm.atoms: ``u16x32x32n``, ``pu8x32x32n``, ``u16x8x16s8``) and the epilogue's parts
-(:meth:`xegemm.epilogue.EpilogueSpec.name_parts`).  A variant the planner rejected has no atoms; its name
+(:meth:`xegemm.epilogue.EpilogueSpec.name_parts`), or a traced epilogue's readable tag and the short hash of
+its graph (:meth:`xegemm.epilogue_graph.graph.Graph.name_suffix`).  A variant the planner rejected has no atoms; its name
 ends ``_pf<prefetch>_rejected_<digest>`` after the sub-groups.  :class:`KernelName` is the one place that
 writes the grammar; :func:`parse_kernel_name` reads it (the reports take a name's parts from it).
 """
@@ -20,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from xegemm.epilogue import ACTIVATIONS, BIAS_KINDS
+from xegemm.epilogue_graph.graph import HASH_CHARS
 from xegemm.errors import XegemmError
 from xegemm.layouts import LAYOUTS, from_name_letters, name_letters
 
@@ -37,7 +39,8 @@ _PATTERN = re.compile(
     rf"(?:_pf(?P<rejected_pf>{_N})_rejected_(?P<rejected>[0-9a-f]+)"
     rf"|_dpas(?P<dm>{_N})x(?P<dn>{_N})x(?P<dk>{_N})_a(?P<atom_a>{_ATOM})_b(?P<atom_b>{_ATOM})_c(?P<atom_c>{_ATOM})"
     rf"_pf(?P<pf>{_N})_grf(?P<grf>{_N})(?:_swz(?P<swz>{_N}))?(?:_rb(?P<rbr>{_N})x(?P<rbj>{_N}))?"
-    rf"(?P<epilogue>(?:_(?:{'|'.join(_EPILOGUE_PARTS)}))*)(?:_splitk(?P<splitk>{_N}))?(?:_streamk(?P<streamk>{_N}))?)$")
+    rf"(?P<epilogue>(?:_(?:{'|'.join(_EPILOGUE_PARTS)}))*)(?:_epi_(?P<traced>[a-z0-9_]+?_[0-9a-f]{{{HASH_CHARS}}}))?"
+    rf"(?:_splitk(?P<splitk>{_N}))?(?:_streamk(?P<streamk>{_N}))?)$")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class KernelName:
     swizzle: int = 1
     register_block: tuple[int, int] = (0, 0)
     epilogue: tuple[str, ...] = ()              # EpilogueSpec.name_parts(): alpha, beta, bias<row|col>, activation
+    traced: str | None = None                   # a traced epilogue's <tag>_<key> (Graph.name_suffix)
     split_k: int = 1
     stream_k: int = 0
     rejected: str | None = None
@@ -72,10 +76,13 @@ class KernelName:
                    config.pipeline.prefetch, **planned, **parts)
 
     @classmethod
-    def of_plan(cls, config, mma, a, b, c, epilogue) -> "KernelName":
-        """A planned variant's name: its config, DPAS atom, A/B/C copy atoms and epilogue (EpilogueSpec)."""
+    def of_plan(cls, config, mma, a, b, c, epilogue, graph=None) -> "KernelName":
+        """A planned variant's name: its config, DPAS atom, A/B/C copy atoms and epilogue (EpilogueSpec; a traced
+        epilogue's Graph instead when ``graph`` is given)."""
+        traced = {"traced": graph.name_suffix().removeprefix("_epi_")} if graph is not None else \
+            {"epilogue": epilogue.name_parts()}
         return cls.of_config(config, dpas=(mma.m, mma.n, mma.k), atoms=(a.short_name, b.short_name, c.short_name),
-                             epilogue=epilogue.name_parts())
+                             **traced)
 
     @property
     def stem(self) -> str:
@@ -91,6 +98,7 @@ class KernelName:
                 + (f"_swz{self.swizzle}" if self.swizzle != 1 else "")
                 + ("_rb{}x{}".format(*self.register_block) if any(self.register_block) else "")
                 + "".join(f"_{p}" for p in self.epilogue)
+                + (f"_epi_{self.traced}" if self.traced else "")
                 + (f"_splitk{self.split_k}" if self.split_k > 1 else "")
                 + (f"_streamk{self.stream_k}" if self.stream_k else ""))
 
@@ -115,4 +123,4 @@ def parse_kernel_name(name: str) -> KernelName:
                       atoms=(g["atom_a"], g["atom_b"], g["atom_c"]), grf=int(g["grf"]),
                       swizzle=int(g["swz"] or 1),
                       register_block=(int(g["rbr"]), int(g["rbj"])) if g["rbr"] is not None else (0, 0),
-                      epilogue=epilogue, split_k=int(g["splitk"] or 1), stream_k=int(g["streamk"] or 0))
+                      epilogue=epilogue, traced=g["traced"], split_k=int(g["splitk"] or 1), stream_k=int(g["streamk"] or 0))

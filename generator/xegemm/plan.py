@@ -20,6 +20,10 @@ from xegemm.config import Config
 from xegemm.config.sections import tile_conflict
 from xegemm.dtypes import dtype
 from xegemm.epilogue import EpilogueSpec
+from xegemm.epilogue_graph.config import graph_of
+from xegemm.epilogue_graph.errors import EpilogueError
+from xegemm.epilogue_graph.graph import Graph
+from xegemm.epilogue_stage import AuxMatrix, ReductionPlan, plan_auxiliaries, plan_reductions
 from xegemm.errors import PlanRejected, XegemmError
 from xegemm.kernel_name import KernelName
 from xegemm.operands import OperandPlan
@@ -47,6 +51,9 @@ class Plan:
     epilogue: EpilogueSpec | None = None
     c_in: CopyAtomBase | None = None   # the load twin of C's store atom, when the epilogue reads C
     partial: OperandPlan | None = None           # stream-K: how pieces of tiles are stored, as accumulators
+    graph: Graph | None = None                   # a traced epilogue (docs/epilogues.md); None: the fixed one
+    aux: tuple[AuxMatrix, ...] = ()              # the traced epilogue's auxiliary matrices and their atoms
+    reductions: tuple[ReductionPlan, ...] = ()   # the traced epilogue's reductions: partials and fix-ups
 
     @property
     def split_k(self) -> int:
@@ -133,7 +140,7 @@ class Plan:
         """Plain data for manifests and reports."""
         return {"name": self.name, "mma": self.mma.name, "copy_a": self.a.atom.name, "copy_b": self.b.atom.name,
                 "copy_c": self.c.atom.name, "copy_c_in": self.c_in.name if self.c_in else None,
-                "epilogue": self.epilogue.describe() if self.epilogue else None, "subgroup_tile": list(self.subgroup_tile),
+                "epilogue": self.graph.describe() if self.graph else self.epilogue.describe() if self.epilogue else None, "subgroup_tile": list(self.subgroup_tile),
                 "mma_grid": list(self.mma_grid), "workgroup_size": list(self.workgroup_size),
                 "registers": dict(self.registers), "messages_per_kstep": self.predicted_messages()}
 
@@ -195,7 +202,13 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
     # stream-K: pieces of tiles are stored as the accumulator, with the planner's own atom
     partial = plan_store(None, dtype(t.acc).bits, mma, (sgm, sgn), grid, block2d) if tile.stream_k else None
     epilogue = EpilogueSpec.of(config)
-    c_in = load_twin(c_plan.atom, issuable) if epilogue.reads_c and tile.split_k == 1 else None
+    try:
+        graph = graph_of(config)
+    except EpilogueError as exc:
+        raise PlanRejected(str(exc)) from None
+    aux = plan_auxiliaries(config, graph, c_plan, mma, (sgm, sgn), grid, block2d, issuable) if graph else ()
+    reads_c = graph.reads("c") if graph else epilogue.reads_c
+    c_in = load_twin(c_plan.atom, issuable) if reads_c and tile.split_k == 1 else None
     if config.pipeline.prefetch:
         a_plan = with_prefetch(a_plan)
         b_plan = with_prefetch(b_plan)
@@ -230,6 +243,7 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         raise PlanRejected(f"tile.stream_k = {tile.stream_k} work-groups but a batch has {iters} MAC-loop iterations "
                            f"({math.ceil(config.problem.m / bm)} x {math.ceil(config.problem.n / bn)} tiles of "
                            f"{bm}x{bn} x {k_tiles} k-tiles of {bk}): a work-group would get none; use at most {iters}")
-    name = str(KernelName.of_plan(config, mma, a_plan.atom, b_plan.atom, c_plan.atom, epilogue))
-    return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in, partial)
+    name = str(KernelName.of_plan(config, mma, a_plan.atom, b_plan.atom, c_plan.atom, epilogue, graph))
+    return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in, partial,
+                graph, aux, plan_reductions(config, graph, (sgm, sgn)) if graph else ())
 

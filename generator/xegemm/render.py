@@ -21,6 +21,9 @@ from xegemm.lowering.native import NativeUnsupported
 from xegemm.lowering.portable import staged_kstep
 from xegemm.lowering.reorder import plan_reorders
 from xegemm.plan import Plan, PlanRejected
+from xegemm.epilogue_graph.emit import element_code
+from xegemm.epilogue_graph.fixed import fixed_graph
+from xegemm.render_epilogue import Stage
 from xegemm.swizzle import c_lines as swizzle_c_lines
 from xegemm.templating import environment, render_macro, wide_vector_typedefs
 
@@ -66,7 +69,7 @@ def _plus(base: str, origin: int, offset: str) -> str:
     return f"{base} + {origin} + {offset}" if origin else f"{base} + {offset}"
 
 
-def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
+def epilogue_tiles(plan: Plan, staged, partial: bool = False, stage: Stage | None = None) -> list[dict]:
     """Per C tile: its origin, and each element of its store register computed from the accumulator (and C,
     and the bias) as xegemm.epilogue spells the element function.  ``partial``: stream-K's store of a piece
     of a tile, the accumulator as it is (plan.partial)."""
@@ -75,7 +78,7 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
     cmap = store.lane_map.map
     frag_rows = plan.mma.lane_map("c").map[0]
     count = store.register_length
-    if spec.identity and spec.out == spec.acc:
+    if spec.identity and spec.out == spec.acc and (partial or plan.graph is None):
         # D = acc, bit for bit: each accumulator register is moved into the store register whole, by the put
         # helper (templates/fragments.cl.j2).  Measured: IGC 1.0.12504 spills 128 B on the 256x256x32 / 8x4
         # reference tile when the same register is built from its elements, and none with the helper.
@@ -83,11 +86,17 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
         return [{"origin": origin, "puts": [
             (frag.offset, staged.packed(i, j) if staged else f"acc_{i}_{j}")
             for (i, j), frag in operand.fragments.items() if frag.tile == t],
-            "put": f"xe_put_{acc}_into_{store.register_type}", "biases": [], "uses_lane": False}
+            "put": f"xe_put_{acc}_into_{store.register_type}", "biases": [], "uses_lane": False,
+            "statements": [], "aux_loads": [], "aux_stores": []}
             for t, origin in enumerate(operand.tiles)]
+    stage = Stage.of(plan, spec if partial else None) if stage is None or partial else stage
+    outputs = [o.name for o in stage.graph.auxiliaries()]
+    stores = {a.name: a for a in stage.aux if a.output}
     tiles = []
     for t, (r0, c0) in enumerate(operand.tiles):
-        values, biases = ["0"] * count, {}     # biases: the tile's bias loads, one per distinct index
+        values, biases = ["0"] * count, {}     # biases: the tile's vector loads, one per distinct index
+        aux_values = {name: ["0"] * count for name in outputs}
+        statements = []
         for (i, j), frag in operand.fragments.items():
             if frag.tile != t:
                 continue
@@ -97,15 +106,30 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False) -> list[dict]:
                 e = frag.offset + r
                 row = _lane_coordinate([cmap[lane][e][0] for lane in range(sg)], sg)
                 col = _lane_coordinate([cmap[lane][e][1] for lane in range(sg)], sg)
-                where = _plus("m0", r0, row) if spec.bias == "row" else _plus("n0", c0, col)
-                limit = "M" if spec.bias == "row" else "N"
-                c_in = load_float(spec.out, "ci" + (f".s{e:x}" if count > 1 else ""))
-                load = f"{where} < {limit} ? bias[{where}] : 0.0f"
-                name = biases.setdefault(load, f"bias{len(biases)}")
-                values[e] = spec.element(_accumulator_element(plan, staged, i, j, r, spec.exact_integer), c_in, name)
-        loads = [(name, load) for load, name in biases.items()] if spec.bias != "none" else []
+
+                def vector(param, kind):
+                    where = _plus("m0", r0, row) if kind == "row" else _plus("n0", c0, col)
+                    load = f"{where} < {'M' if kind == 'row' else 'N'} ? {param}[{where}] : 0.0f"
+                    taken = sum(name.startswith(param) for name in biases.values())
+                    return biases.setdefault(load, f"{param}{taken}")
+                code = stage.element(_accumulator_element(plan, staged, i, j, r, stage.graph.exact_integer),
+                                     f".s{e:x}" if count > 1 else "", vector, f"xe_e{e}_")
+                statements += code.statements
+                if code.reductions:
+                    lanes = [[cmap[lane][e][axis] for lane in range(sg)] for axis in (0, 1)]
+                    statements += stage.reduce(code.reductions, _plus("m0", r0, row), _plus("n0", c0, col), lanes)
+                values[e] = code.outputs["d"]
+                for name in outputs:
+                    aux_values[name][e] = code.outputs[name]
+        loads = [(name, load) for load, name in biases.items()]
         tiles.append({"origin": (r0, c0), "values": values, "biases": loads, "puts": [],
-                      "uses_lane": any("lane" in load for _, load in loads)})
+                      "uses_lane": any("lane" in line for line in [load for _, load in loads] + statements),
+                      "statements": statements,
+                      "aux_loads": [{"type": a.atom.register_type, "var": a.register, "fn": a.atom.fn_name,
+                                     "surface": stage.surface(a)} for a in stage.aux if not a.output],
+                      "aux_stores": [{"type": stores[name].atom.register_type, "fn": stores[name].atom.fn_name,
+                                      "surface": stage.surface(stores[name]), "values": aux_values[name]}
+                                     for name in outputs]})
     return tiles
 
 
@@ -119,9 +143,16 @@ def reduction(plan: Plan) -> dict:
         c_spelling(acc.name, "workspace_load", "{i}")
     return {"name": plan.name + "_reduce", "w_ctype": UNSIGNED_CTYPE[acc.bits], "sum_ctype": "int" if exact else "float",
             "partial": partial, "c_ctype": UNSIGNED_CTYPE[dtype(t.c).bits],
-            "element": spec.element("sum", load_float(t.c, "c_bits"), "b"),
+            "element": _fixed_element(spec, "sum", load_float(t.c, "c_bits"), "b"),
             # stream-K's GEMM kernel applies the epilogue to whole tiles: its definitions are there already
-            "definitions": spec.definitions() if plan.split_k > 1 else ""}
+            "definitions": element_code(fixed_graph(spec)).definitions if plan.split_k > 1 else ""}
+
+
+def _fixed_element(spec, acc: str, c_in: str, bias: str) -> str:
+    """One element of D of the fixed epilogue ``spec``, printed from its graph (as the GEMM kernel's stage)."""
+    code = element_code(fixed_graph(spec), {"acc": acc, "c": c_in, "bias": bias})
+    assert not code.statements, "the fixed epilogue's graph uses each value once"
+    return code.outputs["d"]
 
 
 def stream_k_lines(plan: Plan) -> dict:
@@ -148,7 +179,8 @@ def fragment_helpers(plan: Plan) -> list[str]:
         src_bits, src_n = ctype_shape(operand.atom.register_type)
         out.append(str(macros.take(dst, UNSIGNED_CTYPE[bits], dst_n, operand.atom.register_type,
                                    src_n * src_bits // bits)))
-    stores = [(plan.c, plan.kernel_epilogue)] + ([(plan.partial, plan.partial_epilogue)] if plan.partial else [])
+    stores = ([(plan.c, plan.kernel_epilogue)] if plan.graph is None else []) \
+        + ([(plan.partial, plan.partial_epilogue)] if plan.partial else [])
     for store, spec in stores:
         if spec.identity and spec.out == spec.acc:  # see epilogue_tiles
             acc = plan.mma.ctype("c")
@@ -185,7 +217,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     bm, bn, bk = cfg.tile.workgroup
     sgm_count, sgn_count = cfg.tile.subgroups
     copies = [plan.a.atom, plan.b.atom, plan.c.atom] + [p.prefetch for p in (plan.a, plan.b) if p.prefetch] \
-        + ([plan.c_in] if plan.c_in else []) + ([plan.partial.atom] if plan.partial else [])
+        + ([plan.c_in] if plan.c_in else []) + ([plan.partial.atom] if plan.partial else []) \
+        + [a.atom for a in plan.aux]
     mt, nt, kt = plan.mma_grid
     # the staged k-step takes portable 2D copies into arrays of register components (scalars per lane)
     mma = lowering_class(mma_lowering) if mma_lowering else type(lowering)
@@ -195,6 +228,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         copy_library = lowering.render_copies(copies)
     except NativeUnsupported as exc:
         raise PlanRejected(str(exc)) from exc
+    stage = Stage.of(plan)
+    tiles = epilogue_tiles(plan, staged_plan, stage=stage)      # (the stage learns its reductions' partials)
     context = dict(
         plan=plan, config=cfg, lowering=lowering.name, version=__version__, source_name=Path(str(cfg.source)).name,
         bm=bm, bn=bn, bk=bk, sgm_count=sgm_count, sgn_count=sgn_count, sg=cfg.tile.subgroup_size,
@@ -208,12 +243,12 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
         mma_library=mma.render_mma([plan.mma]),
         fragment_helpers="\n".join(fragment_helpers(plan)),
-        staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue,
+        staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue, stage=stage,
         reduction=reduction(plan) if plan.reduces else None,
         stream_k=stream_k_lines(plan) if plan.stream_k else None,
         partial_tiles=epilogue_tiles(plan, staged_plan, partial=True) if plan.stream_k else [],
         swizzle=cfg.tile.swizzle, swizzle_lines=swizzle_c_lines(cfg.tile.swizzle) if cfg.tile.swizzle > 1 else [],
-        epilogue_tiles=epilogue_tiles(plan, staged_plan), reorders=plan_reorders(plan),
+        epilogue_tiles=tiles, reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
     )
     source = environment().get_template("gemm.cl.j2").render(**context)

@@ -12,13 +12,15 @@ Integer GEMMs must match exactly.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from xegemm.config import Config
 from xegemm.dtypes import dtype
-from xegemm.epilogue import EpilogueSpec, reference_bounds
+from xegemm.epilogue import Bounds, EpilogueSpec, reference_bounds
+from xegemm.epilogue_graph.config import graph_of
+from xegemm.epilogue_graph.reference import reference as graph_reference
 from xegemm.plan import k_slice
 from xegemm.stream_k import tile_pieces
 
@@ -40,6 +42,8 @@ class Operands:
     c_in: np.ndarray | None = None        # (batch, M, N) values of C the epilogue reads (beta != 0), else None
     c_in_bytes: np.ndarray | None = None  # their storage, laid out as D
     bias: np.ndarray | None = None        # f32 bias vector (length M or N), else None
+    named: dict = field(default_factory=dict)        # a traced epilogue's named inputs: values (f32 vectors and
+    named_bytes: dict = field(default_factory=dict)  # scalars, matrices batch x M x N) and the matrices' storage
 
 
 def _values(rng, name: str, shape) -> np.ndarray:
@@ -75,14 +79,21 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
     b = _values(rng, t.b, (p.batch, p.k, p.n))
     a_bytes = _storage(t.a, a if config.layout.a == "row" else np.swapaxes(a, 1, 2))
     b_bytes = _storage(t.b, b if config.layout.b == "row" else np.swapaxes(b, 1, 2))
-    spec = EpilogueSpec.of(config)
-    c_in = _values(rng, t.c, (p.batch, p.m, p.n)) if spec.reads_c else None
+    spec, graph = EpilogueSpec.of(config), graph_of(config)
+    c_in = _values(rng, t.c, (p.batch, p.m, p.n)) if (graph.reads("c") if graph else spec.reads_c) else None
     bias = None
     if spec.bias != "none":
         bias = dtype("f32").round(rng.uniform(-1.0, 1.0, size=p.m if spec.bias == "row" else p.n))
+    named = {}
+    for i in graph.inputs if graph else ():
+        if i.name not in ("acc", "c"):     # vectors and scalars f32 in [-1, 1), matrices as A's values
+            shape = {"row": p.m, "col": p.n, "scalar": (), "matrix": (p.batch, p.m, p.n)}[i.kind]
+            named[i.name] = _values(rng, i.type, shape)
     return Operands(a, b, a_bytes, b_bytes, lda=a_bytes.shape[2], ldb=b_bytes.shape[2],
                     ldc=p.n * dtype(t.c).bits // 8, c_in=c_in,
-                    c_in_bytes=None if c_in is None else _storage(t.c, c_in), bias=bias)
+                    c_in_bytes=None if c_in is None else _storage(t.c, c_in), bias=bias, named=named,
+                    named_bytes={name: _storage(graph.input(name).type, v) for name, v in named.items()
+                                 if graph.input(name).kind == "matrix"})
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,7 @@ class Reference:
     expected: np.ndarray          # (batch, M, N), float64
     low: np.ndarray
     high: np.ndarray
+    outputs: dict = field(default_factory=dict)    # a traced epilogue's extra outputs: name -> (type, Bounds)
 
 
 def reference(config: Config, ops: Operands) -> Reference:
@@ -99,6 +111,11 @@ def reference(config: Config, ops: Operands) -> Reference:
     (:func:`xegemm.epilogue.reference_bounds`: the same operations in float64, with the tolerance carried
     through them, then the output type's conversion of each end of the interval)."""
     acc, tol = accumulator_reference(config, ops)
+    graph = graph_of(config)
+    if graph is not None:     # a traced epilogue: its graph in float64 with the tolerance of each op
+        bounds = graph_reference(graph, acc, tol, {"c": ops.c_in, **ops.named})
+        d = bounds["d"]
+        return Reference(d.expected, d.low, d.high, {o.name: (o.type, bounds[o.name]) for o in graph.outputs[1:]})
     bounds = reference_bounds(EpilogueSpec.of(config), acc, tol, ops.c_in, ops.bias)
     return Reference(bounds.expected, bounds.low, bounds.high)
 
@@ -197,10 +214,11 @@ def check_fits(config: Config, device_bytes: int | None = None) -> str | None:
     return None
 
 
-def poison_c(config: Config) -> np.ndarray:
-    """The bytes C is filled with before every run (all-ones: NaN for floats, -1 for ints) plus guard bytes."""
+def poison_c(config: Config, type_name: str | None = None, elements: int | None = None) -> np.ndarray:
+    """The bytes C (or an extra output of ``type_name`` and ``elements``) is filled with before every run
+    (all-ones: NaN for floats, -1 for ints) plus guard bytes."""
     p = config.problem
-    nbytes = p.batch * p.m * p.n * dtype(config.types.c).bits // 8
+    nbytes = (p.batch * p.m * p.n if elements is None else elements) * dtype(type_name or config.types.c).bits // 8
     return np.concatenate([np.full(nbytes, 0xFF, np.uint8), np.full(GUARD_BYTES, GUARD_BYTE, np.uint8)])
 
 
@@ -219,18 +237,31 @@ class Verdict:
                 "bad_elements": self.bad_elements, "reason": self.reason}
 
 
-def check(config: Config, c_raw: np.ndarray, ref: Reference) -> Verdict:
-    """Compare the raw C buffer (with its guard bytes) against the reference."""
-    p, t = config.problem, config.types
-    c = dtype(t.c)
-    nbytes = p.batch * p.m * p.n * c.bits // 8
+def check(config: Config, c_raw: np.ndarray, ref: Reference, outputs: dict | None = None) -> Verdict:
+    """Compare the raw C buffer (with its guard bytes) against the reference; ``outputs``: a traced epilogue's
+    extra outputs' raw buffers by name, each checked as C is."""
+    verdict = _check_matrix(config, config.types.c, "C", c_raw, Bounds(ref.expected, ref.low, ref.high))
+    for name, raw in (outputs or {}).items():
+        if not verdict.ok:
+            break
+        type_name, bounds = ref.outputs[name]
+        verdict = _check_matrix(config, type_name, f"output {name}", raw, bounds)
+        if not verdict.ok:
+            verdict = Verdict(False, verdict.max_abs_err, verdict.max_rel_err, verdict.bad_elements,
+                              f"output {name}: {verdict.reason}")
+    return verdict
+
+
+def _check_matrix(config: Config, type_name: str, what: str, c_raw: np.ndarray, ref: Bounds) -> Verdict:
+    c = dtype(type_name)
+    nbytes = ref.expected.size * c.bits // 8
     guard = c_raw[nbytes:]
     if np.any(guard != GUARD_BYTE):
         first = int(np.argmax(guard != GUARD_BYTE))
         return Verdict(False, None, None, int((guard != GUARD_BYTE).sum()),
-                       f"out-of-bounds write: guard byte {first} after C was overwritten")
+                       f"out-of-bounds write: guard byte {first} after {what} was overwritten")
     bits = c_raw[:nbytes].view(f"<u{c.bits // 8}").astype(np.uint64)
-    got = c.decode(bits).reshape(p.batch, p.m, p.n)
+    got = c.decode(bits).reshape(ref.expected.shape)
     want = ref.expected
     err = np.abs(got - want)
     bad = ~((got >= ref.low) & (got <= ref.high))    # NaN (an element never written) counts as bad

@@ -24,9 +24,11 @@ import numpy as np
 
 from xegemm.api.errors import (AlignmentError, DeviceMemoryError, DTypeMismatchError, LayoutError, NoKernelError,
                                ShapeMismatchError)
+from xegemm.api import traced
 from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
 from xegemm.arguments import KernelCall
 from xegemm.config import Config, ConfigError, Variant, expand, load_config
+from xegemm.dtypes import dtype
 from xegemm.epilogue import BIAS_KINDS
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
@@ -154,10 +156,13 @@ def load_source(source) -> tuple[Config, dict, str]:
     return load_config(path), _read_best(path.parent) if path.name == BEST_CONFIG else {}, str(path)
 
 
-def load(source, *, device=None) -> Gemm:
+def load(source, *, device=None, epilogue=None) -> Gemm:
     """A callable GEMM from a config file, a tune output directory (its best.yaml and best.json) or a Config,
-    on ``device`` (a dpctl filter string, a dpctl device, or None for xegemm's default device)."""
+    on ``device`` (a dpctl filter string, a dpctl device, or None for xegemm's default device); ``epilogue``: a
+    Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md)."""
     config, best, label = load_source(source)
+    if epilogue is not None:
+        config = config.with_overrides({"epilogue.function": epilogue})
     return Gemm(_candidates(config, best), device=device, label=label)
 
 
@@ -183,7 +188,15 @@ class Gemm:
         return f"<xegemm.Gemm {self.label!r}: {len(self.candidates)} variant(s) on {self.info.filter_string}>"
 
     # -- the call -----------------------------------------------------------------------------------------------
-    def __call__(self, a, b, c=None, *, alpha=None, beta=None, bias=None, out=None):
+    def __call__(self, a, b, c=None, *, alpha=None, beta=None, bias=None, out=None, **named):
+        if self.candidates[0].config.epilogue.traced:     # alpha, beta and bias are named inputs like any other
+            if out is not None:
+                raise XegemmError("a traced epilogue's call returns D (or a dict of D and its extra outputs): no out=")
+            given = {"alpha": alpha, "beta": beta, "bias": bias}
+            return self._call_traced(a, b, c, {**{k: v for k, v in given.items() if v is not None}, **named})
+        if named:
+            raise XegemmError(f"input {sorted(named)[0]!r}: the loaded kernels have the fixed epilogue, which takes "
+                              "alpha, beta and bias; named inputs are a traced epilogue's (load(..., epilogue=fn))")
         opa, opb = operand("A", a, "M x K"), operand("B", b, "K x N")
         (ba, m, k), (bb, k2, n) = opa.shape, opb.shape
         if k != k2:
@@ -222,6 +235,53 @@ class Gemm:
             return self._run_device(choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
         return self._run_host(choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
 
+    def _call_traced(self, a, b, c, named: dict):
+        """A traced epilogue's call (xegemm.api.traced): host arrays, D or a dict of D and the extra outputs."""
+        opa, opb = operand("A", a, "M x K"), operand("B", b, "K x N")
+        (ba, m, k), (bb, k2, n) = opa.shape, opb.shape
+        if k != k2 or opa.batched != opb.batched or ba != bb:
+            raise ShapeMismatchError(f"A is {_dims(opa)} and B is {_dims(opb)}: A's columns must equal B's rows, "
+                                     "with the same batch on both (or none)")
+        if opa.device or opb.device:
+            raise XegemmError("a traced epilogue's call takes host (numpy) arrays")
+        batch, batched = ba, opa.batched
+        type_a, type_b = self._types(opa, opb)
+        inputs = traced.call_inputs(self.candidates[0].config, named, m, n)
+        key = (m, n, k, batch, type_a, type_b, opa.layouts, opb.layouts, inputs)
+        choice = self._choices.get(key)
+        if choice is None:
+            choice = self.choose(m, n, k, batch, type_a, type_b, opa.layouts, opb.layouts, inputs=inputs)
+            self._check_memory(choice, False)
+            self._choices[key] = choice
+        config, t, s = choice.config, choice.config.types, choice.sizes
+        traced.check_named(config, named, m, n, batch, batched)
+        d_shape = (batch, m, n) if batched else (m, n)
+        reads_c = choice.call.plan.graph.reads("c")
+        if reads_c:
+            if c is None:
+                raise ShapeMismatchError(f"the epilogue reads c: pass c ({_shape(d_shape)} of {t.c})")
+            _check_output_like("c", c, d_shape, t.c)
+        arrays, scalars = traced.named_buffers(config, named, batch, m, n)
+        q, nothing = self.queue, np.zeros(4, np.uint8)
+        outputs = traced.outputs_of(config, d_shape)
+        bufs = {"A": to_device(q, host_bytes(opa, choice.layout_a, t.a)),
+                "B": to_device(q, host_bytes(opb, choice.layout_b, t.b)),
+                "D": to_device(q, np.zeros(max(4, s["stride_c"] * batch), np.uint8)),
+                "C": to_device(q, np.ascontiguousarray(c).reshape(-1).view(np.uint8) if reads_c else nothing),
+                "bias": to_device(q, nothing), "workspace": to_device(q, np.zeros(max(4, s["workspace_bytes"]), np.uint8)),
+                **{param: to_device(q, array) for param, array in arrays.items()},
+                **{param: to_device(q, np.zeros(max(4, int(np.prod(shape)) * dtype(type_name).bits // 8), np.uint8))
+                   for param, type_name, shape in outputs}}
+        kernels = self._kernels_for(q, choice)
+        bound = [(kern, args, g, l_) for kern, (_, args, g, l_) in
+                 zip(kernels, choice.call.bind(s, bufs, self._scalars(choice, 1.0, 0.0) | scalars))]
+        self._launch(q, choice, bufs, 1.0, 0.0, bound)
+        d = from_device(bufs["D"], expected_dtype(t.c, False), d_shape)
+        if not outputs:
+            return d
+        return {"d": d, **{param.removeprefix("out_"): from_device(bufs[param], expected_dtype(type_name, False), shape)
+                           for param, type_name, shape in outputs}}
+
     def _types(self, opa: Operand, opb: Operand) -> tuple[str, str]:
         """The registry types of A and B from their dtypes, among those the kernels take."""
         for ta, tb in self._host_types:
@@ -251,7 +311,7 @@ class Gemm:
 
     # -- dispatch -----------------------------------------------------------------------------------------------
     def choose(self, m, n, k, batch, type_a, type_b, layouts_a, layouts_b, alpha=1.0, beta=0.0,
-               bias_kind="none") -> _Choice:
+               bias_kind="none", inputs=None) -> _Choice:
         """The variant a call of this shape runs, and why (see the module docstring); NoKernelError when none is
         legal for it, LayoutError / AlignmentError when the layouts or the target's rules rule them all out."""
         shape = Shape(m, n, k, batch)
@@ -272,7 +332,7 @@ class Gemm:
                                          "{own})"),
                               (rest, "the first variant legal for {shape} (no measurement applies)")):
             for cand in group:
-                picked = self._legal(cand, shape, alpha, beta, bias_kind, why_not)
+                picked = self._legal(cand, shape, alpha, beta, bias_kind, why_not, inputs)
                 if picked is not None:
                     config, call, source = picked
                     text = reason.format(shape=shape.label, gflops=cand.gflops or 0.0, own=cand.shape.label)
@@ -282,11 +342,13 @@ class Gemm:
         cls = AlignmentError if rules and len(rules) == len(why_not) else NoKernelError
         raise cls(f"no loaded variant can run {shape.label} ({type_a} x {type_b}): " + "; ".join(why_not))
 
-    def _legal(self, cand: Candidate, shape: Shape, alpha, beta, bias_kind, why_not: list):
-        """(config, call, source) of the candidate at the call's shape, or None (the reason added to why_not)."""
+    def _legal(self, cand: Candidate, shape: Shape, alpha, beta, bias_kind, why_not: list, inputs=None):
+        """(config, call, source) of the candidate at the call's shape, or None (the reason added to why_not);
+        ``inputs``: a traced epilogue's ``epilogue.inputs`` for the call."""
+        traced = {"epilogue.inputs": inputs} if inputs is not None else {}
         try:
             config = cand.config.with_overrides({**shape.overrides(), "epilogue.alpha": alpha, "epilogue.beta": beta,
-                                                 "epilogue.bias": bias_kind})
+                                                 "epilogue.bias": bias_kind, **traced})
         except ConfigError as exc:
             why_not.append(f"variant {cand.index}: {exc}")
             return None

@@ -309,3 +309,44 @@ copy_atom = _atom_name("a block copy", _COPY_ATOM,
                        "XE_2D_U16x32x32_LD_N", _legal_copy_atom)
 mma_atom = _atom_name("an MMA", _MMA_ATOM, "XE_<M>x<N>x<K>_<D><A><B><C>_TT", "XE_8x16x16_F32BF16BF16F32_TT",
                       lambda name: MmaAtom.parse(name).name)
+
+
+# ---- traced epilogues (docs/epilogues.md) -----------------------------------------------------------------------
+FUNCTION_REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.]*")
+INPUT_KINDS = ("row", "col", "matrix", "scalar")
+
+
+def epilogue_function(value: Any) -> Any:
+    """A traced epilogue: ``"package.module:function_name"`` (imported and traced when the config is loaded), a
+    Python function (``xegemm.load(cfg, epilogue=fn)``), or None for the fixed epilogue."""
+    if value is None or (callable(value) and not isinstance(value, (type, str))):
+        return value
+    if isinstance(value, str) and FUNCTION_REFERENCE.fullmatch(value):
+        return value
+    raise expected('"package.module:function_name" (dotted Python names)', value)
+
+
+def epilogue_inputs(value: Any) -> tuple[tuple[str, str, str | None], ...]:
+    """The kinds of a traced epilogue's named inputs: ``{bias: row, up: {kind: matrix, type: bf16}}`` ->
+    ``(("bias", "row", None), ("up", "matrix", "bf16"))``."""
+    if isinstance(value, tuple) and all(isinstance(v, tuple) and len(v) == 3 for v in value):
+        value = {name: kind if t is None else {"kind": kind, "type": t} for name, kind, t in value}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+        raise expected("a mapping of input names to kinds, e.g. {bias: row, up: {kind: matrix, type: bf16}}", value)
+    out = []
+    for name, spec in value.items():
+        kind, type_name = (spec.get("kind"), spec.get("type")) if isinstance(spec, dict) else (spec, None)
+        if kind not in INPUT_KINDS or (isinstance(spec, dict) and set(spec) - {"kind", "type"}):
+            raise Invalid(f"input {name}: expected one of {', '.join(INPUT_KINDS)} or {{kind: matrix, type: T}}, "
+                          f"found {found(spec)}")
+        out.append((name, kind, None if type_name is None else output_dtype(type_name)))
+    return tuple(out)
+
+
+def epilogue_outputs(value: Any) -> tuple[tuple[str, str], ...]:
+    """The types of a traced epilogue's extra outputs: ``{aux: f16, rowmax: f32}``."""
+    if isinstance(value, tuple) and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        value = dict(value)
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+        raise expected("a mapping of output names to types, e.g. {aux: f16, rowmax: f32}", value)
+    return tuple((name, output_dtype(t)) for name, t in value.items())

@@ -36,6 +36,7 @@ from xegemm.config.sections import (
     tile_conflict,
 )
 from xegemm.grouped.problem import config_conflict
+from xegemm.epilogue_graph.config import config_violations as traced_epilogue_violations
 from xegemm.quant import config_violations as quant_violations
 
 KeyPath = tuple[Any, ...]
@@ -208,6 +209,8 @@ class _Reader:
                 self.report(("moe",) if values["moe.experts"] or values["moe.rows"] else ("problem", "groups"),
                             conflict)
             for key, message in quant_violations(assemble(values, sweep, constraints, self.source)):
+                self.report(tuple(key.split(".")), message)
+            for key, message in traced_epilogue_violations(assemble(values, sweep, constraints, self.source)):
                 self.report(tuple(key.split(".")), message)
         if self.issues:
             return None

@@ -134,6 +134,16 @@ class Config:
             del data["problem"][name]
         if self.moe == Moe():
             del data["moe"]
+        epilogue = data["epilogue"]
+        if self.epilogue.traced:          # the function form's keys as the YAML spells them
+            fn = self.epilogue.function
+            epilogue["function"] = fn if isinstance(fn, str) else f"{fn.__module__}:{fn.__qualname__}"
+            epilogue["inputs"] = {name: kind if t is None else {"kind": kind, "type": t}
+                                  for name, kind, t in self.epilogue.inputs}
+            epilogue["outputs"] = dict(self.epilogue.outputs)
+        else:                              # the fixed epilogue's data as before traced epilogues existed
+            for name in ("function", "inputs", "outputs"):
+                del epilogue[name]
         return data
 
 

@@ -18,6 +18,9 @@ from xegemm.config.checks import (
     bias_kind,
     compute_dtype,
     config_name,
+    epilogue_function,
+    epilogue_inputs,
+    epilogue_outputs,
     copy_atom,
     group_list,
     int_choice,
@@ -154,13 +157,23 @@ def tile_conflict(split_k: int, stream_k: int) -> str | None:
 class Epilogue:
     """D = activation(alpha * acc + beta * C + bias), converted to the C type (xegemm.epilogue): beta = 0 reads
     no C; ``bias`` adds an f32 vector per ``row`` (length M) or ``col`` (length N); ``clamp`` bounds the
-    ``clamp`` activation."""
+    ``clamp`` activation.  Or a traced epilogue (docs/epilogues.md): ``function`` names a Python function of
+    named tensors ("package.module:function_name"), ``inputs`` the kinds of its named inputs, ``outputs`` the
+    types of its extra outputs; the fixed keys then keep their defaults."""
 
     alpha: float = _key(number, 1.0)
     beta: float = _key(number, 0.0)
     bias: str = _key(bias_kind, "none")
     activation: str = _key(activation, "none")
     clamp: tuple[float, float] = _key(number_range, (0.0, 6.0))
+    function: Any = _key(epilogue_function, None)
+    inputs: tuple[tuple[str, str, str | None], ...] = _key(epilogue_inputs, ())
+    outputs: tuple[tuple[str, str], ...] = _key(epilogue_outputs, ())
+
+    @property
+    def traced(self) -> bool:
+        """A traced epilogue (``function`` set) rather than the fixed one."""
+        return self.function is not None
 
 
 @dataclass(frozen=True)

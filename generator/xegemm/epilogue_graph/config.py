@@ -9,12 +9,14 @@ type: ``{kind: matrix, type: bf16}``); ``outputs`` the type of each extra output
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import threading
 from pathlib import Path
 
 from xegemm.epilogue_graph.errors import EpilogueLoadError
+from xegemm.errors import XegemmError
 from xegemm.epilogue_graph.graph import Graph
 from xegemm.epilogue_graph.tracer import EpilogueFunction, trace
 
@@ -79,3 +81,53 @@ def load_epilogue(section: dict, out: str, acc: str, c: str | None = None, searc
     if isinstance(fn, EpilogueFunction):
         return fn.trace(inputs, outputs, out=out, acc=acc, c=c)
     return trace(fn, inputs, outputs, out=out, acc=acc, c=c)
+
+
+def graph_of(config) -> Graph | None:
+    """The graph of a config's traced epilogue (``epilogue.function``), or None for the fixed epilogue.  D and C
+    are of the config's C type; a function named by a string is looked for beside the config file first."""
+    e, t = config.epilogue, config.types
+    if not e.traced:
+        return None
+    return _traced(e.function, e.inputs, e.outputs, t.c, t.acc, _search(config))
+
+
+def function_of(config):
+    """The Python function of a config's traced epilogue (imported when the config names it)."""
+    fn = config.epilogue.function
+    return resolve_function(fn, list(_search(config))) if isinstance(fn, str) else fn
+
+
+def _search(config) -> tuple[str, ...]:
+    """Where a config's function is looked for before the Python path: the config file's folder."""
+    source = Path(str(config.source))
+    return (str(source.parent),) if source.suffix in (".yaml", ".yml") else ()
+
+
+@functools.lru_cache(maxsize=256)
+def _traced(function, inputs: tuple, outputs: tuple, out: str, acc: str, search: tuple) -> Graph:
+    fn = resolve_function(function, list(search)) if isinstance(function, str) else function
+    kinds = {name: kind if t is None else {"kind": kind, "type": t} for name, kind, t in inputs}
+    if isinstance(fn, EpilogueFunction):
+        return fn.trace(kinds, dict(outputs), out=out, acc=acc)
+    return trace(fn, kinds, dict(outputs), out=out, acc=acc)
+
+
+FIXED_KEYS = ("alpha", "beta", "bias", "activation", "clamp")
+
+
+def config_violations(config) -> list[tuple[str, str]]:
+    """(dotted key, message) per problem of a config's traced epilogue, found when the config is loaded: a fixed
+    key set beside ``function``, or the function failing to import or trace (its file and line named)."""
+    e = config.epilogue
+    if not e.traced:
+        stray = [k for k in ("inputs", "outputs") if getattr(e, k)]
+        return [(f"epilogue.{k}", "belongs to a traced epilogue: set epilogue.function") for k in stray]
+    default = type(e)()
+    out = [(f"epilogue.{k}", f"is the fixed epilogue's; a traced epilogue (function) computes everything it "
+                             f"does: leave {k} out") for k in FIXED_KEYS if getattr(e, k) != getattr(default, k)]
+    try:
+        graph_of(config)
+    except XegemmError as exc:
+        out.append(("epilogue.function", str(exc)))
+    return out

@@ -8,7 +8,7 @@ print the same text around their own loads and stores.  Values used once are inl
 once (a pre-activation stored as an auxiliary output, a result that is also reduced) become ``const``
 temporaries.  Operands print with C's precedence, parenthesised wherever the graph's order of evaluation
 would otherwise change (``a + (b + c)`` stays so: f32 addition does not associate).  For the fixed epilogue's
-graphs (:mod:`.fixed`) this is exactly the expression :meth:`xegemm.epilogue.EpilogueSpec.element` prints.
+graphs (:mod:`.fixed`) this is exactly the expression the fixed epilogue's kernels have always printed.
 
 Reductions are deterministic without atomics, as split K's and stream-K's fix-ups are (templates/reduce.cl.j2):
 each work-group combines its tile's contributions in a fixed order into one partial per row (per column, or
@@ -152,7 +152,8 @@ def _expression(node, operands, integer: bool, definitions: dict, conversions: l
 # ---- the fix-up of reductions ----------------------------------------------------------------------------------
 
 def fixup_kernel(kernel_name: str, code: ReductionCode) -> str:
-    """OpenCL C of the kernel that finishes one reduction: partials ``W`` (f32) laid out [batch][tile][length],
+    """OpenCL C of the kernel that finishes one reduction: partials ``W`` (f32, from float ``offset`` on) laid out
+    [batch][tile][length],
     where ``length`` is M for a row reduction (``tiles`` = the column tiles), N for a column reduction (the row
     tiles) and 1 for a sum (every tile); one work-item per (element, batch) combines its ``tiles`` partials in
     tile order and stores the result as the output type to ``out`` [batch][length].  Global size
@@ -161,12 +162,12 @@ def fixup_kernel(kernel_name: str, code: ReductionCode) -> str:
     ctype = storage_ctype(code.type)
     return f"""/* fix-up of {r.name} '{code.name}': per element, the per-tile partials combined in tile order (no
    atomics: the same result on every run), then stored as {code.type} */
-__kernel void {kernel_name}(const global float* W, global {ctype}* out, int length, int tiles)
+__kernel void {kernel_name}(const global float* W, global {ctype}* out, long offset, int length, int tiles)
 {{
     const int i = get_global_id(0), batch = get_global_id(1);
     if (i >= length)
         return;
-    const global float* w = W + (long)batch * tiles * length + i;
+    const global float* w = W + offset + (long)batch * tiles * length + i;
     float r = {r.identity};
     for (int t = 0; t < tiles; ++t)
         r = {r.c_combine("r", "w[(long)t * length]")};

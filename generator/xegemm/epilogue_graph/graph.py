@@ -160,6 +160,14 @@ class Graph:
             tag = f"{tag}_{w}" if tag else w
         return tag
 
+    def describe(self) -> str:
+        """One line for kernel comments and plan summaries: the function, its tag and key, outputs and inputs."""
+        inputs = ", ".join(f"{i.name} ({i.kind}{' ' + i.type if i.kind == 'matrix' else ''})"
+                           for i in self.inputs if i.name != "acc")
+        outputs = ", ".join(f"{o.name} as {o.type}" for o in self.outputs)
+        return (f"traced {self.function} ({self.tag}, graph {self.key}): {outputs}"
+                + (f"; reads {inputs}" if inputs else "") + ", computed in f32")
+
     def name_suffix(self) -> str:
         """The kernel name's part for the epilogue: ``_epi_<tag>_<key>``."""
         return f"_epi_{self.tag}_{self.key}"

@@ -27,6 +27,7 @@ from typing import Any
 
 from xegemm.config import Config, Variant, expand
 from xegemm.epilogue import EpilogueSpec
+from xegemm.epilogue_graph.config import graph_of
 from xegemm.errors import XegemmError
 from xegemm.kernel_name import KernelName
 from xegemm.lowering import Lowering
@@ -92,9 +93,21 @@ def params_of(config: Config) -> dict:
             "prefetch": config.pipeline.prefetch, "grf": config.target.grf, "split_k": tile.split_k,
             "stream_k": tile.stream_k, "swizzle": tile.swizzle,
             "register_block": "x".join(map(str, tile.register_block)) if any(tile.register_block) else "all",
-            "epilogue": "_".join(EpilogueSpec.of(config).name_parts()) or "none",
+            "epilogue": _epilogue_param(config),
             "atom_mma": config.atoms.mma, "atom_a": config.atoms.a, "atom_b": config.atoms.b,
             "atom_c": config.atoms.c}
+
+
+def _epilogue_param(config: Config) -> str:
+    """The epilogue as its kernel-name part: ``beta_biascol_relu``, a traced one's ``epi_<tag>_<key>`` (its
+    function's reference when it cannot be traced), or ``none``."""
+    if not config.epilogue.traced:
+        return "_".join(EpilogueSpec.of(config).name_parts()) or "none"
+    try:
+        return graph_of(config).name_suffix().removeprefix("_")
+    except XegemmError:
+        fn = config.epilogue.function
+        return f"epi_{fn if isinstance(fn, str) else getattr(fn, '__qualname__', 'function')}"
 
 
 def render_variant(pv: PlannedVariant, lowering: Lowering) -> str:

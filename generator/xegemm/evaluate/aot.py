@@ -49,6 +49,11 @@ def predicted_counts(plan: Plan, caps: NativeCapabilities) -> dict:
         for kind in ("load_block2d", "load_block1d"):
             if kind in out:
                 out[kind] += plan.c.per_kstep * c_in[kind]
+    for aux in plan.aux:        # a traced epilogue's auxiliary matrices: each read or stored once per C tile
+        counts = count_messages(lower_copy(aux.atom, caps))
+        for kind in (("store_block2d", "store_block1d") if aux.output else ("load_block2d", "load_block1d")):
+            if kind in out:
+                out[kind] += plan.c.per_kstep * counts[kind]
     if plan.config.pipeline.prefetch:
         pa, pb = count_messages(lower_copy(plan.a.prefetch, caps)), count_messages(lower_copy(plan.b.prefetch, caps))
         out["prefetch_per_kstep"] = {k: plan.a.per_kstep * pa[k] + plan.b.per_kstep * pb[k]

@@ -19,6 +19,8 @@ from xegemm.lowering import Lowering
 from xegemm.profile import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
 from xegemm.errors import XegemmError
+from xegemm.epilogue_graph.config import graph_of
+from xegemm.epilogue_stage import input_param
 from xegemm.plan import plan
 from xegemm.verify import check, check_fits, make_operands, poison_c, reference, reference_key
 
@@ -67,6 +69,7 @@ class DeviceSession:
                              "c_in": to_device(self.queue, nothing if ops.c_in_bytes is None else ops.c_in_bytes),
                              "bias": to_device(self.queue, nothing if ops.bias is None else ops.bias.astype(np.float32)),
                              "workspace": to_device(self.queue, np.zeros(max(4, workspace_bytes(config)), np.uint8))}
+            self._buffers.update(traced_buffers(self.queue, config, ops))
             self._problem_key = key
         return self._buffers
 
@@ -102,7 +105,7 @@ class DeviceBuilder(Builder):
         t0 = time.perf_counter()
         try:
             program = build_program(self.session.queue, source, options)
-            names = [pv.plan.name] + ([pv.plan.name + "_reduce"] if pv.plan.reduces else [])
+            names = [launch.kernel for launch in KernelCall.of(pv.plan).launches]
             for name in names:
                 if not program.has_sycl_kernel(name):    # dpctl would crash the process looking it up
                     raise BuildError(f"the program defines no kernel named {name}", source)
@@ -117,7 +120,8 @@ class DeviceBuilder(Builder):
         bufs = self.session.buffers(config)
         queue = self.session.queue
         call = KernelCall.of(pv.plan)
-        bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), device_buffers(bufs), epilogue_scalars(config))
+        bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), device_buffers(bufs),
+                          epilogue_scalars(config) | bufs["named_scalars"])
         launches = [(kernel, args, gsize, lsize) for kernel, (_, args, gsize, lsize) in zip(kernels, bound)]
         return DeviceKernel(self.session, config, bufs, lambda: submit_in_order(queue, launches))
 
@@ -126,7 +130,28 @@ def device_buffers(bufs) -> dict:
     """A session's buffers under the names of :data:`xegemm.arguments.BUFFERS` (C is where D goes; its input
     is ``c_in``)."""
     return {"A": bufs["a"], "B": bufs["b"], "D": bufs["c"], "C": bufs["c_in"], "bias": bufs["bias"],
-            "workspace": bufs["workspace"]}
+            "workspace": bufs["workspace"], **bufs["named"], **{k: v[0] for k, v in bufs["aux_outputs"].items()}}
+
+
+def traced_buffers(queue, config: Config, ops) -> dict:
+    """A traced epilogue's buffers (docs/epilogues.md): its named inputs' (``named``, by kernel parameter), its
+    scalars' values (``named_scalars``) and its auxiliary outputs' (``aux_outputs``: parameter -> (buffer, poison,
+    output name)); all empty for the fixed epilogue."""
+    graph = graph_of(config)
+    named, scalars, outputs = {}, {}, {}
+    for name, value in ops.named.items():
+        kind = graph.input(name).kind
+        if kind == "scalar":
+            scalars[input_param(name)] = float(value)
+        else:
+            data = ops.named_bytes[name] if kind == "matrix" else np.asarray(value, np.float32)
+            named[input_param(name)] = to_device(queue, data)
+    p = config.problem
+    for o in graph.outputs[1:] if graph else ():     # auxiliary matrices, then reductions (per row, column, batch)
+        elements = p.batch * {"matrix": p.m * p.n, "row": p.m, "col": p.n, "scalar": 1}[graph.nodes[o.node].kind]
+        poison = poison_c(config, o.type, elements)
+        outputs[f"out_{o.name}"] = (to_device(queue, poison), poison, o.name)
+    return {"named": named, "named_scalars": scalars, "aux_outputs": outputs}
 
 
 class EventSpan:
@@ -161,8 +186,13 @@ class VerifyObserver(Observer):
         bufs = kernel.buffers
         try:
             bufs["c"].copy_from_host(bufs["poison"])      # poisoned before every verified run
+            for buffer, poison, _ in bufs["aux_outputs"].values():
+                buffer.copy_from_host(poison)
             kernel.submit().wait()
-            verdict = check(kernel.config, from_device(bufs["c"], np.uint8, bufs["poison"].shape), bufs["reference"])
+            outputs = {name: from_device(buffer, np.uint8, poison.shape)
+                       for buffer, poison, name in bufs["aux_outputs"].values()}
+            verdict = check(kernel.config, from_device(bufs["c"], np.uint8, bufs["poison"].shape), bufs["reference"],
+                            outputs)
         except Exception as exc:  # noqa: BLE001 - a launch failure is recorded, the sweep goes on
             evaluation.fail("error", f"launch failed: {exc!r}")
             return
