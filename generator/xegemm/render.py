@@ -191,6 +191,9 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     mma = lowering_class(mma_lowering) if mma_lowering else type(lowering)
     copy_arrays = staged and lowering.copies_as_arrays(plan)
     staged_plan = staged_kstep(plan, copy_arrays) if staged and mma.stages_kstep else None
+    if plan.quant and staged_plan is None:
+        raise PlanRejected(f"{plan.name}: a quantized B is dequantized in the portable lowering's staged k-step only; "
+                           "the native lowering does not dequantize yet (docs/quantization.md)")
     try:
         copy_library = lowering.render_copies(copies)
     except NativeUnsupported as exc:
@@ -215,6 +218,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         swizzle=cfg.tile.swizzle, swizzle_lines=swizzle_c_lines(cfg.tile.swizzle) if cfg.tile.swizzle > 1 else [],
         epilogue_tiles=epilogue_tiles(plan, staged_plan), reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
+        dequant=staged_plan.dequant if staged_plan else None,
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     problems = lowering.check_source(source)

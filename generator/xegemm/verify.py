@@ -20,6 +20,7 @@ from xegemm.config import Config
 from xegemm.dtypes import dtype
 from xegemm.epilogue import EpilogueSpec, reference_bounds
 from xegemm.plan import k_slice
+from xegemm.quant import compute_type, dequantize, operand_spec, random_quantized
 from xegemm.stream_k import tile_pieces
 
 GUARD_BYTES = 4096
@@ -40,6 +41,7 @@ class Operands:
     c_in: np.ndarray | None = None        # (batch, M, N) values of C the epilogue reads (beta != 0), else None
     c_in_bytes: np.ndarray | None = None  # their storage, laid out as D
     bias: np.ndarray | None = None        # f32 bias vector (length M or N), else None
+    quant: dict | None = None             # a quantized B: {"scales", "zeros"} bytes, batch after batch (else None)
 
 
 def _values(rng, name: str, shape) -> np.ndarray:
@@ -72,9 +74,13 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
     p, t = config.problem, config.types
     rng = np.random.default_rng(config.verify.seed if seed is None else seed)
     a = _values(rng, t.a, (p.batch, p.m, p.k))
-    b = _values(rng, t.b, (p.batch, p.k, p.n))
+    spec, quant = operand_spec(config, "b"), None
+    if spec is not None:
+        b, b_bytes, quant = _quantized_b(config, spec, rng)
+    else:
+        b = _values(rng, t.b, (p.batch, p.k, p.n))
+        b_bytes = _storage(t.b, b if config.layout.b == "row" else np.swapaxes(b, 1, 2))
     a_bytes = _storage(t.a, a if config.layout.a == "row" else np.swapaxes(a, 1, 2))
-    b_bytes = _storage(t.b, b if config.layout.b == "row" else np.swapaxes(b, 1, 2))
     spec = EpilogueSpec.of(config)
     c_in = _values(rng, t.c, (p.batch, p.m, p.n)) if spec.reads_c else None
     bias = None
@@ -82,7 +88,23 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
         bias = dtype("f32").round(rng.uniform(-1.0, 1.0, size=p.m if spec.bias == "row" else p.n))
     return Operands(a, b, a_bytes, b_bytes, lda=a_bytes.shape[2], ldb=b_bytes.shape[2],
                     ldc=p.n * dtype(t.c).bits // 8, c_in=c_in,
-                    c_in_bytes=None if c_in is None else _storage(t.c, c_in), bias=bias)
+                    c_in_bytes=None if c_in is None else _storage(t.c, c_in), bias=bias, quant=quant)
+
+
+def _quantized_b(config: Config, spec, rng) -> tuple[np.ndarray, np.ndarray, dict]:
+    """A quantized B per batch, straight in its format (xegemm.quant.random_quantized: every code, random scales
+    and zeros): its values as the kernel dequantizes them (xegemm.quant.dequantize, in the compute type), the
+    values' bytes (batch, rows, bytes per row) and the scales' and zeros' bytes, batch after batch."""
+    p = config.problem
+    matrices = [random_quantized(spec, p.k, p.n, rng) for _ in range(p.batch)]
+    values = np.stack([dequantize(q, compute_type(config.types)).astype(np.float64) for q in matrices])
+    rows = p.k if spec.layout == "row" else p.n
+    stored = np.stack([np.ascontiguousarray(q.qweight).view(np.uint8).reshape(rows, -1) for q in matrices])
+
+    def flat(name: str) -> np.ndarray:
+        return np.concatenate([np.ascontiguousarray(q.arrays[name]).view(np.uint8).reshape(-1) for q in matrices])
+    zeros = next((name for name in ("zeros", "qzeros") if name in matrices[0].arrays), None)
+    return values, stored, {"scales": flat("scales"), "zeros": flat(zeros) if zeros else None}
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,10 @@ class DeviceSession:
                              "c_in": to_device(self.queue, nothing if ops.c_in_bytes is None else ops.c_in_bytes),
                              "bias": to_device(self.queue, nothing if ops.bias is None else ops.bias.astype(np.float32)),
                              "workspace": to_device(self.queue, np.zeros(max(4, workspace_bytes(config)), np.uint8))}
+            quant = ops.quant or {}
+            for name in ("scales", "zeros"):    # a quantized B's (xegemm.verify.make_operands)
+                data = quant.get(name)
+                self._buffers[name] = to_device(self.queue, nothing if data is None else data)
             self._problem_key = key
         return self._buffers
 
@@ -126,7 +130,7 @@ def device_buffers(bufs) -> dict:
     """A session's buffers under the names of :data:`xegemm.arguments.BUFFERS` (C is where D goes; its input
     is ``c_in``)."""
     return {"A": bufs["a"], "B": bufs["b"], "D": bufs["c"], "C": bufs["c_in"], "bias": bufs["bias"],
-            "workspace": bufs["workspace"]}
+            "workspace": bufs["workspace"], "scales": bufs["scales"], "zeros": bufs["zeros"]}
 
 
 class EventSpan:

@@ -20,6 +20,7 @@ from xegemm.atoms.lanemap import lane_affine as _lane_affine
 from xegemm.atoms.lanemap import lane_expr as _lane_expr
 from xegemm.atoms.mma import MmaAtom
 from xegemm.dtypes import UNSIGNED_CTYPE, DType, c_spelling, ctype_shape, sizeof_ctype, vector_ctype
+from xegemm.lowering.dequant import DequantCode, dequant_code
 from xegemm.lowering.reorder import fragment_ctype, plan_reorders
 
 
@@ -285,6 +286,7 @@ class StagedKstep:
     blocks: tuple[tuple[tuple[tuple[int, int], ...], tuple[int, ...]], ...]   # register blocks: ((i, row)s, js)
     round_row: str | None                         # C expression rounding row {x} to the accumulator type
     pack_row: str                                 # C expression of row {x} as the accumulator's component
+    dequant: DequantCode | None = None            # a quantized B: dequantized as it is staged (lowering.dequant)
 
     def rounded(self, name: str) -> str | None:
         """``name`` = ``name`` rounded to the accumulator type (bf16/f16), or None when nothing to do."""
@@ -348,8 +350,10 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     a_bits, a_n = ctype_shape(atom.a_ctype)
     a_per = a_bits // atom.a_type.bits
     a_cells = full.lane_map("a").map
-    b_bits, b_n = ctype_shape(atom.b_ctype)
-    b_per = b_bits // atom.b_type.bits
+    dequant = dequant_code(plan) if plan.quant else None      # a quantized B: decoded and dequantized here
+    b_view = plan.quant.b_view if plan.quant else atom
+    b_bits, b_n = ctype_shape(b_view.ctype("b"))
+    b_per = b_bits // b_view.b_type.bits
     reorders = plan_reorders(plan, unsigned=True, arrays=copy_arrays)   # the kernel declares xe_lane before its main loop
     a_stage, b_stage = [], []
     for ki in range(kt):
@@ -371,16 +375,17 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                     slots[lane].append((i * rm + cell[0]) * k + cell[1] if real else None)
             lines += _stage_lines("sa", slots, values, sub_group)
         a_stage.append(tuple(lines))
-        lines = []
+        lines = list(dequant.chunk_loads[ki]) if dequant else []
         for j in range(nt):
             frag = plan.b.fragments[(ki, j)]
             if (ki, j) in reorders["b"]:
                 lines += reorders["b"][(ki, j)]
-                reg, reg_type, offset, arrays = f"fb_{ki}_{j}", fragment_ctype(atom, "b", True), 0, False
+                reg, reg_type, offset, arrays = f"fb_{ki}_{j}", fragment_ctype(b_view, "b", True), 0, False
             else:
                 reg, reg_type, offset, arrays = f"b{frag.tile}", plan.b.atom.register_type, frag.offset, copy_arrays
-            values = [_decode(atom.b_type, _unit(reg, reg_type, b_bits, offset + kk // b_per, arrays), kk % b_per,
-                              source_bits=b_bits) for kk in range(k)]
+            units = [_unit(reg, reg_type, b_bits, offset + kk // b_per, arrays) for kk in range(k)]
+            values = [dequant.value(units[kk], kk % b_per, j) if dequant else
+                      _decode(atom.b_type, units[kk], kk % b_per, source_bits=b_bits) for kk in range(k)]
             slots = [[(kk * nt + j) * sub_group + lane for kk in range(k)] for lane in range(sub_group)]
             lines += _stage_lines("sb", slots, values, sub_group)
         b_stage.append(tuple(lines))
@@ -390,7 +395,7 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=mt * rm * k,
                        b_size=k * nt * sub_group, a_stage=tuple(a_stage), b_stage=tuple(b_stage),
                        acc_ctype=atom.c_ctype, blocks=register_blocks(atom.m, mt, nt, plan.register_block),
-                       round_row=round_row, pack_row=row)
+                       round_row=round_row, pack_row=row, dequant=dequant)
 
 
 def register_blocks(rows: int, mt: int, nt: int, block: tuple[int, int]):

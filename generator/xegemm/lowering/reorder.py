@@ -139,13 +139,14 @@ def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, 
 def plan_reorders(plan, unsigned: bool = False, arrays: bool = False) -> dict:
     """The reorders of a plan's A and B fragments as C: ``{"a": {(i, ki): lines}, "b": {(ki, j): lines},
     "lane": the lane declaration}``, the fragments named ``fa_<i>_<ki>`` and ``fb_<ki>_<j>``, of the DPAS
-    operand types (``unsigned``: of the unsigned integer vectors of the same shape, see :func:`fragment_ctype`)."""
+    operand types (a quantized B: its stored bits, xegemm.dequant.StoredB) (``unsigned``: of the unsigned integer vectors of the same shape, see :func:`fragment_ctype`)."""
     out = {"lane": LANE_DECLARATION}
     for operand in (plan.a, plan.b):
         name = operand.operand
-        ctype = fragment_ctype(plan.mma, name, unsigned)
+        view = plan.quant.b_view if name == "b" and plan.quant else plan.mma   # a quantized B: as stored
+        ctype = fragment_ctype(view, name, unsigned)
         out[name] = {key: reorder_lines(f"f{name}_{key[0]}_{key[1]}", frag, operand, ctype,
-                                        plan.mma.element(name).bits, plan.mma.n, arrays)
+                                        view.element(name).bits, plan.mma.n, arrays)
                      for key, frag in operand.fragments.items() if isinstance(frag, Reorder)}
     return out
 
