@@ -80,11 +80,14 @@ class KernelCall:
         lx, ly, _ = plan.workgroup_size
         acc_bytes = dtype(t.acc).bits // 8
         a_bits, b_bits, c_bits = dtype(t.a).bits, dtype(t.b).bits, dtype(t.c).bits
+        b_rows = "K" if lay.b == "row" else "N"
+        if plan.quant and plan.quant.b_view.k_per_element > 1:    # GPTQ: words of several K, [K / per, N]
+            b_bits, b_rows = plan.quant.b_view.b_type.bits, f"K / {plan.quant.b_view.k_per_element}"
         steps = [("lda", _pitch("K" if lay.a == "row" else "M", a_bits)),
                  ("ldb", _pitch("N" if lay.b == "row" else "K", b_bits)),
                  ("ldc", _pitch("N", c_bits)),
                  ("stride_a", "lda * " + ("M" if lay.a == "row" else "K")),
-                 ("stride_b", "ldb * " + ("K" if lay.b == "row" else "N")),
+                 ("stride_b", f"ldb * {b_rows}"),
                  ("stride_c", "ldc * M")]
         if plan.quant:        # a quantized B's scales and zero points (xegemm.dequant), a batch after the other
             scales, zeros = plan.quant.array_bytes()

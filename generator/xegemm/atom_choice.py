@@ -107,8 +107,9 @@ def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None,
             # narrower than its 16 bytes, from plain rows (VNNI first: on pvc with Debian's IGC, 128x32x64 over
             # 2x1 sub-groups, 7248 instructions and 10 block loads against 7446 and 16 from plain rows)
             layouts = {4: ("V", "N"), 8: ("V",), 16: ("V",)}.get(bbits, ("N",))
+            pack = b_mma.k_per_element       # GPTQ: K per stored word (xegemm.dequant.StoredB)
             b_cands = copy_candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
-            b_extent, b_transpose = (bk, sgn), False
+            b_extent, b_transpose = (bk // pack, sgn), False
         else:
             b_cands = copy_candidates("LD", ("T",), bbits, sgn, bk)
             b_extent, b_transpose = (sgn, bk), True

@@ -4,7 +4,10 @@ in registers, and fed to the f16/bf16 DPAS of ``types.compute`` with f32 accumul
 There is no mixed float DPAS: the DPAS atom is the compute type's (``XE_8x16x16_F32F16F16F32_TT``), and B's copy
 atoms are chosen for the *stored* elements (s8/u8/s4/u4 codes, FP8 bytes) exactly as for an integer GEMM.  What
 ties the two together is :class:`StoredB`, the compute atom's B fragment seen in the storage type: the same
-(k, column) per lane and register slot (lane = column, slot = k), at the storage type's bits.  The planner
+(k, column) per lane and register slot (lane = column, slot = k), at the storage type's bits.  GPTQ's qweight
+(int32 ``[K * bits / 32, N]``: 32 / bits consecutive K of a column per word, the lowest K in the lowest bits) is
+a row-major matrix of 32-bit elements holding ``k_per_element`` K each: the view maps those words, and the codes
+are taken from them lowest first (the very bits a VNNI register of the codes holds).  The planner
 locates that view in the copy registers by comparing lane maps (:mod:`xegemm.operands`), so contiguous runs,
 per-lane permutations and sub-group-shuffle gathers come out as for any operand; the lowering then decodes each
 element and dequantizes it (:mod:`xegemm.lowering.dequant`).  AWQ's interleaved columns are a permutation of
@@ -37,14 +40,27 @@ class StoredB:
     mma: MmaAtom
     storage: str
     awq: bool = False
+    gptq: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.mma.name} (B as stored {self.storage}{', AWQ columns' if self.awq else ''})"
+        how = ", AWQ columns" if self.awq else ", GPTQ words" if self.gptq else ""
+        return f"{self.mma.name} (B as stored {self.storage}{how})"
+
+    @property
+    def code_type(self) -> DType:
+        """The type of one code (the quantized values' type)."""
+        return dtype(self.storage)
+
+    @property
+    def k_per_element(self) -> int:
+        """K elements per stored element along K (GPTQ: 32 / bits per int32 word; else 1)."""
+        return 32 // self.code_type.bits if self.gptq else 1
 
     @property
     def b_type(self) -> DType:
-        return dtype(self.storage)
+        """The type of one stored element the copies move (GPTQ: its int32 words)."""
+        return dtype("s32") if self.gptq else self.code_type
 
     def element(self, operand: str) -> DType:
         assert operand == "b", operand
@@ -53,11 +69,11 @@ class StoredB:
     def ctype(self, operand: str) -> str:
         """The fragment's stored bits as uints: K elements of the storage type per lane."""
         assert operand == "b", operand
-        return vector_ctype("uint", self.mma.k * self.b_type.bits // 32)
+        return vector_ctype("uint", self.mma.k * self.code_type.bits // 32)
 
     def lane_map(self, operand: str) -> LaneMap:
         assert operand == "b", operand
-        return _stored_lane_map(self.mma.k, self.mma.n, self.awq)
+        return _stored_lane_map(self.mma.k // self.k_per_element, self.mma.n, self.awq)
 
     def stored_column(self, n: int) -> int:
         """The memory column holding logical column ``n`` (relative to a multiple of 8)."""
@@ -96,7 +112,8 @@ class QuantPlan:
         scales = f"{count} * {dtype(s.scale).bits // 8}"
         if not s.has_zero:
             return scales, "0"
-        return scales, (f"{groups}N / 8 * 4" if s.format == "awq" else count)
+        per_word = 32 // dtype(s.weight).bits
+        return scales, (f"{groups}N / {per_word} * 4" if s.format in ("awq", "gptq") else count)
 
 
 def quant_plan(config, mma: MmaAtom) -> QuantPlan | None:
@@ -104,7 +121,8 @@ def quant_plan(config, mma: MmaAtom) -> QuantPlan | None:
     spec = operand_spec(config, "b")
     if spec is None:
         return None
-    return QuantPlan(spec, compute_type(config.types), StoredB(mma, spec.weight, spec.format == "awq"))
+    return QuantPlan(spec, compute_type(config.types),
+                     StoredB(mma, spec.weight, spec.format == "awq", spec.format == "gptq"))
 
 
 def mma_types(config) -> tuple[str, str]:

@@ -219,6 +219,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         epilogue_tiles=epilogue_tiles(plan, staged_plan), reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
         dequant=staged_plan.dequant if staged_plan else None,
+        b_k_per_row=plan.quant.b_view.k_per_element if plan.quant else 1,
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     problems = lowering.check_source(source)

@@ -98,8 +98,8 @@ def _quantized_b(config: Config, spec, rng) -> tuple[np.ndarray, np.ndarray, dic
     p = config.problem
     matrices = [random_quantized(spec, p.k, p.n, rng) for _ in range(p.batch)]
     values = np.stack([dequantize(q, compute_type(config.types)).astype(np.float64) for q in matrices])
-    rows = p.k if spec.layout == "row" else p.n
-    stored = np.stack([np.ascontiguousarray(q.qweight).view(np.uint8).reshape(rows, -1) for q in matrices])
+    stored = np.stack([np.ascontiguousarray(q.qweight).view(np.uint8).reshape(q.qweight.shape[0], -1)
+                       for q in matrices])
 
     def flat(name: str) -> np.ndarray:
         return np.concatenate([np.ascontiguousarray(q.arrays[name]).view(np.uint8).reshape(-1) for q in matrices])

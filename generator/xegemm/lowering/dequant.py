@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from xegemm.dequant import QuantPlan
 from xegemm.dtypes import c_spelling, dtype
+from xegemm.quant.formats import GPTQ_ZERO_OFFSET
 from xegemm.templating import environment
 
 SCALE_POINTER = {16: "ushort", 32: "uint"}
@@ -57,6 +58,11 @@ def _zero_load(quant: QuantPlan, row: str, n: str) -> str:
     spec = quant.spec
     if spec.format == "awq":     # int32 words of 8 columns, interleaved, [groups, N / 8]
         return f"(int)((((const global uint*)Z)[{row} * (N / 8) + {n} / 8] >> (4 * ({AWQ_SLOT_C.format(n=n)}))) & 15u)"
+    if spec.format == "gptq":    # int32 words of 32 / bits columns in order, [groups, N * bits / 32], z - 1
+        bits = dtype(spec.weight).bits
+        per = 32 // bits
+        word = f"((const global uint*)Z)[{row} * (N / {per}) + {n} / {per}]"
+        return f"(int)(((({word} >> ({bits} * ({n} % {per}))) & {hex((1 << bits) - 1)}u) + {GPTQ_ZERO_OFFSET}u) & {hex((1 << bits) - 1)}u)"
     index = "0" if spec.group == "tensor" else f"{row} * N + {n}" if spec.scale_layout == "kn" else \
         f"{n} * xq_groups + {row}"
     return f"(int)((const global {ZERO_POINTER[spec.zero]}*)Z)[{index}]"

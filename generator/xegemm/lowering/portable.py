@@ -353,7 +353,7 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     dequant = dequant_code(plan) if plan.quant else None      # a quantized B: decoded and dequantized here
     b_view = plan.quant.b_view if plan.quant else atom
     b_bits, b_n = ctype_shape(b_view.ctype("b"))
-    b_per = b_bits // b_view.b_type.bits
+    b_per = b_bits // (plan.quant.b_view.code_type if plan.quant else atom.b_type).bits
     reorders = plan_reorders(plan, unsigned=True, arrays=copy_arrays)   # the kernel declares xe_lane before its main loop
     a_stage, b_stage = [], []
     for ki in range(kt):
