@@ -6,9 +6,12 @@ one), tiles small, so that each kernel builds in a few seconds."""
 
 import re
 
+import numpy as np
 import pytest
 
+import xegemm
 from xegemm import dequant, evaluate
+from xegemm.api import DTypeMismatchError, ShapeMismatchError
 from xegemm.arguments import KernelCall
 from xegemm.config import config_from_text
 from xegemm.evaluate import plan_variants
@@ -17,6 +20,7 @@ from xegemm.kernel_name import parse_kernel_name
 from xegemm.lowering import dequant as dequant_c
 from xegemm.pipeline import run_variant
 from xegemm.plan import PlanRejected, plan
+from xegemm.quant import dequantize, quantize, reference_gemm
 from xegemm.render import render_kernel
 
 TILE = "tile: {workgroup: [16, 32, 32], subgroups: [1, 2]}\nprofile: {warmup: 0, repeats: 1}\n"
@@ -142,3 +146,39 @@ def test_what_is_not_lowered_is_rejected_naming_it(text, part):
     with pytest.raises(PlanRejected, match="no lowering dequantizes this yet") as caught:
         plan(config_from_text(base + text))
     assert part in str(caught.value)
+
+
+# ---- the call API -------------------------------------------------------------------------------------------------
+
+CALL_CONFIG = """\
+problem: {m: 8, n: 64, k: 128}
+types: {a: f16, b: u4, c: f32}
+quant: {format: gptq, group: 32, scale: f16, zero: u4}
+tile: {workgroup: [8, 32, 32], subgroups: [1, 2]}
+"""
+
+
+def test_the_call_api_takes_b_as_the_format_stores_it_and_says_what_is_missing(tmp_path):
+    path = tmp_path / "gptq.yaml"
+    path.write_text(CALL_CONFIG)
+    gemm = xegemm.load(path)
+    rng = np.random.default_rng(3)
+    m, n, k = 5, 48, 96                    # ragged: not multiples of the tile
+    q = quantize(rng.normal(size=(k, n)), "gptq", group=32)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    d = gemm(a, q.qweight, scales=q.scales, zeros=q.zeros)
+    want = reference_gemm(a, q, "f16")
+    # the f16 GEMM's tolerance (xegemm.verify): f32 sums of exact products, then D is f32
+    bound = 2 * (k + 1) * 2.0 ** -24 * (np.abs(a.astype(np.float64)) @ np.abs(dequantize(q, "f16").astype(np.float64)))
+    assert d.shape == (m, n) and np.all(np.abs(d - want) <= bound + 1e-30), gemm.last_kernel.name
+    assert gemm.last_kernel.name.endswith("_qgptq32sf16zu4")
+    out = np.full((m, n), np.nan, np.float32)
+    with pytest.raises(ShapeMismatchError, match=r"pass its scales, scales=\.\.\."):
+        gemm(a, q.qweight, zeros=q.zeros, out=out)
+    with pytest.raises(ShapeMismatchError, match=r"scales is 2 x 48; .* needs scales 3 x 48 for K = 96"):
+        gemm(a, q.qweight, scales=q.scales[:2], zeros=q.zeros, out=out)
+    with pytest.raises(DTypeMismatchError, match="b has dtype uint8; .* stores qweight as int32"):
+        gemm(a, q.qweight.view(np.uint8), scales=q.scales, zeros=q.zeros, out=out)
+    with pytest.raises(ShapeMismatchError, match="with zero points .*: pass them, zeros="):
+        gemm(a, q.qweight, scales=q.scales, out=out)
+    assert np.isnan(out).all()
