@@ -18,7 +18,7 @@ from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
 from xegemm.kernel_name import parse_kernel_name
 from xegemm.lowering import dequant as dequant_c
-from xegemm.pipeline import run_variant
+from xegemm.pipeline import build_config, run_variant
 from xegemm.plan import PlanRejected, plan
 from xegemm.quant import dequantize, quantize, reference_gemm
 from xegemm.render import render_kernel
@@ -83,6 +83,15 @@ def test_dequantizing_kernels_verify(name, session):
     assert result.status == "ok", (name, result.reason)
 
 
+@pytest.mark.parametrize("name", ["gptq u4 g64 bf16", "e4m3 per tensor f32 f16"])
+def test_the_atom_by_atom_k_step_the_native_lowering_prints_verifies(name, session, monkeypatch):
+    # the native lowering's k-step (the DPAS B operand dequantized from the copy registers, xe_pack_b) with the
+    # portable DPAS atoms, on the CPU device
+    monkeypatch.setattr(evaluate, "render_variant", lambda pv, lowering: render_kernel(pv.plan, lowering, staged=False))
+    result = run_variant(_planned(name), session)
+    assert result.status == "ok", (name, result.reason)
+
+
 @pytest.mark.parametrize("name", MUTANTS)
 def test_verification_catches_broken_dequantization(name, session, monkeypatch):
     kernel, _, mutate = MUTANTS[name]
@@ -126,11 +135,26 @@ def test_the_kernel_name_says_how_b_is_quantized_and_parses_back():
     assert str(parse_kernel_name(p.name)) == p.name and parse_kernel_name(p.name).quant == "qplain32sf16zu8nk"
 
 
-def test_the_native_lowering_says_it_does_not_dequantize():
-    text = "problem: {m: 32, n: 64, k: 128}\ntypes: {a: f16, b: e4m3}\nquant: {format: plain, group: tensor, scale: f32}\n"
-    p = plan(config_from_text(text + TILE))
-    with pytest.raises(PlanRejected, match="the native lowering does not dequantize yet"):
-        render_kernel(p, "native")
+AOT_CONFIGS = {
+    "awq": "types: {a: f16, b: u4, c: f16}\nquant: {format: awq, group: 64, scale: f16, zero: u4}\n",
+    "e4m3": "types: {a: bf16, b: e4m3, c: bf16}\nquant: {format: plain, group: tensor, scale: f32}\n",
+}
+
+
+@pytest.mark.ocloc
+@pytest.mark.parametrize("name", AOT_CONFIGS)
+def test_native_dequantizing_kernels_build_for_pvc_as_planned(name, tmp_path):
+    # the installed ocloc's own capabilities (Debian's IGC): every dpas and 2D block load of a k-step as the plan
+    # predicts (xegemm.evaluate.aot.IsaObserver), no spills
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("problem: {m: 32, n: 256, k: 256}\ntile: {workgroup: [32, 64, 32], subgroups: [1, 2]}\n"
+                    + AOT_CONFIGS[name])
+    result = build_config(path, target="pvc", out_dir=tmp_path / "build")
+    (v,) = result["variants"]
+    assert v["status"] == "ok", v["reason"]
+    assert v["isa"]["spill_bytes"] == 0 and v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 16
+    source = (tmp_path / "build" / v["name"] / "kernel.cl").read_text()
+    assert "_matrix_mad_k16(" in source and "xe_pack_b(xe_dequant_b(" in source
 
 
 @pytest.mark.parametrize(("text", "part"), [

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xegemm.dequant import QuantPlan
-from xegemm.dtypes import c_spelling, dtype
+from xegemm.dtypes import c_spelling, ctype_shape, dtype
+from xegemm.lowering.reorder import fragment_ctype, register_unit
+from xegemm.operands import Reorder
 from xegemm.quant.formats import GPTQ_ZERO_OFFSET
 from xegemm.templating import environment
 
@@ -86,7 +88,7 @@ def dequant_code(plan) -> DequantCode:
     spec, mma = quant.spec, plan.mma
     _, nt, kt = plan.mma_grid
     bk = plan.config.tile.workgroup[2]
-    declarations = [f"const int xq_n{j} = n0 + {j * mma.n} + lane;" for j in range(nt)]
+    declarations = [f"const int xq_n{j} = n0 + {j * mma.n} + (int)get_sub_group_local_id();" for j in range(nt)]
     if spec.scale_layout == "nk" and isinstance(spec.group, int):
         declarations.append(f"const int xq_groups = (K + {spec.group - 1}) / {spec.group};  /* scale rows along K */")
     chunk_loads: list[tuple[str, ...]] = [() for _ in range(kt)]
@@ -113,3 +115,29 @@ def dequant_code(plan) -> DequantCode:
                "round": c_spelling(quant.compute, "round_acc", "{x}"), "has_zero": spec.has_zero}
     helpers = str(environment().get_template("dequant.cl.j2").module.define(context))
     return DequantCode(helpers, tuple(declarations), tuple(chunk_loads), spec.has_zero)
+
+
+def dequant_b_operands(plan) -> dict:
+    """The DPAS B operands of a k-step called atom by atom (the native lowering): per fragment (ki, j) the lines
+    declaring ``qb_<ki>_<j>``, the DPAS's B register (pairs of f16/bf16 bits, lower k in the low half), each
+    element dequantized from the stored codes (the copy registers, or the reorder ``fb_<ki>_<j>`` gathered
+    them into)."""
+    quant: QuantPlan = plan.quant
+    view, mma = quant.b_view, plan.mma
+    _, nt, kt = plan.mma_grid
+    bits, _ = ctype_shape(view.ctype("b"))
+    per = bits // view.code_type.bits
+    code = DequantCode("", (), (), quant.spec.has_zero)
+    out = {}
+    for ki in range(kt):
+        for j in range(nt):
+            frag = plan.b.fragments[(ki, j)]
+            if isinstance(frag, Reorder):
+                reg, reg_type, offset = f"fb_{ki}_{j}", fragment_ctype(view, "b"), 0
+            else:
+                reg, reg_type, offset = f"b{frag.tile}", plan.b.atom.register_type, frag.offset
+            values = [code.value(register_unit(reg, reg_type, bits, offset + kk // per, False), kk % per, j)
+                      for kk in range(mma.k)]
+            pairs = ", ".join(f"xe_pack_b({values[2 * p]}, {values[2 * p + 1]})" for p in range(mma.k // 2))
+            out[(ki, j)] = (f"const {mma.b_ctype} qb_{ki}_{j} = ({mma.b_ctype})({pairs});",)
+    return out

@@ -21,7 +21,7 @@ from xegemm.atoms.lanemap import lane_expr as _lane_expr
 from xegemm.atoms.mma import MmaAtom
 from xegemm.dtypes import UNSIGNED_CTYPE, DType, c_spelling, ctype_shape, sizeof_ctype, vector_ctype
 from xegemm.lowering.dequant import DequantCode, dequant_code
-from xegemm.lowering.reorder import fragment_ctype, plan_reorders
+from xegemm.lowering.reorder import fragment_ctype, plan_reorders, register_unit
 
 
 def _component(var: str, width: int, i: int) -> str:
@@ -298,27 +298,6 @@ class StagedKstep:
         return rows[0] if len(rows) == 1 else f"({self.acc_ctype})({', '.join(rows)})"
 
 
-def _unit(var: str, reg_ctype: str, unit_bits: int, index: int, array: bool) -> str:
-    """Unit ``index`` (``unit_bits`` wide, little-endian) of the copy register ``var`` of type ``reg_ctype``
-    (held as an array of its components when ``array``), as a uint expression: the bits the fragment helpers
-    of templates/fragments.cl.j2 would move."""
-    bits, n = ctype_shape(reg_ctype)
-
-    def comp(i: int) -> str:
-        return f"(uint){var}" if n == 1 and not array else f"(uint){var}[{i}]"
-
-    if bits == unit_bits:
-        return comp(index)
-    if bits > unit_bits:
-        per = bits // unit_bits
-        shift = index % per * unit_bits
-        value = comp(index // per) if not shift else f"({comp(index // per)} >> {shift})"
-        return f"({value} & {hex((1 << unit_bits) - 1)}u)"
-    per = unit_bits // bits
-    parts = [comp(index * per + t) + (f" << {t * bits}" if t else "") for t in range(per)]
-    return "(" + " | ".join(parts) + ")"
-
-
 def _stage_lines(stage: str, slots: list[list], values: list[list], sub_group: int) -> list[str]:
     """``stage[slot] = value;`` for every register element, each written once for all lanes: ``slots[lane][e]``
     (None where lane holds padding) as an affine expression in the lane, ``values[e]`` a C expression."""
@@ -367,7 +346,7 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                 reg, reg_type, offset, arrays = f"a{frag.tile}", plan.a.atom.register_type, frag.offset, copy_arrays
             values, slots = [], [[] for _ in range(sub_group)]
             for e in range(a_n * a_per):
-                unit = _unit(reg, reg_type, a_bits, offset + e // a_per, arrays)
+                unit = register_unit(reg, reg_type, a_bits, offset + e // a_per, arrays)
                 values.append(_decode(atom.a_type, unit, e % a_per, source_bits=a_bits))
                 for lane in range(sub_group):
                     cell = a_cells[lane][e]
@@ -383,7 +362,7 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                 reg, reg_type, offset, arrays = f"fb_{ki}_{j}", fragment_ctype(b_view, "b", True), 0, False
             else:
                 reg, reg_type, offset, arrays = f"b{frag.tile}", plan.b.atom.register_type, frag.offset, copy_arrays
-            units = [_unit(reg, reg_type, b_bits, offset + kk // b_per, arrays) for kk in range(k)]
+            units = [register_unit(reg, reg_type, b_bits, offset + kk // b_per, arrays) for kk in range(k)]
             values = [dequant.value(units[kk], kk % b_per, j) if dequant else
                       _decode(atom.b_type, units[kk], kk % b_per, source_bits=b_bits) for kk in range(k)]
             slots = [[(kk * nt + j) * sub_group + lane for kk in range(k)] for lane in range(sub_group)]
