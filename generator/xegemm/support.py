@@ -101,16 +101,22 @@ QUANTIZED = {
 
 
 def check_quantized(text: str, lowering: str, target: str = "pvc") -> Cell:
-    """Plan and render a quantized B's representative variant (32x32 sub-group tiles, 2x2) in ``lowering``
-    (``native``: for ``target`` with a driver's compiler capabilities)."""
+    """Plan and render a quantized B's representative variant (2x2 sub-groups of each sub-group tile of
+    :data:`SUBGROUP_TILES` until one works) in ``lowering`` (``native``: for ``target`` with a driver's compiler
+    capabilities): supported, or the reason the first tile was rejected."""
     low = named_lowering("native", DRIVER_CAPABILITIES, target) if lowering == "native" else named_lowering(lowering)
-    try:
-        p = plan(config_from_text(f"problem: {{m: {SIZE}, n: {SIZE}, k: {SIZE}}}\ntile: {{workgroup: [64, 64, 32], "
-                                  f"subgroups: [2, 2]}}\npipeline: {{prefetch: 0}}\n{text}"), low.issues)
-        render_kernel(p, low)
-    except XegemmError as exc:
-        return Cell(False, str(exc).splitlines()[0])
-    return Cell(True)
+    reasons = []
+    for sgm, sgn in SUBGROUP_TILES[16]:
+        try:
+            p = plan(config_from_text(f"problem: {{m: {SIZE}, n: {SIZE}, k: {SIZE}}}\ntile: {{workgroup: [{2 * sgm}, "
+                                      f"{2 * sgn}, 32], subgroups: [2, 2]}}\npipeline: {{prefetch: 0}}\n{text}"),
+                     low.issues)
+            render_kernel(p, low)
+        except XegemmError as exc:
+            reasons.append(str(exc).splitlines()[0])
+            continue
+        return Cell(True)
+    return Cell(False, reasons[0])
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
