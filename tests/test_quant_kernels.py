@@ -83,15 +83,6 @@ def test_dequantizing_kernels_verify(name, session):
     assert result.status == "ok", (name, result.reason)
 
 
-@pytest.mark.parametrize("name", ["gptq u4 g64 bf16", "e4m3 per tensor f32 f16"])
-def test_the_atom_by_atom_k_step_the_native_lowering_prints_verifies(name, session, monkeypatch):
-    # the native lowering's k-step (the DPAS B operand dequantized from the copy registers, xe_pack_b) with the
-    # portable DPAS atoms, on the CPU device
-    monkeypatch.setattr(evaluate, "render_variant", lambda pv, lowering: render_kernel(pv.plan, lowering, staged=False))
-    result = run_variant(_planned(name), session)
-    assert result.status == "ok", (name, result.reason)
-
-
 @pytest.mark.parametrize("name", MUTANTS)
 def test_verification_catches_broken_dequantization(name, session, monkeypatch):
     kernel, _, mutate = MUTANTS[name]
@@ -100,6 +91,16 @@ def test_verification_catches_broken_dequantization(name, session, monkeypatch):
     result = run_variant(_planned(kernel), session)
     assert result.status == "failed_verify", (name, result.status, result.reason)
     assert result.time_ms is None
+
+
+def test_a_session_remakes_its_inputs_when_only_the_quantization_changes(session):
+    # GPTQ and AWQ B of the same problem and types: different arrays, so different inputs and references
+    gptq = config_from_text(KERNELS["gptq u4 g64 bf16"] + TILE)
+    awq = config_from_text(KERNELS["gptq u4 g64 bf16"].replace("gptq", "awq") + TILE)
+    first = session.buffers(gptq)["ops"]
+    second = session.buffers(awq)["ops"]
+    assert first is not second and first.quant["zeros"].nbytes == second.quant["zeros"].nbytes
+    assert not np.array_equal(first.b_bytes, second.b_bytes) or not np.array_equal(first.b, second.b)
 
 
 def test_verification_catches_awq_order_ignored(session, monkeypatch):

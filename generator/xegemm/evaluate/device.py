@@ -53,7 +53,7 @@ class DeviceSession:
     def buffers(self, config: Config):
         """Device buffers and reference for the config's problem and types (rebuilt when they change)."""
         key = (config.problem, config.types, config.layout, config.epilogue, reference_key(config), config.verify.seed,
-               workspace_bytes(config))
+               workspace_bytes(config), config.quant, config.quant_a)
         if key != self._problem_key:
             too_big = check_fits(config, getattr(self.device, "global_mem_size", None))
             if too_big:          # refused before numpy or the device is asked for the memory
