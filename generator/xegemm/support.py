@@ -66,13 +66,18 @@ def check(target: str, a: str, b: str, acc: str, c: str | None = None, layout: s
     """Plan and render natively for ``target`` a representative variant (2x2 sub-groups of each sub-group tile
     in :data:`SUBGROUP_TILES` until one works): supported, or the reason the first tile was rejected."""
     la, lb, _ = from_letters(layout)
-    lowering = named_lowering("native", DRIVER_CAPABILITIES, target)
+    return _first_that_works([_config_text(target, a, b, acc, c or acc, la, lb, epilogue, tile)
+                              for tile in SUBGROUP_TILES[TARGETS[target].simd]],
+                             named_lowering("native", DRIVER_CAPABILITIES, target))
+
+
+def _first_that_works(texts: list[str], lowering) -> Cell:
+    """Plan and render each config text in turn for ``lowering``: supported at the first that works, else the
+    reason the first was rejected."""
     reasons = []
-    for tile in SUBGROUP_TILES[TARGETS[target].simd]:
+    for text in texts:
         try:
-            p = plan(config_from_text(_config_text(target, a, b, acc, c or acc, la, lb, epilogue, tile)),
-                     lowering.issues)
-            render_kernel(p, lowering)
+            render_kernel(plan(config_from_text(text), lowering.issues), lowering)
         except XegemmError as exc:
             reasons.append(str(exc).splitlines()[0])
             continue
@@ -105,18 +110,9 @@ def check_quantized(text: str, lowering: str, target: str = "pvc") -> Cell:
     :data:`SUBGROUP_TILES` until one works) in ``lowering`` (``native``: for ``target`` with a driver's compiler
     capabilities): supported, or the reason the first tile was rejected."""
     low = named_lowering("native", DRIVER_CAPABILITIES, target) if lowering == "native" else named_lowering(lowering)
-    reasons = []
-    for sgm, sgn in SUBGROUP_TILES[16]:
-        try:
-            p = plan(config_from_text(f"problem: {{m: {SIZE}, n: {SIZE}, k: {SIZE}}}\ntile: {{workgroup: [{2 * sgm}, "
-                                      f"{2 * sgn}, 32], subgroups: [2, 2]}}\npipeline: {{prefetch: 0}}\n{text}"),
-                     low.issues)
-            render_kernel(p, low)
-        except XegemmError as exc:
-            reasons.append(str(exc).splitlines()[0])
-            continue
-        return Cell(True)
-    return Cell(False, reasons[0])
+    return _first_that_works([f"problem: {{m: {SIZE}, n: {SIZE}, k: {SIZE}}}\ntile: {{workgroup: [{2 * sgm}, {2 * sgn}, "
+                              f"32], subgroups: [2, 2]}}\npipeline: {{prefetch: 0}}\n{text}"
+                              for sgm, sgn in SUBGROUP_TILES[16]], low)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
