@@ -9,6 +9,8 @@ element itself: the unit is the 32 bits of the copy registers holding it (locate
 before the main loop for ``channel`` and ``tensor`` groups; for an integer group g at the first k-chunk of
 each group (g a multiple of the work-group K tile: at k-tiles with k0 % g == 0, and at the first k-tile of
 the range a work-group sums; g smaller: the k-chunks at multiples of g).  The functions are templates/dequant.cl.j2's.
+A k-step called atom by atom (the native lowering) dequantizes the same elements into each DPAS B operand instead
+(:func:`dequant_b_operands`: pairs of f16/bf16 bits per dword, ``xe_pack_b``).
 """
 
 from __future__ import annotations
