@@ -34,7 +34,7 @@ FORBIDDEN = {
     "xegemm.plan": ("xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime", "xegemm.lowering"),
     # the planner's jobs: none imports the planner, the lowerings or anything below them
     **{f"xegemm.{job}": ("xegemm.plan", "xegemm.render", "xegemm.lowering", "xegemm.evaluate", "xegemm.pipeline",
-                         "xegemm.runtime") for job in ("operands", "atom_choice", "surfaces", "registers")},
+                         "xegemm.runtime") for job in ("operands", "atom_choice", "surfaces", "registers", "dequant")},
     "xegemm.aot": ("xegemm.evaluate", "xegemm.pipeline", "xegemm.lowering", "xegemm.render", "xegemm.runtime"),
     "xegemm.lowering": ("xegemm.render", "xegemm.evaluate", "xegemm.pipeline", "xegemm.runtime"),
     "xegemm.render": ("xegemm.evaluate", "xegemm.pipeline"),

@@ -18,6 +18,7 @@ from xegemm.config import load_config
 from xegemm.dtypes import dtype, host_dtype
 from xegemm.epilogue import EpilogueSpec
 from xegemm.lowering import named_lowering
+from xegemm.quant import compute_type, dequantize, operand_spec, random_quantized
 from xegemm.runtime.sycl import dpctl, dpmem
 from xegemm.tune.export import best_config
 from xegemm.tune.shapes import Shape
@@ -72,12 +73,32 @@ def call_inputs(rng, config, m, n, k, batch=None):
     return a, b, c, bias
 
 
+def assert_quantized_matches(gemm, a, q, d):
+    """D of a quantized B within the verifier's bounds: B is its dequantized values (xegemm.quant.dequantize)."""
+    config = gemm.last_kernel.config
+    b = dequantize(q, compute_type(config.types)).astype(np.float64)
+    ops = Operands(a.astype(np.float64)[None], b[None], np.zeros(1, np.uint8), np.zeros(1, np.uint8), 0, 0, 0)
+    ref = reference(config, ops)
+    got = np.asarray(d).reshape(ref.expected.shape).astype(np.float64)
+    bad = ~((got >= ref.low) & (got <= ref.high))
+    assert not bad.any(), f"{gemm.last_kernel.name}: {int(bad.sum())} of {bad.size} elements out of bounds"
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_every_shipped_config_on_ragged_and_batched_shapes(path):
     gemm = xegemm.load(path)
     config = gemm.candidates[0].config
     rng = np.random.default_rng(7)
     p = config.problem
+    spec = operand_spec(config, "b")
+    if spec is not None:        # a quantized B, as its format stores it; ragged within its packing's rules
+        m, n, k = p.m // 2 + 3, p.n // 2 + 8, p.k // 2 + 24
+        q = random_quantized(spec, k, n, rng)
+        a = values(rng, config.types.a, (m, k))
+        d = gemm(a, q.qweight, scales=q.scales, zeros=q.zeros)
+        assert d.shape == (m, n) and d.dtype == host_dtype(config.types.c)
+        assert_quantized_matches(gemm, a, q, d)
+        return
     # ragged: not multiples of the tiles; K long enough for split K and stream-K's work-groups
     m, n, k = max(1, p.m // 2 + 3), max(1, p.n // 2 + 5), p.k + 7 if (config.tile.split_k > 1 or config.tile.stream_k) \
         else max(1, p.k // 2 + 9)

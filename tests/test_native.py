@@ -136,9 +136,11 @@ def test_native_source_of_shipped_configs_has_no_portable_fallback(profile_name)
         atoms = [p.a.atom, p.b.atom, p.c.atom] + ([p.c_in] if p.c_in else [])
         if profile_name == DEBIAN_CAPABILITIES and not all(lowering.issues(a) for a in atoms):
             # this IGC has no 32-bit plain 2D reads (tf32 A; an f32 C read, which a plan for this lowering takes
-            # from 1D block reads, tests/test_epilogue.py) nor 8-wide d32 ones: such variants are rejected naming
-            # the builtin (tests/test_types.py), never given a portable path
-            assert p.config.types.a == "tf32" or p.c_in and p.c_in.elem_bits == 32, p.name
+            # from 1D block reads, tests/test_epilogue.py; GPTQ's 32-bit words of B, docs/quantization.md) nor
+            # 8-wide d32 ones: such variants are rejected naming the builtin (tests/test_types.py), never given a
+            # portable path
+            assert p.config.types.a == "tf32" or p.c_in and p.c_in.elem_bits == 32 or \
+                p.quant and p.quant.b_view.gptq, p.name
             continue
         src = render_kernel(p, lowering)
         rendered += 1

@@ -30,8 +30,9 @@ def _ragged(config):
     (split K: at most as many slices as the 3 k-tiles)."""
     bm, bn, bk = config.tile.workgroup
     tile = dataclasses.replace(config.tile, split_k=min(config.tile.split_k, 3))
-    return dataclasses.replace(config, problem=Problem(m=bm + 24 + 3, n=bn + 16 + 5, k=2 * bk + 7, batch=2),
-                               tile=tile)
+    packed = config.quant.format != "none"     # a quantized B's packing: N and K multiples of 8 (GPTQ, AWQ)
+    return dataclasses.replace(config, problem=Problem(m=bm + 24 + 3, n=bn + 16 + (8 if packed else 5),
+                                                       k=2 * bk + (8 if packed else 7), batch=2), tile=tile)
 
 
 def _main_loop(name: str) -> str:

@@ -421,20 +421,30 @@ def test_quant_config_errors_name_file_line_and_key(text, line, key, message):
     assert issues[0].line == line and message in issues[0].message, str(caught.value)
 
 
-@pytest.mark.parametrize("text", [
-    "types: {a: f16, b: u4, c: f16}\nquant: {format: gptq, group: 128, zero: u4}\n",
-    "types: {a: bf16, b: u4}\nquant: {format: awq, group: 64, zero: u4}\n",
-    "types: {a: bf16, b: e2m1}\nquant: {format: mx, group: 32, scale: e8m0, scale_layout: nk}\n",
-    "types: {a: f16, b: u4}\nlayout: {b: col}\nquant: {format: plain, group: 128, zero: u4}\n",
-    "types: {a: f16, b: s8}\nquant: {format: plain, group: channel, scale: f32, zero: f16}\n",
-    ("types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
-    "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),
+@pytest.mark.parametrize(("text", "lowered"), [
+    ("types: {a: f16, b: u4, c: f16}\nquant: {format: gptq, group: 128, zero: u4}\n", True),
+    ("types: {a: bf16, b: u4}\nquant: {format: awq, group: 64, zero: u4}\n", True),
+    ("types: {a: f16, b: u4}\nlayout: {b: col}\nquant: {format: plain, group: 128, zero: u4}\n", True),
+    ("types: {a: bf16, b: e5m2}\nquant: {format: plain, group: channel, scale: bf16}\n", True),
+    ("types: {a: bf16, b: e2m1}\nquant: {format: mx, group: 32, scale: e8m0, scale_layout: nk}\n", "quant.format = mx"),
+    ("types: {a: f16, b: s8}\nquant: {format: plain, group: channel, scale: f32, zero: f16}\n", "quant.zero = f16"),
+    ("types: {a: f16, b: e4m3}\nquant: {format: plain, group: block128, scale: f32}\n", "quant.group = block128"),
+    (("types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
+      "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"), "an FP8 A"),
 ])
-def test_valid_quant_configs_load_and_reach_the_planner(text):
+def test_valid_quant_configs_load_and_the_planner_lowers_or_names_what_is_not_lowered(text, lowered):
     config = config_from_text(BASE + text)
     assert compute_type(config.types) in ("f16", "bf16")
-    with pytest.raises(PlanRejected, match=NOT_LOWERED):
-        plan(config)
+    if lowered is True:
+        p = plan(config)
+        compute = dtype(compute_type(config.types)).code
+        assert p.quant is not None and (p.mma.a, p.mma.b) == (compute, compute)
+        assert p.name.endswith("_q" + config.quant.format + str(config.quant.group) + "s" + config.quant.scale
+                               + ("z" + config.quant.zero if config.quant.zero != "none" else ""))
+    else:
+        with pytest.raises(PlanRejected, match=NOT_LOWERED) as caught:
+            plan(config)
+        assert lowered in str(caught.value)
 
 
 def test_unquantized_configs_are_unchanged():
@@ -452,11 +462,12 @@ def test_unquantized_configs_are_unchanged():
 def test_the_group_must_be_a_multiple_or_a_divisor_of_the_k_tile(group, bk, ok):
     text = (f"problem: {{m: 64, n: 256, k: 768}}\ntile: {{workgroup: [64, 64, {bk}], subgroups: [2, 2]}}\n"
             f"types: {{a: f16, b: u4}}\nquant: {{format: gptq, group: {group}, zero: u4}}\n")
+    if ok:
+        assert plan(config_from_text(text)).quant.spec.group == group
+        return
     with pytest.raises(PlanRejected) as caught:
         plan(config_from_text(text))
-    if ok:
-        assert str(caught.value) == NOT_LOWERED
-    else:
+    if not ok:
         assert str(caught.value).startswith(f"quant.group = {group} K elements per scale and the work-group K tile "
                                             f"tile.workgroup[2] = {bk}: neither is a multiple of the other")
 
@@ -479,7 +490,8 @@ def test_a_sweep_of_the_group_rejects_only_the_variants_that_break_the_rule():
             "sweep:\n  quant.group: [32, 96, 128]\n")
     reasons = []
     for variant in expand_sweep(config_from_text(text)):
-        with pytest.raises(PlanRejected) as caught:
-            plan(variant.config)
-        reasons.append(str(caught.value))
-    assert reasons[0] == reasons[2] == NOT_LOWERED and "quant.group = 96" in reasons[1]
+        try:
+            reasons.append(plan(variant.config).quant.spec.group)
+        except PlanRejected as exc:
+            reasons.append(str(exc))
+    assert reasons[0] == 32 and reasons[2] == 128 and "quant.group = 96" in reasons[1]

@@ -23,7 +23,7 @@ from xegemm.epilogue_stage import input_param, workspace_floats
 from xegemm.formula import evaluate, substitute
 from xegemm.plan import Plan
 
-BUFFERS = ("A", "B", "D", "C", "bias", "workspace")     # what a caller binds, by these names
+BUFFERS = ("A", "B", "D", "C", "bias", "workspace", "scales", "zeros")   # what a caller binds, by these names
 SCALARS = ("alpha", "beta", "clamp_lo", "clamp_hi")      # the epilogue's float arguments
 SIZES = ("M", "N", "K", "batch")                          # the inputs of every formula
 CTYPES = {"int": ctypes.c_int, "long": ctypes.c_long, "float": ctypes.c_float}
@@ -81,12 +81,18 @@ class KernelCall:
         lx, ly, _ = plan.workgroup_size
         acc_bytes = dtype(t.acc).bits // 8
         a_bits, b_bits, c_bits = dtype(t.a).bits, dtype(t.b).bits, dtype(t.c).bits
+        b_rows = "K" if lay.b == "row" else "N"
+        if plan.quant and plan.quant.b_view.k_per_element > 1:    # GPTQ: words of several K, [K / per, N]
+            b_bits, b_rows = plan.quant.b_view.b_type.bits, f"K / {plan.quant.b_view.k_per_element}"
         steps = [("lda", _pitch("K" if lay.a == "row" else "M", a_bits)),
                  ("ldb", _pitch("N" if lay.b == "row" else "K", b_bits)),
                  ("ldc", _pitch("N", c_bits)),
                  ("stride_a", "lda * " + ("M" if lay.a == "row" else "K")),
-                 ("stride_b", "ldb * " + ("K" if lay.b == "row" else "N")),
+                 ("stride_b", f"ldb * {b_rows}"),
                  ("stride_c", "ldc * M")]
+        if plan.quant:        # a quantized B's scales and zero points (xegemm.dequant), a batch after the other
+            scales, zeros = plan.quant.array_bytes()
+            steps += [("stride_s", scales), ("stride_z", zeros)]
         out, ld_out = "D", "ldc"
         if plan.split_k > 1:
             steps += [("ldw", f"N * {acc_bytes}"), ("stride_w", "ldw * M"),
@@ -125,6 +131,11 @@ class KernelCall:
             gemm.append(Argument("k_slice", "int", "elements of K per split-K slice", "k_slice"))
         elif plan.stream_k:
             gemm.append(Argument("W", "global uchar*", "the stream-K workspace of pieces of tiles", "workspace"))
+        if plan.quant:
+            gemm += [Argument("S", "const global uchar*", "the quantized B's scales, batch after batch", "scales"),
+                     Argument("Z", "const global uchar*", "the quantized B's zero points (none: any buffer)", "zeros"),
+                     Argument("batch_stride_s", "long", "bytes between the scales' batches", "stride_s"),
+                     Argument("batch_stride_z", "long", "bytes between the zero points' batches", "stride_z")]
         launches = [Launch(plan.name, tuple(gemm), grid, plan.workgroup_size)]
         if plan.reduces:
             reduce = [Argument("W", "const global uchar*", "the workspace the GEMM kernel wrote", "workspace"),

@@ -82,14 +82,17 @@ def choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, tr
 
 
 
-def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None) -> tuple[OperandPlan, OperandPlan]:
+def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None,
+                 b_view=None) -> tuple[OperandPlan, OperandPlan]:
     """The loads of A and B of a sub-group tile (``grid``: DPAS atoms along M, N, K): at sub-group size 16 Xe 2D
     block copies of the families each layout takes (row-major A: plain loads, row-major B: VNNI loads,
-    column-major: transposing loads), at 8 (no 2D block IO) 1D sub-group block tiles."""
+    column-major: transposing loads), at 8 (no 2D block IO) 1D sub-group block tiles.  ``b_view``: B's
+    fragments as stored, when they are dequantized in registers (xegemm.dequant.StoredB), else the DPAS's."""
     t, lay, tile = config.types, config.layout, config.tile
     bk, sg = tile.workgroup[2], tile.subgroup_size
     sgm, sgn = subgroup_tile
-    abits, bbits = mma.a_type.bits, mma.b_type.bits
+    b_mma = b_view or mma
+    abits, bbits = mma.a_type.bits, b_mma.b_type.bits
     if sg == SUB_GROUP:          # 2D block messages need a sub-group of 16 (SPV2D, OCL2D)
         if lay.a == "row":
             a_cands = copy_candidates("LD", ("N",), abits, 32, bk, "TF32" if t.a == "tf32" else None)
@@ -104,12 +107,13 @@ def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None) -> tu
             # narrower than its 16 bytes, from plain rows (VNNI first: on pvc with Debian's IGC, 128x32x64 over
             # 2x1 sub-groups, 7248 instructions and 10 block loads against 7446 and 16 from plain rows)
             layouts = {4: ("V", "N"), 8: ("V",), 16: ("V",)}.get(bbits, ("N",))
+            pack = b_mma.k_per_element       # GPTQ: K per stored word (xegemm.dequant.StoredB)
             b_cands = copy_candidates("LD", layouts, bbits, 32, sgn, "U32" if bbits == 32 else None)
-            b_extent, b_transpose = (bk, sgn), False
+            b_extent, b_transpose = (bk // pack, sgn), False
         else:
             b_cands = copy_candidates("LD", ("T",), bbits, sgn, bk)
             b_extent, b_transpose = (sgn, bk), True
-        b_plan = choose("b", config.atoms.b, b_cands, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
+        b_plan = choose("b", config.atoms.b, b_cands, b_mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
                          transpose=b_transpose, issuable=issuable)
     else:
         for operand in ("a", "b", "c"):
@@ -122,7 +126,7 @@ def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None) -> tu
         a_plan = choose_block1d("a", "LD", abits, sg, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
                                  a_transpose, config.atoms.a)
         b_extent, b_transpose = ((bk, sgn), False) if lay.b == "row" else ((sgn, bk), True)
-        b_plan = choose_block1d("b", "LD", bbits, sg, mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
+        b_plan = choose_block1d("b", "LD", bbits, sg, b_mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
                                  b_transpose, config.atoms.b)
     return a_plan, b_plan
 

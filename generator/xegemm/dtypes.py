@@ -268,6 +268,14 @@ C_SPELLINGS: dict[str, CSpelling] = {
                     decode="(int)({x} & 0xffu)", decode_vector="{x} & 0xffu"),
     "s4": CSpelling(decode="(((int)({x} & 0xfu) ^ 8) - 8)", decode_vector="as_uint{n}((convert_int{n}({x} & 0xfu) ^ 8) - 8)"),
     "u4": CSpelling(decode="(int)({x} & 0xfu)", decode_vector="{x} & 0xfu"),
+    # FP8 weights (a dequantized B, xegemm.lowering.dequant): the byte {x} (a uint of 8 meaningful bits) -> its
+    # value, exactly: sign, then (1.m) 2^(e - bias) or, for e = 0, 0.m 2^(1 - bias), as an integer significand
+    # scaled by ldexp (exact; no f32 subnormal arises).  OCP FP8 v1.0: e4m3 bias 7, e5m2 bias 15; the NaN and
+    # infinity codes are not decoded (e4m3's 0x7f reads 480, e5m2's exponent 31 as if finite).
+    "e4m3": CSpelling(decode="(({x} & 0x80u) ? -1.0f : 1.0f) * ((({x} >> 3) & 15u) ? ldexp((float)(8u + ({x} & 7u)), "
+                             "(int)(({x} >> 3) & 15u) - 10) : ldexp((float)({x} & 7u), -9))"),
+    "e5m2": CSpelling(decode="(({x} & 0x80u) ? -1.0f : 1.0f) * ((({x} >> 2) & 31u) ? ldexp((float)(4u + ({x} & 3u)), "
+                             "(int)(({x} >> 2) & 31u) - 17) : ldexp((float)({x} & 3u), -16))"),
     "f64": CSpelling(),
 }
 

@@ -4,13 +4,14 @@ A kernel name is CUTLASS-style and is the key of everything (results, reports, c
 
     xegemm_<A>_<B>_<acc>_<C>_<layouts>_<BM>x<BN>x<BK>_sg<SGM>x<SGN>_dpas<M>x<N>x<K>_a<atom>_b<atom>_c<atom>
         _pf<prefetch>_grf<GRF>[_swz<S>][_rb<R>x<J>][_alpha][_beta][_bias<row|col>][_<activation>]
-        [_epi_<tag>_<key>][_splitk<S>][_streamk<G>]
+        [_epi_<tag>_<key>][_splitk<S>][_streamk<G>][_q<format><group>s<scale>[z<zero>][nk]]
 
 with the types' config names (xegemm.dtypes), the layouts' kernel-name letters (xegemm.layouts: ``t`` =
 row-major, ``n`` = column-major, for A, B and C), the copy atoms' short names (``short_name`` of
 xegemm.atoms: ``u16x32x32n``, ``pu8x32x32n``, ``u16x8x16s8``) and the epilogue's parts
 (:meth:`xegemm.epilogue.EpilogueSpec.name_parts`), or a traced epilogue's readable tag and the short hash of
-its graph (:meth:`xegemm.epilogue_graph.graph.Graph.name_suffix`).  A variant the planner rejected has no atoms; its name
+its graph (:meth:`xegemm.epilogue_graph.graph.Graph.name_suffix`); a quantized B adds its description
+(:attr:`xegemm.dequant.QuantPlan.name_part`, e.g. ``_qplain32sf16zu4``).  A variant the planner rejected has no atoms; its name
 ends ``_pf<prefetch>_rejected_<digest>`` after the sub-groups.  :class:`KernelName` is the one place that
 writes the grammar; :func:`parse_kernel_name` reads it (the reports take a name's parts from it).
 """
@@ -40,7 +41,7 @@ _PATTERN = re.compile(
     rf"|_dpas(?P<dm>{_N})x(?P<dn>{_N})x(?P<dk>{_N})_a(?P<atom_a>{_ATOM})_b(?P<atom_b>{_ATOM})_c(?P<atom_c>{_ATOM})"
     rf"_pf(?P<pf>{_N})_grf(?P<grf>{_N})(?:_swz(?P<swz>{_N}))?(?:_rb(?P<rbr>{_N})x(?P<rbj>{_N}))?"
     rf"(?P<epilogue>(?:_(?:{'|'.join(_EPILOGUE_PARTS)}))*)(?:_epi_(?P<traced>[a-z0-9_]+?_[0-9a-f]{{{HASH_CHARS}}}))?"
-    rf"(?:_splitk(?P<splitk>{_N}))?(?:_streamk(?P<streamk>{_N}))?)$")
+    rf"(?:_splitk(?P<splitk>{_N}))?(?:_streamk(?P<streamk>{_N}))?(?:_(?P<quant>q[a-z0-9]+))?)$")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class KernelName:
     split_k: int = 1
     stream_k: int = 0
     rejected: str | None = None
+    quant: str = ""                             # a quantized B: q<format><group>s<scale>[z<zero>][nk]
 
     @classmethod
     def of_config(cls, config, **parts) -> "KernelName":
@@ -76,13 +78,14 @@ class KernelName:
                    config.pipeline.prefetch, **planned, **parts)
 
     @classmethod
-    def of_plan(cls, config, mma, a, b, c, epilogue, graph=None) -> "KernelName":
+    def of_plan(cls, config, mma, a, b, c, epilogue, graph=None, quant: str = "") -> "KernelName":
         """A planned variant's name: its config, DPAS atom, A/B/C copy atoms and epilogue (EpilogueSpec; a traced
-        epilogue's Graph instead when ``graph`` is given)."""
+        epilogue's Graph instead when ``graph`` is given) and the quantization's token
+        (xegemm.dequant.QuantPlan.name_part, '' for none)."""
         traced = {"traced": graph.name_suffix().removeprefix("_epi_")} if graph is not None else \
             {"epilogue": epilogue.name_parts()}
         return cls.of_config(config, dpas=(mma.m, mma.n, mma.k), atoms=(a.short_name, b.short_name, c.short_name),
-                             **traced)
+                             quant=quant, **traced)
 
     @property
     def stem(self) -> str:
@@ -100,7 +103,8 @@ class KernelName:
                 + "".join(f"_{p}" for p in self.epilogue)
                 + (f"_epi_{self.traced}" if self.traced else "")
                 + (f"_splitk{self.split_k}" if self.split_k > 1 else "")
-                + (f"_streamk{self.stream_k}" if self.stream_k else ""))
+                + (f"_streamk{self.stream_k}" if self.stream_k else "")
+                + (f"_{self.quant}" if self.quant else ""))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -123,4 +127,5 @@ def parse_kernel_name(name: str) -> KernelName:
                       atoms=(g["atom_a"], g["atom_b"], g["atom_c"]), grf=int(g["grf"]),
                       swizzle=int(g["swz"] or 1),
                       register_block=(int(g["rbr"]), int(g["rbj"])) if g["rbr"] is not None else (0, 0),
-                      epilogue=epilogue, traced=g["traced"], split_k=int(g["splitk"] or 1), stream_k=int(g["streamk"] or 0))
+                      epilogue=epilogue, traced=g["traced"], split_k=int(g["splitk"] or 1),
+                      stream_k=int(g["streamk"] or 0), quant=g["quant"] or "")

@@ -186,7 +186,8 @@ def plan_operand(operand: str, copy: CopyAtomBase, mma: MmaAtom, extent: tuple[i
         frag_bits = ctype_shape(mma.ctype(operand))[0]   # fragments are addressed in the operand's components
     # the tiles repeat every copy block: a fragment is located once per origin within a block (among the
     # tiles it can reach from there) and moved to the other blocks by renumbering the tiles
-    reach = _to_memory(frag_shape, transpose)
+    pack = mma.k_per_element if operand == "b" else 1   # a GPTQ view (xegemm.dequant.StoredB): K per stored element
+    reach = _to_memory((frag_shape[0] // pack, frag_shape[1]), transpose)
     near = {t for t, (r0, c0) in enumerate(tiles) if r0 < copy.rows + reach[0] and c0 < copy.cols + reach[1]}
     holders = _holders(copy, tiles, near)
     per_row = cols // copy.cols
@@ -195,7 +196,7 @@ def plan_operand(operand: str, copy: CopyAtomBase, mma: MmaAtom, extent: tuple[i
     fr, fc = frag_shape
     for i in range(frag_grid[0]):
         for j in range(frag_grid[1]):
-            r, c = _to_memory((i * fr, j * fc), transpose)
+            r, c = _to_memory((i * fr // pack, j * fc), transpose)
             base = (r % copy.rows, c % copy.cols)
             if base not in located:
                 located[base] = locate_fragment(holders, frag_map, base, transpose, frag_bits, elem_bits)

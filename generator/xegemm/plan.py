@@ -18,6 +18,7 @@ from xegemm.atoms.copy import SUB_GROUP as BLOCK2D_SUB_GROUP
 from xegemm.atoms.mma import MmaAtom
 from xegemm.config import Config
 from xegemm.config.sections import tile_conflict
+from xegemm.dequant import QuantPlan, mma_types, quant_plan
 from xegemm.dtypes import dtype
 from xegemm.epilogue import EpilogueSpec
 from xegemm.epilogue_graph.config import graph_of
@@ -54,6 +55,7 @@ class Plan:
     graph: Graph | None = None                   # a traced epilogue (docs/epilogues.md); None: the fixed one
     aux: tuple[AuxMatrix, ...] = ()              # the traced epilogue's auxiliary matrices and their atoms
     reductions: tuple[ReductionPlan, ...] = ()   # the traced epilogue's reductions: partials and fix-ups
+    quant: QuantPlan | None = None               # a quantized B, dequantized in registers (xegemm.dequant)
 
     @property
     def split_k(self) -> int:
@@ -182,13 +184,14 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
     if lay.c != "row":
         raise PlanRejected("C must be row-major: 2D block stores write row-major blocks only (sycl-tla's xe_2d_copy.md, docs/atoms.md §1.1)" if block2d
                            else "C must be row-major: 1D sub-group block writes store row segments only")
+    dpas_a, dpas_b = mma_types(config)      # a quantized B: the compute type's DPAS (xegemm.dequant)
     try:
         mma = (MmaAtom.parse(config.atoms.mma) if config.atoms.mma else
-               MmaAtom.of(dtype(t.a).code, dtype(t.b).code, dtype(t.acc).code, m=math.gcd(8, sgm), n=sg))
+               MmaAtom.of(dtype(dpas_a).code, dtype(dpas_b).code, dtype(t.acc).code, m=math.gcd(8, sgm), n=sg))
     except XegemmError as exc:
-        raise PlanRejected(f"no DPAS atom for A={t.a}, B={t.b}, accumulator={t.acc}: {exc}") from exc
-    if (mma.a, mma.b, mma.c) != (dtype(t.a).code, dtype(t.b).code, dtype(t.acc).code):
-        raise PlanRejected(f"{mma.name} does not take A={t.a}, B={t.b}, accumulator={t.acc}")
+        raise PlanRejected(f"no DPAS atom for A={dpas_a}, B={dpas_b}, accumulator={t.acc}: {exc}") from exc
+    if (mma.a, mma.b, mma.c) != (dtype(dpas_a).code, dtype(dpas_b).code, dtype(t.acc).code):
+        raise PlanRejected(f"{mma.name} does not take A={dpas_a}, B={dpas_b}, accumulator={t.acc}")
     if mma.n != sg:
         raise PlanRejected(f"{mma.name} executes at sub-group size {mma.n} (N = the SIMD width), but "
                            f"tile.subgroup_size is {sg}")
@@ -196,7 +199,8 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         raise PlanRejected(f"sub-group tile {sgm}x{sgn}x{bk} is not a multiple of the {mma.name} shape "
                            f"{mma.m}x{mma.n}x{mma.k}")
     grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
-    a_plan, b_plan = choose_loads(config, mma, grid, (sgm, sgn), issuable)
+    quant = quant_plan(config, mma)
+    a_plan, b_plan = choose_loads(config, mma, grid, (sgm, sgn), issuable, quant.b_view if quant else None)
     c_bits = dtype(t.acc if tile.split_k > 1 else t.c).bits   # split: the slices' partial sums are stored
     c_plan = plan_store(config.atoms.c, c_bits, mma, (sgm, sgn), grid, block2d)
     # stream-K: pieces of tiles are stored as the accumulator, with the planner's own atom
@@ -243,7 +247,8 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         raise PlanRejected(f"tile.stream_k = {tile.stream_k} work-groups but a batch has {iters} MAC-loop iterations "
                            f"({math.ceil(config.problem.m / bm)} x {math.ceil(config.problem.n / bn)} tiles of "
                            f"{bm}x{bn} x {k_tiles} k-tiles of {bk}): a work-group would get none; use at most {iters}")
-    name = str(KernelName.of_plan(config, mma, a_plan.atom, b_plan.atom, c_plan.atom, epilogue, graph))
+    name = str(KernelName.of_plan(config, mma, a_plan.atom, b_plan.atom, c_plan.atom, epilogue, graph,
+                                  quant.name_part if quant else ""))
     return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in, partial,
-                graph, aux, plan_reductions(config, graph, (sgm, sgn)) if graph else ())
+                graph, aux, plan_reductions(config, graph, (sgm, sgn)) if graph else (), quant)
 

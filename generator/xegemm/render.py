@@ -18,6 +18,7 @@ from xegemm.epilogue import load_float
 from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering, lowering_class, named_lowering
 from xegemm.lowering.native import NativeUnsupported
+from xegemm.lowering.dequant import dequant_b_operands, dequant_code
 from xegemm.lowering.portable import staged_kstep
 from xegemm.lowering.reorder import plan_reorders
 from xegemm.plan import Plan, PlanRejected
@@ -224,6 +225,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     mma = lowering_class(mma_lowering) if mma_lowering else type(lowering)
     copy_arrays = staged and lowering.copies_as_arrays(plan)
     staged_plan = staged_kstep(plan, copy_arrays) if staged and mma.stages_kstep else None
+    dequant = staged_plan.dequant if staged_plan else dequant_code(plan) if plan.quant else None
     try:
         copy_library = lowering.render_copies(copies)
     except NativeUnsupported as exc:
@@ -250,6 +252,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         swizzle=cfg.tile.swizzle, swizzle_lines=swizzle_c_lines(cfg.tile.swizzle) if cfg.tile.swizzle > 1 else [],
         epilogue_tiles=tiles, reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
+        dequant=dequant, dequant_b=dequant_b_operands(plan) if dequant and not staged_plan else {},
+        b_k_per_row=plan.quant.b_view.k_per_element if plan.quant else 1,
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     problems = lowering.check_source(source)

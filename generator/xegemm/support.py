@@ -66,18 +66,53 @@ def check(target: str, a: str, b: str, acc: str, c: str | None = None, layout: s
     """Plan and render natively for ``target`` a representative variant (2x2 sub-groups of each sub-group tile
     in :data:`SUBGROUP_TILES` until one works): supported, or the reason the first tile was rejected."""
     la, lb, _ = from_letters(layout)
-    lowering = named_lowering("native", DRIVER_CAPABILITIES, target)
+    return _first_that_works([_config_text(target, a, b, acc, c or acc, la, lb, epilogue, tile)
+                              for tile in SUBGROUP_TILES[TARGETS[target].simd]],
+                             named_lowering("native", DRIVER_CAPABILITIES, target))
+
+
+def _first_that_works(texts: list[str], lowering) -> Cell:
+    """Plan and render each config text in turn for ``lowering``: supported at the first that works, else the
+    reason the first was rejected."""
     reasons = []
-    for tile in SUBGROUP_TILES[TARGETS[target].simd]:
+    for text in texts:
         try:
-            p = plan(config_from_text(_config_text(target, a, b, acc, c or acc, la, lb, epilogue, tile)),
-                     lowering.issues)
-            render_kernel(p, lowering)
+            render_kernel(plan(config_from_text(text), lowering.issues), lowering)
         except XegemmError as exc:
             reasons.append(str(exc).splitlines()[0])
             continue
         return Cell(True)
     return Cell(False, reasons[0])
+
+
+# quantized B (docs/quantization.md): label -> the config's types and quant: section
+QUANTIZED = {
+    "plain s4, u4 zeros, group 128": "types: {a: f16, b: s4, c: f16}\nquant: {format: plain, group: 128, zero: u4}\n",
+    "plain u4, group 32, column-major B": ("types: {a: f16, b: u4, c: f16}\nlayout: {b: col}\n"
+                                          "quant: {format: plain, group: 32}\n"),
+    "plain s8, channel, f32 scales": "types: {a: bf16, b: s8}\nquant: {format: plain, group: channel, scale: f32}\n",
+    "plain u8, u8 zeros, group 64": "types: {a: f16, b: u8}\nquant: {format: plain, group: 64, zero: u8}\n",
+    "plain e4m3, tensor": "types: {a: f16, b: e4m3}\nquant: {format: plain, group: tensor, scale: f32}\n",
+    "plain e5m2, channel": "types: {a: bf16, b: e5m2}\nquant: {format: plain, group: channel, scale: bf16}\n",
+    "gptq u4, group 128": "types: {a: f16, b: u4}\nquant: {format: gptq, group: 128, zero: u4}\n",
+    "gptq u8, group 128": "types: {a: f16, b: u8}\nquant: {format: gptq, group: 128, zero: u8}\n",
+    "awq u4, group 128": "types: {a: bf16, b: u4}\nquant: {format: awq, group: 128, zero: u4}\n",
+    "mx e2m1 (MXFP4)": "types: {a: bf16, b: e2m1}\nquant: {format: mx, group: 32, scale: e8m0}\n",
+    "plain e4m3, block128": "types: {a: f16, b: e4m3}\nquant: {format: plain, group: block128, scale: f32}\n",
+    "plain s8, f16 zeros": "types: {a: f16, b: s8}\nquant: {format: plain, group: 128, zero: f16}\n",
+    "W8A8 FP8 (quant_a)": ("types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, "
+                           "scale: f32}\nquant_a: {format: plain, group: 128, scale: f32}\n"),
+}
+
+
+def check_quantized(text: str, lowering: str, target: str = "pvc") -> Cell:
+    """Plan and render a quantized B's representative variant (2x2 sub-groups of each sub-group tile of
+    :data:`SUBGROUP_TILES` until one works) in ``lowering`` (``native``: for ``target`` with a driver's compiler
+    capabilities): supported, or the reason the first tile was rejected."""
+    low = named_lowering("native", DRIVER_CAPABILITIES, target) if lowering == "native" else named_lowering(lowering)
+    return _first_that_works([f"problem: {{m: {SIZE}, n: {SIZE}, k: {SIZE}}}\ntile: {{workgroup: [{2 * sgm}, {2 * sgn}, "
+                              f"32], subgroups: [2, 2]}}\npipeline: {{prefetch: 0}}\n{text}"
+                              for sgm, sgn in SUBGROUP_TILES[16]], low)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -122,5 +157,10 @@ def markdown() -> str:
     rows = [[acc, *(notes.cell(check(t, a, b, acc, c=c)) for t in targets for c in OUTPUT_TYPES)]
             for acc, (a, b) in accs.items()]
     out += ["Output conversions (RRR; f32 -> f16/bf16 round to nearest even, integers saturate):", "",
+            *_table(header, rows), ""]
+    header = ["quantized B (A f16/bf16, f32 accumulator; docs/quantization.md)", "portable", "pvc native"]
+    rows = [[name, notes.cell(check_quantized(text, "portable")), notes.cell(check_quantized(text, "native"))]
+            for name, text in QUANTIZED.items()]
+    out += ["Quantized B, dequantized in registers into the f16/bf16 DPAS (RRR unless said):", "",
             *_table(header, rows), "", "Reasons:", "", *notes.lines()]
     return "\n".join(out) + "\n"

@@ -22,6 +22,7 @@ from xegemm.epilogue import Bounds, EpilogueSpec, reference_bounds
 from xegemm.epilogue_graph.config import graph_of
 from xegemm.epilogue_graph.reference import reference as graph_reference
 from xegemm.plan import k_slice
+from xegemm.quant import compute_type, dequantize, operand_spec, random_quantized
 from xegemm.stream_k import tile_pieces
 
 GUARD_BYTES = 4096
@@ -44,6 +45,7 @@ class Operands:
     bias: np.ndarray | None = None        # f32 bias vector (length M or N), else None
     named: dict = field(default_factory=dict)        # a traced epilogue's named inputs: values (f32 vectors and
     named_bytes: dict = field(default_factory=dict)  # scalars, matrices batch x M x N) and the matrices' storage
+    quant: dict | None = None             # a quantized B: {"scales", "zeros"} bytes, batch after batch (else None)
 
 
 def _values(rng, name: str, shape) -> np.ndarray:
@@ -76,9 +78,13 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
     p, t = config.problem, config.types
     rng = np.random.default_rng(config.verify.seed if seed is None else seed)
     a = _values(rng, t.a, (p.batch, p.m, p.k))
-    b = _values(rng, t.b, (p.batch, p.k, p.n))
+    qspec, quant = operand_spec(config, "b"), None
+    if qspec is not None:
+        b, b_bytes, quant = _quantized_b(config, qspec, rng)
+    else:
+        b = _values(rng, t.b, (p.batch, p.k, p.n))
+        b_bytes = _storage(t.b, b if config.layout.b == "row" else np.swapaxes(b, 1, 2))
     a_bytes = _storage(t.a, a if config.layout.a == "row" else np.swapaxes(a, 1, 2))
-    b_bytes = _storage(t.b, b if config.layout.b == "row" else np.swapaxes(b, 1, 2))
     spec, graph = EpilogueSpec.of(config), graph_of(config)
     c_in = _values(rng, t.c, (p.batch, p.m, p.n)) if (graph.reads("c") if graph else spec.reads_c) else None
     bias = None
@@ -91,9 +97,25 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
             named[i.name] = _values(rng, i.type, shape)
     return Operands(a, b, a_bytes, b_bytes, lda=a_bytes.shape[2], ldb=b_bytes.shape[2],
                     ldc=p.n * dtype(t.c).bits // 8, c_in=c_in,
-                    c_in_bytes=None if c_in is None else _storage(t.c, c_in), bias=bias, named=named,
+                    c_in_bytes=None if c_in is None else _storage(t.c, c_in), bias=bias, quant=quant, named=named,
                     named_bytes={name: _storage(graph.input(name).type, v) for name, v in named.items()
                                  if graph.input(name).kind == "matrix"})
+
+
+def _quantized_b(config: Config, spec, rng) -> tuple[np.ndarray, np.ndarray, dict]:
+    """A quantized B per batch, straight in its format (xegemm.quant.random_quantized: every code, random scales
+    and zeros): its values as the kernel dequantizes them (xegemm.quant.dequantize, in the compute type), the
+    values' bytes (batch, rows, bytes per row) and the scales' and zeros' bytes, batch after batch."""
+    p = config.problem
+    matrices = [random_quantized(spec, p.k, p.n, rng) for _ in range(p.batch)]
+    values = np.stack([dequantize(q, compute_type(config.types)).astype(np.float64) for q in matrices])
+    stored = np.stack([np.ascontiguousarray(q.qweight).view(np.uint8).reshape(q.qweight.shape[0], -1)
+                       for q in matrices])
+
+    def flat(name: str) -> np.ndarray:
+        return np.concatenate([np.ascontiguousarray(q.arrays[name]).view(np.uint8).reshape(-1) for q in matrices])
+    zeros = next((name for name in ("zeros", "qzeros") if name in matrices[0].arrays), None)
+    return values, stored, {"scales": flat("scales"), "zeros": flat(zeros) if zeros else None}
 
 
 @dataclass(frozen=True)

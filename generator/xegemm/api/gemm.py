@@ -26,6 +26,7 @@ from xegemm.api.errors import (AlignmentError, DeviceMemoryError, DTypeMismatchE
                                ShapeMismatchError)
 from xegemm.api import traced
 from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
+from xegemm.api.quantized import QuantizedB, quantized_b
 from xegemm.arguments import KernelCall
 from xegemm.config import Config, ConfigError, Variant, expand, load_config
 from xegemm.dtypes import dtype
@@ -34,6 +35,7 @@ from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.evaluate.device import device_build_options, submit_in_order
 from xegemm.lowering import Lowering, choose_lowering
+from xegemm.quant import operand_spec
 from xegemm.runtime.devices import describe, select_sycl_device
 from xegemm.runtime.program import BuildError, build_program, from_device, make_queue, read_into, to_device, write_async
 from xegemm.runtime.sycl import dpmem
@@ -109,6 +111,8 @@ class _Pool:
                         "C": to_device(queue, np.zeros(max(4, s["stride_c"] * batch if reads_c else 4), np.uint8)),
                         "bias": to_device(queue, np.zeros(max(4, 4 * length), np.uint8)),
                         "workspace": to_device(queue, np.zeros(max(4, s["workspace_bytes"]), np.uint8))}
+        for name, stride in (("scales", "stride_s"), ("zeros", "stride_z")):   # a quantized B's (else unused)
+            self.buffers[name] = to_device(queue, np.zeros(max(4, s.get(stride, 0) * batch), np.uint8))
         self.bound: dict[tuple, list] = {}
 
 
@@ -167,8 +171,10 @@ def load(source, *, device=None, epilogue=None) -> Gemm:
 
 
 class Gemm:
-    """``gemm(a, b, c=None, *, alpha=None, beta=None, bias=None, out=None)`` computes
-    ``D = activation(alpha * (A @ B) + beta * C + bias)`` with the loaded kernels (see the module docstring)."""
+    """``gemm(a, b, c=None, *, scales=None, zeros=None, alpha=None, beta=None, bias=None, out=None)`` computes
+    ``D = activation(alpha * (A @ B) + beta * C + bias)`` with the loaded kernels (see the module docstring).
+    A quantized B (a ``quant:`` section) is passed as its format stores it: ``b`` its qweight, ``scales`` and
+    ``zeros`` (xegemm.api.quantized); B is then ``dequantize(b)`` in the compute type."""
 
     def __init__(self, candidates: list[Candidate], device=None, label: str = ""):
         self.candidates = candidates
@@ -183,21 +189,41 @@ class Gemm:
         self._kernels: dict[tuple, list] = {}
         self._lock = threading.Lock()
         self._host_types = {(c.config.types.a, c.config.types.b) for c in candidates}
+        quant = {operand_spec(c.config, "b") for c in candidates}
+        if len(quant) > 1:
+            raise XegemmError(f"{label}: the variants quantize B differently ({', '.join(sorted(str(q) for q in quant))}); "
+                              "a loaded GEMM takes one description of a quantized B")
+        self.quant = next(iter(quant))      # B's QuantSpec (xegemm.quant), or None: B is not quantized
 
     def __repr__(self) -> str:
         return f"<xegemm.Gemm {self.label!r}: {len(self.candidates)} variant(s) on {self.info.filter_string}>"
 
     # -- the call -----------------------------------------------------------------------------------------------
-    def __call__(self, a, b, c=None, *, alpha=None, beta=None, bias=None, out=None, **named):
+    def __call__(self, a, b, c=None, *, scales=None, zeros=None, alpha=None, beta=None, bias=None, out=None,
+                 **named):
         if self.candidates[0].config.epilogue.traced:     # alpha, beta and bias are named inputs like any other
+            if self.quant is not None:
+                raise XegemmError("a traced epilogue over a quantized B is not callable yet: load the quantized "
+                                  "config with the fixed epilogue")
             if out is not None:
                 raise XegemmError("a traced epilogue's call returns D (or a dict of D and its extra outputs): no out=")
-            given = {"alpha": alpha, "beta": beta, "bias": bias}
+            given = {"alpha": alpha, "beta": beta, "bias": bias, "scales": scales, "zeros": zeros}
             return self._call_traced(a, b, c, {**{k: v for k, v in given.items() if v is not None}, **named})
         if named:
             raise XegemmError(f"input {sorted(named)[0]!r}: the loaded kernels have the fixed epilogue, which takes "
                               "alpha, beta and bias; named inputs are a traced epilogue's (load(..., epilogue=fn))")
-        opa, opb = operand("A", a, "M x K"), operand("B", b, "K x N")
+        opa = operand("A", a, "M x K")
+        if self.quant is not None:       # b, scales, zeros: the arrays as the format stores them
+            if opa.device:
+                raise LayoutError("a quantized B's call takes host (numpy) arrays; A is a device array")
+            q = quantized_b(self.quant, b, scales, zeros, opa.shape[2], opa.batched)
+            opb = Operand("B", q, (q.batch, opa.shape[2], q.n), q.batched, np.dtype(np.uint8),
+                          (self.quant.layout,), False)
+        else:
+            if scales is not None or zeros is not None:
+                raise ShapeMismatchError("scales and zeros are for a quantized B; the loaded kernels take B as it "
+                                         "is (no quant: section)")
+            opb = operand("B", b, "K x N")
         (ba, m, k), (bb, k2, n) = opa.shape, opb.shape
         if k != k2:
             raise ShapeMismatchError(f"A is {_dims(opa)} and B is {_dims(opb)}: A's columns (K = {k}) must equal "
@@ -206,7 +232,7 @@ class Gemm:
             raise ShapeMismatchError(f"A is {_dims(opa)} and B is {_dims(opb)}: both must have the same batch "
                                      "(a leading dimension on both, or on neither)")
         batch, batched = ba, opa.batched
-        type_a, type_b = self._types(opa, opb)
+        type_a, type_b = self._types(opa, opb) if self.quant is None else self._types_quantized(opa)
         first = self.candidates[0].config
         alpha = first.epilogue.alpha if alpha is None else float(alpha)
         beta = first.epilogue.beta if beta is None else float(beta)
@@ -290,6 +316,14 @@ class Gemm:
         want = " or ".join(f"A {_dtype_name(ta, opa.device)} with B {_dtype_name(tb, opb.device)}"
                            for ta, tb in sorted(self._host_types))
         raise DTypeMismatchError(f"A has dtype {opa.dtype} and B {opb.dtype}; the loaded kernels take {want}")
+
+    def _types_quantized(self, opa: Operand) -> tuple[str, str]:
+        """A's registry type from its dtype and B's from the quantization (its arrays were checked already)."""
+        for ta, tb in self._host_types:
+            if opa.dtype == expected_dtype(ta, False):
+                return ta, tb
+        want = " or ".join(_dtype_name(ta, False) for ta, _ in sorted(self._host_types))
+        raise DTypeMismatchError(f"A has dtype {opa.dtype}; the loaded kernels take A {want}")
 
     def _bias_kind(self, bias, m: int, n: int) -> str:
         if bias is None:
@@ -423,8 +457,13 @@ class Gemm:
                 pool = choice.pools[id(q)] = _Pool(q, choice)
             bufs = pool.buffers
             # written without waiting on the in-order queue; kept alive until the blocking read of D below
+            quantized = opb.array if isinstance(opb.array, QuantizedB) else None
             written = [write_async(bufs["A"], host_bytes(opa, choice.layout_a, t.a)),
-                       write_async(bufs["B"], host_bytes(opb, choice.layout_b, t.b))]
+                       write_async(bufs["B"], quantized.qweight if quantized else host_bytes(opb, choice.layout_b, t.b))]
+            if quantized:
+                written.append(write_async(bufs["scales"], quantized.scales))
+                if quantized.zeros is not None:
+                    written.append(write_async(bufs["zeros"], quantized.zeros))
             if c is not None:
                 written.append(write_async(bufs["C"], c))
             if bias is not None:

@@ -83,6 +83,10 @@ class MmaAtom:
     b: str
     c: str
 
+    # B elements along K per element of B's storage: 1 for every DPAS atom (a dequantized GPTQ B's view,
+    # xegemm.dequant.StoredB, holds several K per 32-bit word)
+    k_per_element = 1
+
     def __post_init__(self):
         _check(self)
 

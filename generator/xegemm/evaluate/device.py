@@ -55,7 +55,7 @@ class DeviceSession:
     def buffers(self, config: Config):
         """Device buffers and reference for the config's problem and types (rebuilt when they change)."""
         key = (config.problem, config.types, config.layout, config.epilogue, reference_key(config), config.verify.seed,
-               workspace_bytes(config))
+               workspace_bytes(config), config.quant, config.quant_a)
         if key != self._problem_key:
             too_big = check_fits(config, getattr(self.device, "global_mem_size", None))
             if too_big:          # refused before numpy or the device is asked for the memory
@@ -70,6 +70,10 @@ class DeviceSession:
                              "bias": to_device(self.queue, nothing if ops.bias is None else ops.bias.astype(np.float32)),
                              "workspace": to_device(self.queue, np.zeros(max(4, workspace_bytes(config)), np.uint8))}
             self._buffers.update(traced_buffers(self.queue, config, ops))
+            quant = ops.quant or {}
+            for name in ("scales", "zeros"):    # a quantized B's (xegemm.verify.make_operands)
+                data = quant.get(name)
+                self._buffers[name] = to_device(self.queue, nothing if data is None else data)
             self._problem_key = key
         return self._buffers
 
@@ -130,7 +134,8 @@ def device_buffers(bufs) -> dict:
     """A session's buffers under the names of :data:`xegemm.arguments.BUFFERS` (C is where D goes; its input
     is ``c_in``)."""
     return {"A": bufs["a"], "B": bufs["b"], "D": bufs["c"], "C": bufs["c_in"], "bias": bufs["bias"],
-            "workspace": bufs["workspace"], **bufs["named"], **{k: v[0] for k, v in bufs["aux_outputs"].items()}}
+            "workspace": bufs["workspace"], "scales": bufs["scales"], "zeros": bufs["zeros"],
+            **bufs["named"], **{k: v[0] for k, v in bufs["aux_outputs"].items()}}
 
 
 def traced_buffers(queue, config: Config, ops) -> dict:

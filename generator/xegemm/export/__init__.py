@@ -76,6 +76,8 @@ def _rules(config, target: str) -> list[str]:
 
 def _example_skip(config) -> str | None:
     t = config.types
+    if config.quant.format != "none" or config.quant_a.format != "none":
+        return "example.c's reference does not dequantize a quantized operand (the call API's tests verify it)"
     if t.a not in EXAMPLE_TYPES or t.b not in EXAMPLE_TYPES:
         return f"example.c generates no {t.a} x {t.b} inputs"
     if t.acc not in EXAMPLE_ACCUMULATORS:
@@ -211,7 +213,7 @@ def _c_kernel(e: Exported) -> dict:
             "layout_a": config.layout.a, "layout_b": config.layout.b,
             "alpha": spec.alpha, "beta": spec.beta, "bias": spec.bias, "activation": spec.activation,
             "clamp": spec.clamp, "lipschitz": act.lipschitz, "act_error": act.error_units,
-            "exact": spec.exact_integer,
+            "exact": spec.exact_integer, "quantized": plan.quant is not None,
             "problem": (config.problem.m, config.problem.n, config.problem.k, config.problem.batch),
             "splits": config.tile.split_k + (2 * math.ceil(config.problem.k / config.tile.workgroup[2])
                                              if config.tile.stream_k else 0)}

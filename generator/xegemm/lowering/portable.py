@@ -20,7 +20,8 @@ from xegemm.atoms.lanemap import lane_affine as _lane_affine
 from xegemm.atoms.lanemap import lane_expr as _lane_expr
 from xegemm.atoms.mma import MmaAtom
 from xegemm.dtypes import UNSIGNED_CTYPE, DType, c_spelling, ctype_shape, sizeof_ctype, vector_ctype
-from xegemm.lowering.reorder import fragment_ctype, plan_reorders
+from xegemm.lowering.dequant import DequantCode, dequant_code
+from xegemm.lowering.reorder import fragment_ctype, plan_reorders, register_unit
 
 
 def _component(var: str, width: int, i: int) -> str:
@@ -288,6 +289,7 @@ class StagedKstep:
     blocks: tuple[tuple[tuple[tuple[int, int], ...], tuple[int, ...]], ...]   # register blocks: ((i, row)s, js)
     round_row: str | None                         # C expression rounding row {x} to the accumulator type
     pack_row: str                                 # C expression of row {x} as the accumulator's component
+    dequant: DequantCode | None = None            # a quantized B: dequantized as it is staged (lowering.dequant)
 
     def rounded(self, name: str) -> str | None:
         """``name`` = ``name`` rounded to the accumulator type (bf16/f16), or None when nothing to do."""
@@ -297,27 +299,6 @@ class StagedKstep:
         """Accumulator fragment (i, j) as the DPAS accumulator register, from its scalars acc_i_j_<row>."""
         rows = [self.pack_row.format(x=f"acc_{i}_{j}_{r}") for r in range(self.register_rows)]
         return rows[0] if len(rows) == 1 else f"({self.acc_ctype})({', '.join(rows)})"
-
-
-def _unit(var: str, reg_ctype: str, unit_bits: int, index: int, array: bool) -> str:
-    """Unit ``index`` (``unit_bits`` wide, little-endian) of the copy register ``var`` of type ``reg_ctype``
-    (held as an array of its components when ``array``), as a uint expression: the bits the fragment helpers
-    of templates/fragments.cl.j2 would move."""
-    bits, n = ctype_shape(reg_ctype)
-
-    def comp(i: int) -> str:
-        return f"(uint){var}" if n == 1 and not array else f"(uint){var}[{i}]"
-
-    if bits == unit_bits:
-        return comp(index)
-    if bits > unit_bits:
-        per = bits // unit_bits
-        shift = index % per * unit_bits
-        value = comp(index // per) if not shift else f"({comp(index // per)} >> {shift})"
-        return f"({value} & {hex((1 << unit_bits) - 1)}u)"
-    per = unit_bits // bits
-    parts = [comp(index * per + t) + (f" << {t * bits}" if t else "") for t in range(per)]
-    return "(" + " | ".join(parts) + ")"
 
 
 def _stage_lines(stage: str, slots: list[list], values: list[list], sub_group: int) -> list[str]:
@@ -351,8 +332,10 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     a_bits, a_n = ctype_shape(atom.a_ctype)
     a_per = a_bits // atom.a_type.bits
     a_cells = full.lane_map("a").map
-    b_bits, b_n = ctype_shape(atom.b_ctype)
-    b_per = b_bits // atom.b_type.bits
+    dequant = dequant_code(plan) if plan.quant else None      # a quantized B: decoded and dequantized here
+    b_view = plan.quant.b_view if plan.quant else atom
+    b_bits, b_n = ctype_shape(b_view.ctype("b"))
+    b_per = b_bits // (plan.quant.b_view.code_type if plan.quant else atom.b_type).bits
     reorders = plan_reorders(plan, unsigned=True, arrays=copy_arrays)   # the kernel declares xe_lane before its main loop
     a_stage, b_stage = [], []
     for ki in range(kt):
@@ -366,7 +349,7 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                 reg, reg_type, offset, arrays = f"a{frag.tile}", plan.a.atom.register_type, frag.offset, copy_arrays
             values, slots = [], [[] for _ in range(sub_group)]
             for e in range(a_n * a_per):
-                unit = _unit(reg, reg_type, a_bits, offset + e // a_per, arrays)
+                unit = register_unit(reg, reg_type, a_bits, offset + e // a_per, arrays)
                 values.append(_decode(atom.a_type, unit, e % a_per, source_bits=a_bits))
                 for lane in range(sub_group):
                     cell = a_cells[lane][e]
@@ -374,16 +357,17 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                     slots[lane].append((i * rm + cell[0]) * k + cell[1] if real else None)
             lines += _stage_lines("sa", slots, values, sub_group)
         a_stage.append(tuple(lines))
-        lines = []
+        lines = list(dequant.chunk_loads[ki]) if dequant else []
         for j in range(nt):
             frag = plan.b.fragments[(ki, j)]
             if (ki, j) in reorders["b"]:
                 lines += reorders["b"][(ki, j)]
-                reg, reg_type, offset, arrays = f"fb_{ki}_{j}", fragment_ctype(atom, "b", True), 0, False
+                reg, reg_type, offset, arrays = f"fb_{ki}_{j}", fragment_ctype(b_view, "b", True), 0, False
             else:
                 reg, reg_type, offset, arrays = f"b{frag.tile}", plan.b.atom.register_type, frag.offset, copy_arrays
-            values = [_decode(atom.b_type, _unit(reg, reg_type, b_bits, offset + kk // b_per, arrays), kk % b_per,
-                              source_bits=b_bits) for kk in range(k)]
+            units = [register_unit(reg, reg_type, b_bits, offset + kk // b_per, arrays) for kk in range(k)]
+            values = [dequant.value(units[kk], kk % b_per, j) if dequant else
+                      _decode(atom.b_type, units[kk], kk % b_per, source_bits=b_bits) for kk in range(k)]
             slots = [[(kk * nt + j) * sub_group + lane for kk in range(k)] for lane in range(sub_group)]
             lines += _stage_lines("sb", slots, values, sub_group)
         b_stage.append(tuple(lines))
@@ -393,7 +377,7 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=mt * rm * k,
                        b_size=k * nt * sub_group, a_stage=tuple(a_stage), b_stage=tuple(b_stage),
                        acc_ctype=atom.c_ctype, blocks=register_blocks(atom.m, mt, nt, plan.register_block),
-                       round_row=round_row, pack_row=row)
+                       round_row=round_row, pack_row=row, dequant=dequant)
 
 
 def register_blocks(rows: int, mt: int, nt: int, block: tuple[int, int]):

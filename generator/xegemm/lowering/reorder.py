@@ -136,16 +136,38 @@ def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, 
     return lines
 
 
+def register_unit(var: str, reg_ctype: str, unit_bits: int, index: int, array: bool) -> str:
+    """Unit ``index`` (``unit_bits`` wide, little-endian) of the copy register ``var`` of type ``reg_ctype``
+    (held as an array of its components when ``array``), as a uint expression: the bits the fragment helpers
+    of templates/fragments.cl.j2 would move."""
+    bits, n = ctype_shape(reg_ctype)
+
+    def comp(i: int) -> str:
+        return f"(uint){var}" if n == 1 and not array else f"(uint){var}[{i}]"
+
+    if bits == unit_bits:
+        return comp(index)
+    if bits > unit_bits:
+        per = bits // unit_bits
+        shift = index % per * unit_bits
+        value = comp(index // per) if not shift else f"({comp(index // per)} >> {shift})"
+        return f"({value} & {hex((1 << unit_bits) - 1)}u)"
+    per = unit_bits // bits
+    parts = [comp(index * per + t) + (f" << {t * bits}" if t else "") for t in range(per)]
+    return "(" + " | ".join(parts) + ")"
+
+
 def plan_reorders(plan, unsigned: bool = False, arrays: bool = False) -> dict:
     """The reorders of a plan's A and B fragments as C: ``{"a": {(i, ki): lines}, "b": {(ki, j): lines},
     "lane": the lane declaration}``, the fragments named ``fa_<i>_<ki>`` and ``fb_<ki>_<j>``, of the DPAS
-    operand types (``unsigned``: of the unsigned integer vectors of the same shape, see :func:`fragment_ctype`)."""
+    operand types (a quantized B: its stored bits, xegemm.dequant.StoredB) (``unsigned``: of the unsigned integer vectors of the same shape, see :func:`fragment_ctype`)."""
     out = {"lane": LANE_DECLARATION}
     for operand in (plan.a, plan.b):
         name = operand.operand
-        ctype = fragment_ctype(plan.mma, name, unsigned)
+        view = plan.quant.b_view if name == "b" and plan.quant else plan.mma   # a quantized B: as stored
+        ctype = fragment_ctype(view, name, unsigned)
         out[name] = {key: reorder_lines(f"f{name}_{key[0]}_{key[1]}", frag, operand, ctype,
-                                        plan.mma.element(name).bits, plan.mma.n, arrays)
+                                        view.element(name).bits, plan.mma.n, arrays)
                      for key, frag in operand.fragments.items() if isinstance(frag, Reorder)}
     return out
 

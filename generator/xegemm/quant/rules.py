@@ -163,7 +163,34 @@ def tile_violation(spec: QuantSpec, k: int, n: int, workgroup: tuple[int, int, i
     return None
 
 
-NOT_LOWERED = "no lowering dequantizes quantized operands yet: the config is valid, the kernels are not written"
+NOT_LOWERED = "no lowering dequantizes this yet: the config is valid, the kernel is not written"
+DPAS_K = 16          # the f16/bf16 DPAS's K: a k-chunk of the dequantizing k-step has one scale row per column
+LOWERED_FORMATS = ("plain", "gptq", "awq")
+LOWERED_WEIGHTS = ("s8", "u8", "s4", "u4", "e4m3", "e5m2")
+LOWERED_SCALES = ("f16", "bf16", "f32")
+LOWERED_ZEROS = ("none", "u4", "s8", "u8")
+
+
+def lowering_gap(config) -> str | None:
+    """What of a valid quantized config no lowering dequantizes yet (NOT_LOWERED and the part), or None.
+    Lowered: a quantized B (``plain`` s8/u8/s4/u4/e4m3/e5m2 values, ``awq``), integer groups that are multiples
+    of the DPAS K, channel and tensor scales of f16/bf16/f32, integer zero points, sub-groups of 16."""
+    if operand_spec(config, "a") is not None:
+        return f"{NOT_LOWERED} (an FP8 A, quant_a:)"
+    spec = operand_spec(config, "b")
+    if spec is None:
+        return None
+    for key, value, lowered in (("quant.format", spec.format, LOWERED_FORMATS),
+                                ("types.b", spec.weight, LOWERED_WEIGHTS), ("quant.scale", spec.scale, LOWERED_SCALES),
+                                ("quant.zero", spec.zero, LOWERED_ZEROS)):
+        if value not in lowered:
+            return f"{NOT_LOWERED} ({key} = {value}; lowered: {', '.join(lowered)})"
+    if spec.group == "block128" or isinstance(spec.group, int) and spec.group % DPAS_K:
+        return (f"{NOT_LOWERED} (quant.group = {spec.group}; lowered: channel, tensor and multiples of the DPAS K, "
+                f"{DPAS_K})")
+    if config.tile.subgroup_size != 16:
+        return f"{NOT_LOWERED} (tile.subgroup_size = {config.tile.subgroup_size}; lowered: 16)"
+    return None
 
 
 def plan_violation(config) -> str | None:
@@ -185,6 +212,4 @@ def plan_violation(config) -> str | None:
         why = tile_violation(spec, p.k, other, config.tile.workgroup, key)
         if why:
             return why
-    if operand_spec(config, "b") or operand_spec(config, "a"):
-        return NOT_LOWERED
-    return None
+    return lowering_gap(config)

@@ -1,0 +1,84 @@
+"""A call's quantized B: the arrays as its format stores them (xegemm.quant.formats), checked and turned into the
+bytes the dequantizing kernel reads (docs/quantization.md, docs/use.md).
+
+``b`` is the format's ``qweight`` exactly as :func:`xegemm.quant.quantize` makes it and checkpoints hold it
+(int32 for gptq and awq, uint8 two-per-byte for plain 4-bit values, int8/uint8 for 8-bit ones, ml_dtypes float8
+for FP8), ``scales`` its scales and ``zeros`` its zero points (``qzeros`` of gptq and awq), each optionally with a
+leading batch dimension; N follows from the qweight's shape and K from A.  Host (numpy) arrays only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xegemm.api.errors import DTypeMismatchError, RankError, ShapeMismatchError
+from xegemm.dtypes import dtype
+from xegemm.quant import FORMATS, QuantSpec
+
+
+@dataclass(frozen=True)
+class QuantizedB:
+    """A call's quantized B: (batch, N), whether it came batched, and the bytes of its three arrays."""
+
+    batch: int
+    n: int
+    batched: bool
+    qweight: np.ndarray          # uint8, batch after batch
+    scales: np.ndarray
+    zeros: np.ndarray | None
+
+
+def _n_of(spec: QuantSpec, shape: tuple[int, int]) -> int:
+    """N from the qweight's (rows, columns) as the format lays it out."""
+    rows, cols = shape
+    if spec.format == "awq":
+        return cols * 8
+    if spec.format == "gptq" or spec.layout == "row":
+        return cols * (2 if spec.format == "plain" and dtype(spec.weight).bits == 4 else 1)
+    return rows                  # plain, column-major: [N, K]
+
+
+def _array(name: str, array, batched: bool, batch: int | None) -> np.ndarray:
+    if not isinstance(array, np.ndarray):
+        raise RankError(f"{name} is a {type(array).__name__}: a quantized B's arrays are numpy arrays")
+    want = 3 if batched else 2
+    if array.ndim != want:
+        raise RankError(f"{name} has {array.ndim} dimensions {array.shape}; expected {want} "
+                        f"({'batch x ' if batched else ''}rows x columns, as the format stores it)")
+    if batched and batch is not None and array.shape[0] != batch:
+        raise ShapeMismatchError(f"{name} has {array.shape[0]} batches, b has {batch}")
+    return array
+
+
+def quantized_b(spec: QuantSpec, b, scales, zeros, k: int, batched: bool) -> QuantizedB:
+    """Check ``b``, ``scales`` and ``zeros`` against the format for K = ``k`` (ShapeMismatchError,
+    DTypeMismatchError, RankError naming the array and what the format needs) and return their bytes."""
+    what = spec.describe()
+    if scales is None:
+        raise ShapeMismatchError(f"B is quantized ({what}): pass its scales, scales=...")
+    if spec.has_zero and zeros is None:
+        raise ShapeMismatchError(f"B is quantized with zero points ({what}): pass them, zeros=...")
+    if not spec.has_zero and zeros is not None:
+        raise ShapeMismatchError(f"B is quantized without zero points ({what}): zeros must be None")
+    qweight = _array("b", b, batched, None)
+    batch = qweight.shape[0] if batched else 1
+    n = _n_of(spec, qweight.shape[-2:])
+    want = FORMATS[spec.format].arrays(spec, k, n)
+    zero_name = next((name for name in want if name in ("zeros", "qzeros")), None)
+    given = {"qweight": ("b", qweight), "scales": ("scales", _array("scales", scales, batched, batch))}
+    if zero_name:
+        given[zero_name] = ("zeros", _array("zeros", zeros, batched, batch))
+    for name, (arg, array) in given.items():
+        need = want[name]
+        if array.dtype != need.dtype:
+            raise DTypeMismatchError(f"{arg} has dtype {array.dtype}; {what} stores {name} as {need.dtype}")
+        if tuple(array.shape[-2:]) != tuple(need.shape):
+            raise ShapeMismatchError(f"{arg} is {' x '.join(map(str, array.shape[-2:]))}; {what} needs {name} "
+                                     f"{' x '.join(map(str, need.shape))} for K = {k} (A's columns), N = {n}")
+
+    def flat(array: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    return QuantizedB(batch, n, batched, flat(qweight), flat(given["scales"][1]),
+                      flat(given[zero_name][1]) if zero_name else None)

@@ -1,0 +1,209 @@
+"""Dequantizing GEMM kernels (a quantized B, docs/quantization.md) on the CPU device: each format verified against
+numpy (xegemm.quant.dequantize, then a float64 product; the f16/bf16 GEMM's tolerance), and broken kernels the
+verifier must fail: the zero point applied after the scale, the nibbles in the wrong order, the scales of the wrong
+group, AWQ's column order ignored.  Problems are small and ragged (M, N, K not multiples of the tile, batch 2 for
+one), tiles small, so that each kernel builds in a few seconds."""
+
+import re
+
+import numpy as np
+import pytest
+
+import xegemm
+from xegemm import dequant, evaluate
+from xegemm.api import DTypeMismatchError, ShapeMismatchError
+from xegemm.arguments import KernelCall
+from xegemm.config import config_from_text
+from xegemm.evaluate import plan_variants
+from xegemm.evaluate.device import DeviceSession
+from xegemm.kernel_name import parse_kernel_name
+from xegemm.lowering import dequant as dequant_c
+from xegemm.pipeline import build_config, run_variant
+from xegemm.plan import PlanRejected, plan
+from xegemm.quant import dequantize, quantize, reference_gemm
+from xegemm.render import render_kernel
+
+TILE = "tile: {workgroup: [16, 32, 32], subgroups: [1, 2]}\nprofile: {warmup: 0, repeats: 1}\n"
+
+# name -> config text; one kernel each, between them every format, value type family, scale type and layout,
+# both compute types, zero points of every packing, and both ways a group meets the K tile (g >= BK, g < BK)
+KERNELS = {
+    "plain u4 zeros g32 f16 batch 2": ("problem: {m: 20, n: 40, k: 72, batch: 2}\ntypes: {a: f16, b: u4, c: f16}\n"
+                                       "quant: {format: plain, group: 32, scale: f16, zero: u4}\n"),
+    "gptq u4 g64 bf16": ("problem: {m: 9, n: 48, k: 160}\ntypes: {a: bf16, b: u4, c: bf16}\n"
+                         "quant: {format: gptq, group: 64, scale: bf16, zero: u4}\n"),
+    "awq u4 g16 f16 (groups inside the k-tile)": ("problem: {m: 20, n: 40, k: 88}\ntypes: {a: f16, b: u4, c: f16}\n"
+                                                  "quant: {format: awq, group: 16, scale: f16, zero: u4}\n"),
+    "plain s8 channel f32 scales bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: s8, c: f32}\n"
+                                         "quant: {format: plain, group: channel, scale: f32}\n"),
+    "plain u8 zeros g32 column-major nk": ("problem: {m: 20, n: 36, k: 96}\ntypes: {a: f16, b: u8, c: f32}\n"
+                                           "layout: {b: col}\n"
+                                           "quant: {format: plain, group: 32, scale: f16, zero: u8, scale_layout: nk}\n"),
+    "e4m3 per tensor f32 f16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: f16, b: e4m3, c: f16}\n"
+                                "quant: {format: plain, group: tensor, scale: f32}\n"),
+    "e5m2 per channel bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: e5m2, c: bf16}\n"
+                              "quant: {format: plain, group: channel, scale: bf16}\n"),
+}
+
+
+def _sub(pattern: str, repl: str):
+    def mutate(source: str) -> str:
+        mutated, n = re.subn(pattern, repl, source)
+        assert n, f"mutant pattern {pattern!r} did not apply"
+        return mutated
+    return mutate
+
+
+# name -> (the kernel it breaks, the generator bug it stands for, the mutation of the rendered source)
+MUTANTS = {
+    "zero after the scale": ("plain u4 zeros g32 f16 batch 2", "q*s - z*s, each rounded to the compute type",
+                             _sub(r"xe_round_once\(\(float\)\(q - z\), s\)",
+                                  "xe_round_once(xe_round_once((float)q, s) - xe_round_once((float)z, s), 1.0f)")),
+    "wrong nibble order": ("plain u4 zeros g32 f16 batch 2", "the high nibble of a byte taken first",
+                           _sub(r"\(unit >> \(4u \* j\)\)", "(unit >> (4u * (j ^ 1u)))")),
+    "scale of the wrong group": ("gptq u4 g64 bf16", "the group row of a k-tile computed with the wrong group size",
+                                 _sub(r"\)S\)\[k0 / 64 \* N", ")S)[k0 / 128 * N")),
+}
+
+
+@pytest.fixture(scope="module")
+def session(sycl_device):
+    return DeviceSession(sycl_device)
+
+
+def _planned(name: str):
+    (pv,) = plan_variants(config_from_text(KERNELS[name] + TILE))
+    assert pv.plan is not None, pv.reason
+    return pv
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_dequantizing_kernels_verify(name, session):
+    result = run_variant(_planned(name), session)
+    assert result.status == "ok", (name, result.reason)
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_verification_catches_broken_dequantization(name, session, monkeypatch):
+    kernel, _, mutate = MUTANTS[name]
+    original = evaluate.render_variant
+    monkeypatch.setattr(evaluate, "render_variant", lambda pv, lowering: mutate(original(pv, lowering)))
+    result = run_variant(_planned(kernel), session)
+    assert result.status == "failed_verify", (name, result.status, result.reason)
+    assert result.time_ms is None
+
+
+def test_a_session_remakes_its_inputs_when_only_the_quantization_changes(session):
+    # GPTQ and AWQ B of the same problem and types: different arrays, so different inputs and references
+    gptq = config_from_text(KERNELS["gptq u4 g64 bf16"] + TILE)
+    awq = config_from_text(KERNELS["gptq u4 g64 bf16"].replace("gptq", "awq") + TILE)
+    first = session.buffers(gptq)["ops"]
+    second = session.buffers(awq)["ops"]
+    assert first is not second and first.quant["zeros"].nbytes == second.quant["zeros"].nbytes
+    assert not np.array_equal(first.b_bytes, second.b_bytes) or not np.array_equal(first.b, second.b)
+
+
+def test_verification_catches_awq_order_ignored(session, monkeypatch):
+    # the generator reading AWQ's words as if their columns were in order: weights and zero points alike
+    monkeypatch.setattr(dequant, "_AWQ_SLOT", tuple(range(8)))
+    dequant._stored_lane_map.cache_clear()
+    monkeypatch.setattr(dequant_c, "AWQ_SLOT_C", "(({n}) & 7)")
+    try:
+        result = run_variant(_planned("awq u4 g16 f16 (groups inside the k-tile)"), session)
+    finally:
+        dequant._stored_lane_map.cache_clear()
+    assert result.status == "failed_verify", (result.status, result.reason)
+
+
+# ---- without a device ---------------------------------------------------------------------------------------------
+
+def test_the_kernel_takes_scales_and_zeros_through_the_one_argument_description():
+    p = plan(config_from_text(KERNELS["gptq u4 g64 bf16"] + TILE))
+    call = KernelCall.of(p)
+    names = [a.name for a in call.launches[0].arguments]
+    assert names[-4:] == ["S", "Z", "batch_stride_s", "batch_stride_z"]
+    sizes = call.sizes(9, 48, 160, 1)
+    # GPTQ: qweight [K / 8, N] int32, scales [ceil(K / 64), N] bf16, qzeros [ceil(K / 64), N / 8] int32
+    assert (sizes["ldb"], sizes["stride_b"]) == (48 * 4, 48 * 4 * 20)
+    assert (sizes["stride_s"], sizes["stride_z"]) == (3 * 48 * 2, 3 * 6 * 4)
+    source = render_kernel(p, "portable")
+    assert "const global uchar* S, const global uchar* Z" in source and "b_height = (K) / 8" in source
+
+
+def test_the_kernel_name_says_how_b_is_quantized_and_parses_back():
+    p = plan(config_from_text(KERNELS["plain u8 zeros g32 column-major nk"] + TILE))
+    assert p.name.endswith("_qplain32sf16zu8nk") and p.name.startswith("xegemm_f16_u8_f32_f32_tnt_")
+    assert str(parse_kernel_name(p.name)) == p.name and parse_kernel_name(p.name).quant == "qplain32sf16zu8nk"
+
+
+AOT_CONFIGS = {
+    "awq": "types: {a: f16, b: u4, c: f16}\nquant: {format: awq, group: 64, scale: f16, zero: u4}\n",
+    "e4m3": "types: {a: bf16, b: e4m3, c: bf16}\nquant: {format: plain, group: tensor, scale: f32}\n",
+}
+
+
+@pytest.mark.ocloc
+@pytest.mark.parametrize("name", AOT_CONFIGS)
+def test_native_dequantizing_kernels_build_for_pvc_as_planned(name, tmp_path):
+    # the installed ocloc's own capabilities (Debian's IGC): every dpas and 2D block load of a k-step as the plan
+    # predicts (xegemm.evaluate.aot.IsaObserver), no spills
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("problem: {m: 32, n: 256, k: 256}\ntile: {workgroup: [32, 64, 32], subgroups: [1, 2]}\n"
+                    + AOT_CONFIGS[name])
+    result = build_config(path, target="pvc", out_dir=tmp_path / "build")
+    (v,) = result["variants"]
+    assert v["status"] == "ok", v["reason"]
+    assert v["isa"]["spill_bytes"] == 0 and v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 16
+    source = (tmp_path / "build" / v["name"] / "kernel.cl").read_text()
+    assert "_matrix_mad_k16(" in source and "xe_pack_b(xe_dequant_b(" in source
+
+
+@pytest.mark.parametrize(("text", "part"), [
+    ("types: {a: f16, b: u4}\nquant: {format: gptq, group: 8, zero: u4}\n", "quant.group = 8"),
+    ("types: {a: f16, b: s8}\nquant: {format: plain, group: 32, zero: bf16}\n", "quant.zero = bf16"),
+    ("types: {a: f16, b: u4}\nquant: {format: plain, group: 32, zero: u4}\ntile: {subgroup_size: 8, workgroup: "
+     "[16, 16, 32], subgroups: [1, 2]}\n", "tile.subgroup_size = 8"),
+])
+def test_what_is_not_lowered_is_rejected_naming_it(text, part):
+    base = "problem: {m: 32, n: 64, k: 128}\n"
+    if "tile:" not in text:
+        base += "tile: {workgroup: [16, 32, 32], subgroups: [1, 2]}\n"
+    with pytest.raises(PlanRejected, match="no lowering dequantizes this yet") as caught:
+        plan(config_from_text(base + text))
+    assert part in str(caught.value)
+
+
+# ---- the call API -------------------------------------------------------------------------------------------------
+
+CALL_CONFIG = """\
+problem: {m: 8, n: 64, k: 128}
+types: {a: f16, b: u4, c: f32}
+quant: {format: gptq, group: 32, scale: f16, zero: u4}
+tile: {workgroup: [8, 32, 32], subgroups: [1, 2]}
+"""
+
+
+def test_the_call_api_takes_b_as_the_format_stores_it_and_says_what_is_missing(tmp_path):
+    path = tmp_path / "gptq.yaml"
+    path.write_text(CALL_CONFIG)
+    gemm = xegemm.load(path)
+    rng = np.random.default_rng(3)
+    m, n, k = 5, 48, 96                    # ragged: not multiples of the tile
+    q = quantize(rng.normal(size=(k, n)), "gptq", group=32)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    d = gemm(a, q.qweight, scales=q.scales, zeros=q.zeros)
+    want = reference_gemm(a, q, "f16")
+    # the f16 GEMM's tolerance (xegemm.verify): f32 sums of exact products, then D is f32
+    bound = 2 * (k + 1) * 2.0 ** -24 * (np.abs(a.astype(np.float64)) @ np.abs(dequantize(q, "f16").astype(np.float64)))
+    assert d.shape == (m, n) and np.all(np.abs(d - want) <= bound + 1e-30), gemm.last_kernel.name
+    assert gemm.last_kernel.name.endswith("_qgptq32sf16zu4")
+    out = np.full((m, n), np.nan, np.float32)
+    with pytest.raises(ShapeMismatchError, match=r"pass its scales, scales=\.\.\."):
+        gemm(a, q.qweight, zeros=q.zeros, out=out)
+    with pytest.raises(ShapeMismatchError, match=r"scales is 2 x 48; .* needs scales 3 x 48 for K = 96"):
+        gemm(a, q.qweight, scales=q.scales[:2], zeros=q.zeros, out=out)
+    with pytest.raises(DTypeMismatchError, match="b has dtype uint8; .* stores qweight as int32"):
+        gemm(a, q.qweight.view(np.uint8), scales=q.scales, zeros=q.zeros, out=out)
+    with pytest.raises(ShapeMismatchError, match="with zero points .*: pass them, zeros="):
+        gemm(a, q.qweight, scales=q.scales, out=out)
+    assert np.isnan(out).all()
