@@ -62,7 +62,10 @@ class Problem:
 
     @property
     def label(self) -> str:
-        """``MxNxK``, or ``MxNxKxB`` for a batch: how messages, reports and ``--shapes`` write a problem."""
+        """``MxNxK``, or ``MxNxKxB`` for a batch: how messages, reports and ``--shapes`` write a problem; a
+        grouped problem's groups joined by ``+``."""
+        if self.groups:
+            return "+".join(f"{m}x{n}x{k}" for m, n, k in self.groups)
         return f"{self.m}x{self.n}x{self.k}" + (f"x{self.batch}" if self.batch != 1 else "")
 
     def overrides(self) -> dict[str, int]:
