@@ -42,6 +42,7 @@ BEST_CONFIG, BEST_JSON = "best.yaml", "best.json"
 ML_NAMES = ("bfloat16", "int4", "uint4")
 MAX_BOUND = 16             # argument lists kept per shape (one per alpha, beta pair)
 DEVICE_ALIGNMENT = 64      # bytes: the base of every device operand (the Xe 2D block surface rule, docs/use.md)
+SINGLE = {"problem.groups": (), "moe.experts": 0, "moe.rows": ()}   # a call is one GEMM, whatever the config's groups
 
 
 @dataclass(frozen=True)
@@ -312,8 +313,8 @@ class Gemm:
     def _legal(self, cand: Candidate, shape: Shape, alpha, beta, bias_kind, why_not: list):
         """(config, call, source) of the candidate at the call's shape, or None (the reason added to why_not)."""
         try:
-            config = cand.config.with_overrides({**shape.overrides(), "epilogue.alpha": alpha, "epilogue.beta": beta,
-                                                 "epilogue.bias": bias_kind})
+            config = cand.config.with_overrides({**shape.overrides(), **SINGLE, "epilogue.alpha": alpha,
+                                                 "epilogue.beta": beta, "epilogue.bias": bias_kind})
         except ConfigError as exc:
             why_not.append(f"variant {cand.index}: {exc}")
             return None
