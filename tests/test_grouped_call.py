@@ -78,5 +78,7 @@ def test_a_grouped_call_names_the_mistake(gemm):
         gemm.moe(a, _bf16(rng, (2, 8, 5)), [1, 2, 1])
     with pytest.raises(LayoutError, match="mix row-major and column-major"):
         gemm.grouped([a, np.asfortranarray(_bf16(rng, (6, 8)))], [b, b])
+    with pytest.raises(ShapeMismatchError, match="bias has 1 entries for 2 groups"):
+        gemm.grouped([a, a], [b, b], bias=[np.zeros(4, np.float32)])
     with pytest.raises(ShapeMismatchError, match="bias has shape"):
         gemm.moe(a, _bf16(rng, (2, 8, 5)), [1, 3], bias=np.zeros(3, np.float32))

@@ -140,6 +140,9 @@ def grouped(gemm, a_list, b_list, c_list=None, *, alpha=None, beta=None, bias=No
     alpha = first.epilogue.alpha if alpha is None else float(alpha)
     beta = first.epilogue.beta if beta is None else float(beta)
     kind = "none"
+    for name, given in (("c_list", c_list), ("bias", bias)):
+        if given is not None and len(given) != len(problem.groups):
+            raise ShapeMismatchError(f"{name} has {len(given)} entries for {len(problem.groups)} groups")
     if bias is not None:
         bias = list(bias)
         g = next((i for i, s in enumerate(problem.groups) if s.m != s.n), 0)
