@@ -186,7 +186,7 @@ def moe(gemm, a, b, rows_per_expert, c=None, *, alpha=None, beta=None, bias=None
         problem = moe_from_operands(opa.shape[1:], opb.shape, list(rows_per_expert))
     except GroupedProblemError as exc:
         raise ShapeMismatchError(str(exc)) from None
-    (t_rows, k), n = opa.shape[1:], opb.shape[2]
+    t_rows, n = opa.shape[1], opb.shape[2]
     type_a, type_b = gemm._types(opa, opb)
     first = gemm.candidates[0].config
     alpha = first.epilogue.alpha if alpha is None else float(alpha)

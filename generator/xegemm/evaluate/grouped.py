@@ -120,7 +120,7 @@ def grouped_submit(queue, call: KernelCall, kernel, setup: GroupedSetup, scalars
     return submit
 
 
-def verify_grouped(setup: GroupedSetup, submit):
+def verify_grouped(setup: GroupedSetup, submit) -> tuple[GroupedVerdict, str | None]:
     """Run on poisoned D and judge every group: (GroupedVerdict, reason or None).  The checked launch is the
     second: a launch must leave the kernel ready for the next (the dynamic walk's counter)."""
     submit().wait()
