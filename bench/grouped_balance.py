@@ -11,11 +11,10 @@ kernels (docs/grouped.md).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 import numpy as np
 
+from xegemm.files import write_json_atomic
 from xegemm.grouped.problem import GroupedProblem
 from xegemm.grouped.schedule import balance
 
@@ -71,9 +70,7 @@ def main(argv=None) -> None:
         print(f"{r['problem'][:28]:28} {'x'.join(map(str, r['workgroup'])):>8} {r['G']:>4} {r['tiles']:>6} "
               f"{r['static']:>7.3f} {r['dynamic']:>8.3f}")
     if args.json:
-        with open(args.json + ".tmp", "w") as out:
-            json.dump(rows, out, indent=1)
-        os.replace(args.json + ".tmp", args.json)
+        write_json_atomic(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -189,7 +189,8 @@ def test_to_dict_is_json_and_loads_back_to_the_same_config():
     data = config.to_dict()
     assert json.loads(json.dumps(data)) == data
     assert data["tile"] == {"workgroup": [256, 256, 32], "subgroups": [8, 4], "subgroup_size": 16, "split_k": 1,
-                            "stream_k": 0, "swizzle": 1, "register_block": [0, 0]}
+                            "stream_k": 0, "swizzle": 1, "register_block": [0, 0], "persistent": 0,
+                            "walk": "static"}
     assert config_from_text(yaml.safe_dump(data, sort_keys=False), config.source) == config
     assert hash(config) == hash(config_from_text(yaml.safe_dump(data), config.source))
 

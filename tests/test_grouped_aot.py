@@ -4,7 +4,11 @@ around a one-store body stays small (the scheduler's instructions; docs/grouped.
 import pytest
 
 from xegemm.aot.build import compile_kernel
+from xegemm.config import config_from_text
+from xegemm.evaluate import plan_variants
 from xegemm.grouped import schedule
+from xegemm.lowering import named_lowering
+from xegemm.render import render_kernel
 
 pytestmark = pytest.mark.ocloc
 
@@ -24,3 +28,15 @@ def test_the_walk_builds_for_pvc_without_spills(mode, tmp_path):
     assert build.ok, build.log
     assert build.stats.spill_bytes == 0
     assert build.stats.instructions < 400          # measured: 134 static, 173 dynamic (docs/grouped.md)
+
+
+def test_the_grouped_gemm_kernel_builds_for_pvc_without_spills(tmp_path):
+    """The real grouped kernel (the dynamic walk around the 256 x 256 x 32 reference tile's main loop and
+    epilogue): no spills, and the tile body's DPAS and block loads are all there."""
+    (pv,) = plan_variants(config_from_text("problem: {groups: [512x256x256, 0x256x256, 100x512x128]}\n"
+                                           "tile: {walk: dynamic}\n"))
+    lowering = named_lowering("native", "igc-1.0.12504")     # the capabilities of the ocloc CI installs
+    build = compile_kernel(render_kernel(pv.plan, lowering), "pvc", grf=256, workdir=tmp_path)
+    assert build.ok, build.log
+    assert build.stats.spill_bytes == 0
+    assert build.stats.dpas == pv.plan.dpas_per_kstep      # measured: 6693 instructions, 32 DPAS (docs/grouped.md)

@@ -68,6 +68,7 @@ def test_the_grammar_reads_every_optional_part():
     assert text.endswith("_pf3_grf128_swz4_rb4x0_alpha_beta_biascol_gelu_tanh_splitk3")
     assert parse_kernel_name(text) == name
     assert parse_kernel_name(text.replace("_splitk3", "_streamk5")).stream_k == 5
+    assert parse_kernel_name(text.replace("_splitk3", "_groupeddynamic")).walk == "dynamic"
 
 
 @pytest.mark.parametrize("bad", ["gemm_bf16", "xegemm_bf16_bf16_f32_f32_txt_64x64x32_sg2x2_pf2_rejected_abc123",

@@ -23,7 +23,8 @@ from xegemm.epilogue_stage import input_param, workspace_floats
 from xegemm.formula import evaluate, substitute
 from xegemm.plan import Plan
 
-BUFFERS = ("A", "B", "D", "C", "bias", "workspace", "scales", "zeros")   # what a caller binds, by these names
+BUFFERS = ("A", "B", "D", "C", "bias", "workspace", "scales", "zeros", "table",
+           "tile_counter")   # what a caller binds, by these names
 SCALARS = ("alpha", "beta", "clamp_lo", "clamp_hi")      # the epilogue's float arguments
 SIZES = ("M", "N", "K", "batch")                          # the inputs of every formula
 CTYPES = {"int": ctypes.c_int, "long": ctypes.c_long, "float": ctypes.c_float}
@@ -75,6 +76,8 @@ class KernelCall:
 
     @classmethod
     def of(cls, plan: Plan) -> KernelCall:
+        if plan.grouped:
+            return cls._grouped(plan)
         config = plan.config
         t, lay, tile = config.types, config.layout, config.tile
         bm, bn, bk = tile.workgroup
@@ -162,6 +165,32 @@ class KernelCall:
             launches.append(Launch(f"{plan.name}_{r.name}", fixup, (f"(xe_{r.name}_length + 15) / 16 * 16", "batch", "1"),
                                    REDUCE_LOCAL))
         return cls(plan, tuple(launches), tuple(steps), workspace)
+
+    @classmethod
+    def _grouped(cls, plan: Plan) -> KernelCall:
+        """A grouped or MoE kernel (templates/grouped.cl.j2): every group's sizes, offsets and pitches come from
+        the problem table (xegemm.grouped.table); G persistent work-groups along x walk the tiles."""
+        lx, ly, _ = plan.workgroup_size
+        args = (Argument("A", "const global uchar*", "every group's A, at the table's a_offset", "A"),
+                Argument("B", "const global uchar*", "every group's B, at the table's b_offset", "B"),
+                Argument("C", "global uchar*", "every group's D, the result, at the table's c_offset", "D"),
+                Argument("Cin", "const global uchar*", "every group's C, read when beta != 0 (laid out as D)", "C"),
+                Argument("bias", "const global float*", "every group's f32 bias vector, at the table's bias_offset",
+                         "bias"),
+                *_epilogue_arguments(),
+                Argument("table", "const global long*", "the problem table: groups x FIELDS int64", "table"),
+                Argument("groups", "int", "rows of the table", "groups"),
+                Argument("total_tiles", "int", "the tiles of all groups", "total_tiles"),
+                Argument("tile_counter", "global int*", "the dynamic walk's next tile, 0 at launch", "tile_counter"))
+        launch = Launch(plan.name, args, (f"workgroups * {lx}", str(ly), "1"), plan.workgroup_size)
+        return cls(plan, (launch,), (), "0")
+
+    def grouped_sizes(self, groups: int, total_tiles: int, workgroups: int) -> dict:
+        """:meth:`sizes` of a grouped launch: its groups, tiles and persistent work-groups G
+        (xegemm.grouped.launch)."""
+        sizes = {"groups": groups, "total_tiles": total_tiles, "workgroups": workgroups, "workspace_bytes": 0}
+        sizes["global0"] = tuple(self.value(g, sizes) for g in self.launches[0].global_size)
+        return sizes
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def sizes(self, m: int, n: int, k: int, batch: int) -> dict:

@@ -4,7 +4,7 @@ A kernel name is CUTLASS-style and is the key of everything (results, reports, c
 
     xegemm_<A>_<B>_<acc>_<C>_<layouts>_<BM>x<BN>x<BK>_sg<SGM>x<SGN>_dpas<M>x<N>x<K>_a<atom>_b<atom>_c<atom>
         _pf<prefetch>_grf<GRF>[_swz<S>][_rb<R>x<J>][_alpha][_beta][_bias<row|col>][_<activation>]
-        [_epi_<tag>_<key>][_splitk<S>][_streamk<G>][_q<format><group>s<scale>[z<zero>][nk]]
+        [_epi_<tag>_<key>][_splitk<S>][_streamk<G>][_grouped<static|dynamic>][_q<format><group>s<scale>[z<zero>][nk]]
 
 with the types' config names (xegemm.dtypes), the layouts' kernel-name letters (xegemm.layouts: ``t`` =
 row-major, ``n`` = column-major, for A, B and C), the copy atoms' short names (``short_name`` of
@@ -41,7 +41,8 @@ _PATTERN = re.compile(
     rf"|_dpas(?P<dm>{_N})x(?P<dn>{_N})x(?P<dk>{_N})_a(?P<atom_a>{_ATOM})_b(?P<atom_b>{_ATOM})_c(?P<atom_c>{_ATOM})"
     rf"_pf(?P<pf>{_N})_grf(?P<grf>{_N})(?:_swz(?P<swz>{_N}))?(?:_rb(?P<rbr>{_N})x(?P<rbj>{_N}))?"
     rf"(?P<epilogue>(?:_(?:{'|'.join(_EPILOGUE_PARTS)}))*)(?:_epi_(?P<traced>[a-z0-9_]+?_[0-9a-f]{{{HASH_CHARS}}}))?"
-    rf"(?:_splitk(?P<splitk>{_N}))?(?:_streamk(?P<streamk>{_N}))?(?:_(?P<quant>q[a-z0-9]+))?)$")
+    rf"(?:_splitk(?P<splitk>{_N}))?(?:_streamk(?P<streamk>{_N}))?(?:_grouped(?P<walk>static|dynamic))?"
+    rf"(?:_(?P<quant>q[a-z0-9]+))?)$")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class KernelName:
     traced: str | None = None                   # a traced epilogue's <tag>_<key> (Graph.name_suffix)
     split_k: int = 1
     stream_k: int = 0
+    walk: str = ""                              # grouped / MoE: the persistent walk (xegemm.grouped.schedule)
     rejected: str | None = None
     quant: str = ""                             # a quantized B: q<format><group>s<scale>[z<zero>][nk]
 
@@ -73,7 +75,8 @@ class KernelName:
         t, lay, tile = config.types, config.layout, config.tile
         planned = {} if "rejected" in parts else {
             "grf": config.target.grf, "swizzle": tile.swizzle, "register_block": tuple(tile.register_block),
-            "split_k": tile.split_k, "stream_k": tile.stream_k}
+            "split_k": tile.split_k, "stream_k": tile.stream_k,
+            "walk": tile.walk if config.problem.groups or config.moe.experts else ""}
         return cls((t.a, t.b, t.acc, t.c), (lay.a, lay.b, lay.c), tuple(tile.workgroup), tuple(tile.subgroups),
                    config.pipeline.prefetch, **planned, **parts)
 
@@ -104,6 +107,7 @@ class KernelName:
                 + (f"_epi_{self.traced}" if self.traced else "")
                 + (f"_splitk{self.split_k}" if self.split_k > 1 else "")
                 + (f"_streamk{self.stream_k}" if self.stream_k else "")
+                + (f"_grouped{self.walk}" if self.walk else "")
                 + (f"_{self.quant}" if self.quant else ""))
 
     def as_dict(self) -> dict:
@@ -128,4 +132,4 @@ def parse_kernel_name(name: str) -> KernelName:
                       swizzle=int(g["swz"] or 1),
                       register_block=(int(g["rbr"]), int(g["rbj"])) if g["rbr"] is not None else (0, 0),
                       epilogue=epilogue, traced=g["traced"], split_k=int(g["splitk"] or 1),
-                      stream_k=int(g["streamk"] or 0), quant=g["quant"] or "")
+                      stream_k=int(g["streamk"] or 0), walk=g["walk"] or "", quant=g["quant"] or "")

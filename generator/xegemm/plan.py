@@ -75,6 +75,12 @@ class Plan:
         return self.config.tile.stream_k
 
     @property
+    def grouped(self) -> bool:
+        """True for a grouped or MoE launch (``problem.groups`` or ``moe``): one kernel walks every group's tiles
+        from a device-side problem table (xegemm.grouped, templates/grouped.cl.j2)."""
+        return bool(self.config.problem.groups or self.config.moe.experts)
+
+    @property
     def reduces(self) -> bool:
         """True when a second kernel (``<name>_reduce``) finishes D: split K or stream-K."""
         return self.split_k > 1 or self.stream_k > 0
@@ -145,6 +151,24 @@ class Plan:
                 "epilogue": self.graph.describe() if self.graph else self.epilogue.describe() if self.epilogue else None, "subgroup_tile": list(self.subgroup_tile),
                 "mma_grid": list(self.mma_grid), "workgroup_size": list(self.workgroup_size),
                 "registers": dict(self.registers), "messages_per_kstep": self.predicted_messages()}
+
+
+def grouped_violation(config: Config) -> str | None:
+    """Why a grouped or MoE config cannot be planned (the persistent walk owns the tile order), or None."""
+    if not (config.problem.groups or config.moe.experts):
+        return None
+    tile, what = config.tile, "an MoE layer" if config.moe.experts else "a grouped problem"
+    if tile.split_k > 1 or tile.stream_k or tile.swizzle > 1:
+        return (f"{what} runs one persistent walk over every group's tiles: tile.split_k, tile.stream_k and "
+                "tile.swizzle do not apply (split_k: 1, stream_k: 0, swizzle: 1)")
+    if config.quant.format != "none" or config.quant_a.format != "none" or min(
+            dtype(config.types.a).bits, dtype(config.types.b).bits) < 8:
+        return (f"{what} with quantized or 4-bit operands is not built (docs/grouped.md): 8- and 16-bit A and B "
+                "only")
+    if config.moe.experts and config.layout.a != "row":
+        return ("an MoE layer's A is T x K with each expert's rows consecutive: A must be row-major "
+                "(layout.a: row)")
+    return None
 
 
 def k_slice(config: Config) -> int:
@@ -247,6 +271,8 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
         raise PlanRejected(f"tile.stream_k = {tile.stream_k} work-groups but a batch has {iters} MAC-loop iterations "
                            f"({math.ceil(config.problem.m / bm)} x {math.ceil(config.problem.n / bn)} tiles of "
                            f"{bm}x{bn} x {k_tiles} k-tiles of {bk}): a work-group would get none; use at most {iters}")
+    if why := grouped_violation(config):
+        raise PlanRejected(why)
     name = str(KernelName.of_plan(config, mma, a_plan.atom, b_plan.atom, c_plan.atom, epilogue, graph,
                                   quant.name_part if quant else ""))
     return Plan(config, mma, a_plan, b_plan, c_plan, (sgm, sgn), grid, registers, name, epilogue, c_in, partial,

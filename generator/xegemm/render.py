@@ -16,6 +16,7 @@ from xegemm.atoms.lanemap import lane_affine, lane_expr
 from xegemm.dtypes import UNSIGNED_CTYPE, c_spelling, ctype_shape, dtype
 from xegemm.epilogue import load_float
 from xegemm.errors import XegemmError
+from xegemm.grouped.schedule import walk_lines
 from xegemm.lowering import Lowering, lowering_class, named_lowering
 from xegemm.lowering.native import NativeUnsupported
 from xegemm.lowering.dequant import dequant_b_operands, dequant_code
@@ -169,6 +170,30 @@ def stream_k_lines(plan: Plan) -> dict:
             "slot_elements": bm * bn, "row_bytes": bn * dtype(plan.config.types.acc).bits // 8}
 
 
+def _byte_offset(elements: str, bits: int) -> str:
+    """The C of an element offset in bytes (4-bit: two to a byte; the table's offsets are byte-aligned)."""
+    return f"{elements} * {bits // 8}" if bits >= 8 else f"{elements} / {8 // bits}"
+
+
+PITCH_NAMES = {"lda": "lda_elements", "ldb": "ldb_elements", "ldc": "ldc_elements"}   # the kernel's own are bytes
+BODY = "/* the tile */"
+
+
+def grouped_lines(plan: Plan) -> dict:
+    """What templates/grouped.cl.j2 needs: the persistent walk's C around the tile (``head``, ``tail``, the
+    body's indent), the groups' operand pointers and byte pitches from the problem table's columns."""
+    tile = plan.config.tile
+    walk = walk_lines(tile.walk, [BODY], names=PITCH_NAMES)
+    at = walk.index(next(line for line in walk if line.strip() == BODY))
+    bits = [plan.a.atom.elem_bits, plan.b.atom.elem_bits, plan.c.atom.elem_bits]
+    describe = ("work-group w takes tiles w, w + G, w + 2G, ... of all groups (G = the launch's work-groups)"
+                if tile.walk == "static" else "each work-group takes the next tile from tile_counter")
+    return {"walk": tile.walk, "describe": describe, "head": walk[:at], "tail": walk[at + 1:],
+            "indent": 4 + len(walk[at]) - len(walk[at].lstrip()),
+            **{f"{x}_offset": _byte_offset(f"{x}_offset", b) for x, b in zip("abc", bits)},
+            **{f"ld{x}": _row_bytes(b).format(f"(int)ld{x}_elements") for x, b in zip("abc", bits)}}
+
+
 def fragment_helpers(plan: Plan) -> list[str]:
     """The C functions that move a plan's contiguous-run fragments out of copy registers (A, B) and
     accumulators into C's store registers, each once."""
@@ -254,6 +279,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
         dequant=dequant, dequant_b=dequant_b_operands(plan) if dequant and not staged_plan else {},
         b_k_per_row=plan.quant.b_view.k_per_element if plan.quant else 1,
+        grouped=grouped_lines(plan) if plan.grouped else None,
     )
     source = environment().get_template("gemm.cl.j2").render(**context)
     problems = lowering.check_source(source)

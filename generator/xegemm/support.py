@@ -17,6 +17,7 @@ from xegemm.config import config_from_text
 from xegemm.dtypes import dtype
 from xegemm.epilogue import ACTIVATIONS, OUTPUT_TYPES
 from xegemm.errors import XegemmError
+from xegemm.grouped.problem import GroupedProblem, config_overrides
 from xegemm.layouts import AB_LAYOUTS, from_letters
 from xegemm.lowering import named_lowering
 from xegemm.plan import plan
@@ -62,22 +63,23 @@ def _config_text(target: str, a: str, b: str, acc: str, c: str, la: str, lb: str
 
 
 def check(target: str, a: str, b: str, acc: str, c: str | None = None, layout: str = "RRR",
-          epilogue: str = "") -> Cell:
+          epilogue: str = "", overrides=None) -> Cell:
     """Plan and render natively for ``target`` a representative variant (2x2 sub-groups of each sub-group tile
-    in :data:`SUBGROUP_TILES` until one works): supported, or the reason the first tile was rejected."""
+    in :data:`SUBGROUP_TILES` until one works): supported, or the reason the first tile was rejected.
+    ``overrides``: config keys replaced (a grouped or MoE problem, its walk)."""
     la, lb, _ = from_letters(layout)
     return _first_that_works([_config_text(target, a, b, acc, c or acc, la, lb, epilogue, tile)
                               for tile in SUBGROUP_TILES[TARGETS[target].simd]],
-                             named_lowering("native", DRIVER_CAPABILITIES, target))
+                             named_lowering("native", DRIVER_CAPABILITIES, target), overrides)
 
 
-def _first_that_works(texts: list[str], lowering) -> Cell:
-    """Plan and render each config text in turn for ``lowering``: supported at the first that works, else the
-    reason the first was rejected."""
+def _first_that_works(texts: list[str], lowering, overrides=None) -> Cell:
+    """Plan and render each config text (with ``overrides``) in turn for ``lowering``: supported at the first
+    that works, else the reason the first was rejected."""
     reasons = []
     for text in texts:
         try:
-            render_kernel(plan(config_from_text(text), lowering.issues), lowering)
+            render_kernel(plan(config_from_text(text).with_overrides(overrides or {}), lowering.issues), lowering)
         except XegemmError as exc:
             reasons.append(str(exc).splitlines()[0])
             continue
@@ -135,6 +137,22 @@ class _Notes:
         return [f"{n}. {reason}" for reason, n in self.reasons.items()]
 
 
+GROUPED = GroupedProblem.of([(SIZE, SIZE, SIZE), (0, SIZE, SIZE), (SIZE // 2, SIZE, SIZE)])
+MOE = GroupedProblem.moe([SIZE // 2, 0, SIZE // 4, SIZE // 4], SIZE, SIZE)
+
+
+def _grouped_table(notes: _Notes, targets: list[str]) -> list[str]:
+    rows = {"grouped bf16 x bf16 -> f32, static walk": ("bf16", "bf16", "f32", config_overrides(GROUPED)),
+            "grouped bf16 x bf16 -> f32, dynamic walk": ("bf16", "bf16", "f32",
+                                                         {**config_overrides(GROUPED), "tile.walk": "dynamic"}),
+            "grouped s8 x s8 -> s32": ("s8", "s8", "s32", config_overrides(GROUPED)),
+            "grouped s4 x s4 -> s32": ("s4", "s4", "s32", config_overrides(GROUPED)),
+            "MoE bf16 x bf16 -> f32 (4 experts, one empty)": ("bf16", "bf16", "f32", config_overrides(MOE))}
+    header = ["problem", *(f"{t} {lay}" for t in targets for lay in LAYOUTS)]
+    return _table(header, [[name, *(notes.cell(check(t, a, b, acc, layout=lay, overrides=o)) for t in targets
+                                    for lay in LAYOUTS)] for name, (a, b, acc, o) in rows.items()])
+
+
 def markdown() -> str:
     """The supported matrix as Markdown: layouts x types per target, epilogues per target, output types."""
     notes = _Notes()
@@ -162,5 +180,7 @@ def markdown() -> str:
     rows = [[name, notes.cell(check_quantized(text, "portable")), notes.cell(check_quantized(text, "native"))]
             for name, text in QUANTIZED.items()]
     out += ["Quantized B, dequantized in registers into the f16/bf16 DPAS (RRR unless said):", "",
-            *_table(header, rows), "", "Reasons:", "", *notes.lines()]
+            *_table(header, rows), ""]
+    out += ["Grouped and MoE GEMMs in one launch (docs/grouped.md; C = accumulator type; MoE: A's rows by "
+            "expert, so A row-major):", "", *_grouped_table(notes, targets), "", "Reasons:", "", *notes.lines()]
     return "\n".join(out) + "\n"

@@ -9,6 +9,7 @@ from xegemm.atoms.block1d import READ_ALIGN_BYTES, WRITE_ALIGN_BYTES
 from xegemm.atoms.copy import SUB_GROUP as BLOCK2D_SUB_GROUP
 from xegemm.config import Config
 from xegemm.dtypes import dtype
+from xegemm.grouped.problem import from_config as grouped_problem
 
 
 def native_surface_violations(config: Config) -> list[str]:
@@ -20,6 +21,9 @@ def native_surface_violations(config: Config) -> list[str]:
     """
     if config.tile.subgroup_size != BLOCK2D_SUB_GROUP:
         return block1d_surface_violations(config)
+    grouped = _per_group(config, native_surface_violations)
+    if grouped is not None:
+        return grouped
     p, t, lay = config.problem, config.types, config.layout
     c_type = t.acc if config.tile.split_k > 1 else t.c      # split K: the kernel stores the workspace
     bits = {name: dtype(name).bits for name in (t.a, t.b, c_type)}
@@ -57,6 +61,9 @@ def block1d_surface_violations(config: Config) -> list[str]:
     reads, 32 B for the f32/s32 C rows), so the rules land on the pitches (= the rows' widths) of A, B and C
     (batch strides are multiples of them).  Tiles over an edge use element accesses: no width minimum.
     """
+    grouped = _per_group(config, block1d_surface_violations)
+    if grouped is not None:
+        return grouped
     p, t, lay = config.problem, config.types, config.layout
     bits = {name: dtype(name).bits for name in (t.a, t.b, t.c)}
     surfaces = [("A", "K" if lay.a == "row" else "M", p.k if lay.a == "row" else p.m, bits[t.a],
@@ -73,3 +80,28 @@ def block1d_surface_violations(config: Config) -> list[str]:
                        f"{align}-byte aligned rows): pad {dim} to a multiple of {mult} ({-(-cols // mult) * mult})")
     return out
 
+
+
+def _per_group(config: Config, rules) -> list[str] | None:
+    """A grouped or MoE launch (xegemm.grouped): ``rules`` of every non-empty group's surfaces, each named by its
+    group (the first three), and an MoE layer's experts' base alignment; None for a single GEMM.  Grouped
+    operands start on 64-byte boundaries (xegemm.grouped.table.packed_offsets); an MoE expert's rows of A and D
+    start where the previous expert's end."""
+    problem = grouped_problem(config)
+    if problem is None:
+        return None
+    out = []
+    for index, g in enumerate(problem.groups):
+        if g.empty:
+            continue
+        single = config.with_overrides({"problem.m": g.m, "problem.n": g.n, "problem.k": g.k, "problem.groups": (),
+                                        "moe.experts": 0, "moe.rows": ()})
+        out += [f"group {index} ({g.label}): {why}" for why in rules(single)]
+    if problem.experts and config.tile.subgroup_size == BLOCK2D_SUB_GROUP:
+        t, first = config.types, problem.groups[0]
+        for name, row_bytes in (("A", first.k * dtype(t.a).bits // 8), ("D", first.n * dtype(t.c).bits // 8)):
+            start = next((r * row_bytes for r in problem.row_offsets[:-1] if r * row_bytes % 64), None)
+            if start is not None:
+                out.append(f"an expert's rows of {name} start at byte {start}, not on the 64-byte base alignment "
+                           f"of 2D block surfaces: rows of {row_bytes} B need a multiple of 64 B")
+    return out[:3] + ([f"... and {len(out) - 3} more"] if len(out) > 3 else [])

@@ -30,6 +30,7 @@ SUBGROUP_BLOCK_EXTENSIONS = {8: "cl_intel_subgroups_char", 16: "cl_intel_subgrou
                              64: "cl_intel_subgroups_long"}
 
 GRF_MODES = (128, 256)                          # registers per thread: small and large GRF mode
+HW_THREADS = {128: 8, 256: 4}                    # hardware threads per vector engine in each GRF mode
 
 
 class UnknownTargetError(XegemmError):

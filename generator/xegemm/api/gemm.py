@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xegemm.api import grouped as grouped_calls
 from xegemm.api.errors import (AlignmentError, DeviceMemoryError, DTypeMismatchError, LayoutError, NoKernelError,
                                ShapeMismatchError)
 from xegemm.api import traced
@@ -45,6 +46,7 @@ BEST_CONFIG, BEST_JSON = "best.yaml", "best.json"
 ML_NAMES = ("bfloat16", "int4", "uint4")
 MAX_BOUND = 16             # argument lists kept per shape (one per alpha, beta pair)
 DEVICE_ALIGNMENT = 64      # bytes: the base of every device operand (the Xe 2D block surface rule, docs/use.md)
+SINGLE = {"problem.groups": (), "moe.experts": 0, "moe.rows": ()}   # a call is one GEMM, whatever the config's groups
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,7 @@ class Gemm:
         self._choices: dict[tuple, _Choice] = {}
         self._sources: dict[str, str] = {}
         self._kernels: dict[tuple, list] = {}
+        self._grouped: dict[tuple, tuple] = {}         # grouped / MoE calls' variant per types, layouts, epilogue
         self._lock = threading.Lock()
         self._host_types = {(c.config.types.a, c.config.types.b) for c in candidates}
         quant = {operand_spec(c.config, "b") for c in candidates}
@@ -308,6 +311,31 @@ class Gemm:
         return {"d": d, **{param.removeprefix("out_"): from_device(bufs[param], expected_dtype(type_name, False), shape)
                            for param, type_name, shape in outputs}}
 
+    def grouped(self, a_list, b_list, c_list=None, *, alpha=None, beta=None, bias=None) -> list:
+        """One D per group, ``D_g = activation(alpha * A_g @ B_g + beta * C_g + bias_g)``, all groups in one
+        launch (xegemm.api.grouped; ``bias``: one vector per group, of its M or N)."""
+        return grouped_calls.grouped(self, a_list, b_list, c_list, alpha=alpha, beta=beta, bias=bias)
+
+    def moe(self, a, b, rows_per_expert, c=None, *, alpha=None, beta=None, bias=None):
+        """An MoE layer's T x N output in one launch: A (T x K) rows sorted by expert, B (E x K x N), rows per
+        expert (length E, summing to T; zeros allowed) (xegemm.api.grouped)."""
+        return grouped_calls.moe(self, a, b, rows_per_expert, c, alpha=alpha, beta=beta, bias=bias)
+
+    def _grouped_kernel(self, queue, name: str, source: str, options: str):
+        """The built grouped kernel ``name`` on ``queue`` (built once, from the persistent program cache)."""
+        key = (name, id(queue))
+        kernels = self._kernels.get(key)
+        if kernels is None:
+            with self._lock:
+                try:
+                    kernels = self._kernels[key] = [build_program(queue, source, options).get_sycl_kernel(name)]
+                except BuildError as exc:
+                    raise XegemmError(f"{name}: {exc}") from exc
+        return kernels[0]
+
+    def _record(self, name: str, reason: str, shape: str, config: Config, event) -> None:
+        self.last_kernel = LastKernel(name, reason, reason, shape, config, event)
+
     def _types(self, opa: Operand, opb: Operand) -> tuple[str, str]:
         """The registry types of A and B from their dtypes, among those the kernels take."""
         for ta, tb in self._host_types:
@@ -381,8 +409,8 @@ class Gemm:
         ``inputs``: a traced epilogue's ``epilogue.inputs`` for the call."""
         traced = {"epilogue.inputs": inputs} if inputs is not None else {}
         try:
-            config = cand.config.with_overrides({**shape.overrides(), "epilogue.alpha": alpha, "epilogue.beta": beta,
-                                                 "epilogue.bias": bias_kind, **traced})
+            config = cand.config.with_overrides({**shape.overrides(), **SINGLE, "epilogue.alpha": alpha,
+                                                 "epilogue.beta": beta, "epilogue.bias": bias_kind, **traced})
         except ConfigError as exc:
             why_not.append(f"variant {cand.index}: {exc}")
             return None

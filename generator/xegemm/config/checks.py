@@ -26,6 +26,7 @@ from xegemm.dtypes import dtype
 from xegemm.epilogue import ACTIVATIONS, BIAS_KINDS, OUTPUT_TYPES
 from xegemm.errors import XegemmError
 from xegemm.grouped.problem import GroupedProblem, GroupedProblemError
+from xegemm.grouped.schedule import MODES as WALK_MODES
 from xegemm.quant.formats import FORMATS as QUANT_FORMATS
 from xegemm.quant.spec import COMPUTE_TYPES, FP8, GROUP_WORDS, SCALE_LAYOUTS, SCALE_TYPES, WEIGHT_TYPES, ZERO_TYPES
 from xegemm.layouts import ALIASES as LAYOUT_ALIASES
@@ -300,6 +301,7 @@ zero_dtype = _word("zero-point type", ZERO_TYPES, DTYPE_ALIASES)
 scale_layout = _word("scale layout", SCALE_LAYOUTS, {})
 accumulator_dtype = _usable_dtype("accumulator")
 layout = _word("layout", LAYOUTS, LAYOUT_ALIASES)
+walk_mode = _word("tile walk", WALK_MODES, {"atomic": "dynamic"})
 bias_kind = _word("bias", BIAS_KINDS, {"per_row": "row", "per_col": "col", "column": "col", "per_column": "col"})
 activation = _word("activation", tuple(ACTIVATIONS), {"gelu": "gelu_erf", "swish": "silu", "identity": "none"})
 output_dtype = _word("C data type", OUTPUT_TYPES, DTYPE_ALIASES)

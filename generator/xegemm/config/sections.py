@@ -40,6 +40,7 @@ from xegemm.config.checks import (
     scale_dtype,
     scale_layout,
     text,
+    walk_mode,
     zero_dtype,
 )
 from xegemm.targets import GRF_MODES
@@ -64,7 +65,10 @@ class Problem:
 
     @property
     def label(self) -> str:
-        """``MxNxK``, or ``MxNxKxB`` for a batch: how messages, reports and ``--shapes`` write a problem."""
+        """``MxNxK``, or ``MxNxKxB`` for a batch: how messages, reports and ``--shapes`` write a problem; a
+        grouped problem's groups joined by ``+``."""
+        if self.groups:
+            return "+".join(f"{m}x{n}x{k}" for m, n, k in self.groups)
         return f"{self.m}x{self.n}x{self.k}" + (f"x{self.batch}" if self.batch != 1 else "")
 
     def overrides(self) -> dict[str, int]:
@@ -134,7 +138,10 @@ class Tile:
     ``swizzle``: work-groups walk groups of that many tile rows column-major (1: row by row; xegemm.swizzle),
     and ``register_block`` [R, J]: the portable lowering runs each DPAS k-chunk's k loop once per block of R
     accumulator rows x J N-fragments of the sub-group tile, so a CPU keeps that block in vector registers
-    (0: the whole tile; the results are the same bit for bit; native builds ignore it)."""
+    (0: the whole tile; the results are the same bit for bit; native builds ignore it).  ``persistent`` G and
+    ``walk``: a grouped or MoE launch's persistent work-groups (0: the device's compute units x occupancy, at
+    launch) and how they walk the groups' tiles: ``static`` (work-group w takes tiles w, w + G, ...) or
+    ``dynamic`` (the next tile from a global atomic counter); a single GEMM ignores both (xegemm.grouped)."""
 
     workgroup: tuple[int, int, int] = _key(positive_ints(3, "[BM, BN, BK]"), (256, 256, 32))
     subgroups: tuple[int, int] = _key(positive_ints(2, "[SG_M, SG_N]"), (8, 4))
@@ -143,6 +150,8 @@ class Tile:
     stream_k: int = _key(non_negative_int, 0)
     swizzle: int = _key(positive_int, 1)
     register_block: tuple[int, int] = _key(non_negative_ints(2, "[R rows, J N-fragments], 0 = all"), (0, 0))
+    persistent: int = _key(non_negative_int, 0)
+    walk: str = _key(walk_mode, "static")
 
 
 def tile_conflict(split_k: int, stream_k: int) -> str | None:

@@ -29,6 +29,7 @@ from xegemm.config import Config, Variant, expand
 from xegemm.epilogue import EpilogueSpec
 from xegemm.epilogue_graph.config import graph_of
 from xegemm.errors import XegemmError
+from xegemm.grouped.problem import from_config
 from xegemm.kernel_name import KernelName
 from xegemm.lowering import Lowering
 from xegemm.plan import Plan, PlanRejected, plan
@@ -95,7 +96,9 @@ def params_of(config: Config) -> dict:
             "register_block": "x".join(map(str, tile.register_block)) if any(tile.register_block) else "all",
             "epilogue": _epilogue_param(config),
             "atom_mma": config.atoms.mma, "atom_a": config.atoms.a, "atom_b": config.atoms.b,
-            "atom_c": config.atoms.c}
+            "atom_c": config.atoms.c,
+            # a grouped or MoE launch: its groups (the report's problem is the whole launch)
+            **({"groups": grouped_problem.label} if (grouped_problem := from_config(config)) else {})}
 
 
 def _epilogue_param(config: Config) -> str:

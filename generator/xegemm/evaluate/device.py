@@ -15,6 +15,7 @@ import numpy as np
 from xegemm.arguments import KernelCall
 from xegemm.config import Config
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
+from xegemm.evaluate.grouped import grouped_setup, grouped_submit, verify_grouped
 from xegemm.lowering import Lowering
 from xegemm.profile import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
@@ -121,9 +122,13 @@ class DeviceBuilder(Builder):
         evaluation.build_s = time.perf_counter() - t0
         evaluation.extra["build_cached"] = bool(getattr(program, "from_cache", False))   # loaded, not compiled
         config, p = pv.config, pv.config.problem
-        bufs = self.session.buffers(config)
         queue = self.session.queue
         call = KernelCall.of(pv.plan)
+        if pv.plan.grouped:         # one launch of every group (xegemm.evaluate.grouped)
+            setup = grouped_setup(self.session, config, pv.plan)
+            return DeviceKernel(self.session, config, {"grouped": setup},
+                                grouped_submit(queue, call, kernels[0], setup, epilogue_scalars(config)))
+        bufs = self.session.buffers(config)
         bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), device_buffers(bufs),
                           epilogue_scalars(config) | bufs["named_scalars"])
         launches = [(kernel, args, gsize, lsize) for kernel, (_, args, gsize, lsize) in zip(kernels, bound)]
@@ -189,6 +194,9 @@ class VerifyObserver(Observer):
 
     def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel: DeviceKernel) -> None:
         bufs = kernel.buffers
+        if "grouped" in bufs:
+            self._grouped(evaluation, kernel)
+            return
         try:
             bufs["c"].copy_from_host(bufs["poison"])      # poisoned before every verified run
             for buffer, poison, _ in bufs["aux_outputs"].values():
@@ -206,6 +214,24 @@ class VerifyObserver(Observer):
         if not verdict.ok:
             evaluation.fail("failed_verify", verdict.reason)
 
+    @staticmethod
+    def _grouped(evaluation: Evaluation, kernel: DeviceKernel) -> None:
+        setup = kernel.buffers["grouped"]
+        try:
+            verdict, reason = verify_grouped(setup, kernel.submit)
+        except Exception as exc:  # noqa: BLE001 - a launch failure is recorded, the sweep goes on
+            evaluation.fail("error", f"launch failed: {exc!r}")
+            return
+        checked = [v for v in verdict.verdicts if v is not None]
+        errors = [v.max_abs_err for v in checked if v.max_abs_err is not None]
+        rel = [v.max_rel_err for v in checked if v.max_rel_err is not None]
+        evaluation.max_abs_err = max(errors) if errors else None
+        evaluation.max_rel_err = max(rel) if rel else None
+        evaluation.bad_elements = sum(v.bad_elements for v in checked)
+        evaluation.extra["groups"] = [g.label for g in setup.problem.groups]
+        if reason:
+            evaluation.fail("failed_verify", reason)
+
 
 class TimingObserver(Observer):
     """Times a verified kernel with device profiling events: GFLOP/s and GB/s from the median.
@@ -222,21 +248,26 @@ class TimingObserver(Observer):
 
     def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel: DeviceKernel) -> None:
         config, prof = kernel.config, kernel.config.profile
+        grouped = kernel.buffers.get("grouped")
+        reference = grouped.reference if grouped else kernel.session.numpy_reference(config)
         try:
             if self.timer is not None:
                 timing = self.timer(kernel.submit, prof.warmup, prof.repeats, prof.min_time_ms)
             else:
                 timing, evaluation.extra["reference"] = measure_against_reference(
-                    lambda: launch_ms(kernel.submit), kernel.session.numpy_reference(config), prof.warmup, prof.repeats,
-                    prof.min_time_ms)
+                    lambda: launch_ms(kernel.submit), reference, prof.warmup, prof.repeats, prof.min_time_ms)
         except Exception as exc:  # noqa: BLE001 - verified, but timing failed: recorded, the sweep goes on
             evaluation.fail("error", f"timing failed after verification: {exc!r}")
             return
-        p, ops = config.problem, kernel.buffers["ops"]
         evaluation.time_ms = timing.as_dict()
         seconds = max(timing.median, 1e-9) * 1e-3
-        evaluation.gflops = gemm_flops(p.m, p.n, p.k, p.batch) / seconds * 1e-9
-        moved = ops.a_bytes.nbytes + ops.b_bytes.nbytes + p.batch * p.m * ops.ldc
+        if grouped:                 # the whole launch: every group's FLOPs and bytes
+            flops, moved = grouped.flops, grouped.moved_bytes
+        else:
+            p, ops = config.problem, kernel.buffers["ops"]
+            flops = gemm_flops(p.m, p.n, p.k, p.batch)
+            moved = ops.a_bytes.nbytes + ops.b_bytes.nbytes + p.batch * p.m * ops.ldc
+        evaluation.gflops = flops / seconds * 1e-9
         evaluation.gbps = moved / seconds * 1e-9
 
 

@@ -74,6 +74,10 @@ def _rules(config, target: str) -> list[str]:
     return rules
 
 
+GROUPED_NOT_EXPORTED = ("a grouped or MoE kernel: its C launcher (the problem table, the persistent grid) is not "
+                        "exported; call it from Python (Gemm.grouped, Gemm.moe; docs/grouped.md)")
+
+
 def _example_skip(config) -> str | None:
     t = config.types
     if config.quant.format != "none" or config.quant_a.format != "none":
@@ -110,6 +114,9 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None) -> dict
             if pv.plan.name in seen:
                 continue
             seen.add(pv.plan.name)
+            if pv.plan.grouped:
+                skipped.append({"target": target, "variant": pv.plan.name, "reason": GROUPED_NOT_EXPORTED})
+                continue
             why = admit.admit(pv) if admit else None
             try:
                 text = why or render_variant(pv, lowering)

@@ -202,6 +202,18 @@ def from_config(config) -> GroupedProblem | None:
     return None
 
 
+def config_overrides(problem: GroupedProblem) -> dict:
+    """The config keys that make a config run ``problem`` (``with_overrides``): the groups, or the MoE layer's
+    T, N, K and rows per expert; problem.m/n/k are the largest group's (at least 1), as the reader sets them."""
+    if problem.experts:
+        first = problem.groups[0]
+        return {"problem.groups": (), "problem.m": max(1, problem.tokens), "problem.n": max(1, first.n),
+                "problem.k": first.k, "moe.experts": problem.experts, "moe.rows": tuple(g.m for g in problem.groups)}
+    return {"problem.groups": tuple((g.m, g.n, g.k) for g in problem.groups),
+            "problem.m": max(1, *(g.m for g in problem.groups)), "problem.n": max(1, *(g.n for g in problem.groups)),
+            "problem.k": max(g.k for g in problem.groups), "moe.experts": 0, "moe.rows": ()}
+
+
 def config_conflict(groups, experts: int, rows, m: int, n: int, k: int, batch: int) -> str | None:
     """Why a config's grouped keys (``problem.groups``, ``moe.experts``, ``moe.rows``) cannot go together, or
     None when they can."""

@@ -51,9 +51,11 @@ def _c_steps(steps, declare: bool) -> list[str]:
     return [f"{'const int ' if declare else ''}{name} = {substitute(expr, constants)};" for name, expr in steps]
 
 
-def locate_lines(search_move=SEARCH_MOVE) -> list[str]:
+def locate_lines(search_move=SEARCH_MOVE, names=None) -> list[str]:
     """C that defines ``group``, the table fields of the group (``M``, ``N``, ``K``, ``tiles_m``, ``tiles_n``,
-    ``group_begin``, ``a_offset`` ... ``ldc``), ``tile_m`` and ``tile_n`` of the int ``t``."""
+    ``group_begin``, ``a_offset`` ... ``ldc``), ``tile_m`` and ``tile_n`` of the int ``t``.  ``names``: C names
+    of fields that replace C_NAMES' (a kernel whose own ``lda`` is in bytes names the table's otherwise)."""
+    names = {**C_NAMES, **(names or {})}
     lines = ["int lo = 0, hi = groups;", "while (hi - lo > 1) {",
              *("  " + line for line in _c_steps(SEARCH_MID, True)),
              f"  const long begin_mid = table[mid * {len(FIELDS)} + {FIELD['tile_begin']}];",
@@ -63,17 +65,18 @@ def locate_lines(search_move=SEARCH_MOVE) -> list[str]:
              f"__global const long* group_row = table + (long)group * {len(FIELDS)};"]
     for name in FIELDS:
         ctype = "int" if name in INT_FIELDS else "long"
-        lines.append(f"const {ctype} {C_NAMES.get(name, name)} = ({ctype})group_row[{FIELD[name]}];")
+        lines.append(f"const {ctype} {names.get(name, name)} = ({ctype})group_row[{FIELD[name]}];")
     return lines + _c_steps(TILE, True)
 
 
-def walk_lines(mode: str, body: list[str], workgroups: int | None = None, search_move=SEARCH_MOVE) -> list[str]:
+def walk_lines(mode: str, body: list[str], workgroups: int | None = None, search_move=SEARCH_MOVE,
+               names=None) -> list[str]:
     """C of the persistent walk running ``body`` once per tile (with ``t``, ``group``, ``tile_m``, ``tile_n`` and
     the group's fields defined).  ``static``: G = ``workgroups`` printed as a constant, or the launch's
     ``get_num_groups(0)`` when None.  ``dynamic``: the lines begin with a ``__local int`` declaration, so they
     go at the kernel function's outermost scope; the body may hold barriers (every work-item of a work-group
     takes the same tile)."""
-    inner = ["  " + line for line in [*locate_lines(search_move), *body]]
+    inner = ["  " + line for line in [*locate_lines(search_move, names), *body]]
     if mode == "static":
         step = str(workgroups) if workgroups else "(int)get_num_groups(0)"
         return [f"for (int t = (int)get_group_id(0); t < total_tiles; t += {step}) {{", *inner, "}"]

@@ -3,7 +3,9 @@
 Row g holds, in this order (``FIELDS``): M, N, K; the group's tile counts along M and N (a formula, TILES,
 the same text the kernel would print); ``tile_begin``, the exclusive prefix sum of the groups' tile counts
 (the persistent scheduler searches it, xegemm.grouped.schedule); the element offsets of the group's A, B and
-D in their operand buffers; and the pitches (leading dimensions) of A, B and D in elements.  The table is
+D in their operand buffers; the pitches (leading dimensions) of A, B and D in elements; and the offset of the
+group's bias vector in one f32 buffer (the groups' vectors one after another: M_g values each for a bias per
+row, N_g for one per column; 0 without a bias).  The table is
 ``groups x len(FIELDS)`` int64, row-major: field f of group g is ``table[g * FIELDS + f]``.
 
 Sub-byte operands (4-bit) hold two elements per byte: a group's element offset must be even or its base
@@ -19,7 +21,7 @@ from xegemm.formula import evaluate
 from xegemm.grouped.problem import GroupedProblem, GroupedProblemError
 
 FIELDS = ("m", "n", "k", "tiles_m", "tiles_n", "tile_begin", "a_offset", "b_offset", "c_offset",
-          "lda", "ldb", "ldc")
+          "lda", "ldb", "ldc", "bias_offset")
 FIELD = {name: index for index, name in enumerate(FIELDS)}
 # (name, expression) over a group's M, N and the work-group tile BM x BN: raster along N within a group
 TILES = (("tiles_m", "(M + BM - 1) / BM"), ("tiles_n", "(N + BN - 1) / BN"), ("tiles", "tiles_m * tiles_n"))
@@ -63,12 +65,19 @@ def packed_offsets(problem: GroupedProblem, bits: tuple[int, int, int], align_by
     return offsets
 
 
+def bias_offsets(problem: GroupedProblem, bias: str) -> list[int]:
+    """Each group's offset in the f32 bias buffer (``bias``: none, row (M_g values) or col (N_g values)), and
+    the buffer's length last (MoE: per row at the expert's row offset, per column at e x N)."""
+    sizes = [0 if bias == "none" else g.m if bias == "row" else g.n for g in problem.groups]
+    return [sum(sizes[:g]) for g in range(len(sizes) + 1)]
+
+
 def problem_table(problem: GroupedProblem, workgroup, bits: tuple[int, int, int],
                   layouts: tuple[str, str, str] = ("row", "row", "row"), offsets: np.ndarray | None = None,
-                  align_bytes: int = 64) -> np.ndarray:
+                  align_bytes: int = 64, bias: str = "none") -> np.ndarray:
     """The table (groups x FIELDS, int64) for a work-group tile [BM, BN, ...], the operands' element bits
-    (A, B, D), their layouts (``row``/``col``; MoE B ``col`` is E x N x K) and element offsets (default:
-    :func:`packed_offsets`).  Raises GroupedProblemError for a sub-byte offset that is not byte-aligned or more
+    (A, B, D), their layouts (``row``/``col``; MoE B ``col`` is E x N x K), element offsets (default:
+    :func:`packed_offsets`) and the epilogue's bias kind (:func:`bias_offsets`).  Raises GroupedProblemError for a sub-byte offset that is not byte-aligned or more
     tiles than a C int counts."""
     offsets = packed_offsets(problem, bits, align_bytes) if offsets is None else np.asarray(offsets, np.int64)
     if offsets.shape != (len(problem.groups), 3):
@@ -78,6 +87,7 @@ def problem_table(problem: GroupedProblem, workgroup, bits: tuple[int, int, int]
         raise GroupedProblemError(f"{problem.label} has {begins[-1]} tiles of {workgroup[0]}x{workgroup[1]}; the "
                                   f"scheduler counts at most {MAX_TILES}: choose a larger work-group tile")
     table = np.zeros((len(problem.groups), len(FIELDS)), np.int64)
+    biases = bias_offsets(problem, bias)
     for index, (g, counts) in enumerate(zip(problem.groups, group_tiles(problem, workgroup))):
         for operand, (name, b) in enumerate(zip("ABD", bits)):
             if b < 8 and (int(offsets[index, operand]) * b) % 8:
@@ -88,5 +98,5 @@ def problem_table(problem: GroupedProblem, workgroup, bits: tuple[int, int, int]
         pitches = (g.k if layouts[0] == "row" else g.m, g.n if layouts[1] == "row" else g.k,
                    g.n if layouts[2] == "row" else g.m)
         table[index] = (g.m, g.n, g.k, counts["tiles_m"], counts["tiles_n"], begins[index], *offsets[index],
-                        *pitches)
+                        *pitches, biases[index])
     return table

@@ -94,12 +94,24 @@ class Group:
         return dict(zip(TYPE_KEYS, self.key[4:]))
 
     @property
+    def groups(self) -> str | None:
+        """A grouped or MoE launch's groups (``100x256x128+0x256x128``, ``moe32xT8048x5760x2880``), or None."""
+        return next((v.params["groups"] for v in self.variants if v.params.get("groups")), None)
+
+    @property
+    def short(self) -> str:
+        """``MxNxK`` (a grouped launch: its groups) and A's type."""
+        p = self.problem
+        return f"{self.groups or '{m}x{n}x{k}'.format(**p)} {self.types['a']}"
+
+    @property
     def title(self) -> str:
         p, t = self.problem, self.types
         if p["m"] is None:
             return "problem unknown"
-        return (f"M={p['m']} N={p['n']} K={p['k']} batch={p['batch']}, A={t['a']} B={t['b']} acc={t['acc']} "
-                f"C={t['c']}, layouts {t['layout']}")
+        what = (f"grouped {self.groups} (one launch; largest M={p['m']} N={p['n']} K={p['k']})" if self.groups
+                else f"M={p['m']} N={p['n']} K={p['k']} batch={p['batch']}")
+        return f"{what}, A={t['a']} B={t['b']} acc={t['acc']} C={t['c']}, layouts {t['layout']}"
 
     @property
     def measured(self) -> bool:
@@ -186,7 +198,7 @@ class Headline:
     def text(self) -> str:
         """One line for a terminal: ``64x64x64 bf16: best 10.3 GFLOP/s, 0.44x numpy`` (or why not)."""
         g = self.group
-        head = (f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} {g.types['a']}: best {self.best.gflops:.1f} "
+        head = (f"{g.short}: best {self.best.gflops:.1f} "
                 f"GFLOP/s ({self.best.label})")
         if self.ratio is None:
             return head + ", no numpy reference"

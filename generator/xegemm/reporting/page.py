@@ -100,7 +100,7 @@ def _group_view(n: int, g: Group) -> dict:
     """One problem group's section: best line, references, the plots, and the variant table."""
     series = _convergence_series(g)
     converges = any(len(trials) > 1 for trials in series.values()) and bool(g.timed)
-    return {"title": g.title, "short": f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} {g.types['a']}",
+    return {"title": g.title, "short": g.short,
             "best": g.best, "best_label": g.best.label if g.best else None, "measured": g.measured,
             "headline": g.headline(), "references": g.best_against_references() if g.best else [],
             "rows": [_row(v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))

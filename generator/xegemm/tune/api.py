@@ -85,8 +85,8 @@ def _shapes(config, shapes) -> list[Shape]:
         parsed = parse_shapes(shapes)
         grouped = [s.label for s in parsed if not isinstance(s, Shape)]
         if grouped:
-            raise XegemmError(f"--shapes: {grouped[0]} is a grouped problem; the tuner measures one GEMM per "
-                              "launch until the grouped kernels exist (docs/grouped.md)")
+            raise XegemmError(f"--shapes: {grouped[0]} is a grouped problem; tune a config whose problem.groups "
+                              "(or moe:) holds it: the objective is then the whole grouped launch (docs/grouped.md)")
         return parsed
     return [s if isinstance(s, Shape) else Shape(*s) for s in shapes]
 

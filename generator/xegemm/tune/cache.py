@@ -47,6 +47,8 @@ def measurement_key(source: str, build_options: str, device_name: str, driver: s
              "device": device_name, "driver": driver, "settings": code_generation_settings(), "lowering": lowering,
              "problem": [p.m, p.n, p.k, p.batch], "seed": config.verify.seed,
              "profile": [prof.warmup, prof.repeats, prof.min_time_ms], "timing": TIMING_METHOD}
+    if p.groups or config.moe.experts:     # a grouped kernel's source is the same for every grouped problem
+        parts["groups"] = [list(p.groups), config.moe.experts, list(config.moe.rows)]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
@@ -64,6 +66,8 @@ def implausible(evaluation: dict, ceiling: float | None) -> str | None:
     try:
         gflops, median = float(gflops), float(median)
         expected = gemm_flops(*(int(params[k]) for k in ("m", "n", "k", "batch"))) / (max(median, 1e-9) * 1e6)
+        if params.get("groups"):      # a grouped launch: its FLOPs are its groups', not the largest group's
+            expected = gflops
     except (TypeError, ValueError, KeyError):
         return "no GFLOP/s, time or problem"
     if not (math.isfinite(gflops) and gflops > 0 and median > 0):

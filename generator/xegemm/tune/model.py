@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from xegemm import stream_k
 from xegemm.dtypes import dtype
 from xegemm.plan import Plan, k_slice
-from xegemm.targets import get_target
+from xegemm.targets import HW_THREADS, get_target
 
 RIDGE_FLOPS_PER_BYTE = 32.0
 MEMORY_RIDGE_FLOPS_PER_BYTE = 32.0
-THREADS_PER_CORE = {128: 8, 256: 4}
+THREADS_PER_CORE = HW_THREADS
 
 
 @dataclass(frozen=True)
