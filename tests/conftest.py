@@ -37,7 +37,16 @@ def browser_missing() -> str | None:
     return None
 
 
+# Files whose tests take minutes in all: collected first, so that under `make test` (pytest-xdist, one file per
+# process at a time) they start early instead of leaving one process working alone at the end.  Order only.
+LONG_FILES = ("test_tune_workers.py", "test_tune.py", "test_portable_staged.py", "test_reliability.py",
+              "test_layouts.py", "test_quant_kernels.py", "test_pipeline.py", "test_registers.py",
+              "test_epilogue_traced_device.py", "test_native.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    first = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))      # stable: a file keeps its order
     missing = {"ocloc": None if find_ocloc() is not None else OCLOC_MISSING, "browser": browser_missing()}
     for item in items:
         for marker, reason in missing.items():
