@@ -48,9 +48,12 @@ kernels: $(STAMP)
 	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels/native --lowering native \
 		--capabilities cl_intel_subgroup_2d_block_io
 
+# The suite runs in TEST_JOBS processes (pytest-xdist; default: the machine's cores, at most 4), one test file per
+# process at a time, so a file's module fixtures are set up once.  Most of its time is single-threaded kernel builds.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 test: $(STAMP) tools
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 # pytest-benchmark suite (not part of `make test`): each kernel against references measured in the same run, and
 # build times.  CONFIG="a.yaml b.yaml" (default configs/default.yaml) and SHAPES=1024x1024x1024,2048x2048x2048
