@@ -23,7 +23,6 @@ EXAMPLES = int(os.environ.get("XEGEMM_FUZZ_EXAMPLES", "40" if os.environ.get("CI
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=os.environ.get("XEGEMM_FUZZ_RANDOM") is None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
-os.environ["XEGEMM_DB_RETRY_S"] = "0"     # an unreachable server is refused at once, not waited for
 ROOT = Path(tempfile.mkdtemp(prefix="xegemm-cli-fuzz-"))
 (ROOT / "dir").mkdir()
 (ROOT / "empty.yaml").write_text("")
@@ -84,8 +83,11 @@ def command_lines(draw):
 @given(command_lines())
 def test_no_argument_gives_a_traceback_or_an_internal_error(argv):
     err = io.StringIO()
-    cwd = os.getcwd()
+    cwd, retry = os.getcwd(), os.environ.get("XEGEMM_DB_RETRY_S")
     os.chdir(ROOT / "dir")          # a report written with a default name lands here
+    # an unreachable server is refused at once, not waited for; set only around the call, since the environment
+    # is the whole test process's (set at import, it took the retries from every later test's `xegemm tune`)
+    os.environ["XEGEMM_DB_RETRY_S"] = "0"
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             try:
@@ -94,6 +96,10 @@ def test_no_argument_gives_a_traceback_or_an_internal_error(argv):
                 code = exc.code
     finally:
         os.chdir(cwd)
+        if retry is None:
+            os.environ.pop("XEGEMM_DB_RETRY_S", None)
+        else:
+            os.environ["XEGEMM_DB_RETRY_S"] = retry
     said = err.getvalue()
     assert isinstance(code, int) and code in (0, 1, 2), (argv, code, said[-2000:])
     assert "Traceback" not in said and "internal error" not in said, (argv, said[-2000:])
