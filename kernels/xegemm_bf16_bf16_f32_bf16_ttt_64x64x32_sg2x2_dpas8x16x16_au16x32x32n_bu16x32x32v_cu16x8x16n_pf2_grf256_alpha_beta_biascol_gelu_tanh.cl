@@ -876,115 +876,35 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_64x64x32_sg2x2_dpas8x16x16_au16x32x3
 
     /* epilogue: D = gelu_tanh(alpha * acc + beta * C + bias[col]), computed in f32, converted to bf16 (round to nearest even); 8 x XE_2D_U16x8x16_ST_N */
     {
-        const int lane = get_sub_group_local_id();
-        const float bias0 = n0 + lane < N ? bias[n0 + lane] : 0.0f;
-        const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + 0, m0 + 0);
-        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 0, m0 + 0, (ushort8)(
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_0_0 + beta * as_float((uint)ci.s0 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_0_1 + beta * as_float((uint)ci.s1 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_0_2 + beta * as_float((uint)ci.s2 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_0_3 + beta * as_float((uint)ci.s3 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_0_4 + beta * as_float((uint)ci.s4 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_0_5 + beta * as_float((uint)ci.s5 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_0_6 + beta * as_float((uint)ci.s6 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_0_7 + beta * as_float((uint)ci.s7 << 16) + bias0))));
-    }
-    {
-        const int lane = get_sub_group_local_id();
-        const float bias0 = n0 + 16 + lane < N ? bias[n0 + 16 + lane] : 0.0f;
-        const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + 16, m0 + 0);
-        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 16, m0 + 0, (ushort8)(
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_1_0 + beta * as_float((uint)ci.s0 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_1_1 + beta * as_float((uint)ci.s1 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_1_2 + beta * as_float((uint)ci.s2 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_1_3 + beta * as_float((uint)ci.s3 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_1_4 + beta * as_float((uint)ci.s4 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_1_5 + beta * as_float((uint)ci.s5 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_1_6 + beta * as_float((uint)ci.s6 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_0_1_7 + beta * as_float((uint)ci.s7 << 16) + bias0))));
-    }
-    {
-        const int lane = get_sub_group_local_id();
-        const float bias0 = n0 + lane < N ? bias[n0 + lane] : 0.0f;
-        const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + 0, m0 + 8);
-        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 0, m0 + 8, (ushort8)(
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_0_0 + beta * as_float((uint)ci.s0 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_0_1 + beta * as_float((uint)ci.s1 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_0_2 + beta * as_float((uint)ci.s2 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_0_3 + beta * as_float((uint)ci.s3 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_0_4 + beta * as_float((uint)ci.s4 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_0_5 + beta * as_float((uint)ci.s5 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_0_6 + beta * as_float((uint)ci.s6 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_0_7 + beta * as_float((uint)ci.s7 << 16) + bias0))));
-    }
-    {
-        const int lane = get_sub_group_local_id();
-        const float bias0 = n0 + 16 + lane < N ? bias[n0 + 16 + lane] : 0.0f;
-        const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + 16, m0 + 8);
-        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 16, m0 + 8, (ushort8)(
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_1_0 + beta * as_float((uint)ci.s0 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_1_1 + beta * as_float((uint)ci.s1 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_1_2 + beta * as_float((uint)ci.s2 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_1_3 + beta * as_float((uint)ci.s3 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_1_4 + beta * as_float((uint)ci.s4 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_1_5 + beta * as_float((uint)ci.s5 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_1_6 + beta * as_float((uint)ci.s6 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_1_1_7 + beta * as_float((uint)ci.s7 << 16) + bias0))));
-    }
-    {
-        const int lane = get_sub_group_local_id();
-        const float bias0 = n0 + lane < N ? bias[n0 + lane] : 0.0f;
-        const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + 0, m0 + 16);
-        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 0, m0 + 16, (ushort8)(
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_0_0 + beta * as_float((uint)ci.s0 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_0_1 + beta * as_float((uint)ci.s1 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_0_2 + beta * as_float((uint)ci.s2 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_0_3 + beta * as_float((uint)ci.s3 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_0_4 + beta * as_float((uint)ci.s4 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_0_5 + beta * as_float((uint)ci.s5 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_0_6 + beta * as_float((uint)ci.s6 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_0_7 + beta * as_float((uint)ci.s7 << 16) + bias0))));
-    }
-    {
-        const int lane = get_sub_group_local_id();
-        const float bias0 = n0 + 16 + lane < N ? bias[n0 + 16 + lane] : 0.0f;
-        const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + 16, m0 + 16);
-        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 16, m0 + 16, (ushort8)(
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_1_0 + beta * as_float((uint)ci.s0 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_1_1 + beta * as_float((uint)ci.s1 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_1_2 + beta * as_float((uint)ci.s2 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_1_3 + beta * as_float((uint)ci.s3 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_1_4 + beta * as_float((uint)ci.s4 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_1_5 + beta * as_float((uint)ci.s5 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_1_6 + beta * as_float((uint)ci.s6 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_2_1_7 + beta * as_float((uint)ci.s7 << 16) + bias0))));
-    }
-    {
-        const int lane = get_sub_group_local_id();
-        const float bias0 = n0 + lane < N ? bias[n0 + lane] : 0.0f;
-        const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + 0, m0 + 24);
-        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 0, m0 + 24, (ushort8)(
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_0_0 + beta * as_float((uint)ci.s0 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_0_1 + beta * as_float((uint)ci.s1 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_0_2 + beta * as_float((uint)ci.s2 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_0_3 + beta * as_float((uint)ci.s3 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_0_4 + beta * as_float((uint)ci.s4 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_0_5 + beta * as_float((uint)ci.s5 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_0_6 + beta * as_float((uint)ci.s6 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_0_7 + beta * as_float((uint)ci.s7 << 16) + bias0))));
-    }
-    {
-        const int lane = get_sub_group_local_id();
-        const float bias0 = n0 + 16 + lane < N ? bias[n0 + 16 + lane] : 0.0f;
-        const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + 16, m0 + 24);
-        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 16, m0 + 24, (ushort8)(
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_1_0 + beta * as_float((uint)ci.s0 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_1_1 + beta * as_float((uint)ci.s1 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_1_2 + beta * as_float((uint)ci.s2 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_1_3 + beta * as_float((uint)ci.s3 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_1_4 + beta * as_float((uint)ci.s4 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_1_5 + beta * as_float((uint)ci.s5 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_1_6 + beta * as_float((uint)ci.s6 << 16) + bias0)),
-            xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * acc_3_1_7 + beta * as_float((uint)ci.s7 << 16) + bias0))));
+        /* 8 tiles in one loop: their accumulators by tile, and their origins */
+        const float xe_acc[8][8] = {
+            { acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7 },
+            { acc_0_1_0, acc_0_1_1, acc_0_1_2, acc_0_1_3, acc_0_1_4, acc_0_1_5, acc_0_1_6, acc_0_1_7 },
+            { acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7 },
+            { acc_1_1_0, acc_1_1_1, acc_1_1_2, acc_1_1_3, acc_1_1_4, acc_1_1_5, acc_1_1_6, acc_1_1_7 },
+            { acc_2_0_0, acc_2_0_1, acc_2_0_2, acc_2_0_3, acc_2_0_4, acc_2_0_5, acc_2_0_6, acc_2_0_7 },
+            { acc_2_1_0, acc_2_1_1, acc_2_1_2, acc_2_1_3, acc_2_1_4, acc_2_1_5, acc_2_1_6, acc_2_1_7 },
+            { acc_3_0_0, acc_3_0_1, acc_3_0_2, acc_3_0_3, acc_3_0_4, acc_3_0_5, acc_3_0_6, acc_3_0_7 },
+            { acc_3_1_0, acc_3_1_1, acc_3_1_2, acc_3_1_3, acc_3_1_4, acc_3_1_5, acc_3_1_6, acc_3_1_7 }
+        };
+        const short xe_at[8][2] = { { 0, 0 }, { 0, 16 }, { 8, 0 }, { 8, 16 }, { 16, 0 }, { 16, 16 }, { 24, 0 }, { 24, 16 } };
+#pragma unroll 1
+        for (int xe_t = 0; xe_t < 8; ++xe_t) {
+            const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
+            {
+                const int lane = get_sub_group_local_id();
+                const float bias0 = n0 + xe_tc + lane < N ? bias[n0 + xe_tc + lane] : 0.0f;
+                const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr);
+                xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr, (ushort8)(
+                    xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][0] + beta * as_float((uint)ci.s0 << 16) + bias0)),
+                    xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][1] + beta * as_float((uint)ci.s1 << 16) + bias0)),
+                    xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][2] + beta * as_float((uint)ci.s2 << 16) + bias0)),
+                    xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][3] + beta * as_float((uint)ci.s3 << 16) + bias0)),
+                    xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][4] + beta * as_float((uint)ci.s4 << 16) + bias0)),
+                    xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][5] + beta * as_float((uint)ci.s5 << 16) + bias0)),
+                    xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][6] + beta * as_float((uint)ci.s6 << 16) + bias0)),
+                    xe_f32_to_bf16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][7] + beta * as_float((uint)ci.s7 << 16) + bias0))));
+            }
+        }
     }
 }

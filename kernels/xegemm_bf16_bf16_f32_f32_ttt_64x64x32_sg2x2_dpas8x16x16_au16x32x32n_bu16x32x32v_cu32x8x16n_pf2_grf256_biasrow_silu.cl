@@ -807,155 +807,40 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_64x64x32_sg2x2_dpas8x16x16_au16x32x32
 
     /* epilogue: D = silu(acc + bias[row]), computed in f32, converted to f32 (round to nearest even); 8 x XE_2D_U32x8x16_ST_N */
     {
-        const float bias0 = m0 < M ? bias[m0] : 0.0f;
-        const float bias1 = m0 + 1 < M ? bias[m0 + 1] : 0.0f;
-        const float bias2 = m0 + 2 < M ? bias[m0 + 2] : 0.0f;
-        const float bias3 = m0 + 3 < M ? bias[m0 + 3] : 0.0f;
-        const float bias4 = m0 + 4 < M ? bias[m0 + 4] : 0.0f;
-        const float bias5 = m0 + 5 < M ? bias[m0 + 5] : 0.0f;
-        const float bias6 = m0 + 6 < M ? bias[m0 + 6] : 0.0f;
-        const float bias7 = m0 + 7 < M ? bias[m0 + 7] : 0.0f;
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 0, (uint8)(
-            as_uint(xe_silu(acc_0_0_0 + bias0)),
-            as_uint(xe_silu(acc_0_0_1 + bias1)),
-            as_uint(xe_silu(acc_0_0_2 + bias2)),
-            as_uint(xe_silu(acc_0_0_3 + bias3)),
-            as_uint(xe_silu(acc_0_0_4 + bias4)),
-            as_uint(xe_silu(acc_0_0_5 + bias5)),
-            as_uint(xe_silu(acc_0_0_6 + bias6)),
-            as_uint(xe_silu(acc_0_0_7 + bias7))));
-    }
-    {
-        const float bias0 = m0 < M ? bias[m0] : 0.0f;
-        const float bias1 = m0 + 1 < M ? bias[m0 + 1] : 0.0f;
-        const float bias2 = m0 + 2 < M ? bias[m0 + 2] : 0.0f;
-        const float bias3 = m0 + 3 < M ? bias[m0 + 3] : 0.0f;
-        const float bias4 = m0 + 4 < M ? bias[m0 + 4] : 0.0f;
-        const float bias5 = m0 + 5 < M ? bias[m0 + 5] : 0.0f;
-        const float bias6 = m0 + 6 < M ? bias[m0 + 6] : 0.0f;
-        const float bias7 = m0 + 7 < M ? bias[m0 + 7] : 0.0f;
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 0, (uint8)(
-            as_uint(xe_silu(acc_0_1_0 + bias0)),
-            as_uint(xe_silu(acc_0_1_1 + bias1)),
-            as_uint(xe_silu(acc_0_1_2 + bias2)),
-            as_uint(xe_silu(acc_0_1_3 + bias3)),
-            as_uint(xe_silu(acc_0_1_4 + bias4)),
-            as_uint(xe_silu(acc_0_1_5 + bias5)),
-            as_uint(xe_silu(acc_0_1_6 + bias6)),
-            as_uint(xe_silu(acc_0_1_7 + bias7))));
-    }
-    {
-        const float bias0 = m0 + 8 < M ? bias[m0 + 8] : 0.0f;
-        const float bias1 = m0 + 9 < M ? bias[m0 + 9] : 0.0f;
-        const float bias2 = m0 + 10 < M ? bias[m0 + 10] : 0.0f;
-        const float bias3 = m0 + 11 < M ? bias[m0 + 11] : 0.0f;
-        const float bias4 = m0 + 12 < M ? bias[m0 + 12] : 0.0f;
-        const float bias5 = m0 + 13 < M ? bias[m0 + 13] : 0.0f;
-        const float bias6 = m0 + 14 < M ? bias[m0 + 14] : 0.0f;
-        const float bias7 = m0 + 15 < M ? bias[m0 + 15] : 0.0f;
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 8, (uint8)(
-            as_uint(xe_silu(acc_1_0_0 + bias0)),
-            as_uint(xe_silu(acc_1_0_1 + bias1)),
-            as_uint(xe_silu(acc_1_0_2 + bias2)),
-            as_uint(xe_silu(acc_1_0_3 + bias3)),
-            as_uint(xe_silu(acc_1_0_4 + bias4)),
-            as_uint(xe_silu(acc_1_0_5 + bias5)),
-            as_uint(xe_silu(acc_1_0_6 + bias6)),
-            as_uint(xe_silu(acc_1_0_7 + bias7))));
-    }
-    {
-        const float bias0 = m0 + 8 < M ? bias[m0 + 8] : 0.0f;
-        const float bias1 = m0 + 9 < M ? bias[m0 + 9] : 0.0f;
-        const float bias2 = m0 + 10 < M ? bias[m0 + 10] : 0.0f;
-        const float bias3 = m0 + 11 < M ? bias[m0 + 11] : 0.0f;
-        const float bias4 = m0 + 12 < M ? bias[m0 + 12] : 0.0f;
-        const float bias5 = m0 + 13 < M ? bias[m0 + 13] : 0.0f;
-        const float bias6 = m0 + 14 < M ? bias[m0 + 14] : 0.0f;
-        const float bias7 = m0 + 15 < M ? bias[m0 + 15] : 0.0f;
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 8, (uint8)(
-            as_uint(xe_silu(acc_1_1_0 + bias0)),
-            as_uint(xe_silu(acc_1_1_1 + bias1)),
-            as_uint(xe_silu(acc_1_1_2 + bias2)),
-            as_uint(xe_silu(acc_1_1_3 + bias3)),
-            as_uint(xe_silu(acc_1_1_4 + bias4)),
-            as_uint(xe_silu(acc_1_1_5 + bias5)),
-            as_uint(xe_silu(acc_1_1_6 + bias6)),
-            as_uint(xe_silu(acc_1_1_7 + bias7))));
-    }
-    {
-        const float bias0 = m0 + 16 < M ? bias[m0 + 16] : 0.0f;
-        const float bias1 = m0 + 17 < M ? bias[m0 + 17] : 0.0f;
-        const float bias2 = m0 + 18 < M ? bias[m0 + 18] : 0.0f;
-        const float bias3 = m0 + 19 < M ? bias[m0 + 19] : 0.0f;
-        const float bias4 = m0 + 20 < M ? bias[m0 + 20] : 0.0f;
-        const float bias5 = m0 + 21 < M ? bias[m0 + 21] : 0.0f;
-        const float bias6 = m0 + 22 < M ? bias[m0 + 22] : 0.0f;
-        const float bias7 = m0 + 23 < M ? bias[m0 + 23] : 0.0f;
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 16, (uint8)(
-            as_uint(xe_silu(acc_2_0_0 + bias0)),
-            as_uint(xe_silu(acc_2_0_1 + bias1)),
-            as_uint(xe_silu(acc_2_0_2 + bias2)),
-            as_uint(xe_silu(acc_2_0_3 + bias3)),
-            as_uint(xe_silu(acc_2_0_4 + bias4)),
-            as_uint(xe_silu(acc_2_0_5 + bias5)),
-            as_uint(xe_silu(acc_2_0_6 + bias6)),
-            as_uint(xe_silu(acc_2_0_7 + bias7))));
-    }
-    {
-        const float bias0 = m0 + 16 < M ? bias[m0 + 16] : 0.0f;
-        const float bias1 = m0 + 17 < M ? bias[m0 + 17] : 0.0f;
-        const float bias2 = m0 + 18 < M ? bias[m0 + 18] : 0.0f;
-        const float bias3 = m0 + 19 < M ? bias[m0 + 19] : 0.0f;
-        const float bias4 = m0 + 20 < M ? bias[m0 + 20] : 0.0f;
-        const float bias5 = m0 + 21 < M ? bias[m0 + 21] : 0.0f;
-        const float bias6 = m0 + 22 < M ? bias[m0 + 22] : 0.0f;
-        const float bias7 = m0 + 23 < M ? bias[m0 + 23] : 0.0f;
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 16, (uint8)(
-            as_uint(xe_silu(acc_2_1_0 + bias0)),
-            as_uint(xe_silu(acc_2_1_1 + bias1)),
-            as_uint(xe_silu(acc_2_1_2 + bias2)),
-            as_uint(xe_silu(acc_2_1_3 + bias3)),
-            as_uint(xe_silu(acc_2_1_4 + bias4)),
-            as_uint(xe_silu(acc_2_1_5 + bias5)),
-            as_uint(xe_silu(acc_2_1_6 + bias6)),
-            as_uint(xe_silu(acc_2_1_7 + bias7))));
-    }
-    {
-        const float bias0 = m0 + 24 < M ? bias[m0 + 24] : 0.0f;
-        const float bias1 = m0 + 25 < M ? bias[m0 + 25] : 0.0f;
-        const float bias2 = m0 + 26 < M ? bias[m0 + 26] : 0.0f;
-        const float bias3 = m0 + 27 < M ? bias[m0 + 27] : 0.0f;
-        const float bias4 = m0 + 28 < M ? bias[m0 + 28] : 0.0f;
-        const float bias5 = m0 + 29 < M ? bias[m0 + 29] : 0.0f;
-        const float bias6 = m0 + 30 < M ? bias[m0 + 30] : 0.0f;
-        const float bias7 = m0 + 31 < M ? bias[m0 + 31] : 0.0f;
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 24, (uint8)(
-            as_uint(xe_silu(acc_3_0_0 + bias0)),
-            as_uint(xe_silu(acc_3_0_1 + bias1)),
-            as_uint(xe_silu(acc_3_0_2 + bias2)),
-            as_uint(xe_silu(acc_3_0_3 + bias3)),
-            as_uint(xe_silu(acc_3_0_4 + bias4)),
-            as_uint(xe_silu(acc_3_0_5 + bias5)),
-            as_uint(xe_silu(acc_3_0_6 + bias6)),
-            as_uint(xe_silu(acc_3_0_7 + bias7))));
-    }
-    {
-        const float bias0 = m0 + 24 < M ? bias[m0 + 24] : 0.0f;
-        const float bias1 = m0 + 25 < M ? bias[m0 + 25] : 0.0f;
-        const float bias2 = m0 + 26 < M ? bias[m0 + 26] : 0.0f;
-        const float bias3 = m0 + 27 < M ? bias[m0 + 27] : 0.0f;
-        const float bias4 = m0 + 28 < M ? bias[m0 + 28] : 0.0f;
-        const float bias5 = m0 + 29 < M ? bias[m0 + 29] : 0.0f;
-        const float bias6 = m0 + 30 < M ? bias[m0 + 30] : 0.0f;
-        const float bias7 = m0 + 31 < M ? bias[m0 + 31] : 0.0f;
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 24, (uint8)(
-            as_uint(xe_silu(acc_3_1_0 + bias0)),
-            as_uint(xe_silu(acc_3_1_1 + bias1)),
-            as_uint(xe_silu(acc_3_1_2 + bias2)),
-            as_uint(xe_silu(acc_3_1_3 + bias3)),
-            as_uint(xe_silu(acc_3_1_4 + bias4)),
-            as_uint(xe_silu(acc_3_1_5 + bias5)),
-            as_uint(xe_silu(acc_3_1_6 + bias6)),
-            as_uint(xe_silu(acc_3_1_7 + bias7))));
+        /* 8 tiles in one loop: their accumulators by tile, and their origins */
+        const float xe_acc[8][8] = {
+            { acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7 },
+            { acc_0_1_0, acc_0_1_1, acc_0_1_2, acc_0_1_3, acc_0_1_4, acc_0_1_5, acc_0_1_6, acc_0_1_7 },
+            { acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7 },
+            { acc_1_1_0, acc_1_1_1, acc_1_1_2, acc_1_1_3, acc_1_1_4, acc_1_1_5, acc_1_1_6, acc_1_1_7 },
+            { acc_2_0_0, acc_2_0_1, acc_2_0_2, acc_2_0_3, acc_2_0_4, acc_2_0_5, acc_2_0_6, acc_2_0_7 },
+            { acc_2_1_0, acc_2_1_1, acc_2_1_2, acc_2_1_3, acc_2_1_4, acc_2_1_5, acc_2_1_6, acc_2_1_7 },
+            { acc_3_0_0, acc_3_0_1, acc_3_0_2, acc_3_0_3, acc_3_0_4, acc_3_0_5, acc_3_0_6, acc_3_0_7 },
+            { acc_3_1_0, acc_3_1_1, acc_3_1_2, acc_3_1_3, acc_3_1_4, acc_3_1_5, acc_3_1_6, acc_3_1_7 }
+        };
+        const short xe_at[8][2] = { { 0, 0 }, { 0, 16 }, { 8, 0 }, { 8, 16 }, { 16, 0 }, { 16, 16 }, { 24, 0 }, { 24, 16 } };
+#pragma unroll 1
+        for (int xe_t = 0; xe_t < 8; ++xe_t) {
+            const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
+            {
+                const float bias0 = m0 + xe_tr < M ? bias[m0 + xe_tr] : 0.0f;
+                const float bias1 = m0 + xe_tr + 1 < M ? bias[m0 + xe_tr + 1] : 0.0f;
+                const float bias2 = m0 + xe_tr + 2 < M ? bias[m0 + xe_tr + 2] : 0.0f;
+                const float bias3 = m0 + xe_tr + 3 < M ? bias[m0 + xe_tr + 3] : 0.0f;
+                const float bias4 = m0 + xe_tr + 4 < M ? bias[m0 + xe_tr + 4] : 0.0f;
+                const float bias5 = m0 + xe_tr + 5 < M ? bias[m0 + xe_tr + 5] : 0.0f;
+                const float bias6 = m0 + xe_tr + 6 < M ? bias[m0 + xe_tr + 6] : 0.0f;
+                const float bias7 = m0 + xe_tr + 7 < M ? bias[m0 + xe_tr + 7] : 0.0f;
+                xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + xe_tc, m0 + xe_tr, (uint8)(
+                    as_uint(xe_silu(xe_acc[xe_t][0] + bias0)),
+                    as_uint(xe_silu(xe_acc[xe_t][1] + bias1)),
+                    as_uint(xe_silu(xe_acc[xe_t][2] + bias2)),
+                    as_uint(xe_silu(xe_acc[xe_t][3] + bias3)),
+                    as_uint(xe_silu(xe_acc[xe_t][4] + bias4)),
+                    as_uint(xe_silu(xe_acc[xe_t][5] + bias5)),
+                    as_uint(xe_silu(xe_acc[xe_t][6] + bias6)),
+                    as_uint(xe_silu(xe_acc[xe_t][7] + bias7))));
+            }
+        }
     }
 }

@@ -72,7 +72,7 @@ MUTANTS = {
     "beta * C dropped": ("bf16_out_beta_biascol_gelu_tanh", ("beta * ", "0.0f * ")),
     "alpha dropped": ("bf16_acc_alpha", ("alpha * ", "")),
     "GELU with tanh in place of erf": ("f16_out_alpha_gelu_erf", ("+ erf(", "+ tanh(")),
-    "C read from the wrong row": ("col_major_b_biasrow", ("M, ldc, n0 + 0, m0 + 0);", "M, ldc, n0 + 0, m0 + 1);")),
+    "C read from the wrong row": ("col_major_b_biasrow", ("M, ldc, n0 + xe_tc, m0 + xe_tr);", "M, ldc, n0 + xe_tc, m0 + xe_tr + 1);")),
 }
 
 

@@ -63,76 +63,138 @@ def _lane_coordinate(values: list[int], sub_group: int) -> str:
     return lane_expr(fit[1], fit[0], sub_group)
 
 
-def _plus(base: str, origin: int, offset: str) -> str:
-    """``base + origin + offset`` with the constants folded."""
+def _plus(base: str, origin: int | str, offset: str) -> str:
+    """``base + origin + offset`` with the constants folded (``origin`` a number, or a C variable)."""
+    if isinstance(origin, str):
+        return f"{base} + {origin}" + ("" if offset == "0" else f" + {offset}")
     if offset.isdigit():
         total = origin + int(offset)
         return f"{base} + {total}" if total else base
     return f"{base} + {origin} + {offset}" if origin else f"{base} + {offset}"
 
 
-def epilogue_tiles(plan: Plan, staged, partial: bool = False, stage: Stage | None = None) -> list[dict]:
+# The rolled epilogue's names: the accumulators by tile, the tile's index and origin (row, column).
+ROLLED_ACC, ROLLED_TILE, ROLLED_ORIGIN = "xe_acc", "xe_t", ("xe_tr", "xe_tc")
+
+
+def _tile_fragments(operand, t: int) -> list:
+    """((i, j), fragment) of C tile ``t``, in the plan's order."""
+    return [(ij, frag) for ij, frag in operand.fragments.items() if frag.tile == t]
+
+
+def _rollable(operand, stage: Stage | None) -> bool:
+    """Whether every C tile holds its fragments at the same offsets (so one loop body serves them all), and no
+    reduction keeps partials per tile position."""
+    tiles = [[frag.offset for _, frag in _tile_fragments(operand, t)] for t in range(len(operand.tiles))]
+    return len(tiles) > 1 and all(offsets == tiles[0] for offsets in tiles) and not (stage and stage.reductions)
+
+
+def epilogue_tiles(plan: Plan, staged, partial: bool = False, stage: Stage | None = None,
+                   rolled: bool = False) -> list[dict]:
     """Per C tile: its origin, and each element of its store register computed from the accumulator (and C,
     and the bias) as xegemm.epilogue spells the element function.  ``partial``: stream-K's store of a piece
-    of a tile, the accumulator as it is (plan.partial)."""
+    of a tile, the accumulator as it is (plan.partial).
+
+    ``rolled`` (the lowering's ``rolls_epilogue``): when every tile has the same shape, one tile whose
+    ``roll`` holds the accumulators of all tiles (``xe_acc[tile][slot]``) and their origins; the template
+    prints its body once, in a loop over the tiles, at origin (xe_tr, xe_tc).  The same element code on the
+    same values: the results are identical to the unrolled tiles'."""
     spec, operand = (plan.partial_epilogue, plan.partial) if partial else (plan.kernel_epilogue, plan.c)
     sg, store = plan.config.tile.subgroup_size, operand.atom
     cmap = store.lane_map.map
     frag_rows = plan.mma.lane_map("c").map[0]
     count = store.register_length
-    if spec.identity and spec.out == spec.acc and (partial or plan.graph is None):
+    identity = spec.identity and spec.out == spec.acc and (partial or plan.graph is None)
+    if not identity:
+        stage = Stage.of(plan, spec if partial else None) if stage is None or partial else stage
+    if rolled and _rollable(operand, None if identity else stage):
+        return [_rolled_tile(plan, staged, operand, identity, stage)]
+    if identity:
         # D = acc, bit for bit: each accumulator register is moved into the store register whole, by the put
         # helper (templates/fragments.cl.j2).  Measured: IGC 1.0.12504 spills 128 B on the 256x256x32 / 8x4
         # reference tile when the same register is built from its elements, and none with the helper.
-        acc = plan.mma.ctype("c")
-        return [{"origin": origin, "puts": [
+        return [_put_tile(plan, store, origin, [
             (frag.offset, staged.packed(i, j) if staged else f"acc_{i}_{j}")
-            for (i, j), frag in operand.fragments.items() if frag.tile == t],
-            "put": f"xe_put_{acc}_into_{store.register_type}", "biases": [], "uses_lane": False,
-            "statements": [], "aux_loads": [], "aux_stores": []}
-            for t, origin in enumerate(operand.tiles)]
-    stage = Stage.of(plan, spec if partial else None) if stage is None or partial else stage
+            for (i, j), frag in _tile_fragments(operand, t)]) for t, origin in enumerate(operand.tiles)]
+    return [_element_tile(plan, staged, operand, stage, t, origin) for t, origin in enumerate(operand.tiles)]
+
+
+def _put_tile(plan: Plan, store, origin, puts) -> dict:
+    return {"origin": origin, "puts": puts, "put": f"xe_put_{plan.mma.ctype('c')}_into_{store.register_type}",
+            "biases": [], "uses_lane": False, "statements": [], "aux_loads": [], "aux_stores": [], "roll": None}
+
+
+def _rolled_tile(plan: Plan, staged, operand, identity: bool, stage: Stage | None) -> dict:
+    """The one tile of a rolled epilogue (see :func:`epilogue_tiles`)."""
+    store, frag_rows = operand.atom, plan.mma.lane_map("c").map[0]
+    if identity:       # the accumulator registers, whole
+        ctype = plan.mma.ctype("c")
+        init = [[staged.packed(i, j) if staged else f"acc_{i}_{j}" for (i, j), _ in _tile_fragments(operand, t)]
+                for t in range(len(operand.tiles))]
+        tile = _put_tile(plan, store, ROLLED_ORIGIN, [(frag.offset, f"{ROLLED_ACC}[{ROLLED_TILE}][{f}]")
+                                                      for f, (_, frag) in enumerate(_tile_fragments(operand, 0))])
+    else:              # the accumulator elements, as the element code takes them
+        exact = stage.graph.exact_integer
+        ctype = "int" if exact else "float"
+        init = []
+        for t in range(len(operand.tiles)):
+            row = ["0"] * store.register_length
+            for (i, j), frag in _tile_fragments(operand, t):
+                for r, cell in enumerate(frag_rows):
+                    if cell is not None:
+                        row[frag.offset + r] = _accumulator_element(plan, staged, i, j, r, exact)
+            init.append(row)
+        tile = _element_tile(plan, staged, operand, stage, 0, ROLLED_ORIGIN,
+                             lambda i, j, e: f"{ROLLED_ACC}[{ROLLED_TILE}][{e}]")
+    tile["roll"] = {"ctype": ctype, "init": init, "origins": list(operand.tiles)}
+    return tile
+
+
+def _element_tile(plan: Plan, staged, operand, stage: Stage, t: int, origin, accumulator=None) -> dict:
+    """C tile ``t`` at ``origin`` with each element of its store register computed by the stage from the
+    accumulator element (``accumulator(i, j, e)``, default the fragment's own register)."""
+    sg, store = plan.config.tile.subgroup_size, operand.atom
+    cmap = store.lane_map.map
+    frag_rows = plan.mma.lane_map("c").map[0]
+    count = store.register_length
     outputs = [o.name for o in stage.graph.auxiliaries()]
     stores = {a.name: a for a in stage.aux if a.output}
-    tiles = []
-    for t, (r0, c0) in enumerate(operand.tiles):
-        values, biases = ["0"] * count, {}     # biases: the tile's vector loads, one per distinct index
-        aux_values = {name: ["0"] * count for name in outputs}
-        statements = []
-        for (i, j), frag in operand.fragments.items():
-            if frag.tile != t:
+    r0, c0 = origin
+    values, biases = ["0"] * count, {}     # biases: the tile's vector loads, one per distinct index
+    aux_values = {name: ["0"] * count for name in outputs}
+    statements = []
+    for (i, j), frag in _tile_fragments(operand, t):
+        for r, cell in enumerate(frag_rows):
+            if cell is None:
                 continue
-            for r, cell in enumerate(frag_rows):
-                if cell is None:
-                    continue
-                e = frag.offset + r
-                row = _lane_coordinate([cmap[lane][e][0] for lane in range(sg)], sg)
-                col = _lane_coordinate([cmap[lane][e][1] for lane in range(sg)], sg)
+            e = frag.offset + r
+            row = _lane_coordinate([cmap[lane][e][0] for lane in range(sg)], sg)
+            col = _lane_coordinate([cmap[lane][e][1] for lane in range(sg)], sg)
 
-                def vector(param, kind):
-                    where = _plus("m0", r0, row) if kind == "row" else _plus("n0", c0, col)
-                    load = f"{where} < {'M' if kind == 'row' else 'N'} ? {param}[{where}] : 0.0f"
-                    taken = sum(name.startswith(param) for name in biases.values())
-                    return biases.setdefault(load, f"{param}{taken}")
-                code = stage.element(_accumulator_element(plan, staged, i, j, r, stage.graph.exact_integer),
-                                     f".s{e:x}" if count > 1 else "", vector, f"xe_e{e}_")
-                statements += code.statements
-                if code.reductions:
-                    lanes = [[cmap[lane][e][axis] for lane in range(sg)] for axis in (0, 1)]
-                    statements += stage.reduce(code.reductions, _plus("m0", r0, row), _plus("n0", c0, col), lanes)
-                values[e] = code.outputs["d"]
-                for name in outputs:
-                    aux_values[name][e] = code.outputs[name]
-        loads = [(name, load) for load, name in biases.items()]
-        tiles.append({"origin": (r0, c0), "values": values, "biases": loads, "puts": [],
-                      "uses_lane": any("lane" in line for line in [load for _, load in loads] + statements),
-                      "statements": statements,
-                      "aux_loads": [{"type": a.atom.register_type, "var": a.register, "fn": a.atom.fn_name,
-                                     "surface": stage.surface(a)} for a in stage.aux if not a.output],
-                      "aux_stores": [{"type": stores[name].atom.register_type, "fn": stores[name].atom.fn_name,
-                                      "surface": stage.surface(stores[name]), "values": aux_values[name]}
-                                     for name in outputs]})
-    return tiles
+            def vector(param, kind):
+                where = _plus("m0", r0, row) if kind == "row" else _plus("n0", c0, col)
+                load = f"{where} < {'M' if kind == 'row' else 'N'} ? {param}[{where}] : 0.0f"
+                taken = sum(name.startswith(param) for name in biases.values())
+                return biases.setdefault(load, f"{param}{taken}")
+            acc = accumulator(i, j, e) if accumulator else \
+                _accumulator_element(plan, staged, i, j, r, stage.graph.exact_integer)
+            code = stage.element(acc, f".s{e:x}" if count > 1 else "", vector, f"xe_e{e}_")
+            statements += code.statements
+            if code.reductions:
+                lanes = [[cmap[lane][e][axis] for lane in range(sg)] for axis in (0, 1)]
+                statements += stage.reduce(code.reductions, _plus("m0", r0, row), _plus("n0", c0, col), lanes)
+            values[e] = code.outputs["d"]
+            for name in outputs:
+                aux_values[name][e] = code.outputs[name]
+    loads = [(name, load) for load, name in biases.items()]
+    return {"origin": (r0, c0), "values": values, "biases": loads, "puts": [], "roll": None,
+            "uses_lane": any("lane" in line for line in [load for _, load in loads] + statements),
+            "statements": statements,
+            "aux_loads": [{"type": a.atom.register_type, "var": a.register, "fn": a.atom.fn_name,
+                           "surface": stage.surface(a)} for a in stage.aux if not a.output],
+            "aux_stores": [{"type": stores[name].atom.register_type, "fn": stores[name].atom.fn_name,
+                            "surface": stage.surface(stores[name]), "values": aux_values[name]}
+                           for name in outputs]}
 
 
 def reduction(plan: Plan) -> dict:
@@ -256,7 +318,8 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     except NativeUnsupported as exc:
         raise PlanRejected(str(exc)) from exc
     stage = Stage.of(plan)
-    tiles = epilogue_tiles(plan, staged_plan, stage=stage)      # (the stage learns its reductions' partials)
+    rolled = lowering.rolls_epilogue
+    tiles = epilogue_tiles(plan, staged_plan, stage=stage, rolled=rolled)   # (the stage learns its reductions' partials)
     context = dict(
         plan=plan, config=cfg, lowering=lowering.name, version=__version__, source_name=Path(str(cfg.source)).name,
         bm=bm, bn=bn, bk=bk, sgm_count=sgm_count, sgn_count=sgn_count, sg=cfg.tile.subgroup_size,
@@ -273,7 +336,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         staged=staged_plan, copy_arrays=copy_arrays, epilogue=plan.kernel_epilogue, stage=stage,
         reduction=reduction(plan) if plan.reduces else None,
         stream_k=stream_k_lines(plan) if plan.stream_k else None,
-        partial_tiles=epilogue_tiles(plan, staged_plan, partial=True) if plan.stream_k else [],
+        partial_tiles=epilogue_tiles(plan, staged_plan, partial=True, rolled=rolled) if plan.stream_k else [],
         swizzle=cfg.tile.swizzle, swizzle_lines=swizzle_c_lines(cfg.tile.swizzle) if cfg.tile.swizzle > 1 else [],
         epilogue_tiles=tiles, reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),

@@ -35,6 +35,10 @@ class Lowering:
 
     name: ClassVar[str]
     stages_kstep: ClassVar[bool]   # DPAS atoms of a GEMM composed through a local-memory stage (see render)
+    # The epilogue's C tiles as one loop over a private array of the accumulators instead of one unrolled block
+    # per tile (see render.epilogue_tiles): the CPU runtime's build time grows with every inlined copy of a
+    # store and its conversions, while a GPU would put a dynamically indexed private array in scratch memory.
+    rolls_epilogue: ClassVar[bool]
 
     def __new__(cls, name: str | None = None, capabilities: NativeCapabilities | None = None):
         if cls is Lowering:
@@ -103,6 +107,7 @@ class PortableLowering(Lowering):
 
     name = "portable"
     stages_kstep = True
+    rolls_epilogue = True
 
     def render_copies(self, atoms) -> str:
         atoms = list(dict.fromkeys(atoms))
@@ -126,6 +131,7 @@ class NativeLowering(Lowering):
 
     name = "native"
     stages_kstep = False
+    rolls_epilogue = False
 
     def render_copies(self, atoms) -> str:
         caps = self.capabilities
