@@ -65,14 +65,16 @@ def test_against_renders_in_the_tree_of_the_other_commit():
 
 
 def test_the_build_time_table_gives_each_feature_against_the_other_commit():
-    from bench.build_times import BEFORE, table
+    from bench.build_times import BEFORE, CPU, table
     loads = {"loadavg": [1.0, 1.0, 1.0], "cpu_count": 2}
     result = {"repeats": 3, "against": "abc123", "conditions_before": loads, "conditions_after": loads,
               "features": [{"feature": "plain", "chars": 10, "statements": 2},
                            {"feature": "output f16", "chars": 12, "statements": 3}],
               "paths": {"avx512": {"plain": {"build_s": 1.0, BEFORE + "build_s": 1.0},
-                                   "output f16": {"build_s": 1.2, BEFORE + "build_s": 2.4}}}}
+                                   "output f16": {"build_s": 1.2, CPU: 1.1, BEFORE + "build_s": 2.4}}}}
     text = table(result)
     assert "| avx512 build s at abc123 | avx512 now / abc123 |" in text
-    assert "| output f16 | 12 | 3 | 1.20 | 1.2 | 2.40 | 0.50 | - | - | - |" in text
+    assert "| avx512 build s | avx512 CPU s | avx512 x plain |" in text
+    assert "| output f16 | 12 | 3 | 1.20 | 1.10 | 1.2 | 2.40 | 0.50 | - | - | - |" in text
+    assert "| plain | 10 | 2 | 1.00 | - | 1.0 |" in text
     assert "each interleaved with the same feature rendered at abc123" in text
