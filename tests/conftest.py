@@ -18,9 +18,15 @@ import pytest
 from xegemm.aot.toolchain import find_ocloc
 from xegemm.runtime import describe, select_sycl_device
 
-# Built programs go to a cache of this session (workers and CLI subprocesses inherit it), never the user's.
-_CACHE = tempfile.TemporaryDirectory(prefix="xegemm-test-programs-")
-os.environ["XEGEMM_CACHE_DIR"] = _CACHE.name
+# Built programs go to a cache of this session, never the user's.  The process that starts the session makes
+# it; pytest-xdist's workers and CLI subprocesses inherit it through the environment, so a kernel built by one
+# worker is loaded by the others (the cache is safe between processes: xegemm.runtime.program_cache).
+_SESSION_CACHE = "XEGEMM_TEST_SESSION_CACHE"
+if os.environ.get("PYTEST_XDIST_WORKER") and os.path.isdir(os.environ.get(_SESSION_CACHE, "")):
+    os.environ["XEGEMM_CACHE_DIR"] = os.environ[_SESSION_CACHE]
+else:
+    _CACHE = tempfile.TemporaryDirectory(prefix="xegemm-test-programs-")
+    os.environ["XEGEMM_CACHE_DIR"] = os.environ[_SESSION_CACHE] = _CACHE.name
 
 OCLOC_MISSING = ("ocloc is not installed: as root, `make test` installs it (Debian's intel-opencl-icd, "
                  ".ci/install-ocloc.sh); otherwise run `sudo bash .ci/install-ocloc.sh`")

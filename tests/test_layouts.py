@@ -60,6 +60,13 @@ CASES += [pytest.param(name, layout, 8, id=f"{name}-{layout}-simd8") for name, (
           if wg8 for layout in LAYOUTS]
 
 
+# On the device, a type pair that differs from another only in which operand is signed adds nothing but the
+# decode, which tests/test_types.py checks on the device for every pair: u8_s8 (s8_u8 and u8_u8 run) and s4_s4
+# (u4_s4 and s4_u4_n32 run).  Every pair still plans in every layout above and builds ahead of time below.
+SIGN_TWINS = ("u8_s8", "s4_s4")
+DEVICE_CASES = [case for case in CASES if case.values[0] not in SIGN_TWINS]
+
+
 def _case(name, layout, sg):
     types, wg16, wg8 = TYPES[name]
     return _ragged(_config(types, layout, wg16 if sg == 16 else wg8, sg))
@@ -151,7 +158,7 @@ def session(sycl_device):
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("name, layout, sg", CASES)
+@pytest.mark.parametrize("name, layout, sg", DEVICE_CASES)
 def test_layout_verifies_and_staged_equals_atom_calls(name, layout, sg, session):
     p = plan(_case(name, layout, sg))
     staged = run_portable(session, p, True)

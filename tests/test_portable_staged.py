@@ -37,9 +37,15 @@ def _ragged(config):
 
 def _main_loop(name: str) -> str:
     """A kernel name without what the staged k-step does not touch: the prefetch distance (nothing in the
-    portable lowering), the epilogue and split K (the same code after the loop in both kernels; their own
-    tests verify them: test_epilogue.py, test_split_k.py), and integer signedness."""
+    portable lowering), C's type and store atom, the epilogue and split K (the same code after the loop in
+    both kernels; their own tests verify them: test_epilogue.py, test_split_k.py), how many sub-groups share
+    the work-group (the GEMM tests verify every shipped tile), and integer signedness."""
     loop = re.sub(r"_pf\d+", "", name[: name.index("_grf") + len("_grf") + 3])
+    loop = re.sub(r"^(xegemm_[^_]+_[^_]+_[^_]+)_[^_]+_", r"\1_", loop)          # C's type
+    loop = re.sub(r"_c[a-z]+\d+x\d+x\d+[a-z0-9]*(?=_)", "", loop)              # C's store atom
+    # the work-group tile: one sub-group's k-step is the same whatever the number of sub-groups beside it
+    loop = re.sub(r"_(\d+)x(\d+)x(\d+)_sg(\d+)x(\d+)_",
+                  lambda t: f"_sub{int(t[1]) // int(t[4])}x{int(t[2]) // int(t[5])}x{t[3]}_", loop)
     return re.sub(r"[su](4|8)_[su](4|8)_", r"x\1_x\2_", loop)   # signedness: only the decode (test_types.py)
 
 
