@@ -4,10 +4,13 @@ The workloads here are stand-ins whose "duration" is returned by a fake clock, s
 machine can be placed exactly; the real kernels and numpy are measured this way in tests/test_pipeline.py.
 """
 
+import time
+
 import pytest
 
 from xegemm.profile import (CV_LIMIT, REWARM_MAX_MS, ROUND_MIN_MS, WARMUP_MAX_MS, WARMUP_MAX_RUNS, WARMUP_MIN_MS,
-                             Timing, Warmup, measure_against_reference, rewarm, time_interleaved, time_rounds, warm_up)
+                             Timing, Warmup, _timed_runs, measure_against_reference, rewarm, time_interleaved,
+                             time_rounds, warm_up)
 
 
 class SlowPhase:
@@ -105,11 +108,34 @@ def sawtooth(scale: float):
     return sample
 
 
+def slower_and_slower(scale: float):
+    """Never steady: each run takes longer than the one before (``scale`` times the run's number)."""
+    calls = [0]
+
+    def sample() -> float:
+        calls[0] += 1
+        return scale * calls[0]
+    return sample
+
+
 def test_warm_up_that_never_settles_stops_at_its_bound_and_says_so():
     warm = warm_up(sawtooth(1.0))
     assert not warm.settled and WARMUP_MAX_MS <= warm.ms < WARMUP_MAX_MS + 100
-    warm = warm_up(sawtooth(1e-4))
+    warm = warm_up(slower_and_slower(1e-6))
     assert not warm.settled and warm.runs == WARMUP_MAX_RUNS
+
+
+def test_warm_up_of_a_kernel_of_microseconds_is_bounded_by_the_wall_clock():
+    """Runs whose measured time is tiny (most of a launch is outside the device) still stop warming once the
+    wall clock has passed the floor, not after the floor's worth of their measured time."""
+    def launch() -> float:
+        time.sleep(0.001)           # a millisecond of submission and waiting
+        return 0.001                # of which a microsecond on the device
+    start = time.perf_counter()
+    warm = warm_up(launch)
+    took_ms = (time.perf_counter() - start) * 1e3
+    assert warm.settled and warm.ms < 1.0 and WARMUP_MIN_MS <= took_ms < 10 * WARMUP_MIN_MS
+    assert len(_timed_runs(launch, 2, 20.0, 100_000)) < 100      # 20 ms: about 20 launches, not 20,000
 
 
 def test_rewarm_runs_until_a_run_is_back_at_the_steady_level():

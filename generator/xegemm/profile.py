@@ -3,7 +3,8 @@
 Warm-up is by time and stability, never by a count alone (:func:`warm_up`): a kernel's first launches on the
 CPU runtime are slower (its worker threads, pages, caches), for longer than a few launches of a small kernel,
 so a count chosen by a config made the same kernel measure 110 or 154 GFLOP/s depending on that count.  A side
-is launched until it has run :data:`WARMUP_MIN_MS` and the medians of three successive windows agree within
+is launched until it has run :data:`WARMUP_MIN_MS` (of measured time, or of wall clock when a launch spends
+longer outside the device than in it) and the medians of three successive windows agree within
 :data:`WARMUP_AGREE` (Triton's ``do_bench`` warms up for a fixed 25 ms,
 https://github.com/triton-lang/triton/blob/main/python/triton/testing.py; the stability test is added because no
 fixed time fits every kernel), bounded by :data:`WARMUP_MAX_MS`; the config's ``profile.warmup`` is a minimum
@@ -126,12 +127,13 @@ def warm_up(sample, min_runs: int = 0) -> Warmup:
     """Run ``sample()`` (one run; returns its time in ms) untimed until it is warm: at least ``min_runs`` runs
     and :data:`WARMUP_MIN_MS` of measured time, and the medians of the last :data:`WARMUP_AGREEING` windows (each at least
     :data:`WARMUP_WINDOW` runs and :data:`WARMUP_WINDOW_MS`) within :data:`WARMUP_AGREE` of each other; or
-    :data:`WARMUP_MAX_MS` / :data:`WARMUP_MAX_RUNS` reached (``settled`` False).  The measured time, not the
-    wall clock, decides, so a side's own duration is what counts."""
-    runs, spent, medians = 0, 0.0, []
+    :data:`WARMUP_MAX_MS` / :data:`WARMUP_MAX_RUNS` reached (``settled`` False).  The measured time decides,
+    so a side's own duration is what counts, or the wall clock when it is longer (:func:`_elapsed`)."""
+    runs, spent, medians, start = 0, 0.0, [], time.perf_counter()
     while True:
         window: list[float] = []
-        while len(window) < WARMUP_WINDOW or sum(window) < WARMUP_WINDOW_MS:
+        window_start = time.perf_counter()
+        while len(window) < WARMUP_WINDOW or _elapsed(sum(window), window_start) < WARMUP_WINDOW_MS:
             window.append(sample())
             if runs + len(window) >= WARMUP_MAX_RUNS:
                 break
@@ -139,26 +141,37 @@ def warm_up(sample, min_runs: int = 0) -> Warmup:
         medians.append(statistics.median(window))
         last = medians[-WARMUP_AGREEING:]
         settled = len(last) == WARMUP_AGREEING and max(last) - min(last) <= WARMUP_AGREE * min(last)
-        if runs >= min_runs and ((settled and spent >= WARMUP_MIN_MS) or spent >= WARMUP_MAX_MS
+        elapsed = _elapsed(spent, start)
+        if runs >= min_runs and ((settled and elapsed >= WARMUP_MIN_MS) or elapsed >= WARMUP_MAX_MS
                                  or runs >= WARMUP_MAX_RUNS):
             return Warmup(runs, spent, settled, medians[-1])
+
+
+def _elapsed(measured_ms: float, since: float) -> float:
+    """The time a loop has spent for the floors and caps of warming and timing: the runs' measured time, or
+    the wall clock since ``since`` (a perf_counter) when that is longer.  A kernel of microseconds spends most
+    of each launch outside the device (submission and waiting): counting its device time alone, 100 ms of
+    warm-up took 5,000 launches and over a second, for a median that 500 launches give as well."""
+    return max(measured_ms, (time.perf_counter() - since) * 1e3)
 
 
 def rewarm(sample, steady_ms: float) -> int:
     """After a pause, run ``sample()`` untimed until a run is back at the steady level of :func:`warm_up` (within
     :data:`WARMUP_AGREE`), at least once and for at most :data:`REWARM_MAX_MS`; returns the runs it took."""
-    runs, spent = 0, 0.0
+    runs, spent, start = 0, 0.0, time.perf_counter()
     while True:
         ms = sample()
         runs, spent = runs + 1, spent + ms
-        if ms <= steady_ms * (1 + WARMUP_AGREE) or spent >= REWARM_MAX_MS:
+        if ms <= steady_ms * (1 + WARMUP_AGREE) or _elapsed(spent, start) >= REWARM_MAX_MS:
             return runs
 
 
 def _timed_runs(sample, at_least: int, min_ms: float, max_runs: int) -> list[float]:
-    """Run ``sample()`` at least ``at_least`` times and until ``min_ms`` of measured time (at most ``max_runs``)."""
+    """Run ``sample()`` at least ``at_least`` times and until ``min_ms`` of measured time, or of wall clock
+    when that is longer (:func:`_elapsed`), at most ``max_runs``."""
     out: list[float] = []
-    while len(out) < max(1, at_least) or (sum(out) < min_ms and len(out) < max_runs):
+    start = time.perf_counter()
+    while len(out) < max(1, at_least) or (_elapsed(sum(out), start) < min_ms and len(out) < max_runs):
         out.append(sample())
     return out
 
