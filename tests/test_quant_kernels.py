@@ -43,6 +43,10 @@ KERNELS = {
                                 "quant: {format: plain, group: tensor, scale: f32}\n"),
     "e5m2 per channel bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: e5m2, c: bf16}\n"
                               "quant: {format: plain, group: channel, scale: bf16}\n"),
+    # MXFP4 as vLLM's and SGLang's XPU kernels hold it: [N, K/2] nibbles, e8m0 scales [N, K/32]; K = 88 ends in a
+    # partial group
+    "mx e2m1 column-major nk bf16": ("problem: {m: 20, n: 40, k: 88}\ntypes: {a: bf16, b: e2m1, c: bf16}\n"
+                                     "layout: {b: col}\nquant: {format: mx, group: 32, scale: e8m0, scale_layout: nk}\n"),
 }
 
 
@@ -63,6 +67,10 @@ MUTANTS = {
                            _sub(r"\(unit >> \(4u \* j\)\)", "(unit >> (4u * (j ^ 1u)))")),
     "scale of the wrong group": ("gptq u4 g64 bf16", "the group row of a k-tile computed with the wrong group size",
                                  _sub(r"\)S\)\[k0 / 64 \* N", ")S)[k0 / 128 * N")),
+    "MXFP4 nibbles swapped": ("mx e2m1 column-major nk bf16", "the high e2m1 nibble of a byte taken first",
+                              _sub(r"\(unit >> \(4u \* j\)\)", "(unit >> (4u * (j ^ 1u)))")),
+    "e8m0 scale without its bias": ("mx e2m1 column-major nk bf16", "the e8m0 byte e applied as 2^e, not 2^(e - 127)",
+                                    _sub(r"as_float\(\(uint\)\((.*?)\) << 23\)", r"ldexp(1.0f, (int)(\1))")),
 }
 
 
@@ -139,6 +147,7 @@ def test_the_kernel_name_says_how_b_is_quantized_and_parses_back():
 AOT_CONFIGS = {
     "awq": "types: {a: f16, b: u4, c: f16}\nquant: {format: awq, group: 64, scale: f16, zero: u4}\n",
     "e4m3": "types: {a: bf16, b: e4m3, c: bf16}\nquant: {format: plain, group: tensor, scale: f32}\n",
+    "mxfp4": "types: {a: bf16, b: e2m1, c: bf16}\nquant: {format: mx, group: 32, scale: e8m0}\n",
 }
 
 

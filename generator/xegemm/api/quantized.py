@@ -36,8 +36,8 @@ def _n_of(spec: QuantSpec, shape: tuple[int, int]) -> int:
     if spec.format == "awq":
         return cols * 8
     if spec.format == "gptq" or spec.layout == "row":
-        return cols * (2 if spec.format == "plain" and dtype(spec.weight).bits == 4 else 1)
-    return rows                  # plain, column-major: [N, K]
+        return cols * (2 if dtype(spec.weight).bits == 4 else 1)    # plain and mx: 4-bit values two per byte
+    return rows                  # plain and mx, column-major: [N, K]
 
 
 def _array(name: str, array, batched: bool, batch: int | None) -> np.ndarray:

@@ -24,7 +24,7 @@ from xegemm.operands import Reorder
 from xegemm.quant.formats import GPTQ_ZERO_OFFSET
 from xegemm.templating import environment
 
-SCALE_POINTER = {16: "ushort", 32: "uint"}
+SCALE_POINTER = {8: "uchar", 16: "ushort", 32: "uint"}
 ZERO_POINTER = {"u4": "uchar", "u8": "uchar", "s8": "char"}      # plain zeros: one per byte
 AWQ_SLOT_C = "((({n}) & 7) >> 1) + ((({n}) & 1) << 2)"           # the AWQ word slot of column n (xegemm.dequant)
 

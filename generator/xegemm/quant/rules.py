@@ -165,9 +165,9 @@ def tile_violation(spec: QuantSpec, k: int, n: int, workgroup: tuple[int, int, i
 
 NOT_LOWERED = "no lowering dequantizes this yet: the config is valid, the kernel is not written"
 DPAS_K = 16          # the f16/bf16 DPAS's K: a k-chunk of the dequantizing k-step has one scale row per column
-LOWERED_FORMATS = ("plain", "gptq", "awq")
-LOWERED_WEIGHTS = ("s8", "u8", "s4", "u4", "e4m3", "e5m2")
-LOWERED_SCALES = ("f16", "bf16", "f32")
+LOWERED_FORMATS = ("plain", "gptq", "awq", "mx")
+LOWERED_WEIGHTS = ("s8", "u8", "s4", "u4", "e4m3", "e5m2", "e2m1")
+LOWERED_SCALES = ("f16", "bf16", "f32", "e8m0")
 LOWERED_ZEROS = ("none", "u4", "s8", "u8")
 
 
