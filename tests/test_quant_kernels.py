@@ -47,6 +47,10 @@ KERNELS = {
     # partial group
     "mx e2m1 column-major nk bf16": ("problem: {m: 20, n: 40, k: 88}\ntypes: {a: bf16, b: e2m1, c: bf16}\n"
                                      "layout: {b: col}\nquant: {format: mx, group: 32, scale: e8m0, scale_layout: nk}\n"),
+    # W8A8 FP8, DeepSeek-style: A's scales per token and 128 K ([M, K/128]), B's per 128 x 128 block; 2 x 2 blocks
+    "w8a8 e4m3 token groups, block128": ("problem: {m: 20, n: 136, k: 200}\ntypes: {a: e4m3, b: e4m3, c: bf16, "
+                                         "compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
+                                         "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),
 }
 
 
@@ -71,6 +75,12 @@ MUTANTS = {
                               _sub(r"\(unit >> \(4u \* j\)\)", "(unit >> (4u * (j ^ 1u)))")),
     "e8m0 scale without its bias": ("mx e2m1 column-major nk bf16", "the e8m0 byte e applied as 2^e, not 2^(e - 127)",
                                     _sub(r"as_float\(\(uint\)\((.*?)\) << 23\)", r"ldexp(1.0f, (int)(\1))")),
+    "A scale of the wrong token group": ("w8a8 e4m3 token groups, block128", "A's scales of the other 128 K of a token",
+                                         _sub(r"SA\)\[xa_m(\d) \* xa_groups \+ k0 / 128\]",
+                                              r"SA)[xa_m\1 * xa_groups + (k0 / 128 + 1) % xa_groups]")),
+    "block128 scales transposed": ("w8a8 e4m3 token groups, block128", "B's [K/128, N/128] scales read as [N/128, K/128]",
+                                   _sub(r"S\)\[k0 / 128 \* \(\(N \+ 127\) / 128\) \+ xq_n(\d) / 128\]",
+                                        r"S)[xq_n\1 / 128 * ((K + 127) / 128) + k0 / 128]")),
 }
 
 
@@ -148,6 +158,8 @@ AOT_CONFIGS = {
     "awq": "types: {a: f16, b: u4, c: f16}\nquant: {format: awq, group: 64, scale: f16, zero: u4}\n",
     "e4m3": "types: {a: bf16, b: e4m3, c: bf16}\nquant: {format: plain, group: tensor, scale: f32}\n",
     "mxfp4": "types: {a: bf16, b: e2m1, c: bf16}\nquant: {format: mx, group: 32, scale: e8m0}\n",
+    "w8a8": ("types: {a: e4m3, b: e4m3, c: bf16, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
+             "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),
 }
 
 
