@@ -26,7 +26,10 @@ from xegemm.render import render_kernel
 TILE = "tile: {workgroup: [16, 32, 32], subgroups: [1, 2]}\nprofile: {warmup: 0, repeats: 1}\n"
 
 # name -> config text; one kernel each, between them every format, value type family, scale type and layout,
-# both compute types, zero points of every packing, and both ways a group meets the K tile (g >= BK, g < BK)
+# both compute types, zero points of every packing, and both ways a group meets the K tile (g >= BK, g < BK).
+# With the shipped configs (tests/test_call_api.py: plain u4 with zeros and gptq per 128, s8 per channel, e4m3 per
+# tensor, MXFP4, W8A8) they cover W4A16 with and without zeros per 16/32/64/128 K and channel, W8A16 s8 and u8 per
+# channel and group, e4m3 and e5m2 per tensor and channel.
 KERNELS = {
     "plain u4 zeros g32 f16 batch 2": ("problem: {m: 20, n: 40, k: 72, batch: 2}\ntypes: {a: f16, b: u4, c: f16}\n"
                                        "quant: {format: plain, group: 32, scale: f16, zero: u4}\n"),
@@ -34,15 +37,19 @@ KERNELS = {
                          "quant: {format: gptq, group: 64, scale: bf16, zero: u4}\n"),
     "awq u4 g16 f16 (groups inside the k-tile)": ("problem: {m: 20, n: 40, k: 88}\ntypes: {a: f16, b: u4, c: f16}\n"
                                                   "quant: {format: awq, group: 16, scale: f16, zero: u4}\n"),
-    "plain s8 channel f32 scales bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: s8, c: f32}\n"
-                                         "quant: {format: plain, group: channel, scale: f32}\n"),
+    "plain s8 g64 f32 scales bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: s8, c: f32}\n"
+                                     "quant: {format: plain, group: 64, scale: f32}\n"),
+    "plain u8 u8 zeros per channel": ("problem: {m: 9, n: 36, k: 70}\ntypes: {a: f16, b: u8, c: f16}\n"
+                                      "quant: {format: plain, group: channel, scale: f16, zero: u8}\n"),
+    "plain s4 per channel, no zeros": ("problem: {m: 9, n: 40, k: 70}\ntypes: {a: f16, b: s4, c: f16}\n"
+                                       "quant: {format: plain, group: channel, scale: f16}\n"),
     "plain u8 zeros g32 column-major nk": ("problem: {m: 20, n: 36, k: 96}\ntypes: {a: f16, b: u8, c: f32}\n"
                                            "layout: {b: col}\n"
                                            "quant: {format: plain, group: 32, scale: f16, zero: u8, scale_layout: nk}\n"),
-    "e4m3 per tensor f32 f16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: f16, b: e4m3, c: f16}\n"
-                                "quant: {format: plain, group: tensor, scale: f32}\n"),
-    "e5m2 per channel bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: e5m2, c: bf16}\n"
-                              "quant: {format: plain, group: channel, scale: bf16}\n"),
+    "e4m3 per channel f16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: f16, b: e4m3, c: f16}\n"
+                             "quant: {format: plain, group: channel, scale: f16}\n"),
+    "e5m2 per tensor bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: e5m2, c: bf16}\n"
+                             "quant: {format: plain, group: tensor, scale: f32}\n"),
     # MXFP4 as vLLM's and SGLang's XPU kernels hold it: [N, K/2] nibbles, e8m0 scales [N, K/32]; K = 88 ends in a
     # partial group
     "mx e2m1 column-major nk bf16": ("problem: {m: 20, n: 40, k: 88}\ntypes: {a: bf16, b: e2m1, c: bf16}\n"
@@ -228,3 +235,20 @@ def test_the_call_api_takes_b_as_the_format_stores_it_and_says_what_is_missing(t
     with pytest.raises(ShapeMismatchError, match="with zero points .*: pass them, zeros="):
         gemm(a, q.qweight, scales=q.scales, out=out)
     assert np.isnan(out).all()
+
+
+def test_a_tiny_tune_of_a_quantized_config_verifies_times_and_reports_it(sycl_device, tmp_path):
+    from xegemm.reporting import load_source
+    from xegemm.reporting.model import groups
+    from xegemm.tune import tune
+
+    path = tmp_path / "mx.yaml"
+    path.write_text("name: mxtune\nproblem: {m: 20, n: 64, k: 96}\ntypes: {a: bf16, b: e2m1, c: bf16}\n"
+                    "quant: {format: mx, group: 32, scale: e8m0}\nprofile: {warmup: 0, repeats: 1}\n"
+                    "tile: {workgroup: [16, 32, 32], subgroups: [1, 2]}\nsweep:\n  pipeline.prefetch: [1, 2]\n")
+    result = tune(path, out=tmp_path / "t", cache=False, strategy="exhaustive", budget=1, progress=False)
+    best = result.best["shapes"]["20x64x96"]["best"]
+    assert best["kernel"].endswith("_qmx32se8m0") and best["gflops"] > 0
+    (group,) = groups([load_source(tmp_path / "t")])
+    assert group.quant == "qmx32se8m0" and "quantized qmx32se8m0" in group.title
+    assert [v.status for v in group.variants if v.status != "rejected"] == ["ok"]
