@@ -54,6 +54,9 @@ KERNELS = {
     # partial group
     "mx e2m1 column-major nk bf16": ("problem: {m: 20, n: 40, k: 88}\ntypes: {a: bf16, b: e2m1, c: bf16}\n"
                                      "layout: {b: col}\nquant: {format: mx, group: 32, scale: e8m0, scale_layout: nk}\n"),
+    # SGLang's u4 codes with bf16 zero points: q - z rounded to bf16, then scaled
+    "plain u4 bf16 zeros g32": ("problem: {m: 9, n: 40, k: 72}\ntypes: {a: bf16, b: u4, c: bf16}\n"
+                                "quant: {format: plain, group: 32, scale: bf16, zero: bf16}\n"),
     # W8A8 FP8, DeepSeek-style: A's scales per token and 128 K ([M, K/128]), B's per 128 x 128 block; 2 x 2 blocks
     "w8a8 e4m3 token groups, block128": ("problem: {m: 20, n: 136, k: 200}\ntypes: {a: e4m3, b: e4m3, c: bf16, "
                                          "compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
@@ -82,6 +85,9 @@ MUTANTS = {
                               _sub(r"\(unit >> \(4u \* j\)\)", "(unit >> (4u * (j ^ 1u)))")),
     "e8m0 scale without its bias": ("mx e2m1 column-major nk bf16", "the e8m0 byte e applied as 2^e, not 2^(e - 127)",
                                     _sub(r"as_float\(\(uint\)\((.*?)\) << 23\)", r"ldexp(1.0f, (int)(\1))")),
+    "float zero difference not rounded": ("plain u4 bf16 zeros g32", "q - z left in f32, not rounded to the zero's bf16",
+                                          _sub(r"xe_round_once\(xe_zero_diff\(\(float\)q, z\), s\)",
+                                               "xe_round_once((float)q - z, s)")),
     "A scale of the wrong token group": ("w8a8 e4m3 token groups, block128", "A's scales of the other 128 K of a token",
                                          _sub(r"SA\)\[xa_m(\d) \* xa_groups \+ k0 / 128\]",
                                               r"SA)[xa_m\1 * xa_groups + (k0 / 128 + 1) % xa_groups]")),
@@ -188,7 +194,6 @@ def test_native_dequantizing_kernels_build_for_pvc_as_planned(name, tmp_path):
 
 @pytest.mark.parametrize(("text", "part"), [
     ("types: {a: f16, b: u4}\nquant: {format: gptq, group: 8, zero: u4}\n", "quant.group = 8"),
-    ("types: {a: f16, b: s8}\nquant: {format: plain, group: 32, zero: bf16}\n", "quant.zero = bf16"),
     ("types: {a: f16, b: u4}\nquant: {format: plain, group: 32, zero: u4}\ntile: {subgroup_size: 8, workgroup: "
      "[16, 16, 32], subgroups: [1, 2]}\n", "tile.subgroup_size = 8"),
 ])

@@ -23,7 +23,7 @@ from xegemm.lowering.reorder import fragment_ctype, register_unit
 from xegemm.operands import Reorder
 from xegemm.quant import QuantSpec
 from xegemm.quant.formats import GPTQ_ZERO_OFFSET
-from xegemm.quant.spec import BLOCK
+from xegemm.quant.spec import BLOCK, FLOAT_ZEROS
 from xegemm.templating import environment
 
 SCALE_POINTER = {8: "uchar", 16: "ushort", 32: "uint"}
@@ -82,6 +82,8 @@ def _zero_load(quant: QuantPlan, row: str, n: str) -> str:
         return f"(int)(((({word} >> ({bits} * ({n} % {per}))) & {hex((1 << bits) - 1)}u) + {GPTQ_ZERO_OFFSET}u) & {hex((1 << bits) - 1)}u)"
     index = "0" if spec.group == "tensor" else f"{row} * N + {n}" if spec.scale_layout == "kn" else \
         f"{n} * xq_groups + {row}"
+    if spec.zero in FLOAT_ZEROS:      # SGLang's f16/bf16 zeros, in quantized units
+        return c_spelling(spec.zero, "load", f"((const global ushort*)Z)[{index}]")
     return f"(int)((const global {ZERO_POINTER[spec.zero]}*)Z)[{index}]"
 
 
@@ -93,7 +95,8 @@ def _column_loads(quant: QuantPlan, nt: int, row: str, guard: str, declare: bool
         cond = f"{n} < N" + (f" && {guard}" if guard else "")
         lines.append(("const float " if declare else "") + f"xq_s{j} = ({cond}) ? {_scale_load(quant.spec, row, n)} : 0.0f;")
         if quant.spec.has_zero:
-            lines.append(("const int " if declare else "") + f"xq_z{j} = ({cond}) ? {_zero_load(quant, row, n)} : 0;")
+            ctype = "float" if quant.spec.zero in FLOAT_ZEROS else "int"
+            lines.append((f"const {ctype} " if declare else "") + f"xq_z{j} = ({cond}) ? {_zero_load(quant, row, n)} : 0;")
     return lines
 
 
@@ -157,6 +160,8 @@ def dequant_code(plan) -> DequantCode:
                "code_ctype": "int" if t.is_int else "float", "decode": c_spelling(spec.weight, "decode", "x"),
                "compute": quant.compute, "compute_bits": {"f16": 11, "bf16": 8}[quant.compute],
                "round": c_spelling(quant.compute, "round_acc", "{x}"), "has_zero": spec.has_zero,
+               "float_zero": spec.zero if spec.zero in FLOAT_ZEROS else None,
+               "round_zero": c_spelling(spec.zero, "round_acc", "{x}") if spec.zero in FLOAT_ZEROS else None,
                "a_storage": a.weight if a else None, "a_decode": c_spelling(a.weight, "decode", "x") if a else None}
     helpers = str(environment().get_template("dequant.cl.j2").module.define(context))
     return DequantCode(helpers, tuple(declarations), tuple(tuple(lines) for lines in chunk_loads), spec.has_zero)

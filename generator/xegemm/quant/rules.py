@@ -168,14 +168,14 @@ DPAS_K = 16          # the f16/bf16 DPAS's K: a k-chunk of the dequantizing k-st
 LOWERED_FORMATS = ("plain", "gptq", "awq", "mx")
 LOWERED_WEIGHTS = ("s8", "u8", "s4", "u4", "e4m3", "e5m2", "e2m1")
 LOWERED_SCALES = ("f16", "bf16", "f32", "e8m0")
-LOWERED_ZEROS = ("none", "u4", "s8", "u8")
+LOWERED_ZEROS = ("none", "u4", "s8", "u8", "f16", "bf16")
 
 
 def lowering_gap(config) -> str | None:
     """What of a valid quantized config no lowering dequantizes yet (NOT_LOWERED and the part), or None.
     Lowered: a quantized B (``plain`` s8/u8/s4/u4/e4m3/e5m2 values, ``gptq``, ``awq``, ``mx`` e2m1), integer groups
     that are multiples of the DPAS K, channel, tensor and block128 scales of f16/bf16/f32 (e8m0 for mx), integer
-    zero points, an FP8 A (W8A8) with f16/bf16/f32 scales per tensor, row or K group, sub-groups of 16."""
+    and f16/bf16 zero points, an FP8 A (W8A8) with f16/bf16/f32 scales per tensor, row or K group, sub-groups of 16."""
     a = operand_spec(config, "a")
     if a is not None:                  # W8A8 FP8: A plain, its scales per tensor, row or group of K
         if a.scale not in LOWERED_SCALES or a.scale == "e8m0" or a.k_group is not None and a.k_group % DPAS_K:
