@@ -167,6 +167,16 @@ def dequant_code(plan) -> DequantCode:
     return DequantCode(helpers, tuple(declarations), tuple(tuple(lines) for lines in chunk_loads), spec.has_zero)
 
 
+def _fragment_register(plan, operand: str, view, key: tuple[int, int]) -> tuple[str, str, int]:
+    """Where DPAS fragment ``key`` of ``operand`` lies as stored: (register, its type, offset in the view's units):
+    the reorder ``f<operand>_<key>`` it was gathered into, or its copy tile's register."""
+    op = plan.a if operand == "a" else plan.b
+    frag = op.fragments[key]
+    if isinstance(frag, Reorder):
+        return f"f{operand}_{key[0]}_{key[1]}", fragment_ctype(view, operand), 0
+    return f"{operand}{frag.tile}", op.atom.register_type, frag.offset
+
+
 def dequant_b_operands(plan) -> dict:
     """The DPAS B operands of a k-step called atom by atom (the native lowering): per fragment (ki, j) the lines
     declaring ``qb_<ki>_<j>``, the DPAS's B register (pairs of f16/bf16 bits, lower k in the low half), each
@@ -181,11 +191,7 @@ def dequant_b_operands(plan) -> dict:
     out = {}
     for ki in range(kt):
         for j in range(nt):
-            frag = plan.b.fragments[(ki, j)]
-            if isinstance(frag, Reorder):
-                reg, reg_type, offset = f"fb_{ki}_{j}", fragment_ctype(view, "b"), 0
-            else:
-                reg, reg_type, offset = f"b{frag.tile}", plan.b.atom.register_type, frag.offset
+            reg, reg_type, offset = _fragment_register(plan, "b", view, (ki, j))
             values = [code.value(register_unit(reg, reg_type, bits, offset + kk // per, False), kk % per, j)
                       for kk in range(mma.k)]
             pairs = ", ".join(f"xe_pack_b({values[2 * p]}, {values[2 * p + 1]})" for p in range(mma.k // 2))
@@ -207,13 +213,9 @@ def dequant_a_operands(plan) -> dict:
     out = {}
     for i in range(mt):
         for ki in range(kt):
-            frag = plan.a.fragments[(i, ki)]
-            if isinstance(frag, Reorder):
-                reg, reg_type, offset = f"fa_{i}_{ki}", fragment_ctype(view, "a"), 0
-            else:
-                reg, reg_type, offset = f"a{frag.tile}", plan.a.atom.register_type, frag.offset
-            values = ["0" if row is None else
-                      f"xe_a_bits({DequantCode.a_value(register_unit(reg, reg_type, bits, offset + e // per, False), e % per, i * mma.m + row, mma.n)})"
+            reg, reg_type, offset = _fragment_register(plan, "a", view, (i, ki))
+            units = [register_unit(reg, reg_type, bits, offset + e // per, False) for e in range(len(rows))]
+            values = ["0" if row is None else f"xe_a_bits({DequantCode.a_value(units[e], e % per, i * mma.m + row, mma.n)})"
                       for e, row in enumerate(rows)]
             out[(i, ki)] = (f"const {mma.a_ctype} qa_{i}_{ki} = ({mma.a_ctype})({', '.join(values)});",)
     return out
