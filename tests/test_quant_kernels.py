@@ -57,10 +57,12 @@ KERNELS = {
     # SGLang's u4 codes with bf16 zero points: q - z rounded to bf16, then scaled
     "plain u4 bf16 zeros g32": ("problem: {m: 9, n: 40, k: 72}\ntypes: {a: bf16, b: u4, c: bf16}\n"
                                 "quant: {format: plain, group: 32, scale: bf16, zero: bf16}\n"),
-    # W8A8 FP8, DeepSeek-style: A's scales per token and 128 K ([M, K/128]), B's per 128 x 128 block; 2 x 2 blocks
-    "w8a8 e4m3 token groups, block128": ("problem: {m: 20, n: 136, k: 200}\ntypes: {a: e4m3, b: e4m3, c: bf16, "
-                                         "compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
-                                         "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),
+    # W8A8 FP8 as DeepSeek-V3's checkpoints: A's scales per token and 128 K ([M, K/128]), B's per 128 x 128 block
+    # ([N/128, K/128], nk; configs/w8a8_fp8.yaml has kn); 2 x 2 blocks
+    "w8a8 e4m3 token groups, block128 nk": ("problem: {m: 20, n: 136, k: 200}\ntypes: {a: e4m3, b: e4m3, c: bf16, "
+                                            "compute: bf16}\nquant: {format: plain, group: block128, scale: f32, "
+                                            "scale_layout: nk}\n"
+                                            "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),
 }
 
 
@@ -88,12 +90,12 @@ MUTANTS = {
     "float zero difference not rounded": ("plain u4 bf16 zeros g32", "q - z left in f32, not rounded to the zero's bf16",
                                           _sub(r"xe_round_once\(xe_zero_diff\(\(float\)q, z\), s\)",
                                                "xe_round_once((float)q - z, s)")),
-    "A scale of the wrong token group": ("w8a8 e4m3 token groups, block128", "A's scales of the other 128 K of a token",
+    "A scale of the wrong token group": ("w8a8 e4m3 token groups, block128 nk", "A's scales of the other 128 K of a token",
                                          _sub(r"SA\)\[xa_m(\d) \* xa_groups \+ k0 / 128\]",
                                               r"SA)[xa_m\1 * xa_groups + (k0 / 128 + 1) % xa_groups]")),
-    "block128 scales transposed": ("w8a8 e4m3 token groups, block128", "B's [K/128, N/128] scales read as [N/128, K/128]",
-                                   _sub(r"S\)\[k0 / 128 \* \(\(N \+ 127\) / 128\) \+ xq_n(\d) / 128\]",
-                                        r"S)[xq_n\1 / 128 * ((K + 127) / 128) + k0 / 128]")),
+    "block128 scales transposed": ("w8a8 e4m3 token groups, block128 nk", "B's [N/128, K/128] scales read as [K/128, N/128]",
+                                   _sub(r"S\)\[xq_n(\d) / 128 \* xq_groups \+ k0 / 128\]",
+                                        r"S)[k0 / 128 * ((N + 127) / 128) + xq_n\1 / 128]")),
 }
 
 
