@@ -182,7 +182,8 @@ AOT_CONFIGS = {
 @pytest.mark.parametrize("name", AOT_CONFIGS)
 def test_native_dequantizing_kernels_build_for_pvc_as_planned(name, tmp_path):
     # the installed ocloc's own capabilities (Debian's IGC): every dpas and 2D block load of a k-step as the plan
-    # predicts (xegemm.evaluate.aot.IsaObserver), no spills
+    # predicts (xegemm.evaluate.aot.IsaObserver), and every conversion to f16/bf16 (one per dequantized value of a
+    # lane per k-step, W8A8's A included, and per value of D when D is f16/bf16), no spills
     path = tmp_path / f"{name}.yaml"
     path.write_text("problem: {m: 32, n: 256, k: 256}\ntile: {workgroup: [32, 64, 32], subgroups: [1, 2]}\n"
                     + AOT_CONFIGS[name])
@@ -190,6 +191,10 @@ def test_native_dequantizing_kernels_build_for_pvc_as_planned(name, tmp_path):
     (v,) = result["variants"]
     assert v["status"] == "ok", v["reason"]
     assert v["isa"]["spill_bytes"] == 0 and v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 16
+    # 32 x 64 x 32 over 1 x 2 sub-groups: 2 k-chunks x 2 N-fragments x 16 B values, 4 x 2 fragments of 8 D values
+    compute = {"awq": "to_f16"}.get(name, "to_bf16")
+    want = 64 + 64 + (64 if name == "w8a8" else 0)       # W8A8: 4 M-fragments x 2 k-chunks x 8 A values
+    assert v["measured_messages"][compute] == v["predicted"][compute] == want
     source = (tmp_path / "build" / v["name"] / "kernel.cl").read_text()
     assert "_matrix_mad_k16(" in source and "xe_pack_b(xe_dequant_b(" in source
 
