@@ -1,12 +1,14 @@
 """Decode-shaped GEMMs with quantized weights against their references, interleaved (docs/benchmarks.md).
 
 ``python -m bench.quant_decode [CONFIG ...] [--m 1 8 32] [--n 1024] [--k 1024] [--rounds R] [--launches L]
-[--json FILE]``: for each shipped quantized config (default: configs/w4a16, gptq, awq, w8a16, fp8) and each M,
+[--json FILE]``: for each shipped quantized config (default: configs/w4a16, gptq, awq, w8a16, fp8, mxfp4, w8a8_fp8)
+and each M,
 on an N x K weight scaled down from an LLM layer's, three sides are built (the first two verified as ``xegemm
 run`` does) and timed in the same interleaved rounds (:func:`bench.interleave.round_robin`):
 
 * the dequantizing kernel (the config at that shape);
-* xegemm's own GEMM of the same tile with B already in the compute type (f16 or bf16, no ``quant:``);
+* xegemm's own GEMM of the same tile with B (and a W8A8 config's A) already in the compute type (f16 or bf16, no
+  ``quant:``);
 * numpy's float32 matmul of A by the pre-dequantized weights (the fair CPU reference: no dequantization).
 
 Prints each side's median time and GFLOP/s, the quantized kernel's weight bandwidth (qweight + scales + zeros
@@ -36,7 +38,7 @@ from xegemm.quant import compute_type, dequantize, operand_spec, random_quantize
 from xegemm.runtime import describe, select_sycl_device
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = [ROOT / "configs" / f"{name}.yaml" for name in ("w4a16", "gptq", "awq", "w8a16", "fp8")]
+CONFIGS = [ROOT / "configs" / f"{name}.yaml" for name in ("w4a16", "gptq", "awq", "w8a16", "fp8", "mxfp4", "w8a8_fp8")]
 NUMPY = "numpy f32 (pre-dequantized)"
 
 
@@ -56,8 +58,9 @@ def measure(paths, ms, n: int, k: int, rounds: int, launches: int) -> list[dict]
         for m in ms:
             shape = {"problem.m": m, "problem.n": n, "problem.k": k, "problem.batch": 1}
             quant = _one(base.with_overrides(shape))
+            w8a8 = {"types.a": compute, "quant_a.format": "none"} if operand_spec(base, "a") else {}
             plain = _one(base.with_overrides({**shape, "types.b": compute, "quant.format": "none",
-                                              "types.compute": None}))
+                                              "types.compute": None, **w8a8}))
             sides, kernels = {}, {}
             for label, pv in (("quantized", quant), ("compute-type B", plain)):
                 kernel, failure = build_verified(session, lowering, pv)

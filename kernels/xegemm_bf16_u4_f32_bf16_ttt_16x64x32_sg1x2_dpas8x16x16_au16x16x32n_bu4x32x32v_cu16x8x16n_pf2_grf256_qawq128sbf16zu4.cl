@@ -492,20 +492,25 @@ static inline int xe_q_code(uint unit, uint j)
     return (int)(x & 0xfu);
 }
 
-/* x * s rounded once to bf16, nearest even: the f32 product p and its exact error e = fma(x, s, -p); an
-   inexact p is made round-to-odd (truncated toward zero, lowest bit set), which the rounding to bf16
-   (8 significant bits, f32 has 24) turns into the one correct rounding of x * s. */
-static inline float xe_round_once(float x, float s)
+/* p + e (the exact value, e its f32 rounding error) made round-to-odd in f32: an inexact p truncated toward zero
+   with its lowest bit set.  Rounding that to nearest even at 8 or 11 significant bits (bf16, f16; f32 has 24) is
+   the one correct rounding of p + e. */
+static inline float xe_round_to_odd(float p, float e)
 {
-    const float p = x * s;
-    const float e = fma(x, s, -p);
     uint u = as_uint(p);
     if (e != 0.0f) {
         if ((e < 0.0f) != (p < 0.0f))
             u -= 1u;
         u |= 1u;
     }
-    return as_float((uint)xe_f32_to_bf16_rne(as_float(u)) << 16);
+    return as_float(u);
+}
+
+/* x * s rounded once to bf16, nearest even: the f32 product p and its exact error fma(x, s, -p). */
+static inline float xe_round_once(float x, float s)
+{
+    const float p = x * s;
+    return as_float((uint)xe_f32_to_bf16_rne(xe_round_to_odd(p, fma(x, s, -p))) << 16);
 }
 
 /* B's value: w = round_to_bf16((q - z) * s) */
@@ -579,9 +584,9 @@ __kernel void xegemm_bf16_u4_f32_bf16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n
     /* the quantized B's scales and zero points of this lane's columns (xegemm.lowering.dequant) */
     const int xq_n0 = n0 + 0 + (int)get_sub_group_local_id();
     const int xq_n1 = n0 + 16 + (int)get_sub_group_local_id();
-    float xq_s0 = 0.0f;
-    float xq_s1 = 0.0f;
+    float xq_s0 = 0;
     int xq_z0 = 0;
+    float xq_s1 = 0;
     int xq_z1 = 0;
     for (int k0 = k_begin; k0 < k_end; k0 += 32) {
         if (k0 + 64 < k_end) {
@@ -594,6 +599,12 @@ __kernel void xegemm_bf16_u4_f32_bf16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n
         uint b0[8]; xe_copy_u4x32x32_ld_v_into(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
         /* k-chunk 0: 4 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 % 128 == 0 || k0 == k_begin) {  /* a group of 128 starts: its scales */
+            xq_s0 = (xq_n0 < N) ? as_float((uint)((const global ushort*)S)[k0 / 128 * N + xq_n0] << 16) : 0.0f;
+            xq_z0 = (xq_n0 < N) ? (int)((((const global uint*)Z)[k0 / 128 * (N / 8) + xq_n0 / 8] >> (4 * ((((xq_n0) & 7) >> 1) + (((xq_n0) & 1) << 2)))) & 15u) : 0;
+            xq_s1 = (xq_n1 < N) ? as_float((uint)((const global ushort*)S)[k0 / 128 * N + xq_n1] << 16) : 0.0f;
+            xq_z1 = (xq_n1 < N) ? (int)((((const global uint*)Z)[k0 / 128 * (N / 8) + xq_n1 / 8] >> (4 * ((((xq_n1) & 7) >> 1) + (((xq_n1) & 1) << 2)))) & 15u) : 0;
+        }
         sa[lane] = as_float((uint)a0[0] << 16);
         sa[16 + lane] = as_float((uint)a0[1] << 16);
         sa[32 + lane] = as_float((uint)a0[2] << 16);
@@ -610,12 +621,6 @@ __kernel void xegemm_bf16_u4_f32_bf16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n
         sa[208 + lane] = as_float((uint)a0[13] << 16);
         sa[224 + lane] = as_float((uint)a0[14] << 16);
         sa[240 + lane] = as_float((uint)a0[15] << 16);
-        if (k0 % 128 == 0 || k0 == k_begin) {  /* a group of 128 starts: its scales */
-            xq_s0 = (xq_n0 < N) ? as_float((uint)((const global ushort*)S)[k0 / 128 * N + xq_n0] << 16) : 0.0f;
-            xq_z0 = (xq_n0 < N) ? (int)((((const global uint*)Z)[k0 / 128 * (N / 8) + xq_n0 / 8] >> (4 * ((((xq_n0) & 7) >> 1) + (((xq_n0) & 1) << 2)))) & 15u) : 0;
-            xq_s1 = (xq_n1 < N) ? as_float((uint)((const global ushort*)S)[k0 / 128 * N + xq_n1] << 16) : 0.0f;
-            xq_z1 = (xq_n1 < N) ? (int)((((const global uint*)Z)[k0 / 128 * (N / 8) + xq_n1 / 8] >> (4 * ((((xq_n1) & 7) >> 1) + (((xq_n1) & 1) << 2)))) & 15u) : 0;
-        }
         const uint fb_0_0_t0 = (uint)b0[0];
         const uint fb_0_0_t1 = intel_sub_group_shuffle((uint)b0[0], (1) & 15);
         const uint fb_0_0_t2 = intel_sub_group_shuffle((uint)b0[0], (2) & 15);

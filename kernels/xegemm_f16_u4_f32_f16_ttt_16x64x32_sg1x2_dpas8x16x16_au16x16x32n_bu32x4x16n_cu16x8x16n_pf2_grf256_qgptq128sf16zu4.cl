@@ -430,20 +430,25 @@ static inline int xe_q_code(uint unit, uint j)
     return (int)(x & 0xfu);
 }
 
-/* x * s rounded once to f16, nearest even: the f32 product p and its exact error e = fma(x, s, -p); an
-   inexact p is made round-to-odd (truncated toward zero, lowest bit set), which the rounding to f16
-   (11 significant bits, f32 has 24) turns into the one correct rounding of x * s. */
-static inline float xe_round_once(float x, float s)
+/* p + e (the exact value, e its f32 rounding error) made round-to-odd in f32: an inexact p truncated toward zero
+   with its lowest bit set.  Rounding that to nearest even at 8 or 11 significant bits (bf16, f16; f32 has 24) is
+   the one correct rounding of p + e. */
+static inline float xe_round_to_odd(float p, float e)
 {
-    const float p = x * s;
-    const float e = fma(x, s, -p);
     uint u = as_uint(p);
     if (e != 0.0f) {
         if ((e < 0.0f) != (p < 0.0f))
             u -= 1u;
         u |= 1u;
     }
-    return (float)convert_half_rte(as_float(u));
+    return as_float(u);
+}
+
+/* x * s rounded once to f16, nearest even: the f32 product p and its exact error fma(x, s, -p). */
+static inline float xe_round_once(float x, float s)
+{
+    const float p = x * s;
+    return (float)convert_half_rte(xe_round_to_odd(p, fma(x, s, -p)));
 }
 
 /* B's value: w = round_to_f16((q - z) * s) */
@@ -533,9 +538,9 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
     /* the quantized B's scales and zero points of this lane's columns (xegemm.lowering.dequant) */
     const int xq_n0 = n0 + 0 + (int)get_sub_group_local_id();
     const int xq_n1 = n0 + 16 + (int)get_sub_group_local_id();
-    float xq_s0 = 0.0f;
-    float xq_s1 = 0.0f;
+    float xq_s0 = 0;
     int xq_z0 = 0;
+    float xq_s1 = 0;
     int xq_z1 = 0;
     for (int k0 = k_begin; k0 < k_end; k0 += 32) {
         if (k0 + 64 < k_end) {
@@ -550,6 +555,12 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
         uint b1[4]; xe_copy_u32x4x16_ld_n_into(B, b_width, b_height, ldb, n0 + 16, (k0) / 8 + 0, b1);
         /* k-chunk 0: 4 x XE_8x16x16_F32F16F16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 % 128 == 0 || k0 == k_begin) {  /* a group of 128 starts: its scales */
+            xq_s0 = (xq_n0 < N) ? xe_f16_to_f32(((const global ushort*)S)[k0 / 128 * N + xq_n0]) : 0.0f;
+            xq_z0 = (xq_n0 < N) ? (int)((((((const global uint*)Z)[k0 / 128 * (N / 8) + xq_n0 / 8] >> (4 * (xq_n0 % 8))) & 0xfu) + 1u) & 0xfu) : 0;
+            xq_s1 = (xq_n1 < N) ? xe_f16_to_f32(((const global ushort*)S)[k0 / 128 * N + xq_n1]) : 0.0f;
+            xq_z1 = (xq_n1 < N) ? (int)((((((const global uint*)Z)[k0 / 128 * (N / 8) + xq_n1 / 8] >> (4 * (xq_n1 % 8))) & 0xfu) + 1u) & 0xfu) : 0;
+        }
         sa[lane] = (float)as_half((ushort)(uint)a0[0]);
         sa[16 + lane] = (float)as_half((ushort)(uint)a0[1]);
         sa[32 + lane] = (float)as_half((ushort)(uint)a0[2]);
@@ -566,12 +577,6 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
         sa[208 + lane] = (float)as_half((ushort)(uint)a0[13]);
         sa[224 + lane] = (float)as_half((ushort)(uint)a0[14]);
         sa[240 + lane] = (float)as_half((ushort)(uint)a0[15]);
-        if (k0 % 128 == 0 || k0 == k_begin) {  /* a group of 128 starts: its scales */
-            xq_s0 = (xq_n0 < N) ? xe_f16_to_f32(((const global ushort*)S)[k0 / 128 * N + xq_n0]) : 0.0f;
-            xq_z0 = (xq_n0 < N) ? (int)((((((const global uint*)Z)[k0 / 128 * (N / 8) + xq_n0 / 8] >> (4 * (xq_n0 % 8))) & 0xfu) + 1u) & 0xfu) : 0;
-            xq_s1 = (xq_n1 < N) ? xe_f16_to_f32(((const global ushort*)S)[k0 / 128 * N + xq_n1]) : 0.0f;
-            xq_z1 = (xq_n1 < N) ? (int)((((((const global uint*)Z)[k0 / 128 * (N / 8) + xq_n1 / 8] >> (4 * (xq_n1 % 8))) & 0xfu) + 1u) & 0xfu) : 0;
-        }
         sb[lane] = xe_dequant_b(xe_q_code((uint)b0[0], 0u), xq_z0, xq_s0);
         sb[32 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 1u), xq_z0, xq_s0);
         sb[64 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 2u), xq_z0, xq_s0);

@@ -350,3 +350,18 @@ def test_targets_and_grf_modes_are_checked():
     with pytest.raises(UnknownTargetError, match="grf=256"):
         compose_options(128, "-cl-intel-256-GRF-per-thread")
     assert compose_options(256, "-cl-mad-enable").endswith("-cl-intel-256-GRF-per-thread -cl-mad-enable")
+
+
+def test_conversions_to_16_bit_floats_are_counted_from_iga_text():
+    # f32 -> f16: a SIMD mov to :hf from :f; f32 -> bf16: the add of 0x7fff of xe_f32_to_bf16_rne; SIMD1 moves,
+    # other types and other immediates are not conversions of a lane's value
+    from xegemm.aot.isa import conversion_counts, parse_instructions
+    asm = "\n".join([
+        "        mov (16|M0)              r12.0<1>:hf   r40.0<1;1,0>:f",
+        "        mov (16|M0)              r13.0<1>:f    r41.0<1;1,0>:hf",
+        "(W)     mov (1|M0)               r1.16<1>:hf   0x3C00:hf",
+        "(~f0.0) add3 (16|M0)             acc0.0<1>:d   r74.0<1;0>:d      acc0.0<1;0>:d     32767:w",
+        "        add (16|M0)              r20.0<1>:d    r21.0<1;1,0>:d    0x7FFF:uw",
+        "        add3 (16|M0)             r253.0<1>:d   r154.0<1;0>:d     r159.0<1;0>:d     16:w",
+    ])
+    assert conversion_counts(parse_instructions(asm)) == {"to_f16": 1, "to_bf16": 2}

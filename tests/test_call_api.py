@@ -74,9 +74,12 @@ def call_inputs(rng, config, m, n, k, batch=None):
 
 
 def assert_quantized_matches(gemm, a, q, d):
-    """D of a quantized B within the verifier's bounds: B is its dequantized values (xegemm.quant.dequantize)."""
+    """D of a quantized B within the verifier's bounds: B is its dequantized values (xegemm.quant.dequantize), and so
+    is an FP8 A given as its QuantizedMatrix."""
     config = gemm.last_kernel.config
     b = dequantize(q, compute_type(config.types)).astype(np.float64)
+    if not isinstance(a, np.ndarray):
+        a = dequantize(a, compute_type(config.types))
     ops = Operands(a.astype(np.float64)[None], b[None], np.zeros(1, np.uint8), np.zeros(1, np.uint8), 0, 0, 0)
     ref = reference(config, ops)
     got = np.asarray(d).reshape(ref.expected.shape).astype(np.float64)
@@ -94,8 +97,13 @@ def test_every_shipped_config_on_ragged_and_batched_shapes(path):
     if spec is not None:        # a quantized B, as its format stores it; ragged within its packing's rules
         m, n, k = p.m // 2 + 3, p.n // 2 + 8, p.k // 2 + 24
         q = random_quantized(spec, k, n, rng)
-        a = values(rng, config.types.a, (m, k))
-        d = gemm(a, q.qweight, scales=q.scales, zeros=q.zeros)
+        a_spec = operand_spec(config, "a")
+        if a_spec is None:
+            a = values(rng, config.types.a, (m, k))
+            d = gemm(a, q.qweight, scales=q.scales, zeros=q.zeros)
+        else:                   # W8A8: an FP8 A with its scales
+            a = random_quantized(a_spec, k, m, rng, operand="a")
+            d = gemm(a.qweight, q.qweight, scales=q.scales, a_scales=a.scales)
         assert d.shape == (m, n) and d.dtype == host_dtype(config.types.c)
         assert_quantized_matches(gemm, a, q, d)
         return

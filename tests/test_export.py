@@ -91,3 +91,13 @@ def test_dg2_binaries_and_the_integer_kernels_of_the_simd8_config(tmp_path):
     assert all(k["isa"]["dpas"] > 0 and any("1D sub-group block" in r for r in k["rules"]) for k in dg2)
     done = subprocess.run(["make", "-C", str(out), "run"], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0 and "4 passed, 0 failed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+def test_a_w8a8_kernels_launcher_takes_both_operands_scales_and_compiles(tmp_path):
+    # the header binds A's scales (SA) after B's scales and zeros: its launcher must take that buffer
+    out = _export(tmp_path, "cpu", config=ROOT / "configs" / "w8a8_fp8.yaml")
+    header = (out / "xegemm_kernels.h").read_text()
+    assert "cl_mem scales, cl_mem zeros," in header and "cl_mem a_scales," in header
+    done = subprocess.run(["make", "-C", str(out), "example"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -426,11 +426,13 @@ def test_quant_config_errors_name_file_line_and_key(text, line, key, message):
     ("types: {a: bf16, b: u4}\nquant: {format: awq, group: 64, zero: u4}\n", True),
     ("types: {a: f16, b: u4}\nlayout: {b: col}\nquant: {format: plain, group: 128, zero: u4}\n", True),
     ("types: {a: bf16, b: e5m2}\nquant: {format: plain, group: channel, scale: bf16}\n", True),
-    ("types: {a: bf16, b: e2m1}\nquant: {format: mx, group: 32, scale: e8m0, scale_layout: nk}\n", "quant.format = mx"),
-    ("types: {a: f16, b: s8}\nquant: {format: plain, group: channel, scale: f32, zero: f16}\n", "quant.zero = f16"),
-    ("types: {a: f16, b: e4m3}\nquant: {format: plain, group: block128, scale: f32}\n", "quant.group = block128"),
+    ("types: {a: bf16, b: e2m1}\nquant: {format: mx, group: 32, scale: e8m0}\n", True),
+    ("types: {a: f16, b: s8}\nquant: {format: plain, group: channel, scale: f32, zero: f16}\n", True),
+    ("types: {a: f16, b: e4m3}\nquant: {format: plain, group: block128, scale: f32}\n", True),
     (("types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
-      "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"), "an FP8 A"),
+      "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"), True),
+    (("types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
+      "quant_a: {format: plain, group: 8, scale: f32}\n"), "quant_a: scale f32, group 8"),
 ])
 def test_valid_quant_configs_load_and_the_planner_lowers_or_names_what_is_not_lowered(text, lowered):
     config = config_from_text(BASE + text)
@@ -439,8 +441,10 @@ def test_valid_quant_configs_load_and_the_planner_lowers_or_names_what_is_not_lo
         p = plan(config)
         compute = dtype(compute_type(config.types)).code
         assert p.quant is not None and (p.mma.a, p.mma.b) == (compute, compute)
-        assert p.name.endswith("_q" + config.quant.format + str(config.quant.group) + "s" + config.quant.scale
-                               + ("z" + config.quant.zero if config.quant.zero != "none" else ""))
+        token = ("_q" + config.quant.format + str(config.quant.group) + "s" + config.quant.scale
+                 + ("z" + config.quant.zero if config.quant.zero != "none" else ""))
+        a = config.quant_a     # W8A8: A's part follows B's
+        assert p.name.endswith(token + (f"a{a.group}s{a.scale}nk" if a.format != "none" else ""))
     else:
         with pytest.raises(PlanRejected, match=NOT_LOWERED) as caught:
             plan(config)

@@ -26,7 +26,10 @@ from xegemm.render import render_kernel
 TILE = "tile: {workgroup: [16, 32, 32], subgroups: [1, 2]}\nprofile: {warmup: 0, repeats: 1}\n"
 
 # name -> config text; one kernel each, between them every format, value type family, scale type and layout,
-# both compute types, zero points of every packing, and both ways a group meets the K tile (g >= BK, g < BK)
+# both compute types, zero points of every packing, and both ways a group meets the K tile (g >= BK, g < BK).
+# With the shipped configs (tests/test_call_api.py: plain u4 with zeros and gptq per 128, s8 per channel, e4m3 per
+# tensor, MXFP4, W8A8) they cover W4A16 with and without zeros per 16/32/64/128 K and channel, W8A16 s8 and u8 per
+# channel and group, e4m3 and e5m2 per tensor and channel.
 KERNELS = {
     "plain u4 zeros g32 f16 batch 2": ("problem: {m: 20, n: 40, k: 72, batch: 2}\ntypes: {a: f16, b: u4, c: f16}\n"
                                        "quant: {format: plain, group: 32, scale: f16, zero: u4}\n"),
@@ -34,15 +37,32 @@ KERNELS = {
                          "quant: {format: gptq, group: 64, scale: bf16, zero: u4}\n"),
     "awq u4 g16 f16 (groups inside the k-tile)": ("problem: {m: 20, n: 40, k: 88}\ntypes: {a: f16, b: u4, c: f16}\n"
                                                   "quant: {format: awq, group: 16, scale: f16, zero: u4}\n"),
-    "plain s8 channel f32 scales bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: s8, c: f32}\n"
-                                         "quant: {format: plain, group: channel, scale: f32}\n"),
+    "plain s8 g64 f32 scales bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: s8, c: f32}\n"
+                                     "quant: {format: plain, group: 64, scale: f32}\n"),
+    "plain u8 u8 zeros per channel": ("problem: {m: 9, n: 36, k: 70}\ntypes: {a: f16, b: u8, c: f16}\n"
+                                      "quant: {format: plain, group: channel, scale: f16, zero: u8}\n"),
+    "plain s4 per channel, no zeros": ("problem: {m: 9, n: 40, k: 70}\ntypes: {a: f16, b: s4, c: f16}\n"
+                                       "quant: {format: plain, group: channel, scale: f16}\n"),
     "plain u8 zeros g32 column-major nk": ("problem: {m: 20, n: 36, k: 96}\ntypes: {a: f16, b: u8, c: f32}\n"
                                            "layout: {b: col}\n"
                                            "quant: {format: plain, group: 32, scale: f16, zero: u8, scale_layout: nk}\n"),
-    "e4m3 per tensor f32 f16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: f16, b: e4m3, c: f16}\n"
-                                "quant: {format: plain, group: tensor, scale: f32}\n"),
-    "e5m2 per channel bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: e5m2, c: bf16}\n"
-                              "quant: {format: plain, group: channel, scale: bf16}\n"),
+    "e4m3 per channel f16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: f16, b: e4m3, c: f16}\n"
+                             "quant: {format: plain, group: channel, scale: f16}\n"),
+    "e5m2 per tensor bf16": ("problem: {m: 20, n: 36, k: 70}\ntypes: {a: bf16, b: e5m2, c: bf16}\n"
+                             "quant: {format: plain, group: tensor, scale: f32}\n"),
+    # MXFP4 as vLLM's and SGLang's XPU kernels hold it: [N, K/2] nibbles, e8m0 scales [N, K/32]; K = 88 ends in a
+    # partial group
+    "mx e2m1 column-major nk bf16": ("problem: {m: 20, n: 40, k: 88}\ntypes: {a: bf16, b: e2m1, c: bf16}\n"
+                                     "layout: {b: col}\nquant: {format: mx, group: 32, scale: e8m0, scale_layout: nk}\n"),
+    # SGLang's u4 codes with bf16 zero points: q - z rounded to bf16, then scaled
+    "plain u4 bf16 zeros g32": ("problem: {m: 9, n: 40, k: 72}\ntypes: {a: bf16, b: u4, c: bf16}\n"
+                                "quant: {format: plain, group: 32, scale: bf16, zero: bf16}\n"),
+    # W8A8 FP8 as DeepSeek-V3's checkpoints: A's scales per token and 128 K ([M, K/128]), B's per 128 x 128 block
+    # ([N/128, K/128], nk; configs/w8a8_fp8.yaml has kn); 2 x 2 blocks
+    "w8a8 e4m3 token groups, block128 nk": ("problem: {m: 20, n: 136, k: 200}\ntypes: {a: e4m3, b: e4m3, c: bf16, "
+                                            "compute: bf16}\nquant: {format: plain, group: block128, scale: f32, "
+                                            "scale_layout: nk}\n"
+                                            "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),
 }
 
 
@@ -63,6 +83,19 @@ MUTANTS = {
                            _sub(r"\(unit >> \(4u \* j\)\)", "(unit >> (4u * (j ^ 1u)))")),
     "scale of the wrong group": ("gptq u4 g64 bf16", "the group row of a k-tile computed with the wrong group size",
                                  _sub(r"\)S\)\[k0 / 64 \* N", ")S)[k0 / 128 * N")),
+    "MXFP4 nibbles swapped": ("mx e2m1 column-major nk bf16", "the high e2m1 nibble of a byte taken first",
+                              _sub(r"\(unit >> \(4u \* j\)\)", "(unit >> (4u * (j ^ 1u)))")),
+    "e8m0 scale without its bias": ("mx e2m1 column-major nk bf16", "the e8m0 byte e applied as 2^e, not 2^(e - 127)",
+                                    _sub(r"as_float\(\(uint\)\((.*?)\) << 23\)", r"ldexp(1.0f, (int)(\1))")),
+    "float zero difference not rounded": ("plain u4 bf16 zeros g32", "q - z left in f32, not rounded to the zero's bf16",
+                                          _sub(r"xe_round_once\(xe_zero_diff\(\(float\)q, z\), s\)",
+                                               "xe_round_once((float)q - z, s)")),
+    "A scale of the wrong token group": ("w8a8 e4m3 token groups, block128 nk", "A's scales of the other 128 K of a token",
+                                         _sub(r"SA\)\[xa_m(\d) \* xa_groups \+ k0 / 128\]",
+                                              r"SA)[xa_m\1 * xa_groups + (k0 / 128 + 1) % xa_groups]")),
+    "block128 scales transposed": ("w8a8 e4m3 token groups, block128 nk", "B's [N/128, K/128] scales read as [K/128, N/128]",
+                                   _sub(r"S\)\[xq_n(\d) / 128 \* xq_groups \+ k0 / 128\]",
+                                        r"S)[k0 / 128 * ((N + 127) / 128) + xq_n\1 / 128]")),
 }
 
 
@@ -139,6 +172,9 @@ def test_the_kernel_name_says_how_b_is_quantized_and_parses_back():
 AOT_CONFIGS = {
     "awq": "types: {a: f16, b: u4, c: f16}\nquant: {format: awq, group: 64, scale: f16, zero: u4}\n",
     "e4m3": "types: {a: bf16, b: e4m3, c: bf16}\nquant: {format: plain, group: tensor, scale: f32}\n",
+    "mxfp4": "types: {a: bf16, b: e2m1, c: bf16}\nquant: {format: mx, group: 32, scale: e8m0}\n",
+    "w8a8": ("types: {a: e4m3, b: e4m3, c: bf16, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
+             "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),
 }
 
 
@@ -146,7 +182,8 @@ AOT_CONFIGS = {
 @pytest.mark.parametrize("name", AOT_CONFIGS)
 def test_native_dequantizing_kernels_build_for_pvc_as_planned(name, tmp_path):
     # the installed ocloc's own capabilities (Debian's IGC): every dpas and 2D block load of a k-step as the plan
-    # predicts (xegemm.evaluate.aot.IsaObserver), no spills
+    # predicts (xegemm.evaluate.aot.IsaObserver), and every conversion to f16/bf16 (one per dequantized value of a
+    # lane per k-step, W8A8's A included, and per value of D when D is f16/bf16), no spills
     path = tmp_path / f"{name}.yaml"
     path.write_text("problem: {m: 32, n: 256, k: 256}\ntile: {workgroup: [32, 64, 32], subgroups: [1, 2]}\n"
                     + AOT_CONFIGS[name])
@@ -154,13 +191,16 @@ def test_native_dequantizing_kernels_build_for_pvc_as_planned(name, tmp_path):
     (v,) = result["variants"]
     assert v["status"] == "ok", v["reason"]
     assert v["isa"]["spill_bytes"] == 0 and v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 16
+    # 32 x 64 x 32 over 1 x 2 sub-groups: 2 k-chunks x 2 N-fragments x 16 B values, 4 x 2 fragments of 8 D values
+    compute = {"awq": "to_f16"}.get(name, "to_bf16")
+    want = 64 + 64 + (64 if name == "w8a8" else 0)       # W8A8: 4 M-fragments x 2 k-chunks x 8 A values
+    assert v["measured_messages"][compute] == v["predicted"][compute] == want
     source = (tmp_path / "build" / v["name"] / "kernel.cl").read_text()
     assert "_matrix_mad_k16(" in source and "xe_pack_b(xe_dequant_b(" in source
 
 
 @pytest.mark.parametrize(("text", "part"), [
     ("types: {a: f16, b: u4}\nquant: {format: gptq, group: 8, zero: u4}\n", "quant.group = 8"),
-    ("types: {a: f16, b: s8}\nquant: {format: plain, group: 32, zero: bf16}\n", "quant.zero = bf16"),
     ("types: {a: f16, b: u4}\nquant: {format: plain, group: 32, zero: u4}\ntile: {subgroup_size: 8, workgroup: "
      "[16, 16, 32], subgroups: [1, 2]}\n", "tile.subgroup_size = 8"),
 ])
@@ -207,3 +247,20 @@ def test_the_call_api_takes_b_as_the_format_stores_it_and_says_what_is_missing(t
     with pytest.raises(ShapeMismatchError, match="with zero points .*: pass them, zeros="):
         gemm(a, q.qweight, scales=q.scales, out=out)
     assert np.isnan(out).all()
+
+
+def test_a_tiny_tune_of_a_quantized_config_verifies_times_and_reports_it(sycl_device, tmp_path):
+    from xegemm.reporting import load_source
+    from xegemm.reporting.model import groups
+    from xegemm.tune import tune
+
+    path = tmp_path / "mx.yaml"
+    path.write_text("name: mxtune\nproblem: {m: 20, n: 64, k: 96}\ntypes: {a: bf16, b: e2m1, c: bf16}\n"
+                    "quant: {format: mx, group: 32, scale: e8m0}\nprofile: {warmup: 0, repeats: 1}\n"
+                    "tile: {workgroup: [16, 32, 32], subgroups: [1, 2]}\nsweep:\n  pipeline.prefetch: [1, 2]\n")
+    result = tune(path, out=tmp_path / "t", cache=False, strategy="exhaustive", budget=1, progress=False)
+    best = result.best["shapes"]["20x64x96"]["best"]
+    assert best["kernel"].endswith("_qmx32se8m0") and best["gflops"] > 0
+    (group,) = groups([load_source(tmp_path / "t")])
+    assert group.quant == "qmx32se8m0" and "quantized qmx32se8m0" in group.title
+    assert [v.status for v in group.variants if v.status != "rejected"] == ["ok"]

@@ -23,7 +23,7 @@ from xegemm.epilogue_stage import input_param, workspace_floats
 from xegemm.formula import evaluate, substitute
 from xegemm.plan import Plan
 
-BUFFERS = ("A", "B", "D", "C", "bias", "workspace", "scales", "zeros", "table",
+BUFFERS = ("A", "B", "D", "C", "bias", "workspace", "scales", "zeros", "a_scales", "table",
            "tile_counter")   # what a caller binds, by these names
 SCALARS = ("alpha", "beta", "clamp_lo", "clamp_hi")      # the epilogue's float arguments
 SIZES = ("M", "N", "K", "batch")                          # the inputs of every formula
@@ -96,6 +96,8 @@ class KernelCall:
         if plan.quant:        # a quantized B's scales and zero points (xegemm.dequant), a batch after the other
             scales, zeros = plan.quant.array_bytes()
             steps += [("stride_s", scales), ("stride_z", zeros)]
+            if plan.quant.a_spec:     # an FP8 A's scales (W8A8)
+                steps.append(("stride_sa", plan.quant.a_scale_bytes()))
         out, ld_out = "D", "ldc"
         if plan.split_k > 1:
             steps += [("ldw", f"N * {acc_bytes}"), ("stride_w", "ldw * M"),
@@ -139,6 +141,9 @@ class KernelCall:
                      Argument("Z", "const global uchar*", "the quantized B's zero points (none: any buffer)", "zeros"),
                      Argument("batch_stride_s", "long", "bytes between the scales' batches", "stride_s"),
                      Argument("batch_stride_z", "long", "bytes between the zero points' batches", "stride_z")]
+            if plan.quant.a_spec:
+                gemm += [Argument("SA", "const global uchar*", "the FP8 A's scales, batch after batch", "a_scales"),
+                         Argument("batch_stride_sa", "long", "bytes between A's scales' batches", "stride_sa")]
         launches = [Launch(plan.name, tuple(gemm), grid, plan.workgroup_size)]
         if plan.reduces:
             reduce = [Argument("W", "const global uchar*", "the workspace the GEMM kernel wrote", "workspace"),

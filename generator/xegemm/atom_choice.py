@@ -83,16 +83,17 @@ def choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, tr
 
 
 def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None,
-                 b_view=None) -> tuple[OperandPlan, OperandPlan]:
+                 b_view=None, a_view=None) -> tuple[OperandPlan, OperandPlan]:
     """The loads of A and B of a sub-group tile (``grid``: DPAS atoms along M, N, K): at sub-group size 16 Xe 2D
     block copies of the families each layout takes (row-major A: plain loads, row-major B: VNNI loads,
     column-major: transposing loads), at 8 (no 2D block IO) 1D sub-group block tiles.  ``b_view``: B's
-    fragments as stored, when they are dequantized in registers (xegemm.dequant.StoredB), else the DPAS's."""
+    fragments as stored, when they are dequantized in registers (xegemm.dequant.StoredB), else the DPAS's;
+    ``a_view`` A's likewise (an FP8 A, xegemm.dequant.StoredA)."""
     t, lay, tile = config.types, config.layout, config.tile
     bk, sg = tile.workgroup[2], tile.subgroup_size
     sgm, sgn = subgroup_tile
-    b_mma = b_view or mma
-    abits, bbits = mma.a_type.bits, b_mma.b_type.bits
+    b_mma, a_mma = b_view or mma, a_view or mma
+    abits, bbits = a_mma.element("a").bits, b_mma.b_type.bits
     if sg == SUB_GROUP:          # 2D block messages need a sub-group of 16 (SPV2D, OCL2D)
         if lay.a == "row":
             a_cands = copy_candidates("LD", ("N",), abits, 32, bk, "TF32" if t.a == "tf32" else None)
@@ -100,7 +101,7 @@ def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None,
         else:   # memory rows = k: the transposing loads (LD_T), sycl-tla's col-major A (docs/atoms.md §1.4)
             a_cands = copy_candidates("LD", ("T",), abits, bk, sgm)
             a_extent, a_transpose = (bk, sgm), True
-        a_plan = choose("a", config.atoms.a, a_cands, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
+        a_plan = choose("a", config.atoms.a, a_cands, a_mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
                          transpose=a_transpose, issuable=issuable)
         if lay.b == "row":
             # 4-bit B has no DPAS-ready load: a gather from the 8-bit VNNI load of its bytes or, for tiles
@@ -123,7 +124,7 @@ def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None,
                                    "plans move tiles with 1D sub-group block messages (no 2D block IO at SIMD8, "
                                    f"docs/atoms.md §2): name an XE_1D_..._SG{sg} atom or leave atoms.{operand} unset")
         a_extent, a_transpose = ((sgm, bk), False) if lay.a == "row" else ((bk, sgm), True)
-        a_plan = choose_block1d("a", "LD", abits, sg, mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
+        a_plan = choose_block1d("a", "LD", abits, sg, a_mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
                                  a_transpose, config.atoms.a)
         b_extent, b_transpose = ((bk, sgn), False) if lay.b == "row" else ((sgn, bk), True)
         b_plan = choose_block1d("b", "LD", bbits, sg, b_mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from xegemm.atoms.lanemap import LaneMap
 from xegemm.atoms.mma import MmaAtom
-from xegemm.dtypes import DType, dtype, vector_ctype
+from xegemm.dtypes import DType, ctype_shape, dtype, vector_ctype
 from xegemm.quant import QuantSpec, compute_type, operand_spec
 from xegemm.quant.packing import AWQ_ORDER
+from xegemm.quant.spec import BLOCK
 
 # the stored position (nibble slot of a word) of column c within its run of 8, per format
 _AWQ_SLOT = tuple(AWQ_ORDER.index(c) for c in range(8))
@@ -87,33 +88,91 @@ def _stored_lane_map(k: int, lanes: int, awq: bool) -> LaneMap:
 
 
 @dataclass(frozen=True)
+class StoredA:
+    """The A fragment of the compute DPAS atom ``mma`` as an FP8 A's copies hold it (W8A8): the same (row, k) per
+    lane and register slot (lane = k, slot = row), at the stored type's bits.  Quacks like an :class:`MmaAtom`
+    for operand ``a``."""
+
+    mma: MmaAtom
+    storage: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.mma.name} (A as stored {self.storage})"
+
+    @property
+    def code_type(self) -> DType:
+        return dtype(self.storage)
+
+    @property
+    def elements(self) -> int:
+        """A elements per lane of one fragment (the compute atom's, padding rows included)."""
+        bits, count = ctype_shape(self.mma.a_ctype)
+        return bits * count // self.mma.a_type.bits
+
+    def element(self, operand: str) -> DType:
+        assert operand == "a", operand
+        return self.code_type
+
+    def ctype(self, operand: str) -> str:
+        """The fragment's stored bits as uints."""
+        assert operand == "a", operand
+        return vector_ctype("uint", -(-self.elements * self.code_type.bits // 32))
+
+    def lane_map(self, operand: str) -> LaneMap:
+        assert operand == "a", operand
+        return self.mma.lane_map("a")
+
+
+def _scale_count(spec: QuantSpec, rows: str, other: str) -> str:
+    """The number of scales (or unpacked zeros) of one matrix as a formula (xegemm.formula) of its K and the
+    other dimension ``other`` (N for B, M for A): ``[ceil(K/g), other]`` per integer group, ``[1, other]`` per
+    channel, one per tensor, ``[ceil(K/128), ceil(other/128)]`` per block128."""
+    if spec.group == "tensor":
+        return "1"
+    if spec.group == "block128":
+        return f"({rows} + {BLOCK - 1}) / {BLOCK} * (({other} + {BLOCK - 1}) / {BLOCK})"
+    return (f"({rows} + {spec.group - 1}) / {spec.group} * " if isinstance(spec.group, int) else "") + other
+
+
+@dataclass(frozen=True)
 class QuantPlan:
     """What a dequantizing kernel needs beyond an ordinary plan: the description of B, the compute type and
-    the view B's copies were planned against."""
+    the view B's copies were planned against; for W8A8 FP8 also A's description and view."""
 
     spec: QuantSpec
     compute: str
     b_view: StoredB
+    a_spec: QuantSpec | None = None
+    a_view: StoredA | None = None
 
     @property
     def name_part(self) -> str:
-        """The kernel-name token of the quantization (xegemm.kernel_name): ``q<format><group>s<scale>[z<zero>][nk]``."""
-        s = self.spec
+        """The kernel-name token of the quantization (xegemm.kernel_name):
+        ``q<format><group>s<scale>[z<zero>][nk]`` for B, then ``a<group>s<scale>[nk]`` for an FP8 A."""
+        s, a = self.spec, self.a_spec
         return (f"q{s.format}{s.group}s{s.scale}" + (f"z{s.zero}" if s.has_zero else "")
-                + ("nk" if s.scale_layout == "nk" else ""))
+                + ("nk" if s.scale_layout == "nk" else "")
+                + (f"a{a.group}s{a.scale}" + ("nk" if a.scale_layout == "nk" else "") if a else ""))
 
     def array_bytes(self) -> tuple[str, str]:
         """Bytes of the scales and of the zero points of one matrix as formulas of K and N (xegemm.formula; the
-        zeros "0" without them): ``[ceil(K/g), N]`` per integer group, ``[1, N]`` per channel, one per tensor; plain
-        zeros one per byte, AWQ's eight per int32 word."""
+        zeros "0" without them): see :func:`_scale_count`; plain zeros one per byte, GPTQ's and AWQ's packed in
+        int32 words."""
         s = self.spec
-        groups = f"(K + {s.group - 1}) / {s.group} * " if isinstance(s.group, int) else ""
-        count = "1" if s.group == "tensor" else f"{groups}N"
+        count = _scale_count(s, "K", "N")
         scales = f"{count} * {dtype(s.scale).bits // 8}"
         if not s.has_zero:
             return scales, "0"
         per_word = 32 // dtype(s.weight).bits
+        groups = f"(K + {s.group - 1}) / {s.group} * " if isinstance(s.group, int) else ""
         return scales, (f"{groups}N / {per_word} * 4" if s.format in ("awq", "gptq") else count)
+
+    def a_scale_bytes(self) -> str:
+        """Bytes of an FP8 A's scales of one matrix as a formula of K and M ("0" without an FP8 A)."""
+        if self.a_spec is None:
+            return "0"
+        return f"{_scale_count(self.a_spec, 'K', 'M')} * {dtype(self.a_spec.scale).bits // 8}"
 
 
 def quant_plan(config, mma: MmaAtom) -> QuantPlan | None:
@@ -121,8 +180,10 @@ def quant_plan(config, mma: MmaAtom) -> QuantPlan | None:
     spec = operand_spec(config, "b")
     if spec is None:
         return None
+    a_spec = operand_spec(config, "a")
     return QuantPlan(spec, compute_type(config.types),
-                     StoredB(mma, spec.weight, spec.format == "awq", spec.format == "gptq"))
+                     StoredB(mma, spec.weight, spec.format == "awq", spec.format == "gptq"),
+                     a_spec, StoredA(mma, a_spec.weight) if a_spec else None)
 
 
 def mma_types(config) -> tuple[str, str]:

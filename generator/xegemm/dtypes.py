@@ -276,6 +276,13 @@ C_SPELLINGS: dict[str, CSpelling] = {
                              "(int)(({x} >> 3) & 15u) - 10) : ldexp((float)({x} & 7u), -9))"),
     "e5m2": CSpelling(decode="(({x} & 0x80u) ? -1.0f : 1.0f) * ((({x} >> 2) & 31u) ? ldexp((float)(4u + ({x} & 3u)), "
                              "(int)(({x} >> 2) & 31u) - 17) : ldexp((float)({x} & 3u), -16))"),
+    # MXFP4 values and scales (OCP MX v1.0, docs/quantization.md): e2m1 (bias 1) is sign, (2 + m) 2^(e - 2) or, for
+    # e = 0, m / 2 (0, 0.5, 1, 1.5, 2, 3, 4, 6); e8m0 is 2^(byte - 127) exactly (the f32 bits byte << 23; byte 0 is
+    # the f32 subnormal 2^-127), 0xff is NaN.
+    "e2m1": CSpelling(decode="(({x} & 8u) ? -1.0f : 1.0f) * ((({x} >> 1) & 3u) ? ldexp((float)(2u + ({x} & 1u)), "
+                             "(int)(({x} >> 1) & 3u) - 2) : 0.5f * (float)({x} & 1u))"),
+    "e8m0": CSpelling(load="(({x}) == 0xffu ? as_float(0x7fc00000u) : ({x}) ? as_float((uint)({x}) << 23) "
+                           ": as_float(0x00400000u))"),
     "f64": CSpelling(),
 }
 

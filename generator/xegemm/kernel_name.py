@@ -66,7 +66,7 @@ class KernelName:
     stream_k: int = 0
     walk: str = ""                              # grouped / MoE: the persistent walk (xegemm.grouped.schedule)
     rejected: str | None = None
-    quant: str = ""                             # a quantized B: q<format><group>s<scale>[z<zero>][nk]
+    quant: str = ""                             # a quantized B: q<format><group>s<scale>[z<zero>][nk][a<group>s<scale>[nk]]
 
     @classmethod
     def of_config(cls, config, **parts) -> "KernelName":

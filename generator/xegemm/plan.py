@@ -224,7 +224,8 @@ def plan(config: Config, issuable=None, check_registers: bool = True) -> Plan:
                            f"{mma.m}x{mma.n}x{mma.k}")
     grid = (sgm // mma.m, sgn // mma.n, bk // mma.k)
     quant = quant_plan(config, mma)
-    a_plan, b_plan = choose_loads(config, mma, grid, (sgm, sgn), issuable, quant.b_view if quant else None)
+    a_plan, b_plan = choose_loads(config, mma, grid, (sgm, sgn), issuable, quant.b_view if quant else None,
+                                  quant.a_view if quant else None)
     c_bits = dtype(t.acc if tile.split_k > 1 else t.c).bits   # split: the slices' partial sums are stored
     c_plan = plan_store(config.atoms.c, c_bits, mma, (sgm, sgn), grid, block2d)
     # stream-K: pieces of tiles are stored as the accumulator, with the planner's own atom

@@ -19,7 +19,7 @@ from xegemm.errors import XegemmError
 from xegemm.grouped.schedule import walk_lines
 from xegemm.lowering import Lowering, lowering_class, named_lowering
 from xegemm.lowering.native import NativeUnsupported
-from xegemm.lowering.dequant import dequant_b_operands, dequant_code
+from xegemm.lowering.dequant import dequant_a_operands, dequant_b_operands, dequant_code
 from xegemm.lowering.portable import staged_kstep
 from xegemm.lowering.reorder import plan_reorders
 from xegemm.plan import Plan, PlanRejected
@@ -328,7 +328,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         a_bytes=plan.a.atom.elem_bits // 8, b_bytes=plan.b.atom.elem_bits // 8, c_bytes=plan.c.atom.elem_bits // 8,
         a_row_bytes=_row_bytes(plan.a.atom.elem_bits), b_row_bytes=_row_bytes(plan.b.atom.elem_bits),
         acc_type=plan.mma.ctype("c"), a_frag_type=plan.mma.ctype("a"), b_frag_type=plan.mma.ctype("b"),
-        needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc),
+        needs_fp16="f16" in (cfg.types.a, cfg.types.b, cfg.types.acc, plan.quant.compute if plan.quant else None),
         typedefs=wide_vector_typedefs([a.register_type for a in copies if a.register_type]),
         copy_library=copy_library, capabilities_name=lowering.capabilities_name,
         mma_library=mma.render_mma([plan.mma]),
@@ -341,6 +341,7 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
         epilogue_tiles=tiles, reorders=plan_reorders(plan),
         a_chunks=plan.load_chunks("a"), b_chunks=plan.load_chunks("b"),
         dequant=dequant, dequant_b=dequant_b_operands(plan) if dequant and not staged_plan else {},
+        dequant_a=dequant_a_operands(plan) if dequant and not staged_plan and plan.quant.a_view else {},
         b_k_per_row=plan.quant.b_view.k_per_element if plan.quant else 1,
         grouped=grouped_lines(plan) if plan.grouped else None,
     )

@@ -87,23 +87,33 @@ def _first_that_works(texts: list[str], lowering, overrides=None) -> Cell:
     return Cell(False, reasons[0])
 
 
-# quantized B (docs/quantization.md): label -> the config's types and quant: section
+# quantized B, and an FP8 A with it (docs/quantization.md): label -> the config's types and quant: sections
 QUANTIZED = {
     "plain s4, u4 zeros, group 128": "types: {a: f16, b: s4, c: f16}\nquant: {format: plain, group: 128, zero: u4}\n",
     "plain u4, group 32, column-major B": ("types: {a: f16, b: u4, c: f16}\nlayout: {b: col}\n"
                                           "quant: {format: plain, group: 32}\n"),
+    "plain s4, channel, no zeros": "types: {a: f16, b: s4, c: f16}\nquant: {format: plain, group: channel}\n",
     "plain s8, channel, f32 scales": "types: {a: bf16, b: s8}\nquant: {format: plain, group: channel, scale: f32}\n",
     "plain u8, u8 zeros, group 64": "types: {a: f16, b: u8}\nquant: {format: plain, group: 64, zero: u8}\n",
     "plain e4m3, tensor": "types: {a: f16, b: e4m3}\nquant: {format: plain, group: tensor, scale: f32}\n",
+    "plain e4m3, channel": "types: {a: f16, b: e4m3}\nquant: {format: plain, group: channel, scale: f16}\n",
     "plain e5m2, channel": "types: {a: bf16, b: e5m2}\nquant: {format: plain, group: channel, scale: bf16}\n",
+    "plain e5m2, tensor": "types: {a: bf16, b: e5m2}\nquant: {format: plain, group: tensor, scale: f32}\n",
     "gptq u4, group 128": "types: {a: f16, b: u4}\nquant: {format: gptq, group: 128, zero: u4}\n",
     "gptq u8, group 128": "types: {a: f16, b: u8}\nquant: {format: gptq, group: 128, zero: u8}\n",
     "awq u4, group 128": "types: {a: bf16, b: u4}\nquant: {format: awq, group: 128, zero: u4}\n",
     "mx e2m1 (MXFP4)": "types: {a: bf16, b: e2m1}\nquant: {format: mx, group: 32, scale: e8m0}\n",
+    "mx e2m1 (MXFP4), column-major B, nk scales": ("types: {a: bf16, b: e2m1}\nlayout: {b: col}\n"
+                                                   "quant: {format: mx, group: 32, scale: e8m0, scale_layout: nk}\n"),
     "plain e4m3, block128": "types: {a: f16, b: e4m3}\nquant: {format: plain, group: block128, scale: f32}\n",
     "plain s8, f16 zeros": "types: {a: f16, b: s8}\nquant: {format: plain, group: 128, zero: f16}\n",
-    "W8A8 FP8 (quant_a)": ("types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, "
-                           "scale: f32}\nquant_a: {format: plain, group: 128, scale: f32}\n"),
+    "plain u4, bf16 zeros, group 32 (SGLang)": ("types: {a: bf16, b: u4}\n"
+                                                "quant: {format: plain, group: 32, scale: bf16, zero: bf16}\n"),
+    "W8A8 FP8: A per token and 128 K (nk), B block128": (
+        "types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
+        "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),
+    "W8A8 FP8: A and B per tensor": ("types: {a: e4m3, b: e4m3, compute: f16}\nquant: {format: plain, group: tensor, "
+                                     "scale: f32}\nquant_a: {format: plain, group: tensor, scale: f32}\n"),
 }
 
 
@@ -176,10 +186,10 @@ def markdown() -> str:
             for acc, (a, b) in accs.items()]
     out += ["Output conversions (RRR; f32 -> f16/bf16 round to nearest even, integers saturate):", "",
             *_table(header, rows), ""]
-    header = ["quantized B (A f16/bf16, f32 accumulator; docs/quantization.md)", "portable", "pvc native"]
+    header = ["quantized B (A f16/bf16 or FP8, f32 accumulator; docs/quantization.md)", "portable", "pvc native"]
     rows = [[name, notes.cell(check_quantized(text, "portable")), notes.cell(check_quantized(text, "native"))]
             for name, text in QUANTIZED.items()]
-    out += ["Quantized B, dequantized in registers into the f16/bf16 DPAS (RRR unless said):", "",
+    out += ["Quantized B (and FP8 A), dequantized in registers into the f16/bf16 DPAS (RRR unless said):", "",
             *_table(header, rows), ""]
     out += ["Grouped and MoE GEMMs in one launch (docs/grouped.md; C = accumulator type; MoE: A's rows by "
             "expert, so A row-major):", "", *_grouped_table(notes, targets), "", "Reasons:", "", *notes.lines()]

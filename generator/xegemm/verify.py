@@ -45,7 +45,8 @@ class Operands:
     bias: np.ndarray | None = None        # f32 bias vector (length M or N), else None
     named: dict = field(default_factory=dict)        # a traced epilogue's named inputs: values (f32 vectors and
     named_bytes: dict = field(default_factory=dict)  # scalars, matrices batch x M x N) and the matrices' storage
-    quant: dict | None = None             # a quantized B: {"scales", "zeros"} bytes, batch after batch (else None)
+    quant: dict | None = None             # a quantized B: {"scales", "zeros"} bytes, batch after batch (else None);
+                                          # with an FP8 A also "a_scales"
 
 
 def _values(rng, name: str, shape) -> np.ndarray:
@@ -77,14 +78,20 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
     """Seeded inputs for a config's problem, laid out as its layouts say."""
     p, t = config.problem, config.types
     rng = np.random.default_rng(config.verify.seed if seed is None else seed)
-    a = _values(rng, t.a, (p.batch, p.m, p.k))
+    a_spec = operand_spec(config, "a")
+    if a_spec is None:
+        a = _values(rng, t.a, (p.batch, p.m, p.k))
+        a_bytes = _storage(t.a, a if config.layout.a == "row" else np.swapaxes(a, 1, 2))
+    else:                   # an FP8 A (W8A8): values and bytes as for a quantized B, A's scales beside
+        a, a_bytes, a_quant = _quantized(config, a_spec, rng, "a")
     qspec, quant = operand_spec(config, "b"), None
     if qspec is not None:
-        b, b_bytes, quant = _quantized_b(config, qspec, rng)
+        b, b_bytes, quant = _quantized(config, qspec, rng, "b")
+        if a_spec is not None:
+            quant["a_scales"] = a_quant["scales"]
     else:
         b = _values(rng, t.b, (p.batch, p.k, p.n))
         b_bytes = _storage(t.b, b if config.layout.b == "row" else np.swapaxes(b, 1, 2))
-    a_bytes = _storage(t.a, a if config.layout.a == "row" else np.swapaxes(a, 1, 2))
     spec, graph = EpilogueSpec.of(config), graph_of(config)
     c_in = _values(rng, t.c, (p.batch, p.m, p.n)) if (graph.reads("c") if graph else spec.reads_c) else None
     bias = None
@@ -102,12 +109,12 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
                                  if graph.input(name).kind == "matrix"})
 
 
-def _quantized_b(config: Config, spec, rng) -> tuple[np.ndarray, np.ndarray, dict]:
-    """A quantized B per batch, straight in its format (xegemm.quant.random_quantized: every code, random scales
-    and zeros): its values as the kernel dequantizes them (xegemm.quant.dequantize, in the compute type), the
-    values' bytes (batch, rows, bytes per row) and the scales' and zeros' bytes, batch after batch."""
+def _quantized(config: Config, spec, rng, operand: str) -> tuple[np.ndarray, np.ndarray, dict]:
+    """A quantized B (or FP8 A) per batch, straight in its format (xegemm.quant.random_quantized: every code,
+    random scales and zeros): its values as the kernel dequantizes them (xegemm.quant.dequantize, in the compute
+    type), the values' bytes (batch, rows, bytes per row) and the scales' and zeros' bytes, batch after batch."""
     p = config.problem
-    matrices = [random_quantized(spec, p.k, p.n, rng) for _ in range(p.batch)]
+    matrices = [random_quantized(spec, p.k, p.n if operand == "b" else p.m, rng, operand) for _ in range(p.batch)]
     values = np.stack([dequantize(q, compute_type(config.types)).astype(np.float64) for q in matrices])
     stored = np.stack([np.ascontiguousarray(q.qweight).view(np.uint8).reshape(q.qweight.shape[0], -1)
                        for q in matrices])

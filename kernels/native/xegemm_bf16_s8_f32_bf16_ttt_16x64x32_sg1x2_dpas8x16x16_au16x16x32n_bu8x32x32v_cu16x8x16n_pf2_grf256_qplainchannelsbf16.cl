@@ -125,20 +125,25 @@ static inline int xe_q_code(uint unit, uint j)
     return (int)as_char((uchar)x);
 }
 
-/* x * s rounded once to bf16, nearest even: the f32 product p and its exact error e = fma(x, s, -p); an
-   inexact p is made round-to-odd (truncated toward zero, lowest bit set), which the rounding to bf16
-   (8 significant bits, f32 has 24) turns into the one correct rounding of x * s. */
-static inline float xe_round_once(float x, float s)
+/* p + e (the exact value, e its f32 rounding error) made round-to-odd in f32: an inexact p truncated toward zero
+   with its lowest bit set.  Rounding that to nearest even at 8 or 11 significant bits (bf16, f16; f32 has 24) is
+   the one correct rounding of p + e. */
+static inline float xe_round_to_odd(float p, float e)
 {
-    const float p = x * s;
-    const float e = fma(x, s, -p);
     uint u = as_uint(p);
     if (e != 0.0f) {
         if ((e < 0.0f) != (p < 0.0f))
             u -= 1u;
         u |= 1u;
     }
-    return as_float((uint)xe_f32_to_bf16_rne(as_float(u)) << 16);
+    return as_float(u);
+}
+
+/* x * s rounded once to bf16, nearest even: the f32 product p and its exact error fma(x, s, -p). */
+static inline float xe_round_once(float x, float s)
+{
+    const float p = x * s;
+    return as_float((uint)xe_f32_to_bf16_rne(xe_round_to_odd(p, fma(x, s, -p))) << 16);
 }
 
 /* B's value: w = round_to_bf16((q - z) * s) (no zero point) */

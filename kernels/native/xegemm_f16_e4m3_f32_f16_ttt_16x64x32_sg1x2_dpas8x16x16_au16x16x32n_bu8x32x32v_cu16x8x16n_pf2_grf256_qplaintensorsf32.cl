@@ -126,20 +126,25 @@ static inline float xe_q_code(uint unit, uint j)
     return ((x & 0x80u) ? -1.0f : 1.0f) * (((x >> 3) & 15u) ? ldexp((float)(8u + (x & 7u)), (int)((x >> 3) & 15u) - 10) : ldexp((float)(x & 7u), -9));
 }
 
-/* x * s rounded once to f16, nearest even: the f32 product p and its exact error e = fma(x, s, -p); an
-   inexact p is made round-to-odd (truncated toward zero, lowest bit set), which the rounding to f16
-   (11 significant bits, f32 has 24) turns into the one correct rounding of x * s. */
-static inline float xe_round_once(float x, float s)
+/* p + e (the exact value, e its f32 rounding error) made round-to-odd in f32: an inexact p truncated toward zero
+   with its lowest bit set.  Rounding that to nearest even at 8 or 11 significant bits (bf16, f16; f32 has 24) is
+   the one correct rounding of p + e. */
+static inline float xe_round_to_odd(float p, float e)
 {
-    const float p = x * s;
-    const float e = fma(x, s, -p);
     uint u = as_uint(p);
     if (e != 0.0f) {
         if ((e < 0.0f) != (p < 0.0f))
             u -= 1u;
         u |= 1u;
     }
-    return (float)convert_half_rte(as_float(u));
+    return as_float(u);
+}
+
+/* x * s rounded once to f16, nearest even: the f32 product p and its exact error fma(x, s, -p). */
+static inline float xe_round_once(float x, float s)
+{
+    const float p = x * s;
+    return (float)convert_half_rte(xe_round_to_odd(p, fma(x, s, -p)));
 }
 
 /* B's value: w = round_to_f16((q - z) * s) (no zero point) */

@@ -126,20 +126,25 @@ static inline int xe_q_code(uint unit, uint j)
     return (int)(x & 0xfu);
 }
 
-/* x * s rounded once to f16, nearest even: the f32 product p and its exact error e = fma(x, s, -p); an
-   inexact p is made round-to-odd (truncated toward zero, lowest bit set), which the rounding to f16
-   (11 significant bits, f32 has 24) turns into the one correct rounding of x * s. */
-static inline float xe_round_once(float x, float s)
+/* p + e (the exact value, e its f32 rounding error) made round-to-odd in f32: an inexact p truncated toward zero
+   with its lowest bit set.  Rounding that to nearest even at 8 or 11 significant bits (bf16, f16; f32 has 24) is
+   the one correct rounding of p + e. */
+static inline float xe_round_to_odd(float p, float e)
 {
-    const float p = x * s;
-    const float e = fma(x, s, -p);
     uint u = as_uint(p);
     if (e != 0.0f) {
         if ((e < 0.0f) != (p < 0.0f))
             u -= 1u;
         u |= 1u;
     }
-    return (float)convert_half_rte(as_float(u));
+    return as_float(u);
+}
+
+/* x * s rounded once to f16, nearest even: the f32 product p and its exact error fma(x, s, -p). */
+static inline float xe_round_once(float x, float s)
+{
+    const float p = x * s;
+    return (float)convert_half_rte(xe_round_to_odd(p, fma(x, s, -p)));
 }
 
 /* B's value: w = round_to_f16((q - z) * s) */
@@ -210,9 +215,9 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
     /* the quantized B's scales and zero points of this lane's columns (xegemm.lowering.dequant) */
     const int xq_n0 = n0 + 0 + (int)get_sub_group_local_id();
     const int xq_n1 = n0 + 16 + (int)get_sub_group_local_id();
-    float xq_s0 = 0.0f;
-    float xq_s1 = 0.0f;
+    float xq_s0 = 0;
     int xq_z0 = 0;
+    float xq_s1 = 0;
     int xq_z1 = 0;
     for (int k0 = k_begin; k0 < k_end; k0 += 32) {
         if (k0 + 64 < k_end) {

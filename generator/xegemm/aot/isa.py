@@ -244,6 +244,7 @@ class IsaStats:
     dump_exact: bool | None = None
     messages: dict[str, int] = field(default_factory=dict)  # every send's message kind, counted
     kernels: dict[str, IsaStats] = field(default_factory=dict)
+    conversions: dict[str, int] = field(default_factory=dict)   # CONVERSIONS, counted
 
     def to_dict(self) -> dict:
         """The statistics as a plain dict with exactly :data:`STAT_KEYS`."""
@@ -270,6 +271,29 @@ def _pick_dump(kernel: str, instructions: int, dumps: list[ShaderDump]) -> tuple
     return None, False
 
 
+# Conversions of f32 values to the 16-bit DPAS types, as xegemm's kernels spell them and IGC (Debian's 1.0.12504,
+# pvc) emits them, one SIMD instruction per value of a lane: to f16 (vstore_half_rte / convert_half_rte) a ``mov``
+# to an :hf register from an :f one; to bf16 (templates/convert.cl.j2's xe_f32_to_bf16_rne, integer arithmetic)
+# the one ``add``/``add3`` of 0x7fff, its round to nearest even.  A dequantizing kernel's prediction of them:
+# xegemm.evaluate.aot.predicted_counts.
+CONVERSIONS = ("to_f16", "to_bf16")
+_BF16_ROUNDING = 0x7FFF
+
+
+def conversion_counts(instructions: list[Instruction]) -> dict[str, int]:
+    """The :data:`CONVERSIONS` of SIMD (more than one lane) instructions."""
+    counts = dict.fromkeys(CONVERSIONS, 0)
+    for ins in instructions:
+        if (ins.exec_size or 1) < 2:
+            continue
+        types = ins.operand_types
+        if ins.opcode == "mov" and len(types) >= 2 and types[0] == "hf" and types[1] == "f":
+            counts["to_f16"] += 1
+        elif ins.opcode in ("add", "add3") and any(_immediate_bits(op) == _BF16_ROUNDING for op in ins.operands.split()):
+            counts["to_bf16"] += 1
+    return counts
+
+
 def kernel_stats(kernel: str, asm: str, dumps: list[ShaderDump], target: str | None = None,
                  grf: int | None = None) -> IsaStats:
     """Statistics of one kernel's disassembly, with GRF count and spills from its matching dump."""
@@ -290,7 +314,8 @@ def kernel_stats(kernel: str, asm: str, dumps: list[ShaderDump], target: str | N
         prefetch_block2d=messages.get("prefetch_block2d", 0),
         sends=sum(1 for i in instructions if i.opcode in SEND_OPCODES),
         spill_bytes=dump.spill_bytes if dump is not None else None,
-        kernel=kernel, dump_exact=exact if dump is not None else None, messages=messages)
+        kernel=kernel, dump_exact=exact if dump is not None else None, messages=messages,
+        conversions=conversion_counts(instructions))
 
 
 def isa_stats(disassembly: str | Mapping[str, str], dumps: Mapping[str, str] | None = None, *,
@@ -318,4 +343,5 @@ def isa_stats(disassembly: str | Mapping[str, str], dumps: Mapping[str, str] | N
         load_block2d=sum(k.load_block2d for k in ks), store_block2d=sum(k.store_block2d for k in ks),
         prefetch_block2d=sum(k.prefetch_block2d for k in ks), sends=sum(k.sends for k in ks),
         spill_bytes=sum(spills) if spills and None not in spills else None,
-        dump_exact=all(k.dump_exact for k in ks) if ks else None, messages=messages, kernels=per_kernel)
+        dump_exact=all(k.dump_exact for k in ks) if ks else None, messages=messages, kernels=per_kernel,
+        conversions={kind: sum(k.conversions.get(kind, 0) for k in ks) for kind in CONVERSIONS})

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,7 @@ from xegemm.api.errors import (AlignmentError, DeviceMemoryError, DTypeMismatchE
                                ShapeMismatchError)
 from xegemm.api import traced
 from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
-from xegemm.api.quantized import QuantizedB, quantized_b
+from xegemm.api.quantized import QuantizedB, quantized_a_scales, quantized_b
 from xegemm.arguments import KernelCall
 from xegemm.config import Config, ConfigError, Variant, expand, load_config
 from xegemm.dtypes import dtype
@@ -113,7 +113,8 @@ class _Pool:
                         "C": to_device(queue, np.zeros(max(4, s["stride_c"] * batch if reads_c else 4), np.uint8)),
                         "bias": to_device(queue, np.zeros(max(4, 4 * length), np.uint8)),
                         "workspace": to_device(queue, np.zeros(max(4, s["workspace_bytes"]), np.uint8))}
-        for name, stride in (("scales", "stride_s"), ("zeros", "stride_z")):   # a quantized B's (else unused)
+        for name, stride in (("scales", "stride_s"), ("zeros", "stride_z"),     # a quantized B's (else unused)
+                             ("a_scales", "stride_sa")):                             # an FP8 A's (W8A8)
             self.buffers[name] = to_device(queue, np.zeros(max(4, s.get(stride, 0) * batch), np.uint8))
         self.bound: dict[tuple, list] = {}
 
@@ -173,10 +174,11 @@ def load(source, *, device=None, epilogue=None) -> Gemm:
 
 
 class Gemm:
-    """``gemm(a, b, c=None, *, scales=None, zeros=None, alpha=None, beta=None, bias=None, out=None)`` computes
-    ``D = activation(alpha * (A @ B) + beta * C + bias)`` with the loaded kernels (see the module docstring).
-    A quantized B (a ``quant:`` section) is passed as its format stores it: ``b`` its qweight, ``scales`` and
-    ``zeros`` (xegemm.api.quantized); B is then ``dequantize(b)`` in the compute type."""
+    """``gemm(a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
+    out=None)`` computes ``D = activation(alpha * (A @ B) + beta * C + bias)`` with the loaded kernels (see the
+    module docstring).  A quantized B (a ``quant:`` section) is passed as its format stores it: ``b`` its qweight,
+    ``scales`` and ``zeros`` (xegemm.api.quantized); B is then ``dequantize(b)`` in the compute type.  An FP8 A
+    (W8A8, a ``quant_a:`` section) is ``a`` as ml_dtypes float8 values with its scales ``a_scales``."""
 
     def __init__(self, candidates: list[Candidate], device=None, label: str = ""):
         self.candidates = candidates
@@ -197,13 +199,18 @@ class Gemm:
             raise XegemmError(f"{label}: the variants quantize B differently ({', '.join(sorted(str(q) for q in quant))}); "
                               "a loaded GEMM takes one description of a quantized B")
         self.quant = next(iter(quant))      # B's QuantSpec (xegemm.quant), or None: B is not quantized
+        quant_a = {operand_spec(c.config, "a") for c in candidates}
+        if len(quant_a) > 1:
+            raise XegemmError(f"{label}: the variants quantize A differently; a loaded GEMM takes one description "
+                              "of an FP8 A")
+        self.quant_a = next(iter(quant_a))  # an FP8 A's QuantSpec (W8A8), or None
 
     def __repr__(self) -> str:
         return f"<xegemm.Gemm {self.label!r}: {len(self.candidates)} variant(s) on {self.info.filter_string}>"
 
     # -- the call -----------------------------------------------------------------------------------------------
-    def __call__(self, a, b, c=None, *, scales=None, zeros=None, alpha=None, beta=None, bias=None, out=None,
-                 **named):
+    def __call__(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
+                 out=None, **named):
         if self.candidates[0].config.epilogue.traced:     # alpha, beta and bias are named inputs like any other
             if self.quant is not None:
                 raise XegemmError("a traced epilogue over a quantized B is not callable yet: load the quantized "
@@ -220,12 +227,14 @@ class Gemm:
             if opa.device:
                 raise LayoutError("a quantized B's call takes host (numpy) arrays; A is a device array")
             q = quantized_b(self.quant, b, scales, zeros, opa.shape[2], opa.batched)
+            q = replace(q, a_scales=quantized_a_scales(self.quant_a, a_scales, opa.shape[1],
+                                                                   opa.shape[2], q.batch, opa.batched))
             opb = Operand("B", q, (q.batch, opa.shape[2], q.n), q.batched, np.dtype(np.uint8),
                           (self.quant.layout,), False)
         else:
-            if scales is not None or zeros is not None:
-                raise ShapeMismatchError("scales and zeros are for a quantized B; the loaded kernels take B as it "
-                                         "is (no quant: section)")
+            if scales is not None or zeros is not None or a_scales is not None:
+                raise ShapeMismatchError("scales, zeros and a_scales are for quantized operands; the loaded kernels "
+                                         "take A and B as they are (no quant: section)")
             opb = operand("B", b, "K x N")
         (ba, m, k), (bb, k2, n) = opa.shape, opb.shape
         if k != k2:
@@ -492,6 +501,8 @@ class Gemm:
                 written.append(write_async(bufs["scales"], quantized.scales))
                 if quantized.zeros is not None:
                     written.append(write_async(bufs["zeros"], quantized.zeros))
+                if quantized.a_scales is not None:
+                    written.append(write_async(bufs["a_scales"], quantized.a_scales))
             if c is not None:
                 written.append(write_async(bufs["C"], c))
             if bias is not None:

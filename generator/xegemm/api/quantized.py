@@ -28,6 +28,7 @@ class QuantizedB:
     qweight: np.ndarray          # uint8, batch after batch
     scales: np.ndarray
     zeros: np.ndarray | None
+    a_scales: np.ndarray | None = None   # an FP8 A's scales (W8A8), batch after batch
 
 
 def _n_of(spec: QuantSpec, shape: tuple[int, int]) -> int:
@@ -36,8 +37,8 @@ def _n_of(spec: QuantSpec, shape: tuple[int, int]) -> int:
     if spec.format == "awq":
         return cols * 8
     if spec.format == "gptq" or spec.layout == "row":
-        return cols * (2 if spec.format == "plain" and dtype(spec.weight).bits == 4 else 1)
-    return rows                  # plain, column-major: [N, K]
+        return cols * (2 if spec.format != "gptq" and dtype(spec.weight).bits == 4 else 1)   # plain, mx: 2 per byte
+    return rows                  # plain and mx, column-major: [N, K]
 
 
 def _array(name: str, array, batched: bool, batch: int | None) -> np.ndarray:
@@ -82,3 +83,23 @@ def quantized_b(spec: QuantSpec, b, scales, zeros, k: int, batched: bool) -> Qua
         return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     return QuantizedB(batch, n, batched, flat(qweight), flat(given["scales"][1]),
                       flat(given[zero_name][1]) if zero_name else None)
+
+
+def quantized_a_scales(spec: QuantSpec | None, a_scales, m: int, k: int, batch: int, batched: bool) -> np.ndarray | None:
+    """Check an FP8 A's scales (W8A8, ``quant_a:``; ``spec`` None: A is not quantized, so there must be none)
+    against its description for an M x K A and return their bytes."""
+    if spec is None:
+        if a_scales is not None:
+            raise ShapeMismatchError("a_scales are for an FP8 A (a quant_a: section); the loaded kernels take A as it is")
+        return None
+    what = f"FP8 A ({spec.weight}, group {spec.group}, {spec.scale} scales, {spec.scale_layout})"
+    if a_scales is None:
+        raise ShapeMismatchError(f"A is quantized ({what}): pass its scales, a_scales=...")
+    array = _array("a_scales", a_scales, batched, batch)
+    need = FORMATS[spec.format].arrays(spec, k, m)["scales"]
+    if array.dtype != need.dtype:
+        raise DTypeMismatchError(f"a_scales has dtype {array.dtype}; the {what} stores its scales as {need.dtype}")
+    if tuple(array.shape[-2:]) != tuple(need.shape):
+        raise ShapeMismatchError(f"a_scales is {' x '.join(map(str, array.shape[-2:]))}; the {what} needs "
+                                 f"{' x '.join(map(str, need.shape))} for M = {m}, K = {k}")
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xegemm.aot.build import AotBuild, compile_kernel
-from xegemm.aot.isa import MESSAGE_KINDS, IsaStats
+from xegemm.aot.isa import CONVERSIONS, MESSAGE_KINDS, IsaStats
 from xegemm.aot.toolchain import aot_target
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.lowering import Lowering
@@ -26,8 +26,29 @@ REPORTED = ("store_block2d", "store_block1d")            # shown beside the pred
 
 
 def gated(plan: Plan) -> tuple[str, ...]:
-    """The counts a plan's machine code must match exactly."""
-    return GATED + (GATED_BLOCK1D if plan.uses_block1d else ())
+    """The counts a plan's machine code must match exactly (a dequantizing plan: also its conversions to f16
+    and bf16, :func:`predicted_conversions`)."""
+    return GATED + (GATED_BLOCK1D if plan.uses_block1d else ()) + tuple(predicted_conversions(plan) or ())
+
+
+def predicted_conversions(plan: Plan) -> dict[str, int] | None:
+    """A dequantizing plan's f32 -> f16 and f32 -> bf16 conversions in its machine code, one SIMD instruction per
+    value of a lane (xegemm.aot.isa.CONVERSIONS), the main loop once: every dequantized element of one k-step to
+    the compute type (B: K per k-chunk for each N-fragment; an FP8 A: the rows of each M-fragment), each B
+    element's q - z to a float zero's type, and D's values (one per accumulator value of the sub-group tile)
+    when D is stored as f16/bf16.  None (not predicted) for plans without quantization and for split K and
+    stream-K, whose epilogues take more than one path."""
+    if not plan.quant or plan.split_k > 1 or plan.stream_k:
+        return None
+    mt, nt, kt = plan.mma_grid
+    mma, t, spec = plan.mma, plan.config.types, plan.quant.spec
+    counts = {kind: 0 for kind in CONVERSIONS}
+    counts[f"to_{plan.quant.compute}"] += kt * nt * mma.k + (mt * kt * mma.m if plan.quant.a_spec else 0)
+    if f"to_{spec.zero}" in counts:
+        counts[f"to_{spec.zero}"] += kt * nt * mma.k
+    if f"to_{t.c}" in counts:
+        counts[f"to_{t.c}"] += mt * nt * mma.m
+    return counts
 
 
 def predicted_counts(plan: Plan, caps: NativeCapabilities) -> dict:
@@ -39,6 +60,7 @@ def predicted_counts(plan: Plan, caps: NativeCapabilities) -> dict:
 
     a, b, c = per_atom(plan.a), per_atom(plan.b), per_atom(plan.c)
     out = {"dpas": plan.dpas_per_kstep,
+           **(predicted_conversions(plan) or {}),
            "load_block2d": plan.a.per_kstep * a["load_block2d"] + plan.b.per_kstep * b["load_block2d"],
            "store_block2d": plan.c.per_kstep * c["store_block2d"],
            "store_block1d": plan.c.per_kstep * c["store_block1d"]}
@@ -63,7 +85,8 @@ def predicted_counts(plan: Plan, caps: NativeCapabilities) -> dict:
 
 def measured_counts(stats: IsaStats) -> dict:
     """The ISA statistics plus every counted message kind (:data:`xegemm.aot.isa.MESSAGE_KINDS`)."""
-    return {**stats.to_dict(), **{kind: stats.messages.get(kind, 0) for kind in MESSAGE_KINDS}}
+    return {**stats.to_dict(), **{kind: stats.messages.get(kind, 0) for kind in MESSAGE_KINDS},
+            **{kind: stats.conversions.get(kind, 0) for kind in CONVERSIONS}}
 
 
 class AotBuilder(Builder):

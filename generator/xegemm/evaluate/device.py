@@ -72,7 +72,7 @@ class DeviceSession:
                              "workspace": to_device(self.queue, np.zeros(max(4, workspace_bytes(config)), np.uint8))}
             self._buffers.update(traced_buffers(self.queue, config, ops))
             quant = ops.quant or {}
-            for name in ("scales", "zeros"):    # a quantized B's (xegemm.verify.make_operands)
+            for name in ("scales", "zeros", "a_scales"):    # a quantized B's and an FP8 A's (xegemm.verify)
                 data = quant.get(name)
                 self._buffers[name] = to_device(self.queue, nothing if data is None else data)
             self._problem_key = key
@@ -139,7 +139,7 @@ def device_buffers(bufs) -> dict:
     """A session's buffers under the names of :data:`xegemm.arguments.BUFFERS` (C is where D goes; its input
     is ``c_in``)."""
     return {"A": bufs["a"], "B": bufs["b"], "D": bufs["c"], "C": bufs["c_in"], "bias": bufs["bias"],
-            "workspace": bufs["workspace"], "scales": bufs["scales"], "zeros": bufs["zeros"],
+            "workspace": bufs["workspace"], "scales": bufs["scales"], "zeros": bufs["zeros"], "a_scales": bufs["a_scales"],
             **bufs["named"], **{k: v[0] for k, v in bufs["aux_outputs"].items()}}
 
 

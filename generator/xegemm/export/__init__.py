@@ -221,6 +221,7 @@ def _c_kernel(e: Exported) -> dict:
             "alpha": spec.alpha, "beta": spec.beta, "bias": spec.bias, "activation": spec.activation,
             "clamp": spec.clamp, "lipschitz": act.lipschitz, "act_error": act.error_units,
             "exact": spec.exact_integer, "quantized": plan.quant is not None,
+            "fp8_a": plan.quant is not None and plan.quant.a_spec is not None,
             "problem": (config.problem.m, config.problem.n, config.problem.k, config.problem.batch),
             "splits": config.tile.split_k + (2 * math.ceil(config.problem.k / config.tile.workgroup[2])
                                              if config.tile.stream_k else 0)}

@@ -21,10 +21,12 @@ from xegemm.dequant import QuantPlan
 from xegemm.dtypes import c_spelling, ctype_shape, dtype
 from xegemm.lowering.reorder import fragment_ctype, register_unit
 from xegemm.operands import Reorder
+from xegemm.quant import QuantSpec
 from xegemm.quant.formats import GPTQ_ZERO_OFFSET
+from xegemm.quant.spec import BLOCK, FLOAT_ZEROS
 from xegemm.templating import environment
 
-SCALE_POINTER = {16: "ushort", 32: "uint"}
+SCALE_POINTER = {8: "uchar", 16: "ushort", 32: "uint"}
 ZERO_POINTER = {"u4": "uchar", "u8": "uchar", "s8": "char"}      # plain zeros: one per byte
 AWQ_SLOT_C = "((({n}) & 7) >> 1) + ((({n}) & 1) << 2)"           # the AWQ word slot of column n (xegemm.dequant)
 
@@ -43,18 +45,29 @@ class DequantCode:
         zero = f", xq_z{j}" if self.has_zero else ""
         return f"xe_dequant_b(xe_q_code({unit}, {element}u){zero}, xq_s{j})"
 
+    @staticmethod
+    def a_value(unit: str, element: int, row: int, lanes: int) -> str:
+        """The C of an FP8 A's element ``element`` of the 32-bit ``unit``, in row ``row`` of the sub-group tile
+        (W8A8): its value times its row's scale, rounded once to the compute type.  The scales of the tile's
+        rows lie one per lane (``xa_s<h>``: rows 16 h + lane) and are broadcast from there."""
+        return (f"xe_round_once(xe_qa_code({unit}, {element}u), "
+                f"sub_group_broadcast(xa_s{row // lanes}, {row % lanes}))")
 
-def _scale_load(quant: QuantPlan, row: str, n: str) -> str:
-    """The scale of group row ``row`` (along K) and column ``n`` as a float, from ``S``."""
-    spec = quant.spec
+
+def _scale_load(spec: QuantSpec, row: str, n: str, array: str = "S", other: str = "N", groups: str = "xq_groups") -> str:
+    """The scale of group row ``row`` (along K) and column ``n`` (of ``other`` columns: B's N, or an FP8 A's row of
+    M) as a float, from ``array`` (``groups``: the scale rows along K, for layout nk)."""
     if spec.group == "tensor":
         index = "0"
+    elif spec.group == "block128":      # [ceil(K/128), ceil(N/128)] (kn) or its transpose
+        column, columns = f"{n} / {BLOCK}", f"(({other} + {BLOCK - 1}) / {BLOCK})"
+        index = f"{row} * {columns} + {column}" if spec.scale_layout == "kn" else f"{column} * {groups} + {row}"
     elif spec.scale_layout == "kn":
-        index = f"{row} * N + {n}"
+        index = f"{row} * {other} + {n}"
     else:
-        index = f"{n} * xq_groups + {row}"
+        index = f"{n} * {groups} + {row}"
     bits = dtype(spec.scale).bits
-    return c_spelling(spec.scale, "load", f"((const global {SCALE_POINTER[bits]}*)S)[{index}]")
+    return c_spelling(spec.scale, "load", f"((const global {SCALE_POINTER[bits]}*){array})[{index}]")
 
 
 def _zero_load(quant: QuantPlan, row: str, n: str) -> str:
@@ -69,6 +82,8 @@ def _zero_load(quant: QuantPlan, row: str, n: str) -> str:
         return f"(int)(((({word} >> ({bits} * ({n} % {per}))) & {hex((1 << bits) - 1)}u) + {GPTQ_ZERO_OFFSET}u) & {hex((1 << bits) - 1)}u)"
     index = "0" if spec.group == "tensor" else f"{row} * N + {n}" if spec.scale_layout == "kn" else \
         f"{n} * xq_groups + {row}"
+    if spec.zero in FLOAT_ZEROS:      # SGLang's f16/bf16 zeros, in quantized units
+        return c_spelling(spec.zero, "load", f"((const global ushort*)Z)[{index}]")
     return f"(int)((const global {ZERO_POINTER[spec.zero]}*)Z)[{index}]"
 
 
@@ -78,45 +93,88 @@ def _column_loads(quant: QuantPlan, nt: int, row: str, guard: str, declare: bool
     for j in range(nt):
         n = f"xq_n{j}"
         cond = f"{n} < N" + (f" && {guard}" if guard else "")
-        lines.append(("const float " if declare else "") + f"xq_s{j} = ({cond}) ? {_scale_load(quant, row, n)} : 0.0f;")
+        lines.append(("const float " if declare else "") + f"xq_s{j} = ({cond}) ? {_scale_load(quant.spec, row, n)} : 0.0f;")
         if quant.spec.has_zero:
-            lines.append(("const int " if declare else "") + f"xq_z{j} = ({cond}) ? {_zero_load(quant, row, n)} : 0;")
+            ctype = "float" if quant.spec.zero in FLOAT_ZEROS else "int"
+            lines.append((f"const {ctype} " if declare else "") + f"xq_z{j} = ({cond}) ? {_zero_load(quant, row, n)} : 0;")
     return lines
 
 
+def _row_loads(quant: QuantPlan, rows: int, lanes: int, row: str, guard: str, declare: bool) -> list[str]:
+    """An FP8 A's scales of group row ``row`` (along K) for the ``rows`` rows of the sub-group tile, one per lane
+    (a fragment's lane is its k, so every lane needs the same row's scale: :meth:`DequantCode.a_value`
+    broadcasts it), guarded by ``guard`` (0 outside)."""
+    lines = []
+    for h in range(-(-rows // lanes)):
+        m = f"xa_m{h}"
+        cond = f"{m} < M" + (f" && {guard}" if guard else "")
+        load = _scale_load(quant.a_spec, row, m, "SA", "M", "xa_groups")
+        lines.append(("const float " if declare else "") + f"xa_s{h} = ({cond}) ? {load} : 0.0f;")
+    return lines
+
+
+def _group_loads(g: int | None, bk: int, kt: int, chunk: int, load, declarations: list[str],
+                 chunk_loads: list[list[str]], what: str) -> None:
+    """Scale loads once per group: ``load(row, guard, declare)`` gives the lines of group row ``row``; one row
+    (``g`` None: channel, tensor) before the main loop; g a multiple of the K tile ``bk``: at the first k-chunk
+    of k-tiles where a group starts (and the first one a work-group sums); g smaller: at every k-chunk
+    (``chunk`` K each) where one starts."""
+    if g is None:
+        declarations += load("0", "", True)
+        return
+    declarations += [line.split(" = ")[0].replace("const ", "") + " = 0;" for line in load("0", "", True)]
+    for ki in range(kt):
+        start = ki * chunk
+        if g >= bk and ki == 0:              # a group spans whole k-tiles: reload where one starts
+            chunk_loads[0] += [f"if (k0 % {g} == 0 || k0 == k_begin) {{  /* a group of {g} starts: {what} */",
+                               *(f"    {line}" for line in load(f"k0 / {g}", "", False)), "}"]
+        elif g < bk and start % g == 0:      # groups inside the k-tile: each at its first k-chunk
+            chunk_loads[ki] += [f"/* the group of {g} starting at k0 + {start}: {what} */",
+                                *load(f"(k0 + {start}) / {g}", f"k0 + {start} < K", False)]
+
+
 def dequant_code(plan) -> DequantCode:
-    """The dequantization C of a plan with a quantized B (``plan.quant``)."""
+    """The dequantization C of a plan with a quantized B (``plan.quant``), and of an FP8 A (W8A8) when it has one."""
     quant: QuantPlan = plan.quant
     spec, mma = quant.spec, plan.mma
-    _, nt, kt = plan.mma_grid
+    mt, nt, kt = plan.mma_grid
     bk = plan.config.tile.workgroup[2]
     declarations = [f"const int xq_n{j} = n0 + {j * mma.n} + (int)get_sub_group_local_id();" for j in range(nt)]
-    if spec.scale_layout == "nk" and isinstance(spec.group, int):
-        declarations.append(f"const int xq_groups = (K + {spec.group - 1}) / {spec.group};  /* scale rows along K */")
-    chunk_loads: list[tuple[str, ...]] = [() for _ in range(kt)]
-    if not isinstance(spec.group, int):          # channel, tensor: one scale row, loaded once
-        declarations += _column_loads(quant, nt, "0", "", declare=True)
-    else:
-        declarations += [f"float xq_s{j} = 0.0f;" for j in range(nt)]
-        declarations += [f"int xq_z{j} = 0;" for j in range(nt)] if spec.has_zero else []
-        g = spec.group
-        for ki in range(kt):
-            start = ki * mma.k
-            if g >= bk and ki == 0:              # a group spans whole k-tiles: reload where one starts
-                body = _column_loads(quant, nt, f"k0 / {g}", "", declare=False)
-                chunk_loads[0] = (f"if (k0 % {g} == 0 || k0 == k_begin) {{  /* a group of {g} starts: its scales */",
-                                  *(f"    {line}" for line in body), "}")
-            elif g < bk and start % g == 0:      # groups inside the k-tile: each at its first k-chunk
-                row = f"(k0 + {start}) / {g}"
-                chunk_loads[ki] = (f"/* the group of {g} starting at k0 + {start}: its scales */",
-                                   *_column_loads(quant, nt, row, f"k0 + {start} < K", declare=False))
+    if spec.scale_layout == "nk" and spec.k_group:
+        declarations.append(f"const int xq_groups = (K + {spec.k_group - 1}) / {spec.k_group};  /* scale rows along K */")
+    chunk_loads: list[list[str]] = [[] for _ in range(kt)]
+    _group_loads(spec.k_group, bk, kt, mma.k, lambda row, guard, declare: _column_loads(quant, nt, row, guard, declare),
+                 declarations, chunk_loads, "its scales")
+    a = quant.a_spec
+    if a is not None:                  # an FP8 A: each fragment row's scale, once per A group
+        rows, lanes = plan.subgroup_tile[0], mma.n
+        declarations += [f"const int xa_m{h} = m0 + {h * lanes} + (int)get_sub_group_local_id();"
+                         for h in range(-(-rows // lanes))]
+        if a.scale_layout == "nk" and a.k_group:
+            declarations.append(f"const int xa_groups = (K + {a.k_group - 1}) / {a.k_group};  /* A's scale rows along K */")
+        _group_loads(a.k_group, bk, kt, mma.k,
+                     lambda row, guard, declare: _row_loads(quant, rows, lanes, row, guard, declare),
+                     declarations, chunk_loads, "A's scales")
     t = dtype(spec.weight)
     context = {"storage": spec.weight, "bits": t.bits, "mask": hex((1 << t.bits) - 1),
                "code_ctype": "int" if t.is_int else "float", "decode": c_spelling(spec.weight, "decode", "x"),
                "compute": quant.compute, "compute_bits": {"f16": 11, "bf16": 8}[quant.compute],
-               "round": c_spelling(quant.compute, "round_acc", "{x}"), "has_zero": spec.has_zero}
+               "round": c_spelling(quant.compute, "round_acc", "{x}"), "has_zero": spec.has_zero,
+               "float_zero": spec.zero if spec.zero in FLOAT_ZEROS else None,
+               "round_zero": c_spelling(spec.zero, "round_acc", "{x}") if spec.zero in FLOAT_ZEROS else None,
+               "a_storage": a.weight if a else None, "a_decode": c_spelling(a.weight, "decode", "x") if a else None}
     helpers = str(environment().get_template("dequant.cl.j2").module.define(context))
-    return DequantCode(helpers, tuple(declarations), tuple(chunk_loads), spec.has_zero)
+    return DequantCode(helpers, tuple(declarations), tuple(tuple(lines) for lines in chunk_loads), spec.has_zero)
+
+
+def _fragment_register(plan, operand: str, view, key: tuple[int, int]) -> tuple[str, str, int]:
+    """Where DPAS fragment ``key`` of ``operand`` lies as stored: (register, its type, offset in the view's units):
+    the reorder ``f<operand>_<key>`` it was gathered into, or its copy tile's register."""
+    op = plan.a if operand == "a" else plan.b
+    frag = op.fragments[key]
+    if isinstance(frag, Reorder):
+        return f"f{operand}_{key[0]}_{key[1]}", fragment_ctype(view, operand), 0
+    return f"{operand}{frag.tile}", op.atom.register_type, frag.offset
 
 
 def dequant_b_operands(plan) -> dict:
@@ -133,13 +191,31 @@ def dequant_b_operands(plan) -> dict:
     out = {}
     for ki in range(kt):
         for j in range(nt):
-            frag = plan.b.fragments[(ki, j)]
-            if isinstance(frag, Reorder):
-                reg, reg_type, offset = f"fb_{ki}_{j}", fragment_ctype(view, "b"), 0
-            else:
-                reg, reg_type, offset = f"b{frag.tile}", plan.b.atom.register_type, frag.offset
+            reg, reg_type, offset = _fragment_register(plan, "b", view, (ki, j))
             values = [code.value(register_unit(reg, reg_type, bits, offset + kk // per, False), kk % per, j)
                       for kk in range(mma.k)]
             pairs = ", ".join(f"xe_pack_b({values[2 * p]}, {values[2 * p + 1]})" for p in range(mma.k // 2))
             out[(ki, j)] = (f"const {mma.b_ctype} qb_{ki}_{j} = ({mma.b_ctype})({pairs});",)
+    return out
+
+
+def dequant_a_operands(plan) -> dict:
+    """An FP8 A's DPAS operands of a k-step called atom by atom (the native lowering, W8A8): per fragment (i, ki)
+    the line declaring ``qa_<i>_<ki>``, the DPAS's A register (one f16/bf16 value per component), each element
+    dequantized from the stored bytes (the copy registers, or the reorder ``fa_<i>_<ki>`` gathered them into)
+    with its row's scale."""
+    quant: QuantPlan = plan.quant
+    view, mma = quant.a_view, plan.mma
+    mt, _, kt = plan.mma_grid
+    bits, _ = ctype_shape(view.ctype("a"))
+    per = bits // view.code_type.bits
+    rows = [cell[0] if cell is not None else None for cell in mma.lane_map("a").map[0]]
+    out = {}
+    for i in range(mt):
+        for ki in range(kt):
+            reg, reg_type, offset = _fragment_register(plan, "a", view, (i, ki))
+            units = [register_unit(reg, reg_type, bits, offset + e // per, False) for e in range(len(rows))]
+            values = ["0" if row is None else f"xe_a_bits({DequantCode.a_value(units[e], e % per, i * mma.m + row, mma.n)})"
+                      for e, row in enumerate(rows)]
+            out[(i, ki)] = (f"const {mma.a_ctype} qa_{i}_{ki} = ({mma.a_ctype})({', '.join(values)});",)
     return out

@@ -329,8 +329,9 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     value = "uint" if atom.is_integer else "float"
     full = atom if atom.m == rm else MmaAtom(rm, atom.n, atom.k, atom.d, atom.a, atom.b, atom.c)
 
-    a_bits, a_n = ctype_shape(atom.a_ctype)
-    a_per = a_bits // atom.a_type.bits
+    a_view = plan.quant.a_view if plan.quant else None         # an FP8 A (W8A8): dequantized as it is staged
+    a_bits, a_n = ctype_shape(a_view.ctype("a") if a_view else atom.a_ctype)
+    a_per = a_bits // (a_view.code_type if a_view else atom.a_type).bits
     a_cells = full.lane_map("a").map
     dequant = dequant_code(plan) if plan.quant else None      # a quantized B: decoded and dequantized here
     b_view = plan.quant.b_view if plan.quant else atom
@@ -339,25 +340,27 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     reorders = plan_reorders(plan, unsigned=True, arrays=copy_arrays)   # the kernel declares xe_lane before its main loop
     a_stage, b_stage = [], []
     for ki in range(kt):
-        lines = []
+        lines = list(dequant.chunk_loads[ki]) if dequant else []     # the groups starting here: their scales first
         for i in range(mt):
             frag = plan.a.fragments[(i, ki)]
             if (i, ki) in reorders["a"]:   # gathered into fa_<i>_<ki> first (xegemm.lowering.reorder)
                 lines += reorders["a"][(i, ki)]
-                reg, reg_type, offset, arrays = f"fa_{i}_{ki}", fragment_ctype(atom, "a", True), 0, False
+                reg, reg_type, offset, arrays = f"fa_{i}_{ki}", fragment_ctype(a_view or atom, "a", True), 0, False
             else:
                 reg, reg_type, offset, arrays = f"a{frag.tile}", plan.a.atom.register_type, frag.offset, copy_arrays
             values, slots = [], [[] for _ in range(sub_group)]
-            for e in range(a_n * a_per):
+            for e in range(a_view.elements if a_view else a_n * a_per):
                 unit = register_unit(reg, reg_type, a_bits, offset + e // a_per, arrays)
-                values.append(_decode(atom.a_type, unit, e % a_per, source_bits=a_bits))
+                row = next((cells[e][0] for cells in a_cells if cells[e] is not None), 0)
+                values.append(dequant.a_value(unit, e % a_per, i * atom.m + row, sub_group) if a_view else
+                              _decode(atom.a_type, unit, e % a_per, source_bits=a_bits))
                 for lane in range(sub_group):
                     cell = a_cells[lane][e]
                     real = cell is not None and cell[0] < atom.m
                     slots[lane].append((i * rm + cell[0]) * k + cell[1] if real else None)
             lines += _stage_lines("sa", slots, values, sub_group)
         a_stage.append(tuple(lines))
-        lines = list(dequant.chunk_loads[ki]) if dequant else []
+        lines = []
         for j in range(nt):
             frag = plan.b.fragments[(ki, j)]
             if (ki, j) in reorders["b"]:

@@ -165,6 +165,8 @@ def plan_reorders(plan, unsigned: bool = False, arrays: bool = False) -> dict:
     for operand in (plan.a, plan.b):
         name = operand.operand
         view = plan.quant.b_view if name == "b" and plan.quant else plan.mma   # a quantized B: as stored
+        if name == "a" and plan.quant and plan.quant.a_view:                   # an FP8 A: as stored
+            view = plan.quant.a_view
         ctype = fragment_ctype(view, name, unsigned)
         out[name] = {key: reorder_lines(f"f{name}_{key[0]}_{key[1]}", frag, operand, ctype,
                                         view.element(name).bits, plan.mma.n, arrays)

@@ -165,18 +165,22 @@ def tile_violation(spec: QuantSpec, k: int, n: int, workgroup: tuple[int, int, i
 
 NOT_LOWERED = "no lowering dequantizes this yet: the config is valid, the kernel is not written"
 DPAS_K = 16          # the f16/bf16 DPAS's K: a k-chunk of the dequantizing k-step has one scale row per column
-LOWERED_FORMATS = ("plain", "gptq", "awq")
-LOWERED_WEIGHTS = ("s8", "u8", "s4", "u4", "e4m3", "e5m2")
-LOWERED_SCALES = ("f16", "bf16", "f32")
-LOWERED_ZEROS = ("none", "u4", "s8", "u8")
+LOWERED_FORMATS = ("plain", "gptq", "awq", "mx")
+LOWERED_WEIGHTS = ("s8", "u8", "s4", "u4", "e4m3", "e5m2", "e2m1")
+LOWERED_SCALES = ("f16", "bf16", "f32", "e8m0")
+LOWERED_ZEROS = ("none", "u4", "s8", "u8", "f16", "bf16")
 
 
 def lowering_gap(config) -> str | None:
     """What of a valid quantized config no lowering dequantizes yet (NOT_LOWERED and the part), or None.
-    Lowered: a quantized B (``plain`` s8/u8/s4/u4/e4m3/e5m2 values, ``awq``), integer groups that are multiples
-    of the DPAS K, channel and tensor scales of f16/bf16/f32, integer zero points, sub-groups of 16."""
-    if operand_spec(config, "a") is not None:
-        return f"{NOT_LOWERED} (an FP8 A, quant_a:)"
+    Lowered: a quantized B (``plain`` s8/u8/s4/u4/e4m3/e5m2 values, ``gptq``, ``awq``, ``mx`` e2m1), integer groups
+    that are multiples of the DPAS K, channel, tensor and block128 scales of f16/bf16/f32 (e8m0 for mx), integer
+    and f16/bf16 zero points, an FP8 A (W8A8) with f16/bf16/f32 scales per tensor, row or K group, sub-groups of 16."""
+    a = operand_spec(config, "a")
+    if a is not None:                  # W8A8 FP8: A plain, its scales per tensor, row or group of K
+        if a.scale not in LOWERED_SCALES or a.scale == "e8m0" or a.k_group is not None and a.k_group % DPAS_K:
+            return (f"{NOT_LOWERED} (quant_a: scale {a.scale}, group {a.group}; lowered: f16, bf16, f32 scales per "
+                    f"tensor, channel or multiples of the DPAS K, {DPAS_K})")
     spec = operand_spec(config, "b")
     if spec is None:
         return None
@@ -185,8 +189,8 @@ def lowering_gap(config) -> str | None:
                                 ("quant.zero", spec.zero, LOWERED_ZEROS)):
         if value not in lowered:
             return f"{NOT_LOWERED} ({key} = {value}; lowered: {', '.join(lowered)})"
-    if spec.group == "block128" or isinstance(spec.group, int) and spec.group % DPAS_K:
-        return (f"{NOT_LOWERED} (quant.group = {spec.group}; lowered: channel, tensor and multiples of the DPAS K, "
+    if isinstance(spec.group, int) and spec.group % DPAS_K:
+        return (f"{NOT_LOWERED} (quant.group = {spec.group}; lowered: channel, tensor, block128 and multiples of the DPAS K, "
                 f"{DPAS_K})")
     if config.tile.subgroup_size != 16:
         return f"{NOT_LOWERED} (tile.subgroup_size = {config.tile.subgroup_size}; lowered: 16)"

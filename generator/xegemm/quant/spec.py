@@ -66,6 +66,12 @@ class QuantSpec:
         return (gk, gn) if self.scale_layout == "kn" else (gn, gk)
 
     @property
+    def k_group(self) -> int | None:
+        """K elements per scale row when the matrix has several along K (an integer group; 128 for block128),
+        None for channel and tensor (one row)."""
+        return BLOCK if self.group == "block128" else self.group if isinstance(self.group, int) else None
+
+    @property
     def has_zero(self) -> bool:
         return self.zero != "none"
 

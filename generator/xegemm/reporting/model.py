@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from xegemm.dtypes import UnknownDTypeError, dtype
+from xegemm.kernel_name import KernelNameError, parse_kernel_name
 from xegemm.profile import CV_LIMIT
 from xegemm.profile import gemm_flops
 from xegemm.reporting.sources import Source
@@ -105,13 +106,27 @@ class Group:
         return f"{self.groups or '{m}x{n}x{k}'.format(**p)} {self.types['a']}"
 
     @property
+    def quant(self) -> str | None:
+        """How the kernels' operands are quantized (the kernel-name token, xegemm.dequant.QuantPlan.name_part, e.g.
+        ``qmx32se8m0``), or None."""
+        for v in self.variants:
+            try:
+                token = parse_kernel_name(v.name).quant
+            except (KernelNameError, TypeError):
+                continue
+            if token:
+                return token
+        return None
+
+    @property
     def title(self) -> str:
         p, t = self.problem, self.types
         if p["m"] is None:
             return "problem unknown"
         what = (f"grouped {self.groups} (one launch; largest M={p['m']} N={p['n']} K={p['k']})" if self.groups
                 else f"M={p['m']} N={p['n']} K={p['k']} batch={p['batch']}")
-        return f"{what}, A={t['a']} B={t['b']} acc={t['acc']} C={t['c']}, layouts {t['layout']}"
+        quant = f", quantized {self.quant}" if self.quant else ""
+        return f"{what}, A={t['a']} B={t['b']} acc={t['acc']} C={t['c']}{quant}, layouts {t['layout']}"
 
     @property
     def measured(self) -> bool:
