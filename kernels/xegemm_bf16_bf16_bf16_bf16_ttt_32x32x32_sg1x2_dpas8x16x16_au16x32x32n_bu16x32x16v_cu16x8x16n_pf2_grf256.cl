@@ -819,22 +819,23 @@ __kernel void xegemm_bf16_bf16_bf16_bf16_ttt_32x32x32_sg1x2_dpas8x16x16_au16x32x
 
     /* epilogue: D = acc, computed in f32; 4 x XE_2D_U16x8x16_ST_N */
     {
-        /* 4 tiles in one loop: their accumulators by tile, and their origins */
-        const short8 xe_acc[4][1] = {
-            { (short8)(as_short((ushort)(as_uint(acc_0_0_0) >> 16)), as_short((ushort)(as_uint(acc_0_0_1) >> 16)), as_short((ushort)(as_uint(acc_0_0_2) >> 16)), as_short((ushort)(as_uint(acc_0_0_3) >> 16)), as_short((ushort)(as_uint(acc_0_0_4) >> 16)), as_short((ushort)(as_uint(acc_0_0_5) >> 16)), as_short((ushort)(as_uint(acc_0_0_6) >> 16)), as_short((ushort)(as_uint(acc_0_0_7) >> 16))) },
-            { (short8)(as_short((ushort)(as_uint(acc_1_0_0) >> 16)), as_short((ushort)(as_uint(acc_1_0_1) >> 16)), as_short((ushort)(as_uint(acc_1_0_2) >> 16)), as_short((ushort)(as_uint(acc_1_0_3) >> 16)), as_short((ushort)(as_uint(acc_1_0_4) >> 16)), as_short((ushort)(as_uint(acc_1_0_5) >> 16)), as_short((ushort)(as_uint(acc_1_0_6) >> 16)), as_short((ushort)(as_uint(acc_1_0_7) >> 16))) },
-            { (short8)(as_short((ushort)(as_uint(acc_2_0_0) >> 16)), as_short((ushort)(as_uint(acc_2_0_1) >> 16)), as_short((ushort)(as_uint(acc_2_0_2) >> 16)), as_short((ushort)(as_uint(acc_2_0_3) >> 16)), as_short((ushort)(as_uint(acc_2_0_4) >> 16)), as_short((ushort)(as_uint(acc_2_0_5) >> 16)), as_short((ushort)(as_uint(acc_2_0_6) >> 16)), as_short((ushort)(as_uint(acc_2_0_7) >> 16))) },
-            { (short8)(as_short((ushort)(as_uint(acc_3_0_0) >> 16)), as_short((ushort)(as_uint(acc_3_0_1) >> 16)), as_short((ushort)(as_uint(acc_3_0_2) >> 16)), as_short((ushort)(as_uint(acc_3_0_3) >> 16)), as_short((ushort)(as_uint(acc_3_0_4) >> 16)), as_short((ushort)(as_uint(acc_3_0_5) >> 16)), as_short((ushort)(as_uint(acc_3_0_6) >> 16)), as_short((ushort)(as_uint(acc_3_0_7) >> 16))) }
-        };
-        const short xe_at[4][2] = { { 0, 0 }, { 8, 0 }, { 16, 0 }, { 24, 0 } };
-#pragma unroll 1
-        for (int xe_t = 0; xe_t < 4; ++xe_t) {
-            const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
-            {
-                ushort8 c = 0;
-                c = xe_put_short8_into_ushort8(c, 0, xe_acc[xe_t][0]);
-                xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr, c);
-            }
-        }
+        ushort8 c = 0;
+        c = xe_put_short8_into_ushort8(c, 0, (short8)(as_short((ushort)(as_uint(acc_0_0_0) >> 16)), as_short((ushort)(as_uint(acc_0_0_1) >> 16)), as_short((ushort)(as_uint(acc_0_0_2) >> 16)), as_short((ushort)(as_uint(acc_0_0_3) >> 16)), as_short((ushort)(as_uint(acc_0_0_4) >> 16)), as_short((ushort)(as_uint(acc_0_0_5) >> 16)), as_short((ushort)(as_uint(acc_0_0_6) >> 16)), as_short((ushort)(as_uint(acc_0_0_7) >> 16))));
+        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 0, m0 + 0, c);
+    }
+    {
+        ushort8 c = 0;
+        c = xe_put_short8_into_ushort8(c, 0, (short8)(as_short((ushort)(as_uint(acc_1_0_0) >> 16)), as_short((ushort)(as_uint(acc_1_0_1) >> 16)), as_short((ushort)(as_uint(acc_1_0_2) >> 16)), as_short((ushort)(as_uint(acc_1_0_3) >> 16)), as_short((ushort)(as_uint(acc_1_0_4) >> 16)), as_short((ushort)(as_uint(acc_1_0_5) >> 16)), as_short((ushort)(as_uint(acc_1_0_6) >> 16)), as_short((ushort)(as_uint(acc_1_0_7) >> 16))));
+        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 0, m0 + 8, c);
+    }
+    {
+        ushort8 c = 0;
+        c = xe_put_short8_into_ushort8(c, 0, (short8)(as_short((ushort)(as_uint(acc_2_0_0) >> 16)), as_short((ushort)(as_uint(acc_2_0_1) >> 16)), as_short((ushort)(as_uint(acc_2_0_2) >> 16)), as_short((ushort)(as_uint(acc_2_0_3) >> 16)), as_short((ushort)(as_uint(acc_2_0_4) >> 16)), as_short((ushort)(as_uint(acc_2_0_5) >> 16)), as_short((ushort)(as_uint(acc_2_0_6) >> 16)), as_short((ushort)(as_uint(acc_2_0_7) >> 16))));
+        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 0, m0 + 16, c);
+    }
+    {
+        ushort8 c = 0;
+        c = xe_put_short8_into_ushort8(c, 0, (short8)(as_short((ushort)(as_uint(acc_3_0_0) >> 16)), as_short((ushort)(as_uint(acc_3_0_1) >> 16)), as_short((ushort)(as_uint(acc_3_0_2) >> 16)), as_short((ushort)(as_uint(acc_3_0_3) >> 16)), as_short((ushort)(as_uint(acc_3_0_4) >> 16)), as_short((ushort)(as_uint(acc_3_0_5) >> 16)), as_short((ushort)(as_uint(acc_3_0_6) >> 16)), as_short((ushort)(as_uint(acc_3_0_7) >> 16))));
+        xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + 0, m0 + 24, c);
     }
 }

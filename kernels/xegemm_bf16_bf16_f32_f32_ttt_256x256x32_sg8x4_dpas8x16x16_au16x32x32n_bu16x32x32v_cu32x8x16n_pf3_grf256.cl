@@ -892,34 +892,83 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_256x256x32_sg8x4_dpas8x16x16_au16x32x
 
     /* epilogue: D = acc, computed in f32; 16 x XE_2D_U32x8x16_ST_N */
     {
-        /* 16 tiles in one loop: their accumulators by tile, and their origins */
-        const float8 xe_acc[16][1] = {
-            { (float8)(acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7) },
-            { (float8)(acc_0_1_0, acc_0_1_1, acc_0_1_2, acc_0_1_3, acc_0_1_4, acc_0_1_5, acc_0_1_6, acc_0_1_7) },
-            { (float8)(acc_0_2_0, acc_0_2_1, acc_0_2_2, acc_0_2_3, acc_0_2_4, acc_0_2_5, acc_0_2_6, acc_0_2_7) },
-            { (float8)(acc_0_3_0, acc_0_3_1, acc_0_3_2, acc_0_3_3, acc_0_3_4, acc_0_3_5, acc_0_3_6, acc_0_3_7) },
-            { (float8)(acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7) },
-            { (float8)(acc_1_1_0, acc_1_1_1, acc_1_1_2, acc_1_1_3, acc_1_1_4, acc_1_1_5, acc_1_1_6, acc_1_1_7) },
-            { (float8)(acc_1_2_0, acc_1_2_1, acc_1_2_2, acc_1_2_3, acc_1_2_4, acc_1_2_5, acc_1_2_6, acc_1_2_7) },
-            { (float8)(acc_1_3_0, acc_1_3_1, acc_1_3_2, acc_1_3_3, acc_1_3_4, acc_1_3_5, acc_1_3_6, acc_1_3_7) },
-            { (float8)(acc_2_0_0, acc_2_0_1, acc_2_0_2, acc_2_0_3, acc_2_0_4, acc_2_0_5, acc_2_0_6, acc_2_0_7) },
-            { (float8)(acc_2_1_0, acc_2_1_1, acc_2_1_2, acc_2_1_3, acc_2_1_4, acc_2_1_5, acc_2_1_6, acc_2_1_7) },
-            { (float8)(acc_2_2_0, acc_2_2_1, acc_2_2_2, acc_2_2_3, acc_2_2_4, acc_2_2_5, acc_2_2_6, acc_2_2_7) },
-            { (float8)(acc_2_3_0, acc_2_3_1, acc_2_3_2, acc_2_3_3, acc_2_3_4, acc_2_3_5, acc_2_3_6, acc_2_3_7) },
-            { (float8)(acc_3_0_0, acc_3_0_1, acc_3_0_2, acc_3_0_3, acc_3_0_4, acc_3_0_5, acc_3_0_6, acc_3_0_7) },
-            { (float8)(acc_3_1_0, acc_3_1_1, acc_3_1_2, acc_3_1_3, acc_3_1_4, acc_3_1_5, acc_3_1_6, acc_3_1_7) },
-            { (float8)(acc_3_2_0, acc_3_2_1, acc_3_2_2, acc_3_2_3, acc_3_2_4, acc_3_2_5, acc_3_2_6, acc_3_2_7) },
-            { (float8)(acc_3_3_0, acc_3_3_1, acc_3_3_2, acc_3_3_3, acc_3_3_4, acc_3_3_5, acc_3_3_6, acc_3_3_7) }
-        };
-        const short xe_at[16][2] = { { 0, 0 }, { 0, 16 }, { 0, 32 }, { 0, 48 }, { 8, 0 }, { 8, 16 }, { 8, 32 }, { 8, 48 }, { 16, 0 }, { 16, 16 }, { 16, 32 }, { 16, 48 }, { 24, 0 }, { 24, 16 }, { 24, 32 }, { 24, 48 } };
-#pragma unroll 1
-        for (int xe_t = 0; xe_t < 16; ++xe_t) {
-            const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
-            {
-                uint8 c = 0;
-                c = xe_put_float8_into_uint8(c, 0, xe_acc[xe_t][0]);
-                xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + xe_tc, m0 + xe_tr, c);
-            }
-        }
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 0, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_1_0, acc_0_1_1, acc_0_1_2, acc_0_1_3, acc_0_1_4, acc_0_1_5, acc_0_1_6, acc_0_1_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 0, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_2_0, acc_0_2_1, acc_0_2_2, acc_0_2_3, acc_0_2_4, acc_0_2_5, acc_0_2_6, acc_0_2_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 32, m0 + 0, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_3_0, acc_0_3_1, acc_0_3_2, acc_0_3_3, acc_0_3_4, acc_0_3_5, acc_0_3_6, acc_0_3_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 48, m0 + 0, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 8, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_1_0, acc_1_1_1, acc_1_1_2, acc_1_1_3, acc_1_1_4, acc_1_1_5, acc_1_1_6, acc_1_1_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 8, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_2_0, acc_1_2_1, acc_1_2_2, acc_1_2_3, acc_1_2_4, acc_1_2_5, acc_1_2_6, acc_1_2_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 32, m0 + 8, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_3_0, acc_1_3_1, acc_1_3_2, acc_1_3_3, acc_1_3_4, acc_1_3_5, acc_1_3_6, acc_1_3_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 48, m0 + 8, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_2_0_0, acc_2_0_1, acc_2_0_2, acc_2_0_3, acc_2_0_4, acc_2_0_5, acc_2_0_6, acc_2_0_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 16, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_2_1_0, acc_2_1_1, acc_2_1_2, acc_2_1_3, acc_2_1_4, acc_2_1_5, acc_2_1_6, acc_2_1_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 16, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_2_2_0, acc_2_2_1, acc_2_2_2, acc_2_2_3, acc_2_2_4, acc_2_2_5, acc_2_2_6, acc_2_2_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 32, m0 + 16, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_2_3_0, acc_2_3_1, acc_2_3_2, acc_2_3_3, acc_2_3_4, acc_2_3_5, acc_2_3_6, acc_2_3_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 48, m0 + 16, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_3_0_0, acc_3_0_1, acc_3_0_2, acc_3_0_3, acc_3_0_4, acc_3_0_5, acc_3_0_6, acc_3_0_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 24, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_3_1_0, acc_3_1_1, acc_3_1_2, acc_3_1_3, acc_3_1_4, acc_3_1_5, acc_3_1_6, acc_3_1_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 24, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_3_2_0, acc_3_2_1, acc_3_2_2, acc_3_2_3, acc_3_2_4, acc_3_2_5, acc_3_2_6, acc_3_2_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 32, m0 + 24, c);
+    }
+    {
+        uint8 c = 0;
+        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_3_3_0, acc_3_3_1, acc_3_3_2, acc_3_3_3, acc_3_3_4, acc_3_3_5, acc_3_3_6, acc_3_3_7));
+        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 48, m0 + 24, c);
     }
 }
