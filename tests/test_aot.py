@@ -365,3 +365,11 @@ def test_conversions_to_16_bit_floats_are_counted_from_iga_text():
         "        add3 (16|M0)             r253.0<1>:d   r154.0<1;0>:d     r159.0<1;0>:d     16:w",
     ])
     assert conversion_counts(parse_instructions(asm)) == {"to_f16": 1, "to_bf16": 2}
+
+
+def test_float_immediates_read_back_as_their_bits_in_either_spelling():
+    """IGA prints a float immediate as a decimal (header dwords moved as :f) or as its bits in hex."""
+    from xegemm.aot.isa import _immediate_bits
+    assert _immediate_bits("0x3AB743CE:f") == 0x3AB743CE
+    assert _immediate_bits("1.5:f") == 0x3FC00000
+    assert _immediate_bits("0x1F0F:ud") == 0x1F0F

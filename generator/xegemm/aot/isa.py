@@ -130,7 +130,7 @@ def _immediate_bits(text: str) -> int | None:
     if not m:
         return None
     value, typ = m.groups()
-    if typ != "f":
+    if typ != "f" or value.lstrip("-").lower().startswith("0x"):   # IGA prints some :f immediates as their bits
         return int(value, 0) & 0xFFFFFFFF
     # IGA prints a header dword moved as :f as a float with 6 significant digits (e.g. 0x1070F ->
     # 9.43676e-41, a denormal): the bits are recoverable only while half a unit of the last printed digit
