@@ -144,8 +144,11 @@ def test_shapes_take_grouped_problems_as_labels_and_yaml(tmp_path):
     (tmp_path / "bad.yaml").write_text("- {groups: [1x2x0]}\n")
     with pytest.raises(XegemmError, match=re.escape("bad.yaml: shape 1: group 0: k = 0")):
         parse_shapes(str(tmp_path / "bad.yaml"))
-    with pytest.raises(XegemmError, match="is a grouped problem; tune a config whose problem.groups"):
-        tune_shapes(None, "1x2x3+4x5x6")
+    # the tuner's shape of a grouped problem holds its groups (its study tunes the whole launch)
+    (grouped, single) = tune_shapes(None, "1x2x3+4x5x6,8x8x8")
+    assert grouped == Shape(4, 5, 6, 1, ((1, 2, 3), (4, 5, 6))) and grouped.label == "1x2x3+4x5x6"
+    assert Shape(**grouped.as_dict()) == grouped and single == Shape(8, 8, 8)
+    assert grouped.overrides()["problem.groups"] == ((1, 2, 3), (4, 5, 6))
 
 
 def test_to_dict_carries_grouped_keys_only_when_set_and_loads_again():
