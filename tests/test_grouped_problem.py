@@ -178,3 +178,7 @@ def test_tune_shapes_take_a_grouped_problem_and_time_the_whole_launch(tmp_path):
     # the measurement cache keys on the groups: the same launch is a hit, other groups are measured
     assert run("33x40x32+0x40x32+17x9x16", "b").tallies["33x40x32+0x40x32+17x9x16"].cached == 1
     assert run("33x40x32+17x9x16", "c").tallies["33x40x32+17x9x16"].cached == 0
+    # the report names every group and the launch's total
+    from xegemm.reporting import groups, load_sources
+    (group,) = groups(load_sources([str(tmp_path / "a")]))
+    assert "groups 33x40x32, 0x40x32, 17x9x16; total 50 rows, 0.0894 MFLOP" in group.title
