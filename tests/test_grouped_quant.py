@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import xegemm
+from conftest import break_kernel
 from xegemm.api.errors import ShapeMismatchError
 from xegemm.config import config_from_text
-from xegemm.evaluate import Evaluator, plan_variants
-from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
-from xegemm.lowering import Lowering
+from xegemm.evaluate import plan_variants
+from xegemm.pipeline import run_variant
 from xegemm.quant import compute_type, dequantize, operand_spec, random_quantized
 
 MOE = """\
@@ -23,6 +23,7 @@ moe: {experts: 5, rows: [0, 27, 1, 0, 33]}
 types: {a: f16, b: %s, c: f16}
 quant: %s
 tile: {workgroup: [16, 64, 32], subgroups: [1, 2], walk: %s}
+profile: {warmup: 1, repeats: 1}   # run_variant times it too: once is enough here
 """
 CASES = {   # GPTQ: int32 words of 8 K, read as 32-bit rows of K / 8; plain u4 column-major with zeros
     "gptq": ("u4", "{format: gptq, group: 32, scale: f16, zero: u4}", "static", {}),
@@ -31,21 +32,12 @@ CASES = {   # GPTQ: int32 words of 8 K, read as 32-bit rows of K / 8; plain u4 c
 SHIPPED = Path(__file__).resolve().parents[1] / "configs" / "moe_w4a16.yaml"
 
 
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
-
-
-def evaluated(session, name: str, mutate=None, monkeypatch=None):
+def evaluated(session, name: str):
+    """The case's variant run and verified on the CPU device (conftest's module ``session``)."""
     weight, quant, walk, overrides = CASES[name]
     (pv,) = plan_variants(config_from_text(MOE % (weight, quant, walk)).with_overrides(overrides))
     assert pv.plan is not None, pv.reason
-    lowering = Lowering("portable")
-    if mutate:
-        from xegemm import evaluate
-        original = evaluate.render_variant
-        monkeypatch.setattr(evaluate, "render_variant", lambda p, low: mutate(original(p, low)))
-    return Evaluator(lowering, DeviceBuilder(session, lowering), [VerifyObserver()]).evaluate(pv)
+    return run_variant(pv, session)
 
 
 @pytest.mark.device
@@ -58,12 +50,8 @@ def test_quantized_experts_verify_in_one_launch(session, name):
 
 @pytest.mark.device
 def test_a_kernel_reading_the_next_experts_scales_fails_and_names_the_expert(session, monkeypatch):
-    def mutate(source):
-        mutated, n = re.subn(r"S_all \+ group \* expert_stride_s", "S_all + (group + 1) % groups * expert_stride_s",
-                             source)
-        assert n == 1, "the mutant's text is not in the kernel"
-        return mutated
-    result = evaluated(session, "gptq", mutate, monkeypatch)
+    break_kernel(monkeypatch, "S_all + group * expert_stride_s", "S_all + (group + 1) % groups * expert_stride_s")
+    result = evaluated(session, "gptq")
     assert result.status == "failed_verify", (result.status, result.reason)
     assert re.match(r"group [14] \(\d+x64x96\) failed", result.reason), result.reason
 
