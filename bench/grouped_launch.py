@@ -68,6 +68,9 @@ def per_group_launches(session, lowering, config):
                 "C": to_device(session.queue, nothing if ops.c_in_bytes is None else ops.c_in_bytes),
                 "bias": to_device(session.queue, nothing if ops.bias is None else ops.bias.astype(np.float32)),
                 "workspace": to_device(session.queue, nothing)}
+        if ops.quant:     # a quantized expert's scales and zeros (configs/moe_w4a16.yaml)
+            bufs |= {name: to_device(session.queue, nothing if ops.quant[name] is None else ops.quant[name])
+                     for name in ("scales", "zeros")}
         ((_, args, gsize, lsize),) = call.bind(call.sizes(p.m, p.n, p.k, 1), bufs, epilogue_scalars(cfg))
         launch(session.queue, kernel, args, gsize, lsize).wait()
         verdict = check(cfg, from_device(bufs["D"], np.uint8, poison_c(cfg).shape), reference(cfg, ops))

@@ -144,8 +144,11 @@ def test_shapes_take_grouped_problems_as_labels_and_yaml(tmp_path):
     (tmp_path / "bad.yaml").write_text("- {groups: [1x2x0]}\n")
     with pytest.raises(XegemmError, match=re.escape("bad.yaml: shape 1: group 0: k = 0")):
         parse_shapes(str(tmp_path / "bad.yaml"))
-    with pytest.raises(XegemmError, match="is a grouped problem; tune a config whose problem.groups"):
-        tune_shapes(None, "1x2x3+4x5x6")
+    # the tuner's shape of a grouped problem holds its groups (its study tunes the whole launch)
+    (grouped, single) = tune_shapes(None, "1x2x3+4x5x6,8x8x8")
+    assert grouped == Shape(4, 5, 6, 1, ((1, 2, 3), (4, 5, 6))) and grouped.label == "1x2x3+4x5x6"
+    assert Shape(**grouped.as_dict()) == grouped and single == Shape(8, 8, 8)
+    assert grouped.overrides()["problem.groups"] == ((1, 2, 3), (4, 5, 6))
 
 
 def test_to_dict_carries_grouped_keys_only_when_set_and_loads_again():
@@ -154,3 +157,28 @@ def test_to_dict_carries_grouped_keys_only_when_set_and_loads_again():
         config = config_from_text(text, "g.yaml")
         again = config_from_text(yaml.safe_dump(config.to_dict()), "again.yaml")
         assert from_config(again) == from_config(config)
+
+
+@pytest.mark.device
+def test_tune_shapes_take_a_grouped_problem_and_time_the_whole_launch(tmp_path):
+    from xegemm.tune.api import tune
+    (tmp_path / "g.yaml").write_text("name: g\nproblem: {m: 64, n: 64, k: 64}\ntypes: {a: bf16, b: bf16, acc: f32, c: f32}\n"
+                                     "tile: {workgroup: [8, 16, 16], subgroups: [1, 1]}\nprofile: {warmup: 1, repeats: 3}\n")
+    cache = tmp_path / "m.db"
+
+    def run(shapes, out):
+        return tune(str(tmp_path / "g.yaml"), shapes=shapes, out=tmp_path / out, cache=cache, progress=False)
+    first = run("33x40x32+0x40x32+17x9x16", "a")
+    (entry,) = first.best["shapes"].values()
+    assert entry["shape"]["groups"] == [[33, 40, 32], [0, 40, 32], [17, 9, 16]]
+    best = entry["best"]
+    assert best["kernel"].endswith("_groupedstatic")
+    flops = 2 * (33 * 40 * 32 + 17 * 9 * 16)      # every group's, not the largest group's
+    assert best["gflops"] == pytest.approx(flops / (best["time_ms"]["median"] * 1e6), rel=1e-6)
+    # the measurement cache keys on the groups: the same launch is a hit, other groups are measured
+    assert run("33x40x32+0x40x32+17x9x16", "b").tallies["33x40x32+0x40x32+17x9x16"].cached == 1
+    assert run("33x40x32+17x9x16", "c").tallies["33x40x32+17x9x16"].cached == 0
+    # the report names every group and the launch's total
+    from xegemm.reporting import groups, load_sources
+    (group,) = groups(load_sources([str(tmp_path / "a")]))
+    assert "groups 33x40x32, 0x40x32, 17x9x16; total 50 rows, 0.0894 MFLOP" in group.title

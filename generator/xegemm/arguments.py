@@ -187,13 +187,23 @@ class KernelCall:
                 Argument("groups", "int", "rows of the table", "groups"),
                 Argument("total_tiles", "int", "the tiles of all groups", "total_tiles"),
                 Argument("tile_counter", "global int*", "the dynamic walk's next tile, 0 at launch", "tile_counter"))
+        steps = ()
+        if plan.quant:        # an MoE layer's quantized experts: each one's scales and zeros one stride apart
+            scales, zeros = plan.quant.array_bytes()
+            steps = (("stride_s", scales), ("stride_z", zeros))
+            args += (Argument("S", "const global uchar*", "every expert's scales of the quantized B, expert after "
+                              "expert", "scales"),
+                     Argument("Z", "const global uchar*", "every expert's zero points (none: any buffer)", "zeros"),
+                     Argument("expert_stride_s", "long", "bytes between two experts' scales", "stride_s"),
+                     Argument("expert_stride_z", "long", "bytes between two experts' zero points", "stride_z"))
         launch = Launch(plan.name, args, (f"workgroups * {lx}", str(ly), "1"), plan.workgroup_size)
-        return cls(plan, (launch,), (), "0")
+        return cls(plan, (launch,), steps, "0")
 
-    def grouped_sizes(self, groups: int, total_tiles: int, workgroups: int) -> dict:
+    def grouped_sizes(self, groups: int, total_tiles: int, workgroups: int, n: int = 0, k: int = 0) -> dict:
         """:meth:`sizes` of a grouped launch: its groups, tiles and persistent work-groups G
-        (xegemm.grouped.launch)."""
-        sizes = {"groups": groups, "total_tiles": total_tiles, "workgroups": workgroups, "workspace_bytes": 0}
+        (xegemm.grouped.launch), and for quantized experts their N and K (the per-expert strides)."""
+        sizes = evaluate(self.formulas, {"M": 0, "N": n, "K": k, "batch": 1}) if self.formulas else {}
+        sizes |= {"groups": groups, "total_tiles": total_tiles, "workgroups": workgroups, "workspace_bytes": 0}
         sizes["global0"] = tuple(self.value(g, sizes) for g in self.launches[0].global_size)
         return sizes
 

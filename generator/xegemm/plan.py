@@ -161,10 +161,14 @@ def grouped_violation(config: Config) -> str | None:
     if tile.split_k > 1 or tile.stream_k or tile.swizzle > 1:
         return (f"{what} runs one persistent walk over every group's tiles: tile.split_k, tile.stream_k and "
                 "tile.swizzle do not apply (split_k: 1, stream_k: 0, swizzle: 1)")
-    if config.quant.format != "none" or config.quant_a.format != "none" or min(
-            dtype(config.types.a).bits, dtype(config.types.b).bits) < 8:
-        return (f"{what} with quantized or 4-bit operands is not built (docs/grouped.md): 8- and 16-bit A and B "
-                "only")
+    quant_b = config.quant.format != "none"
+    if quant_b and not config.moe.experts:
+        return ("a grouped problem with a quantized B is not built (docs/grouped.md): quantized weights are an MoE "
+                "layer's (moe:), whose experts share N and K")
+    if config.quant_a.format != "none" or dtype(config.types.a).bits < 8 or (
+            dtype(config.types.b).bits < 8 and not quant_b):
+        return (f"{what} with a quantized A or 4-bit operands that are not a quantized B is not built "
+                "(docs/grouped.md)")
     if config.moe.experts and config.layout.a != "row":
         return ("an MoE layer's A is T x K with each expert's rows consecutive: A must be row-major "
                 "(layout.a: row)")

@@ -314,7 +314,11 @@ def measure_against_reference(sample_kernel, reference: NumpyReference, warmup: 
 def time_numpy_reference(m: int, n: int, k: int, batch: int = 1, repeats: int = 5, seed: int = 0) -> dict:
     """Wall-clock time of numpy's float32 matmul of the same problem on its own (not interleaved: for a
     problem none of whose variants was timed), with which BLAS build it ran."""
-    reference = NumpyReference(m, n, k, batch, seed)
+    return time_reference(NumpyReference(m, n, k, batch, seed), repeats)
+
+
+def time_reference(reference: NumpyReference, repeats: int = 5) -> dict:
+    """:func:`time_numpy_reference` of any reference (e.g. a grouped problem's, one matmul per group)."""
     warm = warm_up(reference.sample)
     timing = Timing(tuple(reference.sample() for _ in range(max(1, repeats))), warm)
     return {**reference.record(timing), "interleaved": False, "conditions": conditions()}

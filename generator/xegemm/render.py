@@ -244,11 +244,14 @@ def grouped_lines(plan: Plan) -> dict:
     walk = walk_lines(tile.walk, [BODY], names=PITCH_NAMES)
     at = walk.index(next(line for line in walk if line.strip() == BODY))
     bits = [plan.a.atom.elem_bits, plan.b.atom.elem_bits, plan.c.atom.elem_bits]
+    # the table's offsets count elements of the operands' types; a quantized B's copies may read wider words
+    # (GPTQ: 32-bit words of 8 K), whose rows the pitch counts (xegemm.dequant.StoredB)
+    offset_bits = [bits[0], dtype(plan.config.types.b).bits, bits[2]]
     describe = ("work-group w takes tiles w, w + G, w + 2G, ... of all groups (G = the launch's work-groups)"
                 if tile.walk == "static" else "each work-group takes the next tile from tile_counter")
     return {"walk": tile.walk, "describe": describe, "head": walk[:at], "tail": walk[at + 1:],
             "indent": 4 + len(walk[at]) - len(walk[at].lstrip()),
-            **{f"{x}_offset": _byte_offset(f"{x}_offset", b) for x, b in zip("abc", bits)},
+            **{f"{x}_offset": _byte_offset(f"{x}_offset", b) for x, b in zip("abc", offset_bits)},
             **{f"ld{x}": _row_bytes(b).format(f"(int)ld{x}_elements") for x, b in zip("abc", bits)}}
 
 

@@ -117,14 +117,14 @@ QUANTIZED = {
 }
 
 
-def check_quantized(text: str, lowering: str, target: str = "pvc") -> Cell:
+def check_quantized(text: str, lowering: str, target: str = "pvc", overrides=None) -> Cell:
     """Plan and render a quantized B's representative variant (2x2 sub-groups of each sub-group tile of
     :data:`SUBGROUP_TILES` until one works) in ``lowering`` (``native``: for ``target`` with a driver's compiler
-    capabilities): supported, or the reason the first tile was rejected."""
+    capabilities; ``overrides``: e.g. an MoE layer's keys): supported, or the reason the first tile was rejected."""
     low = named_lowering("native", DRIVER_CAPABILITIES, target) if lowering == "native" else named_lowering(lowering)
     return _first_that_works([f"problem: {{m: {SIZE}, n: {SIZE}, k: {SIZE}}}\ntile: {{workgroup: [{2 * sgm}, {2 * sgn}, "
                               f"32], subgroups: [2, 2]}}\npipeline: {{prefetch: 0}}\n{text}"
-                              for sgm, sgn in SUBGROUP_TILES[16]], low)
+                              for sgm, sgn in SUBGROUP_TILES[16]], low, overrides)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -186,11 +186,13 @@ def markdown() -> str:
             for acc, (a, b) in accs.items()]
     out += ["Output conversions (RRR; f32 -> f16/bf16 round to nearest even, integers saturate):", "",
             *_table(header, rows), ""]
-    header = ["quantized B (A f16/bf16 or FP8, f32 accumulator; docs/quantization.md)", "portable", "pvc native"]
-    rows = [[name, notes.cell(check_quantized(text, "portable")), notes.cell(check_quantized(text, "native"))]
-            for name, text in QUANTIZED.items()]
-    out += ["Quantized B (and FP8 A), dequantized in registers into the f16/bf16 DPAS (RRR unless said):", "",
-            *_table(header, rows), ""]
+    header = ["quantized B (A f16/bf16 or FP8, f32 accumulator; docs/quantization.md)", "portable", "pvc native",
+              "MoE experts portable", "MoE experts pvc native"]
+    moe = config_overrides(MOE)       # the same format as an MoE layer's expert weights (docs/grouped.md)
+    rows = [[name, *(notes.cell(check_quantized(text, low, overrides=o)) for o in (None, moe)
+                     for low in ("portable", "native"))] for name, text in QUANTIZED.items()]
+    out += ["Quantized B (and FP8 A), dequantized in registers into the f16/bf16 DPAS (RRR unless said; MoE: every expert's "
+            "weights in the format, with its own scales and zeros, in one launch):", "", *_table(header, rows), ""]
     out += ["Grouped and MoE GEMMs in one launch (docs/grouped.md; C = accumulator type; MoE: A's rows by "
             "expert, so A row-major):", "", *_grouped_table(notes, targets), "", "Reasons:", "", *notes.lines()]
     return "\n".join(out) + "\n"

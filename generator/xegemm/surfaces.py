@@ -104,4 +104,8 @@ def _per_group(config: Config, rules) -> list[str] | None:
             if start is not None:
                 out.append(f"an expert's rows of {name} start at byte {start}, not on the 64-byte base alignment "
                            f"of 2D block surfaces: rows of {row_bytes} B need a multiple of 64 B")
+        expert_b = first.k * first.n * dtype(t.b).bits // 8      # expert e's weights start at e x K x N elements
+        if problem.experts > 1 and expert_b % 64:
+            out.append(f"expert 1's B starts at byte {expert_b} (K x N elements), not on the 64-byte base alignment "
+                       "of 2D block surfaces: K x N x its bytes must be a multiple of 64")
     return out[:3] + ([f"... and {len(out) - 3} more"] if len(out) > 3 else [])

@@ -325,10 +325,12 @@ class Gemm:
         launch (xegemm.api.grouped; ``bias``: one vector per group, of its M or N)."""
         return grouped_calls.grouped(self, a_list, b_list, c_list, alpha=alpha, beta=beta, bias=bias)
 
-    def moe(self, a, b, rows_per_expert, c=None, *, alpha=None, beta=None, bias=None):
+    def moe(self, a, b, rows_per_expert, c=None, *, scales=None, zeros=None, alpha=None, beta=None, bias=None):
         """An MoE layer's T x N output in one launch: A (T x K) rows sorted by expert, B (E x K x N), rows per
-        expert (length E, summing to T; zeros allowed) (xegemm.api.grouped)."""
-        return grouped_calls.moe(self, a, b, rows_per_expert, c, alpha=alpha, beta=beta, bias=bias)
+        expert (length E, summing to T; zeros allowed); quantized experts: B, ``scales`` and ``zeros`` as the
+        format stores them, E leading (xegemm.api.grouped)."""
+        return grouped_calls.moe(self, a, b, rows_per_expert, c, scales=scales, zeros=zeros, alpha=alpha, beta=beta,
+                                 bias=bias)
 
     def _grouped_kernel(self, queue, name: str, source: str, options: str):
         """The built grouped kernel ``name`` on ``queue`` (built once, from the persistent program cache)."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from xegemm.api.errors import CallError, LayoutError, NoKernelError, ShapeMismatchError
-from xegemm.api.operands import expected_dtype, host_bytes, operand
+from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
+from xegemm.api.quantized import quantized_b
 from xegemm.arguments import KernelCall
 from xegemm.config import ConfigError, Variant
 from xegemm.errors import XegemmError
@@ -110,10 +111,13 @@ def _run(gemm, problem, chosen, parts: dict, alpha, beta):
                "bias": to_device(queue, parts["bias"](layout)), "workspace": to_device(queue, nothing),
                "table": to_device(queue, layout.table.reshape(-1)),
                "tile_counter": to_device(queue, np.zeros(1, np.int32))}
+    for name in ("scales", "zeros"):
+        if name in parts:
+            buffers[name] = to_device(queue, parts[name](layout))
     kernel = gemm._grouped_kernel(queue, call.plan.name, source, device_build_options(gemm.lowering, config))
     lo, hi = config.epilogue.clamp
     s = layout.sizes
-    ((_, args, gsize, lsize),) = call.bind(call.grouped_sizes(s["groups"], s["total_tiles"], s["workgroups"]), buffers,
+    ((_, args, gsize, lsize),) = call.bind(call.grouped_sizes(**s), buffers,
                                            {"alpha": alpha, "beta": beta, "clamp_lo": lo, "clamp_hi": hi})
     event = launch(queue, kernel, args, gsize, lsize)
     event.wait()
@@ -172,11 +176,24 @@ def grouped(gemm, a_list, b_list, c_list=None, *, alpha=None, beta=None, bias=No
     return out
 
 
-def moe(gemm, a, b, rows_per_expert, c=None, *, alpha=None, beta=None, bias=None) -> np.ndarray:
+def moe(gemm, a, b, rows_per_expert, c=None, *, scales=None, zeros=None, alpha=None, beta=None,
+        bias=None) -> np.ndarray:
     """The T x N output of an MoE layer: A (T x K, rows sorted by expert), B (E x K x N; row-major per expert,
     or the swapped-axes view of an E x N x K array for column-major), ``rows_per_expert`` (length E, summing to
-    T, zeros allowed); ``bias``: (E, N) per expert and column, or (T,) per row."""
-    opa, opb = _host(operand("A", a, "T x K")), _host(operand("B", b, "E x K x N"))
+    T, zeros allowed); ``bias``: (E, N) per expert and column, or (T,) per row.  Quantized experts (the loaded
+    config's ``quant:``): ``b``, ``scales`` and ``zeros`` are the format's arrays as it stores them, stacked
+    per expert (E leading; xegemm.api.quantized)."""
+    opa = _host(operand("A", a, "T x K"))
+    if gemm.quant is not None:
+        if opa.batched:
+            raise ShapeMismatchError(f"an MoE layer takes A as T x K; found A {np.shape(a)}")
+        q = quantized_b(gemm.quant, b, scales, zeros, opa.shape[2], batched=True)
+        opb = Operand("B", q, (q.batch, opa.shape[2], q.n), True, np.dtype(np.uint8), (gemm.quant.layout,), False)
+    elif scales is not None or zeros is not None:
+        raise ShapeMismatchError("scales and zeros are for quantized experts; the loaded kernels take B as it is "
+                                 "(no quant: section)")
+    else:
+        opb = _host(operand("B", b, "E x K x N"))
     if opa.batched or not opb.batched:
         found_a, found_b = np.shape(a), np.shape(b)
         raise ShapeMismatchError(f"an MoE layer takes A as T x K and B as E x K x N; found A {found_a} and B "
@@ -187,7 +204,7 @@ def moe(gemm, a, b, rows_per_expert, c=None, *, alpha=None, beta=None, bias=None
     except GroupedProblemError as exc:
         raise ShapeMismatchError(str(exc)) from None
     t_rows, n = opa.shape[1], opb.shape[2]
-    type_a, type_b = gemm._types(opa, opb)
+    type_a, type_b = gemm._types(opa, opb) if gemm.quant is None else gemm._types_quantized(opa)
     first = gemm.candidates[0].config
     alpha = first.epilogue.alpha if alpha is None else float(alpha)
     beta = first.epilogue.beta if beta is None else float(beta)
@@ -211,9 +228,13 @@ def moe(gemm, a, b, rows_per_expert, c=None, *, alpha=None, beta=None, bias=None
         if c is None or np.shape(c) != (t_rows, n):
             raise ShapeMismatchError(f"beta = {beta} reads C: pass c, a {t_rows} x {n} array of {c_type}")
         c = np.ascontiguousarray(c, c_type)
-    a_bytes, b_bytes = host_bytes(opa, "row", type_a), host_bytes(opb, config.layout.b, type_b)
+    a_bytes = host_bytes(opa, "row", type_a)
+    b_bytes = opb.array.qweight if gemm.quant is not None else host_bytes(opb, config.layout.b, type_b)
     parts = {"A": lambda lay: a_bytes, "B": lambda lay: b_bytes,
              "bias": lambda lay: vector.reshape(-1) if vector is not None else np.zeros(1, np.float32)}
+    if gemm.quant is not None:   # every expert's arrays back to back: expert e's at e x one expert's bytes
+        parts["scales"] = lambda lay: opb.array.scales
+        parts["zeros"] = lambda lay: opb.array.zeros if opb.array.zeros is not None else np.zeros(4, np.uint8)
     if beta != 0.0:
         parts["C"] = lambda lay: c.reshape(-1).view(np.uint8)
     raw, _ = _run(gemm, problem, chosen, parts, alpha, beta)

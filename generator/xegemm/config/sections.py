@@ -63,6 +63,9 @@ class Problem:
     batch: int = _key(positive_int, 1)
     groups: tuple[tuple[int, int, int], ...] = _key(group_list, ())
 
+    def __post_init__(self):      # groups read back from JSON (a study's shape) are lists: hashable again
+        object.__setattr__(self, "groups", tuple(tuple(g) for g in self.groups))
+
     @property
     def label(self) -> str:
         """``MxNxK``, or ``MxNxKxB`` for a batch: how messages, reports and ``--shapes`` write a problem; a
@@ -72,11 +75,13 @@ class Problem:
         return f"{self.m}x{self.n}x{self.k}" + (f"x{self.batch}" if self.batch != 1 else "")
 
     def overrides(self) -> dict[str, int]:
-        """The config keys that set this problem."""
-        return {"problem.m": self.m, "problem.n": self.n, "problem.k": self.k, "problem.batch": self.batch}
+        """The config keys that set this problem (a grouped one: its groups, replacing an MoE layer)."""
+        keys = {"problem.m": self.m, "problem.n": self.n, "problem.k": self.k, "problem.batch": self.batch}
+        return {**keys, "problem.groups": self.groups, "moe.experts": 0, "moe.rows": ()} if self.groups else keys
 
-    def as_dict(self) -> dict[str, int]:
-        return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch}
+    def as_dict(self) -> dict:
+        out = {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch}
+        return {**out, "groups": [list(g) for g in self.groups]} if self.groups else out
 
 
 GROUPS_SET = ("m", "n", "k")     # the problem keys a groups list sets

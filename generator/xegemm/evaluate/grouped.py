@@ -80,7 +80,7 @@ def grouped_setup(session, config: Config, plan: Plan) -> GroupedSetup:
     device = session.device
     layout = grouped_launch(plan, problem, int(getattr(device, "max_compute_units", 1) or 1),
                             bool(getattr(device, "is_gpu", False)))
-    key = (config.problem, config.moe, config.types, config.layout, config.epilogue, config.verify.seed,
+    key = (config.problem, config.moe, config.types, config.quant, config.layout, config.epilogue, config.verify.seed,
            layout.table.tobytes(), tuple(layout.sizes.items()))
     cached = getattr(session, "grouped_cache", None)
     if cached is not None and cached[0] == key:
@@ -99,6 +99,9 @@ def grouped_setup(session, config: Config, plan: Plan) -> GroupedSetup:
                "workspace": to_device(queue, nothing),
                "table": to_device(queue, layout.table.reshape(-1)),
                "tile_counter": to_device(queue, np.zeros(1, np.int32))}
+    if plan.quant:            # quantized experts: scales and zeros, expert after expert
+        for name in ("scales", "zeros"):
+            buffers[name] = to_device(queue, layout.pack_experts(name, [o and o.quant[name] for o in ops]))
     moved = layout.nbytes["A"] + layout.nbytes["B"] + layout.nbytes["D"]
     setup = GroupedSetup(config, problem, layout, buffers, poison, refs, np.zeros(1, np.int32), moved)
     session.grouped_cache = (key, setup)
@@ -109,7 +112,7 @@ def grouped_submit(queue, call: KernelCall, kernel, setup: GroupedSetup, scalars
     """A function launching ``call``'s grouped kernel once (the dynamic walk's counter zeroed first; the walk is
     the plan's: a setup is shared by the variants of one problem) -> its event."""
     s = setup.layout.sizes
-    ((_, args, gsize, lsize),) = call.bind(call.grouped_sizes(s["groups"], s["total_tiles"], s["workgroups"]),
+    ((_, args, gsize, lsize),) = call.bind(call.grouped_sizes(**s),
                                            setup.buffers, scalars)
     dynamic = call.plan.config.tile.walk == "dynamic"
 

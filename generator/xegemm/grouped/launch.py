@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xegemm.arguments import KernelCall
 from xegemm.dtypes import dtype
 from xegemm.grouped.problem import GroupedProblem
 from xegemm.grouped.table import FIELD, bias_offsets, problem_table, tile_begins
@@ -60,6 +61,16 @@ class GroupedLaunch:
                 out[start:start + part.size] = np.asarray(part, np.uint8).reshape(-1)
         return out
 
+    def pack_experts(self, name: str, parts) -> np.ndarray:
+        """One buffer of quantized experts' ``scales`` or ``zeros`` (``parts[e]`` uint8, None for an empty
+        expert), expert e's at e x the expert's bytes (the kernel's expert stride); at least 4 bytes."""
+        out = np.zeros(max(4, self.nbytes[name]), np.uint8)
+        stride = self.nbytes[name] // len(self.problem.groups)
+        for e, part in enumerate(parts):
+            if part is not None and part.size:
+                out[e * stride:e * stride + part.size] = np.asarray(part, np.uint8).reshape(-1)
+        return out
+
     def pack_bias(self, vectors) -> np.ndarray:
         """The f32 bias buffer: each group's vector (None for an empty group) at the table's ``bias_offset``."""
         out = np.zeros(max(1, self.nbytes["bias"] // 4), np.float32)
@@ -86,4 +97,8 @@ def grouped_launch(plan: Plan, problem: GroupedProblem, compute_units: int, gpu:
     sgm, sgn = config.tile.subgroups
     workgroups = persistent_workgroups(total, compute_units, sgm * sgn, config.target.grf, gpu, config.tile.persistent)
     sizes = {"groups": len(problem.groups), "total_tiles": total, "workgroups": workgroups}
+    if plan.quant:            # quantized experts (an MoE layer: every group is an expert of the same N and K)
+        sizes |= {"n": problem.groups[0].n, "k": problem.groups[0].k}
+        strides = KernelCall.of(plan).grouped_sizes(**sizes)
+        nbytes |= {"scales": strides["stride_s"] * len(problem.groups), "zeros": strides["stride_z"] * len(problem.groups)}
     return GroupedLaunch(problem, table, bits, nbytes, sizes)

@@ -99,6 +99,17 @@ class Group:
         """A grouped or MoE launch's groups (``100x256x128+0x256x128``, ``moe32xT8048x5760x2880``), or None."""
         return next((v.params["groups"] for v in self.variants if v.params.get("groups")), None)
 
+    def group_sizes(self) -> str:
+        """A grouped launch's groups one by one (MxNxK, as its evaluation recorded them) and the total work:
+        ``groups 17x128x96, 0x128x96; total 2.1 MFLOP; ``; empty when no variant recorded them."""
+        labels = next((v.extra["groups"] for v in self.variants if isinstance(v.extra.get("groups"), list)), None)
+        if not labels:
+            return ""
+        sizes = [[int(x) for x in label.split("x")] for label in labels]
+        flops = sum(2 * m * n * k for m, n, k in sizes)
+        rows = sum(m for m, _, _ in sizes)
+        return f"groups {', '.join(labels)}; total {rows} rows, {flops / 1e6:.3g} MFLOP; "
+
     @property
     def short(self) -> str:
         """``MxNxK`` (a grouped launch: its groups) and A's type."""
@@ -123,8 +134,8 @@ class Group:
         p, t = self.problem, self.types
         if p["m"] is None:
             return "problem unknown"
-        what = (f"grouped {self.groups} (one launch; largest M={p['m']} N={p['n']} K={p['k']})" if self.groups
-                else f"M={p['m']} N={p['n']} K={p['k']} batch={p['batch']}")
+        what = (f"grouped {self.groups} (one launch; {self.group_sizes()}largest M={p['m']} N={p['n']} K={p['k']})"
+                if self.groups else f"M={p['m']} N={p['n']} K={p['k']} batch={p['batch']}")
         quant = f", quantized {self.quant}" if self.quant else ""
         return f"{what}, A={t['a']} B={t['b']} acc={t['acc']} C={t['c']}{quant}, layouts {t['layout']}"
 

@@ -31,7 +31,9 @@ from xegemm.evaluate.isolated import TimeLimits
 from xegemm.lowering import choose_lowering, named_lowering
 from xegemm.evaluate.peak import ceiling_gflops
 from xegemm.pipeline import RunInterrupted, shielded
-from xegemm.profile import time_numpy_reference
+from xegemm.evaluate.grouped import GroupedNumpyReference
+from xegemm.grouped.problem import GroupedProblem
+from xegemm.profile import time_numpy_reference, time_reference
 from xegemm.journal import writable_dir
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.tune.cache import MeasurementCache, default_cache_path
@@ -39,7 +41,7 @@ from xegemm.tune.export import META, export, study_space as _study_space
 from xegemm.tune.model import Machine
 from xegemm.tune.objective import AotObjective, DeviceObjective
 from xegemm.tune.runner import ShapeRun, Tally
-from xegemm.tune.shapes import Shape, config_shapes, parse_shapes
+from xegemm.tune.shapes import Shape, config_shapes, grouped_shape, parse_shapes
 from xegemm.tune.space import TuneSpace
 from xegemm.tune.strategies import get_strategy
 from xegemm.tune.study import (
@@ -82,12 +84,8 @@ def _shapes(config, shapes) -> list[Shape]:
     if shapes is None:
         return config_shapes(config)
     if isinstance(shapes, str):
-        parsed = parse_shapes(shapes)
-        grouped = [s.label for s in parsed if not isinstance(s, Shape)]
-        if grouped:
-            raise XegemmError(f"--shapes: {grouped[0]} is a grouped problem; tune a config whose problem.groups "
-                              "(or moe:) holds it: the objective is then the whole grouped launch (docs/grouped.md)")
-        return parsed
+        # a grouped problem is a Shape holding its groups: its study's objective is the whole grouped launch
+        return [s if isinstance(s, Shape) else grouped_shape(s) for s in parse_shapes(shapes)]
     return [s if isinstance(s, Shape) else Shape(*s) for s in shapes]
 
 
@@ -177,7 +175,8 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
                                     sampler=chosen.sampler(space, seed), load_if_exists=True)
             meta = {**meta_common, "shape": shape.as_dict()}
             if target is None and "reference" not in s.user_attrs.get(META, {}):
-                meta["reference"] = time_numpy_reference(shape.m, shape.n, shape.k, shape.batch)
+                meta["reference"] = (time_reference(GroupedNumpyReference(GroupedProblem.of(shape.groups)))
+                                     if shape.groups else time_numpy_reference(shape.m, shape.n, shape.k, shape.batch))
             elif META in s.user_attrs:
                 meta["reference"] = s.user_attrs[META].get("reference")
             s.set_user_attr(META, meta)

@@ -19,7 +19,7 @@ from xegemm.config import Config, Problem, SearchSpace
 from xegemm.config.schema import is_problem_axis
 from xegemm.errors import XegemmError
 from xegemm.files import CONFIG_BYTES, load_yaml_file, read_text
-from xegemm.grouped.problem import GROUP_SEPARATOR, GroupedProblem
+from xegemm.grouped.problem import GROUP_SEPARATOR, GroupedProblem, config_overrides
 
 MAX_SHAPES = 1000
 _LABEL = re.compile(r"^\s*(\d+)x(\d+)x(\d+)(?:x(\d+))?\s*$")
@@ -114,6 +114,13 @@ def parse_shapes(spec: str) -> list[Shape | GroupedProblem]:
     if len(shapes) > MAX_SHAPES:
         raise XegemmError(f"--shapes: {len(shapes)} shapes; at most {MAX_SHAPES} (each is a study of its own)")
     return shapes
+
+
+def grouped_shape(problem: GroupedProblem) -> Shape:
+    """A grouped problem (not an MoE layer: ``+`` joins groups) as the tuner's Shape: its groups, and M, N, K
+    the largest group's, as a config's reader sets them."""
+    keys = config_overrides(problem)
+    return Shape(keys["problem.m"], keys["problem.n"], keys["problem.k"], 1, keys["problem.groups"])
 
 
 def config_shapes(config: Config) -> list[Shape]:
