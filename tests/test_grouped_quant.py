@@ -1,7 +1,7 @@
 """An MoE layer with quantized expert weights (docs/grouped.md): one launch dequantizes each expert's B with the
 single GEMM's dequantization and the expert's own scales and zeros, on the CPU device; verified expert by expert
 (ragged rows, empty experts); a kernel reading the wrong expert's scales must fail; ``Gemm.moe`` takes the
-format's arrays stacked per expert.  Four device builds, the smallest quantized tile."""
+format's arrays stacked per expert.  Five device builds, the smallest quantized tile."""
 
 import re
 from pathlib import Path
@@ -28,6 +28,8 @@ profile: {warmup: 1, repeats: 1}   # run_variant times it too: once is enough he
 CASES = {   # GPTQ: int32 words of 8 K, read as 32-bit rows of K / 8; plain u4 column-major with zeros
     "gptq": ("u4", "{format: gptq, group: 32, scale: f16, zero: u4}", "static", {}),
     "plain u4 col": ("u4", "{format: plain, group: 32, scale: f16, zero: u4}", "dynamic", {"layout.b": "col"}),
+    # gpt-oss's experts: MXFP4 (e2m1 values, an e8m0 scale per 32 K)
+    "mxfp4": ("e2m1", "{format: mx, group: 32, scale: e8m0}", "static", {}),
 }
 SHIPPED = Path(__file__).resolve().parents[1] / "configs" / "moe_w4a16.yaml"
 
