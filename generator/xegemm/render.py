@@ -101,10 +101,7 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False, stage: Stage | Non
     prints its body once, in a loop over the tiles, at origin (xe_tr, xe_tc).  The same element code on the
     same values: the results are identical to the unrolled tiles'."""
     spec, operand = (plan.partial_epilogue, plan.partial) if partial else (plan.kernel_epilogue, plan.c)
-    sg, store = plan.config.tile.subgroup_size, operand.atom
-    cmap = store.lane_map.map
-    frag_rows = plan.mma.lane_map("c").map[0]
-    count = store.register_length
+    store = operand.atom
     identity = spec.identity and spec.out == spec.acc and (partial or plan.graph is None)
     if not identity:
         stage = Stage.of(plan, spec if partial else None) if stage is None or partial else stage
