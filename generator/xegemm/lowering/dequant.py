@@ -49,9 +49,10 @@ class DequantCode:
     def a_value(unit: str, element: int, row: int, lanes: int) -> str:
         """The C of an FP8 A's element ``element`` of the 32-bit ``unit``, in row ``row`` of the sub-group tile
         (W8A8): its value times its row's scale, rounded once to the compute type.  The scales of the tile's
-        rows lie one per lane (``xa_s<h>``: rows 16 h + lane) and are broadcast from there."""
+        rows lie one per lane (``xa_s<h>``: rows 16 h + lane) and are fetched from there with
+        ``intel_sub_group_shuffle`` (cl_intel_subgroups, as the reorders fetch: both lowerings have it)."""
         return (f"xe_round_once(xe_qa_code({unit}, {element}u), "
-                f"sub_group_broadcast(xa_s{row // lanes}, {row % lanes}))")
+                f"intel_sub_group_shuffle(xa_s{row // lanes}, {row % lanes}))")
 
 
 def _scale_load(spec: QuantSpec, row: str, n: str, array: str = "S", other: str = "N", groups: str = "xq_groups") -> str:
