@@ -425,6 +425,20 @@ def test_a_single_timed_run_draws_a_bar_without_whiskers_error():
     assert svg.count('id="one-bar-0"') == 1
 
 
+def test_rate_axes_start_at_zero_and_leave_room_above_the_best_point():
+    """GFLOP/s is a rate: its axes start at 0 (a small difference looks small) and end a tenth above the best
+    point, which the frame would otherwise cut in half."""
+    from matplotlib.figure import Figure
+
+    from xegemm.reporting.plots import _rate_axis
+    ax = Figure().add_subplot()
+    ax.scatter([0, 1, 2], [41.2, 55.2, 42.3])
+    _rate_axis(ax, [41.2, 55.2, None, 42.3])
+    assert ax.get_ylim() == pytest.approx((0.0, 55.2 * 1.1))
+    _rate_axis(ax, [None, 0.0])                       # nothing timed: still a valid axis
+    assert ax.get_ylim() == (0.0, 1.0)
+
+
 def test_two_runs_in_one_page_are_told_apart(runs, tmp_path):
     a, b = runs                                       # two directories of the same name
     page = render([a, b], "html", page_dir=tmp_path)

@@ -137,11 +137,17 @@ def parameter_effects(group: Group, plot_id: str) -> str:
                       ha="right" if crowded else "center")
         ax.set_title(title, fontsize=10)
         ax.set_xlim(-0.5, len(categories) - 0.5)
-        ax.set_ylim(bottom=0)                  # a rate: from 0, so that a small difference looks small
+        _rate_axis(ax, [v.gflops for v in timed])     # a rate: from 0, so that a small difference looks small
         ax.grid(axis="y", alpha=0.3)
         if j == 0:
             ax.set_ylabel("GFLOP/s")
     return _svg(fig, plot_id)
+
+
+def _rate_axis(ax, values) -> None:
+    """A rate's axis: from 0 up to a tenth above the largest value, so the best point is never cut by the frame."""
+    top = max((v for v in values if v), default=0.0)
+    ax.set_ylim(0, top * 1.1 if top > 0 else 1.0)
 
 
 def _natural(text: str):
@@ -179,8 +185,9 @@ def convergence(series: dict[str, list[Evaluation]], plot_id: str) -> str:
     panels[0].legend(fontsize=8, loc="lower right")
     if timed_walls:
         panels[1].set_xlabel("wall time since the first trial finished (s)")
+    tops = [t.gflops or 0.0 for trials in series.values() for t in trials]
     for ax in panels:
-        ax.set_ylim(bottom=0)                  # a rate: from 0
+        _rate_axis(ax, tops)
         ax.grid(alpha=0.3)
     return _svg(fig, plot_id)
 
