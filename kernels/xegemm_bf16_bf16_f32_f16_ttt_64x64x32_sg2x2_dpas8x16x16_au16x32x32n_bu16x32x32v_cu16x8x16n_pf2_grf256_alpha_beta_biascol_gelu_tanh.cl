@@ -110,6 +110,13 @@ static inline bool xe_block_inside(int width_bytes, int height, int x, int y, in
     return x >= 0 && y >= 0 && y + rows <= height && ((long)x + cols) * bits <= (long)width_bytes * 8;
 }
 
+/* May a block at column x read its rows `bytes` bytes at a time (a load's wide reads, each of `bytes` aligned
+   bytes)?  Base, pitch and x's byte offset aligned to it; a block that is not takes the exact path. */
+static inline bool xe_wide_aligned(const global uchar* base, int pitch_bytes, int x, int bits, int bytes)
+{
+    return (((ulong)base | (ulong)pitch_bytes) & (bytes - 1)) == 0 && ((long)x * bits) % (8 * bytes) == 0;
+}
+
 /* 4-bit elements: nibble col & 1 of byte col / 2, low nibble first. */
 static inline uchar xe_ld_u4(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
 {

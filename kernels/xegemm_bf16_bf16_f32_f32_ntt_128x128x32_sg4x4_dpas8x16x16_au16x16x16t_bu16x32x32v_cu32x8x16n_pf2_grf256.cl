@@ -109,6 +109,13 @@ static inline bool xe_block_inside(int width_bytes, int height, int x, int y, in
     return x >= 0 && y >= 0 && y + rows <= height && ((long)x + cols) * bits <= (long)width_bytes * 8;
 }
 
+/* May a block at column x read its rows `bytes` bytes at a time (a load's wide reads, each of `bytes` aligned
+   bytes)?  Base, pitch and x's byte offset aligned to it; a block that is not takes the exact path. */
+static inline bool xe_wide_aligned(const global uchar* base, int pitch_bytes, int x, int bits, int bytes)
+{
+    return (((ulong)base | (ulong)pitch_bytes) & (bytes - 1)) == 0 && ((long)x * bits) % (8 * bytes) == 0;
+}
+
 /* 4-bit elements: nibble col & 1 of byte col / 2, low nibble first. */
 static inline uchar xe_ld_u4(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
 {
@@ -163,15 +170,15 @@ static inline void xe_copy_u16x16x16_ld_t_into(
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
-    if (xe_block_inside(width_bytes, height, x, y, 16, 16, 16)) {
-        v[0] = (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x) | (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 1) << 16;
-        v[1] = (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 2) | (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 3) << 16;
-        v[2] = (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 4) | (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 5) << 16;
-        v[3] = (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 6) | (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 7) << 16;
-        v[4] = (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 8) | (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 9) << 16;
-        v[5] = (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 10) | (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 11) << 16;
-        v[6] = (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 12) | (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 13) << 16;
-        v[7] = (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 14) | (uint)xe_ldu_u16(base, pitch_bytes, y + lane, x + 15) << 16;
+    if (xe_block_inside(width_bytes, height, x, y, 16, 16, 16)        && xe_wide_aligned(base, pitch_bytes, x, 16, 4)) {
+        v[0] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2);
+        v[1] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2 + 1);
+        v[2] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2 + 2);
+        v[3] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2 + 3);
+        v[4] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2 + 4);
+        v[5] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2 + 5);
+        v[6] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2 + 6);
+        v[7] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2 + 7);
     } else {
         /* gathered in a local array of uint (its index comes from the table), then copied with constant
            indices so that the caller's v can stay in registers */

@@ -109,6 +109,13 @@ static inline bool xe_block_inside(int width_bytes, int height, int x, int y, in
     return x >= 0 && y >= 0 && y + rows <= height && ((long)x + cols) * bits <= (long)width_bytes * 8;
 }
 
+/* May a block at column x read its rows `bytes` bytes at a time (a load's wide reads, each of `bytes` aligned
+   bytes)?  Base, pitch and x's byte offset aligned to it; a block that is not takes the exact path. */
+static inline bool xe_wide_aligned(const global uchar* base, int pitch_bytes, int x, int bits, int bytes)
+{
+    return (((ulong)base | (ulong)pitch_bytes) & (bytes - 1)) == 0 && ((long)x * bits) % (8 * bytes) == 0;
+}
+
 /* 4-bit elements: nibble col & 1 of byte col / 2, low nibble first. */
 static inline uchar xe_ld_u4(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
 {
@@ -403,71 +410,71 @@ static inline void xe_copy_u4x32x128_ld_n_into(
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
-    if (xe_block_inside(width_bytes, height, x, y, 32, 128, 4)) {
-        v[0] = (ushort)xe_ldu_u4(base, pitch_bytes, y, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y, x + 3 + lane * 4) << 12;
-        v[1] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 1, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 1, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 1, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 1, x + 3 + lane * 4) << 12;
-        v[2] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 2, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 2, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 2, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 2, x + 3 + lane * 4) << 12;
-        v[3] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 3, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 3, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 3, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 3, x + 3 + lane * 4) << 12;
-        v[4] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 4, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 4, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 4, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 4, x + 3 + lane * 4) << 12;
-        v[5] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 5, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 5, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 5, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 5, x + 3 + lane * 4) << 12;
-        v[6] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 6, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 6, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 6, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 6, x + 3 + lane * 4) << 12;
-        v[7] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 7, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 7, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 7, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 7, x + 3 + lane * 4) << 12;
-        v[8] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 8, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 8, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 8, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 8, x + 3 + lane * 4) << 12;
-        v[9] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 9, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 9, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 9, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 9, x + 3 + lane * 4) << 12;
-        v[10] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 10, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 10, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 10, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 10, x + 3 + lane * 4) << 12;
-        v[11] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 11, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 11, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 11, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 11, x + 3 + lane * 4) << 12;
-        v[12] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 12, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 12, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 12, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 12, x + 3 + lane * 4) << 12;
-        v[13] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 13, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 13, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 13, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 13, x + 3 + lane * 4) << 12;
-        v[14] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 14, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 14, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 14, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 14, x + 3 + lane * 4) << 12;
-        v[15] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 15, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 15, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 15, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 15, x + 3 + lane * 4) << 12;
-        v[16] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 16, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 16, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 16, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 16, x + 3 + lane * 4) << 12;
-        v[17] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 17, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 17, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 17, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 17, x + 3 + lane * 4) << 12;
-        v[18] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 18, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 18, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 18, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 18, x + 3 + lane * 4) << 12;
-        v[19] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 19, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 19, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 19, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 19, x + 3 + lane * 4) << 12;
-        v[20] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 20, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 20, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 20, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 20, x + 3 + lane * 4) << 12;
-        v[21] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 21, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 21, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 21, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 21, x + 3 + lane * 4) << 12;
-        v[22] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 22, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 22, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 22, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 22, x + 3 + lane * 4) << 12;
-        v[23] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 23, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 23, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 23, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 23, x + 3 + lane * 4) << 12;
-        v[24] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 24, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 24, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 24, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 24, x + 3 + lane * 4) << 12;
-        v[25] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 25, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 25, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 25, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 25, x + 3 + lane * 4) << 12;
-        v[26] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 26, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 26, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 26, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 26, x + 3 + lane * 4) << 12;
-        v[27] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 27, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 27, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 27, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 27, x + 3 + lane * 4) << 12;
-        v[28] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 28, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 28, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 28, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 28, x + 3 + lane * 4) << 12;
-        v[29] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 29, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 29, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 29, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 29, x + 3 + lane * 4) << 12;
-        v[30] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 3 + lane * 4) << 12;
-        v[31] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 1 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 2 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 3 + lane * 4) << 12;
-        v[32] = (ushort)xe_ldu_u4(base, pitch_bytes, y, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y, x + 67 + lane * 4) << 12;
-        v[33] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 1, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 1, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 1, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 1, x + 67 + lane * 4) << 12;
-        v[34] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 2, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 2, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 2, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 2, x + 67 + lane * 4) << 12;
-        v[35] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 3, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 3, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 3, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 3, x + 67 + lane * 4) << 12;
-        v[36] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 4, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 4, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 4, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 4, x + 67 + lane * 4) << 12;
-        v[37] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 5, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 5, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 5, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 5, x + 67 + lane * 4) << 12;
-        v[38] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 6, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 6, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 6, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 6, x + 67 + lane * 4) << 12;
-        v[39] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 7, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 7, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 7, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 7, x + 67 + lane * 4) << 12;
-        v[40] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 8, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 8, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 8, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 8, x + 67 + lane * 4) << 12;
-        v[41] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 9, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 9, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 9, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 9, x + 67 + lane * 4) << 12;
-        v[42] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 10, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 10, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 10, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 10, x + 67 + lane * 4) << 12;
-        v[43] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 11, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 11, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 11, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 11, x + 67 + lane * 4) << 12;
-        v[44] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 12, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 12, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 12, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 12, x + 67 + lane * 4) << 12;
-        v[45] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 13, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 13, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 13, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 13, x + 67 + lane * 4) << 12;
-        v[46] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 14, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 14, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 14, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 14, x + 67 + lane * 4) << 12;
-        v[47] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 15, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 15, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 15, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 15, x + 67 + lane * 4) << 12;
-        v[48] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 16, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 16, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 16, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 16, x + 67 + lane * 4) << 12;
-        v[49] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 17, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 17, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 17, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 17, x + 67 + lane * 4) << 12;
-        v[50] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 18, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 18, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 18, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 18, x + 67 + lane * 4) << 12;
-        v[51] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 19, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 19, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 19, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 19, x + 67 + lane * 4) << 12;
-        v[52] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 20, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 20, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 20, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 20, x + 67 + lane * 4) << 12;
-        v[53] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 21, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 21, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 21, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 21, x + 67 + lane * 4) << 12;
-        v[54] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 22, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 22, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 22, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 22, x + 67 + lane * 4) << 12;
-        v[55] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 23, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 23, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 23, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 23, x + 67 + lane * 4) << 12;
-        v[56] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 24, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 24, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 24, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 24, x + 67 + lane * 4) << 12;
-        v[57] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 25, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 25, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 25, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 25, x + 67 + lane * 4) << 12;
-        v[58] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 26, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 26, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 26, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 26, x + 67 + lane * 4) << 12;
-        v[59] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 27, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 27, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 27, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 27, x + 67 + lane * 4) << 12;
-        v[60] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 28, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 28, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 28, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 28, x + 67 + lane * 4) << 12;
-        v[61] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 29, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 29, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 29, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 29, x + 67 + lane * 4) << 12;
-        v[62] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 30, x + 67 + lane * 4) << 12;
-        v[63] = (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 64 + lane * 4) | (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 65 + lane * 4) << 4 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 66 + lane * 4) << 8 | (ushort)xe_ldu_u4(base, pitch_bytes, y + 31, x + 67 + lane * 4) << 12;
+    if (xe_block_inside(width_bytes, height, x, y, 32, 128, 4)        && xe_wide_aligned(base, pitch_bytes, x, 4, 2)) {
+        v[0] = (ushort)xe_ldu_u16(base, pitch_bytes, y, x / 4 + lane);
+        v[1] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 1, x / 4 + lane);
+        v[2] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 2, x / 4 + lane);
+        v[3] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 3, x / 4 + lane);
+        v[4] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 4, x / 4 + lane);
+        v[5] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 5, x / 4 + lane);
+        v[6] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 6, x / 4 + lane);
+        v[7] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 7, x / 4 + lane);
+        v[8] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 8, x / 4 + lane);
+        v[9] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 9, x / 4 + lane);
+        v[10] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 10, x / 4 + lane);
+        v[11] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 11, x / 4 + lane);
+        v[12] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 12, x / 4 + lane);
+        v[13] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 13, x / 4 + lane);
+        v[14] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 14, x / 4 + lane);
+        v[15] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 15, x / 4 + lane);
+        v[16] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 16, x / 4 + lane);
+        v[17] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 17, x / 4 + lane);
+        v[18] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 18, x / 4 + lane);
+        v[19] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 19, x / 4 + lane);
+        v[20] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 20, x / 4 + lane);
+        v[21] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 21, x / 4 + lane);
+        v[22] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 22, x / 4 + lane);
+        v[23] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 23, x / 4 + lane);
+        v[24] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 24, x / 4 + lane);
+        v[25] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 25, x / 4 + lane);
+        v[26] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 26, x / 4 + lane);
+        v[27] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 27, x / 4 + lane);
+        v[28] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 28, x / 4 + lane);
+        v[29] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 29, x / 4 + lane);
+        v[30] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 30, x / 4 + lane);
+        v[31] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 31, x / 4 + lane);
+        v[32] = (ushort)xe_ldu_u16(base, pitch_bytes, y, x / 4 + 16 + lane);
+        v[33] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 1, x / 4 + 16 + lane);
+        v[34] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 2, x / 4 + 16 + lane);
+        v[35] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 3, x / 4 + 16 + lane);
+        v[36] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 4, x / 4 + 16 + lane);
+        v[37] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 5, x / 4 + 16 + lane);
+        v[38] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 6, x / 4 + 16 + lane);
+        v[39] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 7, x / 4 + 16 + lane);
+        v[40] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 8, x / 4 + 16 + lane);
+        v[41] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 9, x / 4 + 16 + lane);
+        v[42] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 10, x / 4 + 16 + lane);
+        v[43] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 11, x / 4 + 16 + lane);
+        v[44] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 12, x / 4 + 16 + lane);
+        v[45] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 13, x / 4 + 16 + lane);
+        v[46] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 14, x / 4 + 16 + lane);
+        v[47] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 15, x / 4 + 16 + lane);
+        v[48] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 16, x / 4 + 16 + lane);
+        v[49] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 17, x / 4 + 16 + lane);
+        v[50] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 18, x / 4 + 16 + lane);
+        v[51] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 19, x / 4 + 16 + lane);
+        v[52] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 20, x / 4 + 16 + lane);
+        v[53] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 21, x / 4 + 16 + lane);
+        v[54] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 22, x / 4 + 16 + lane);
+        v[55] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 23, x / 4 + 16 + lane);
+        v[56] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 24, x / 4 + 16 + lane);
+        v[57] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 25, x / 4 + 16 + lane);
+        v[58] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 26, x / 4 + 16 + lane);
+        v[59] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 27, x / 4 + 16 + lane);
+        v[60] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 28, x / 4 + 16 + lane);
+        v[61] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 29, x / 4 + 16 + lane);
+        v[62] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 30, x / 4 + 16 + lane);
+        v[63] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 31, x / 4 + 16 + lane);
     } else {
         /* gathered in a local array of uint (its index comes from the table), then copied with constant
            indices so that the caller's v can stay in registers */
@@ -572,15 +579,15 @@ static inline void xe_copy_u4x16x64_ld_t_into(
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
-    if (xe_block_inside(width_bytes, height, x, y, 16, 64, 4)) {
-        v[0] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 1) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 2) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 3) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 4) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 5) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 6) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 7) << 28;
-        v[1] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 8) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 9) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 10) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 11) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 12) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 13) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 14) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 15) << 28;
-        v[2] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 16) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 17) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 18) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 19) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 20) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 21) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 22) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 23) << 28;
-        v[3] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 24) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 25) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 26) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 27) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 28) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 29) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 30) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 31) << 28;
-        v[4] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 32) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 33) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 34) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 35) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 36) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 37) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 38) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 39) << 28;
-        v[5] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 40) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 41) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 42) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 43) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 44) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 45) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 46) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 47) << 28;
-        v[6] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 48) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 49) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 50) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 51) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 52) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 53) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 54) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 55) << 28;
-        v[7] = (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 56) | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 57) << 4 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 58) << 8 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 59) << 12 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 60) << 16 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 61) << 20 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 62) << 24 | (uint)xe_ldu_u4(base, pitch_bytes, y + lane, x + 63) << 28;
+    if (xe_block_inside(width_bytes, height, x, y, 16, 64, 4)        && xe_wide_aligned(base, pitch_bytes, x, 4, 4)) {
+        v[0] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8);
+        v[1] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8 + 1);
+        v[2] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8 + 2);
+        v[3] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8 + 3);
+        v[4] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8 + 4);
+        v[5] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8 + 5);
+        v[6] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8 + 6);
+        v[7] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8 + 7);
     } else {
         /* gathered in a local array of uint (its index comes from the table), then copied with constant
            indices so that the caller's v can stay in registers */

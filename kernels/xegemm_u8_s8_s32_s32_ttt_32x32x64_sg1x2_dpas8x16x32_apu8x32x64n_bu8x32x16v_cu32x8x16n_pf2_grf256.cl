@@ -109,6 +109,13 @@ static inline bool xe_block_inside(int width_bytes, int height, int x, int y, in
     return x >= 0 && y >= 0 && y + rows <= height && ((long)x + cols) * bits <= (long)width_bytes * 8;
 }
 
+/* May a block at column x read its rows `bytes` bytes at a time (a load's wide reads, each of `bytes` aligned
+   bytes)?  Base, pitch and x's byte offset aligned to it; a block that is not takes the exact path. */
+static inline bool xe_wide_aligned(const global uchar* base, int pitch_bytes, int x, int bits, int bytes)
+{
+    return (((ulong)base | (ulong)pitch_bytes) & (bytes - 1)) == 0 && ((long)x * bits) % (8 * bytes) == 0;
+}
+
 /* 4-bit elements: nibble col & 1 of byte col / 2, low nibble first. */
 static inline uchar xe_ld_u4(const global uchar* base, int width_bytes, int height, int pitch_bytes, int row, int col)
 {
@@ -275,71 +282,71 @@ static inline void xe_copy_packed_u8x32x64_ld_n_into(
     const int lane = get_sub_group_local_id();
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
-    if (xe_block_inside(width_bytes, height, x, y, 32, 64, 8)) {
-        v[0] = (ushort)xe_ldu_u8(base, pitch_bytes, y, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y, x + 1 + lane * 2) << 8;
-        v[1] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 1, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 1, x + 1 + lane * 2) << 8;
-        v[2] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 2, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 2, x + 1 + lane * 2) << 8;
-        v[3] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 3, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 3, x + 1 + lane * 2) << 8;
-        v[4] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 4, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 4, x + 1 + lane * 2) << 8;
-        v[5] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 5, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 5, x + 1 + lane * 2) << 8;
-        v[6] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 6, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 6, x + 1 + lane * 2) << 8;
-        v[7] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 7, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 7, x + 1 + lane * 2) << 8;
-        v[8] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 8, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 8, x + 1 + lane * 2) << 8;
-        v[9] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 9, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 9, x + 1 + lane * 2) << 8;
-        v[10] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 10, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 10, x + 1 + lane * 2) << 8;
-        v[11] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 11, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 11, x + 1 + lane * 2) << 8;
-        v[12] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 12, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 12, x + 1 + lane * 2) << 8;
-        v[13] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 13, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 13, x + 1 + lane * 2) << 8;
-        v[14] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 14, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 14, x + 1 + lane * 2) << 8;
-        v[15] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 15, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 15, x + 1 + lane * 2) << 8;
-        v[16] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 16, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 16, x + 1 + lane * 2) << 8;
-        v[17] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 17, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 17, x + 1 + lane * 2) << 8;
-        v[18] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 18, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 18, x + 1 + lane * 2) << 8;
-        v[19] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 19, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 19, x + 1 + lane * 2) << 8;
-        v[20] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 20, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 20, x + 1 + lane * 2) << 8;
-        v[21] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 21, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 21, x + 1 + lane * 2) << 8;
-        v[22] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 22, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 22, x + 1 + lane * 2) << 8;
-        v[23] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 23, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 23, x + 1 + lane * 2) << 8;
-        v[24] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 24, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 24, x + 1 + lane * 2) << 8;
-        v[25] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 25, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 25, x + 1 + lane * 2) << 8;
-        v[26] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 26, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 26, x + 1 + lane * 2) << 8;
-        v[27] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 27, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 27, x + 1 + lane * 2) << 8;
-        v[28] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 28, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 28, x + 1 + lane * 2) << 8;
-        v[29] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 29, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 29, x + 1 + lane * 2) << 8;
-        v[30] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 30, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 30, x + 1 + lane * 2) << 8;
-        v[31] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 31, x + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 31, x + 1 + lane * 2) << 8;
-        v[32] = (ushort)xe_ldu_u8(base, pitch_bytes, y, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y, x + 33 + lane * 2) << 8;
-        v[33] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 1, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 1, x + 33 + lane * 2) << 8;
-        v[34] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 2, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 2, x + 33 + lane * 2) << 8;
-        v[35] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 3, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 3, x + 33 + lane * 2) << 8;
-        v[36] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 4, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 4, x + 33 + lane * 2) << 8;
-        v[37] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 5, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 5, x + 33 + lane * 2) << 8;
-        v[38] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 6, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 6, x + 33 + lane * 2) << 8;
-        v[39] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 7, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 7, x + 33 + lane * 2) << 8;
-        v[40] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 8, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 8, x + 33 + lane * 2) << 8;
-        v[41] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 9, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 9, x + 33 + lane * 2) << 8;
-        v[42] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 10, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 10, x + 33 + lane * 2) << 8;
-        v[43] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 11, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 11, x + 33 + lane * 2) << 8;
-        v[44] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 12, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 12, x + 33 + lane * 2) << 8;
-        v[45] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 13, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 13, x + 33 + lane * 2) << 8;
-        v[46] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 14, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 14, x + 33 + lane * 2) << 8;
-        v[47] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 15, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 15, x + 33 + lane * 2) << 8;
-        v[48] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 16, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 16, x + 33 + lane * 2) << 8;
-        v[49] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 17, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 17, x + 33 + lane * 2) << 8;
-        v[50] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 18, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 18, x + 33 + lane * 2) << 8;
-        v[51] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 19, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 19, x + 33 + lane * 2) << 8;
-        v[52] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 20, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 20, x + 33 + lane * 2) << 8;
-        v[53] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 21, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 21, x + 33 + lane * 2) << 8;
-        v[54] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 22, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 22, x + 33 + lane * 2) << 8;
-        v[55] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 23, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 23, x + 33 + lane * 2) << 8;
-        v[56] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 24, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 24, x + 33 + lane * 2) << 8;
-        v[57] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 25, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 25, x + 33 + lane * 2) << 8;
-        v[58] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 26, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 26, x + 33 + lane * 2) << 8;
-        v[59] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 27, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 27, x + 33 + lane * 2) << 8;
-        v[60] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 28, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 28, x + 33 + lane * 2) << 8;
-        v[61] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 29, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 29, x + 33 + lane * 2) << 8;
-        v[62] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 30, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 30, x + 33 + lane * 2) << 8;
-        v[63] = (ushort)xe_ldu_u8(base, pitch_bytes, y + 31, x + 32 + lane * 2) | (ushort)xe_ldu_u8(base, pitch_bytes, y + 31, x + 33 + lane * 2) << 8;
+    if (xe_block_inside(width_bytes, height, x, y, 32, 64, 8)        && xe_wide_aligned(base, pitch_bytes, x, 8, 2)) {
+        v[0] = (ushort)xe_ldu_u16(base, pitch_bytes, y, x / 2 + lane);
+        v[1] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 1, x / 2 + lane);
+        v[2] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 2, x / 2 + lane);
+        v[3] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 3, x / 2 + lane);
+        v[4] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 4, x / 2 + lane);
+        v[5] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 5, x / 2 + lane);
+        v[6] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 6, x / 2 + lane);
+        v[7] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 7, x / 2 + lane);
+        v[8] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 8, x / 2 + lane);
+        v[9] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 9, x / 2 + lane);
+        v[10] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 10, x / 2 + lane);
+        v[11] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 11, x / 2 + lane);
+        v[12] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 12, x / 2 + lane);
+        v[13] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 13, x / 2 + lane);
+        v[14] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 14, x / 2 + lane);
+        v[15] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 15, x / 2 + lane);
+        v[16] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 16, x / 2 + lane);
+        v[17] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 17, x / 2 + lane);
+        v[18] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 18, x / 2 + lane);
+        v[19] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 19, x / 2 + lane);
+        v[20] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 20, x / 2 + lane);
+        v[21] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 21, x / 2 + lane);
+        v[22] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 22, x / 2 + lane);
+        v[23] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 23, x / 2 + lane);
+        v[24] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 24, x / 2 + lane);
+        v[25] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 25, x / 2 + lane);
+        v[26] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 26, x / 2 + lane);
+        v[27] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 27, x / 2 + lane);
+        v[28] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 28, x / 2 + lane);
+        v[29] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 29, x / 2 + lane);
+        v[30] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 30, x / 2 + lane);
+        v[31] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 31, x / 2 + lane);
+        v[32] = (ushort)xe_ldu_u16(base, pitch_bytes, y, x / 2 + 16 + lane);
+        v[33] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 1, x / 2 + 16 + lane);
+        v[34] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 2, x / 2 + 16 + lane);
+        v[35] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 3, x / 2 + 16 + lane);
+        v[36] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 4, x / 2 + 16 + lane);
+        v[37] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 5, x / 2 + 16 + lane);
+        v[38] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 6, x / 2 + 16 + lane);
+        v[39] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 7, x / 2 + 16 + lane);
+        v[40] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 8, x / 2 + 16 + lane);
+        v[41] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 9, x / 2 + 16 + lane);
+        v[42] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 10, x / 2 + 16 + lane);
+        v[43] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 11, x / 2 + 16 + lane);
+        v[44] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 12, x / 2 + 16 + lane);
+        v[45] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 13, x / 2 + 16 + lane);
+        v[46] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 14, x / 2 + 16 + lane);
+        v[47] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 15, x / 2 + 16 + lane);
+        v[48] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 16, x / 2 + 16 + lane);
+        v[49] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 17, x / 2 + 16 + lane);
+        v[50] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 18, x / 2 + 16 + lane);
+        v[51] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 19, x / 2 + 16 + lane);
+        v[52] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 20, x / 2 + 16 + lane);
+        v[53] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 21, x / 2 + 16 + lane);
+        v[54] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 22, x / 2 + 16 + lane);
+        v[55] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 23, x / 2 + 16 + lane);
+        v[56] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 24, x / 2 + 16 + lane);
+        v[57] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 25, x / 2 + 16 + lane);
+        v[58] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 26, x / 2 + 16 + lane);
+        v[59] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 27, x / 2 + 16 + lane);
+        v[60] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 28, x / 2 + 16 + lane);
+        v[61] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 29, x / 2 + 16 + lane);
+        v[62] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 30, x / 2 + 16 + lane);
+        v[63] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 31, x / 2 + 16 + lane);
     } else {
         /* gathered in a local array of uint (its index comes from the table), then copied with constant
            indices so that the caller's v can stay in registers */

@@ -58,7 +58,8 @@ def copy_plan(atom: CopyAtom) -> dict:
             (row, col), lanes = at
             edge.append((e // per_reg, e % per_reg * atom.elem_bits, lanes, *row, *col))
     narrow = atom.elem_bits < atom.register_elem_bits
-    return {"extent": (atom.rows, atom.cols), "fast": _fast_lines(atom), "edge": tuple(edge), "length": length,
+    fast, align = _fast_lines(atom)
+    return {"extent": (atom.rows, atom.cols), "fast": fast, "align": align, "edge": tuple(edge), "length": length,
             "elem_ctype": UNSIGNED_CTYPE[max(8, atom.elem_bits)],      # a 4-bit element travels in a uchar
             # the edge path's components, indexed from the table: 32 bits at least, since the CPU runtime moves
             # a 32-bit element per lane at a lane-dependent index with one gather, an 8- or 16-bit one lane by lane
@@ -66,21 +67,63 @@ def copy_plan(atom: CopyAtom) -> dict:
             "mask": f" & {hex((1 << atom.elem_bits) - 1)}u" if narrow else ""}
 
 
-def _fast_lines(atom: CopyAtom) -> tuple[str, ...]:
-    """The C lines of a load (``v[i] = ...;``) or a store of a block wholly inside the surface."""
+WIDE_READ_BITS = (8, 16, 32)     # what one aligned read of a load's fast path may fetch
+
+
+def _wide_runs(atom: CopyAtom, i: int) -> list[tuple[int, int]]:
+    """Register component i of a load as runs (first element j, count) of its elements that lie side by side
+    in one surface row, in the component's bit order, on every lane: each run of 8, 16 or 32 bits whose
+    every lane's first byte is a multiple of its size from x's is one aligned read (``count`` 1: an element
+    read alone).  Packed 8-bit and 4-bit loads are made of such runs; their elements read one by one were
+    byte gathers the CPU runtime spells lane by lane (a 32x64 packed u8 load: 128 of them per work-item,
+    which took about 16 s to build)."""
+    per_reg, eb = atom.register_elem_bits // atom.elem_bits, atom.elem_bits
+    coords = [_copy_coord(atom, i * per_reg + j) for j in range(per_reg)]
+    runs, j = [], 0
+    while j < per_reg:
+        n = 1
+        if coords[j] is not None and j * eb % 8 == 0:
+            (row, col), lanes = coords[j]
+            while (j + n < per_reg and coords[j + n] is not None and coords[j + n][1] == lanes
+                   and coords[j + n][0] == (row, (col[0] + n, col[1], col[2]))):
+                n += 1
+            while n > 1 and (n * eb not in WIDE_READ_BITS or any(c * eb % (n * eb) for c in col)):
+                n -= 1                        # the longest run that is one aligned read
+        runs.append((j, n))
+        j += n
+    return runs
+
+
+def _fast_lines(atom: CopyAtom) -> tuple[tuple[str, ...], int]:
+    """The C lines of a load (``v[i] = ...;``) or a store of a block wholly inside the surface, and the bytes
+    the load's wide reads need x's byte offset, the pitch and the base aligned to (0: none)."""
     reg_bits = atom.register_elem_bits
     reg, per_reg, suffix = atom.register_elem_ctype, reg_bits // atom.elem_bits, f"u{atom.elem_bits}"
     elem = UNSIGNED_CTYPE[max(8, atom.elem_bits)]            # a 4-bit element travels in a uchar
     length = min(atom.dealt_shape[1], SUB_GROUP)
-    loads, stores = [], []
+    loads, stores, align = [], [], 0
     for i in range(atom.register_length):
         lhs = f"v[{i}]" if atom.is_load or atom.register_length > 1 else "v"   # loads fill an array
         parts = []
-        for j in range(per_reg):
+        runs = dict(_wide_runs(atom, i)) if atom.is_load else {j: 1 for j in range(per_reg)}
+        for j, count in runs.items():
             at = _copy_coord(atom, i * per_reg + j)
             if at is None:
                 continue                      # padding on every lane: reads as 0, never written
             coefs, lanes = at
+            if count > 1:                     # one aligned read of count elements, the first in the low bits
+                bits = count * atom.elem_bits
+                align = max(align, bits // 8)
+                (r0, rhi, rlo), (c0, chi, clo) = coefs
+                row = f"y + {_lane_expr(coefs[0], length)}" if any(coefs[0]) else "y"
+                scale = bits // atom.elem_bits     # x is a multiple of it (the guard), so is every lane's column
+                col = _lane_expr((c0 // scale, chi // scale, clo // scale), length)
+                col = f"x / {scale}" + (f" + {col}" if col != "0" else "")
+                read = f"({reg})xe_ldu_u{bits}(base, pitch_bytes, {row}, {col})"
+                if j:
+                    read += f" << {j * atom.elem_bits}"
+                parts.append(f"(lane < {lanes} ? {read} : 0)" if lanes < SUB_GROUP else read)
+                continue
             row, col = (f"{origin} + {_lane_expr(c, length)}" if any(c) else origin
                         for origin, c in zip(("y", "x"), coefs))
             read, value = f"xe_ldu_{suffix}(base, pitch_bytes, {row}, {col})", lhs
@@ -97,7 +140,7 @@ def _fast_lines(atom: CopyAtom) -> tuple[str, ...]:
                 parts.append(read)
                 stores.append(store)
         loads.append(f"{lhs} = {' | '.join(parts) if parts else '0'};")
-    return tuple(loads) if atom.is_load else tuple(stores)
+    return (tuple(loads), align) if atom.is_load else (tuple(stores), 0)
 
 
 def _copy_coord(atom: CopyAtom, k: int):
