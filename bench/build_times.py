@@ -81,9 +81,9 @@ FEATURES: dict[str, str] = {
     # quantized and 4-bit operands (their own K tile: a 4-bit DPAS takes 64 of K at once)
     "s4 inputs: output s32": "types: {a: s4, b: s4, acc: s32, c: s32}\n"
                              "tile: {workgroup: [64, 64, 128], subgroups: [2, 2], subgroup_size: 16}",
-    "u8 B (int8 weights, channel scales)": "types: {a: f16, b: u8, acc: f32, c: f16}\n"
+    "u8 B: int8 weights per channel": "types: {a: f16, b: u8, acc: f32, c: f16}\n"
                                            "quant: {format: plain, group: channel, scale: f16}",
-    "GPTQ u4 B, group 128": "types: {a: f16, b: u4, acc: f32, c: f16}\n"
+    "u4 B: GPTQ group 128": "types: {a: f16, b: u4, acc: f32, c: f16}\n"
                             "quant: {format: gptq, group: 128, scale: f16, zero: u4}",
     "split-K 4": "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16, split_k: 4}",
     "stream-K 4": "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16, stream_k: 4}",

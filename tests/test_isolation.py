@@ -146,9 +146,17 @@ def _wait_for_records(out: Path, count: int, proc) -> None:
 
 
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
-def test_an_interrupted_run_resumes_to_the_same_report(config, tmp_path, how):
-    whole = tmp_path / "whole"
-    run(config, out_dir=whole, progress=None)
+@pytest.fixture(scope="module")
+def whole_run(tmp_path_factory):
+    """The sweep of CONFIG run once without interruption: what every interrupted and resumed run must equal."""
+    where = tmp_path_factory.mktemp("whole")
+    (where / "iso.yaml").write_text(CONFIG)
+    run(where / "iso.yaml", out_dir=where / "run", progress=None)
+    return where / "run"
+
+
+def test_an_interrupted_run_resumes_to_the_same_report(config, tmp_path, how, whole_run):
+    whole = whole_run
     out = tmp_path / "cut"
     proc = _run_cli(config, out)
     _wait_for_records(out, 1, proc)
