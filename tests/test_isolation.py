@@ -145,7 +145,6 @@ def _wait_for_records(out: Path, count: int, proc) -> None:
     raise AssertionError(f"no {count} records in time; {proc.poll()}")
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
 @pytest.fixture(scope="module")
 def whole_run(tmp_path_factory):
     """The sweep of CONFIG run once without interruption: what every interrupted and resumed run must equal."""
@@ -155,6 +154,7 @@ def whole_run(tmp_path_factory):
     return where / "run"
 
 
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_an_interrupted_run_resumes_to_the_same_report(config, tmp_path, how, whole_run):
     whole = whole_run
     out = tmp_path / "cut"
