@@ -51,7 +51,8 @@ kernels: $(STAMP)
 # The suite runs in TEST_JOBS processes (pytest-xdist; default: the machine's cores plus one, at most 5), one test
 # file per process at a time, so a file's module fixtures are set up once.  Most of its time is single-threaded
 # kernel builds; about a fifth is waiting (child processes, a database restart, timeouts), which the extra process
-# fills: on 2 cores, 3 processes took 914 s where 2 took 1120 s.
+# fills: on 2 cores, 3 processes took 914 s where 2 took 1120 s (that without one
+# test file, which failed at once).
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ $$n -gt 5 ] && n=5; echo $$n)
 test: $(STAMP) tools
 	$(VENV)/bin/ruff check .

@@ -82,7 +82,7 @@ FEATURES: dict[str, str] = {
     "s4 inputs: output s32": "types: {a: s4, b: s4, acc: s32, c: s32}\n"
                              "tile: {workgroup: [64, 64, 128], subgroups: [2, 2], subgroup_size: 16}",
     "u8 B: int8 weights per channel": "types: {a: f16, b: u8, acc: f32, c: f16}\n"
-                                           "quant: {format: plain, group: channel, scale: f16}",
+                                      "quant: {format: plain, group: channel, scale: f16}",
     "u4 B: GPTQ group 128": "types: {a: f16, b: u4, acc: f32, c: f16}\n"
                             "quant: {format: gptq, group: 128, scale: f16, zero: u4}",
     "split-K 4": "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16, split_k: 4}",

@@ -111,21 +111,17 @@ def _fast_lines(atom: CopyAtom) -> tuple[tuple[str, ...], int]:
             if at is None:
                 continue                      # padding on every lane: reads as 0, never written
             coefs, lanes = at
+            row, col = (f"{origin} + {_lane_expr(c, length)}" if any(c) else origin
+                        for origin, c in zip(("y", "x"), coefs))
             if count > 1:                     # one aligned read of count elements, the first in the low bits
                 bits = count * atom.elem_bits
                 align = max(align, bits // 8)
-                (r0, rhi, rlo), (c0, chi, clo) = coefs
-                row = f"y + {_lane_expr(coefs[0], length)}" if any(coefs[0]) else "y"
-                scale = bits // atom.elem_bits     # x is a multiple of it (the guard), so is every lane's column
-                col = _lane_expr((c0 // scale, chi // scale, clo // scale), length)
-                col = f"x / {scale}" + (f" + {col}" if col != "0" else "")
-                read = f"({reg})xe_ldu_u{bits}(base, pitch_bytes, {row}, {col})"
-                if j:
-                    read += f" << {j * atom.elem_bits}"
+                # in units of the read: x is a multiple of count (the guard), so is every lane's column
+                wide = _lane_expr(tuple(c // count for c in coefs[1]), length)
+                read = f"({reg})xe_ldu_u{bits}(base, pitch_bytes, {row}, x / {count}" + \
+                    (f" + {wide})" if wide != "0" else ")") + (f" << {j * atom.elem_bits}" if j else "")
                 parts.append(f"(lane < {lanes} ? {read} : 0)" if lanes < SUB_GROUP else read)
                 continue
-            row, col = (f"{origin} + {_lane_expr(c, length)}" if any(c) else origin
-                        for origin, c in zip(("y", "x"), coefs))
             read, value = f"xe_ldu_{suffix}(base, pitch_bytes, {row}, {col})", lhs
             if per_reg > 1:                   # several elements per component, the first in the low bits
                 shift = j * atom.elem_bits
