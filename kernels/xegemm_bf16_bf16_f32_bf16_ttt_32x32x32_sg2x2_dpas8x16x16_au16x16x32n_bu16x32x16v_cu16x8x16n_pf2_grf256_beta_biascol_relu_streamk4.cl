@@ -602,6 +602,9 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
     local float xe_stage_a[4][256], xe_stage_b[4][256];
     local float* const sa = xe_stage_a[sub_group_broadcast(get_sub_group_id(), 0)];
     local float* const sb = xe_stage_b[sub_group_broadcast(get_sub_group_id(), 0)];
+    /* the accumulators between k-steps: the register blocks run by a loop (xegemm.lowering.portable.RolledBlocks) */
+    local float xe_acc_blocks[4][256];
+    local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
 
 
@@ -627,6 +630,22 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
             xe_copy_u16x32x16_pf_n(B, b_width, b_height, ldb, n0 + 0, kp + 0);
 
         }
+        sacc[0 + lane] = acc_0_0_0;
+        sacc[16 + lane] = acc_0_0_1;
+        sacc[32 + lane] = acc_0_0_2;
+        sacc[48 + lane] = acc_0_0_3;
+        sacc[64 + lane] = acc_0_0_4;
+        sacc[80 + lane] = acc_0_0_5;
+        sacc[96 + lane] = acc_0_0_6;
+        sacc[112 + lane] = acc_0_0_7;
+        sacc[128 + lane] = acc_1_0_0;
+        sacc[144 + lane] = acc_1_0_1;
+        sacc[160 + lane] = acc_1_0_2;
+        sacc[176 + lane] = acc_1_0_3;
+        sacc[192 + lane] = acc_1_0_4;
+        sacc[208 + lane] = acc_1_0_5;
+        sacc[224 + lane] = acc_1_0_6;
+        sacc[240 + lane] = acc_1_0_7;
         for (int k0 = k_begin; k0 < k_end; k0 += 32) {
             if (k0 + 64 < k_end) {
                 xe_copy_u16x16x32_pf_n(A, a_width, a_height, lda, k0 + 64 + 0, m0 + 0);
@@ -671,24 +690,37 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
             sb[224 + lane] = as_float((uint)b0[7] << 16);
             sb[240 + lane] = as_float((uint)b0[7] & 0xffff0000u);
             sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-            for (int k = 0; k < 16; ++k) {
-                const float bk0 = sb[(k * 1 + 0) * 16 + lane];
-                { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; }
-                { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; }
-                { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; }
-                { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; }
-                { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; }
-                { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; }
-                { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; }
-                { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; }
-                { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; }
-                { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; }
-                { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; }
-                { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; }
-                { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; }
-                { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; }
-                { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; }
-                { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; }
+    #pragma unroll 1
+            for (int xb = 0; xb < 2; ++xb) {  /* register block: 8 rows x 1 N-fragments */
+                const int g0 = xb / 1 * 8, j0 = xb % 1 * 1;
+                local float* const blk = sacc + (g0 * 1 + j0) * 16 + lane;
+                float c0_0 = blk[0];
+                float c1_0 = blk[16];
+                float c2_0 = blk[32];
+                float c3_0 = blk[48];
+                float c4_0 = blk[64];
+                float c5_0 = blk[80];
+                float c6_0 = blk[96];
+                float c7_0 = blk[112];
+                for (int k = 0; k < 16; ++k) {
+                    const float bk0 = sb[(k * 1 + j0 + 0) * 16 + lane];
+                    { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; }
+                    { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; }
+                    { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; }
+                    { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; }
+                    { const float a = sa[(g0 + 4) * 16 + k]; c4_0 += a * bk0; }
+                    { const float a = sa[(g0 + 5) * 16 + k]; c5_0 += a * bk0; }
+                    { const float a = sa[(g0 + 6) * 16 + k]; c6_0 += a * bk0; }
+                    { const float a = sa[(g0 + 7) * 16 + k]; c7_0 += a * bk0; }
+                }
+                blk[0] = c0_0;
+                blk[16] = c1_0;
+                blk[32] = c2_0;
+                blk[48] = c3_0;
+                blk[64] = c4_0;
+                blk[80] = c5_0;
+                blk[96] = c6_0;
+                blk[112] = c7_0;
             }
             /* k-chunk 1: 2 x XE_8x16x16_F32BF16BF16F32_TT */
             sub_group_barrier(CLK_LOCAL_MEM_FENCE);
@@ -725,27 +757,56 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
             sb[224 + lane] = as_float((uint)b0[15] << 16);
             sb[240 + lane] = as_float((uint)b0[15] & 0xffff0000u);
             sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-            for (int k = 0; k < 16; ++k) {
-                const float bk0 = sb[(k * 1 + 0) * 16 + lane];
-                { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; }
-                { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; }
-                { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; }
-                { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; }
-                { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; }
-                { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; }
-                { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; }
-                { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; }
-                { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; }
-                { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; }
-                { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; }
-                { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; }
-                { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; }
-                { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; }
-                { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; }
-                { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; }
+    #pragma unroll 1
+            for (int xb = 0; xb < 2; ++xb) {  /* register block: 8 rows x 1 N-fragments */
+                const int g0 = xb / 1 * 8, j0 = xb % 1 * 1;
+                local float* const blk = sacc + (g0 * 1 + j0) * 16 + lane;
+                float c0_0 = blk[0];
+                float c1_0 = blk[16];
+                float c2_0 = blk[32];
+                float c3_0 = blk[48];
+                float c4_0 = blk[64];
+                float c5_0 = blk[80];
+                float c6_0 = blk[96];
+                float c7_0 = blk[112];
+                for (int k = 0; k < 16; ++k) {
+                    const float bk0 = sb[(k * 1 + j0 + 0) * 16 + lane];
+                    { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; }
+                    { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; }
+                    { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; }
+                    { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; }
+                    { const float a = sa[(g0 + 4) * 16 + k]; c4_0 += a * bk0; }
+                    { const float a = sa[(g0 + 5) * 16 + k]; c5_0 += a * bk0; }
+                    { const float a = sa[(g0 + 6) * 16 + k]; c6_0 += a * bk0; }
+                    { const float a = sa[(g0 + 7) * 16 + k]; c7_0 += a * bk0; }
+                }
+                blk[0] = c0_0;
+                blk[16] = c1_0;
+                blk[32] = c2_0;
+                blk[48] = c3_0;
+                blk[64] = c4_0;
+                blk[80] = c5_0;
+                blk[96] = c6_0;
+                blk[112] = c7_0;
             }
 
         }
+        acc_0_0_0 = sacc[0 + lane];
+        acc_0_0_1 = sacc[16 + lane];
+        acc_0_0_2 = sacc[32 + lane];
+        acc_0_0_3 = sacc[48 + lane];
+        acc_0_0_4 = sacc[64 + lane];
+        acc_0_0_5 = sacc[80 + lane];
+        acc_0_0_6 = sacc[96 + lane];
+        acc_0_0_7 = sacc[112 + lane];
+        acc_1_0_0 = sacc[128 + lane];
+        acc_1_0_1 = sacc[144 + lane];
+        acc_1_0_2 = sacc[160 + lane];
+        acc_1_0_3 = sacc[176 + lane];
+        acc_1_0_4 = sacc[192 + lane];
+        acc_1_0_5 = sacc[208 + lane];
+        acc_1_0_6 = sacc[224 + lane];
+        acc_1_0_7 = sacc[240 + lane];
 
         if (whole) {
             /* the tile whole: the epilogue, D = relu(acc + beta * C + bias[col]), computed in f32, converted to bf16 (round to nearest even); 2 x XE_2D_U16x8x16_ST_N */

@@ -349,6 +349,9 @@ __kernel void xegemm_bf16_bf16_f32_f32_nnt_128x128x32_sg4x4_dpas8x16x16_au16x16x
     local float xe_stage_a[16][512], xe_stage_b[16][512];
     local float* const sa = xe_stage_a[sub_group_broadcast(get_sub_group_id(), 0)];
     local float* const sb = xe_stage_b[sub_group_broadcast(get_sub_group_id(), 0)];
+    /* the accumulators between k-steps: the register blocks run by a loop (xegemm.lowering.portable.RolledBlocks) */
+    local float xe_acc_blocks[16][1024];
+    local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
 
 
@@ -364,6 +367,70 @@ __kernel void xegemm_bf16_bf16_f32_f32_nnt_128x128x32_sg4x4_dpas8x16x16_au16x16x
         xe_copy_u16x16x16_pf_n(B, b_width, b_height, ldb, kp + 16, n0 + 16);
 
     }
+    sacc[0 + lane] = acc_0_0_0;
+    sacc[16 + lane] = acc_0_1_0;
+    sacc[32 + lane] = acc_0_0_1;
+    sacc[48 + lane] = acc_0_1_1;
+    sacc[64 + lane] = acc_0_0_2;
+    sacc[80 + lane] = acc_0_1_2;
+    sacc[96 + lane] = acc_0_0_3;
+    sacc[112 + lane] = acc_0_1_3;
+    sacc[128 + lane] = acc_0_0_4;
+    sacc[144 + lane] = acc_0_1_4;
+    sacc[160 + lane] = acc_0_0_5;
+    sacc[176 + lane] = acc_0_1_5;
+    sacc[192 + lane] = acc_0_0_6;
+    sacc[208 + lane] = acc_0_1_6;
+    sacc[224 + lane] = acc_0_0_7;
+    sacc[240 + lane] = acc_0_1_7;
+    sacc[256 + lane] = acc_1_0_0;
+    sacc[272 + lane] = acc_1_1_0;
+    sacc[288 + lane] = acc_1_0_1;
+    sacc[304 + lane] = acc_1_1_1;
+    sacc[320 + lane] = acc_1_0_2;
+    sacc[336 + lane] = acc_1_1_2;
+    sacc[352 + lane] = acc_1_0_3;
+    sacc[368 + lane] = acc_1_1_3;
+    sacc[384 + lane] = acc_1_0_4;
+    sacc[400 + lane] = acc_1_1_4;
+    sacc[416 + lane] = acc_1_0_5;
+    sacc[432 + lane] = acc_1_1_5;
+    sacc[448 + lane] = acc_1_0_6;
+    sacc[464 + lane] = acc_1_1_6;
+    sacc[480 + lane] = acc_1_0_7;
+    sacc[496 + lane] = acc_1_1_7;
+    sacc[512 + lane] = acc_2_0_0;
+    sacc[528 + lane] = acc_2_1_0;
+    sacc[544 + lane] = acc_2_0_1;
+    sacc[560 + lane] = acc_2_1_1;
+    sacc[576 + lane] = acc_2_0_2;
+    sacc[592 + lane] = acc_2_1_2;
+    sacc[608 + lane] = acc_2_0_3;
+    sacc[624 + lane] = acc_2_1_3;
+    sacc[640 + lane] = acc_2_0_4;
+    sacc[656 + lane] = acc_2_1_4;
+    sacc[672 + lane] = acc_2_0_5;
+    sacc[688 + lane] = acc_2_1_5;
+    sacc[704 + lane] = acc_2_0_6;
+    sacc[720 + lane] = acc_2_1_6;
+    sacc[736 + lane] = acc_2_0_7;
+    sacc[752 + lane] = acc_2_1_7;
+    sacc[768 + lane] = acc_3_0_0;
+    sacc[784 + lane] = acc_3_1_0;
+    sacc[800 + lane] = acc_3_0_1;
+    sacc[816 + lane] = acc_3_1_1;
+    sacc[832 + lane] = acc_3_0_2;
+    sacc[848 + lane] = acc_3_1_2;
+    sacc[864 + lane] = acc_3_0_3;
+    sacc[880 + lane] = acc_3_1_3;
+    sacc[896 + lane] = acc_3_0_4;
+    sacc[912 + lane] = acc_3_1_4;
+    sacc[928 + lane] = acc_3_0_5;
+    sacc[944 + lane] = acc_3_1_5;
+    sacc[960 + lane] = acc_3_0_6;
+    sacc[976 + lane] = acc_3_1_6;
+    sacc[992 + lane] = acc_3_0_7;
+    sacc[1008 + lane] = acc_3_1_7;
     for (int k0 = k_begin; k0 < k_end; k0 += 32) {
         if (k0 + 64 < k_end) {
             xe_copy_u16x16x16_pf_n(A, a_width, a_height, lda, m0 + 0, k0 + 64 + 0);
@@ -452,41 +519,26 @@ __kernel void xegemm_bf16_bf16_f32_f32_nnt_128x128x32_sg4x4_dpas8x16x16_au16x16x
         sb[464 + lane] = as_float((uint)b2[7] << 16);
         sb[496 + lane] = as_float((uint)b2[7] & 0xffff0000u);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 16; ++k) {
-            const float bk0 = sb[(k * 2 + 0) * 16 + lane];
-            const float bk1 = sb[(k * 2 + 1) * 16 + lane];
-            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
-            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
-            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
-            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
-            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
-            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
-            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
-            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
-            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
-            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
-            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
-            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
-            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
-            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
-            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
-            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
-            { const float a = sa[256 + k]; acc_2_0_0 += a * bk0; acc_2_1_0 += a * bk1; }
-            { const float a = sa[272 + k]; acc_2_0_1 += a * bk0; acc_2_1_1 += a * bk1; }
-            { const float a = sa[288 + k]; acc_2_0_2 += a * bk0; acc_2_1_2 += a * bk1; }
-            { const float a = sa[304 + k]; acc_2_0_3 += a * bk0; acc_2_1_3 += a * bk1; }
-            { const float a = sa[320 + k]; acc_2_0_4 += a * bk0; acc_2_1_4 += a * bk1; }
-            { const float a = sa[336 + k]; acc_2_0_5 += a * bk0; acc_2_1_5 += a * bk1; }
-            { const float a = sa[352 + k]; acc_2_0_6 += a * bk0; acc_2_1_6 += a * bk1; }
-            { const float a = sa[368 + k]; acc_2_0_7 += a * bk0; acc_2_1_7 += a * bk1; }
-            { const float a = sa[384 + k]; acc_3_0_0 += a * bk0; acc_3_1_0 += a * bk1; }
-            { const float a = sa[400 + k]; acc_3_0_1 += a * bk0; acc_3_1_1 += a * bk1; }
-            { const float a = sa[416 + k]; acc_3_0_2 += a * bk0; acc_3_1_2 += a * bk1; }
-            { const float a = sa[432 + k]; acc_3_0_3 += a * bk0; acc_3_1_3 += a * bk1; }
-            { const float a = sa[448 + k]; acc_3_0_4 += a * bk0; acc_3_1_4 += a * bk1; }
-            { const float a = sa[464 + k]; acc_3_0_5 += a * bk0; acc_3_1_5 += a * bk1; }
-            { const float a = sa[480 + k]; acc_3_0_6 += a * bk0; acc_3_1_6 += a * bk1; }
-            { const float a = sa[496 + k]; acc_3_0_7 += a * bk0; acc_3_1_7 += a * bk1; }
+#pragma unroll 1
+        for (int xb = 0; xb < 8; ++xb) {  /* register block: 4 rows x 2 N-fragments */
+            const int g0 = xb / 1 * 4, j0 = xb % 1 * 2;
+            local float* const blk = sacc + (g0 * 2 + j0) * 16 + lane;
+            float c0_0 = blk[0], c0_1 = blk[16];
+            float c1_0 = blk[32], c1_1 = blk[48];
+            float c2_0 = blk[64], c2_1 = blk[80];
+            float c3_0 = blk[96], c3_1 = blk[112];
+            for (int k = 0; k < 16; ++k) {
+                const float bk0 = sb[(k * 2 + j0 + 0) * 16 + lane];
+                const float bk1 = sb[(k * 2 + j0 + 1) * 16 + lane];
+                { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; c0_1 += a * bk1; }
+                { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; c1_1 += a * bk1; }
+                { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; c2_1 += a * bk1; }
+                { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; c3_1 += a * bk1; }
+            }
+            blk[0] = c0_0; blk[16] = c0_1;
+            blk[32] = c1_0; blk[48] = c1_1;
+            blk[64] = c2_0; blk[80] = c2_1;
+            blk[96] = c3_0; blk[112] = c3_1;
         }
         /* k-chunk 1: 8 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
@@ -555,44 +607,93 @@ __kernel void xegemm_bf16_bf16_f32_f32_nnt_128x128x32_sg4x4_dpas8x16x16_au16x16x
         sb[464 + lane] = as_float((uint)b3[7] << 16);
         sb[496 + lane] = as_float((uint)b3[7] & 0xffff0000u);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 16; ++k) {
-            const float bk0 = sb[(k * 2 + 0) * 16 + lane];
-            const float bk1 = sb[(k * 2 + 1) * 16 + lane];
-            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
-            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
-            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
-            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
-            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
-            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
-            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
-            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
-            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
-            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
-            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
-            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
-            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
-            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
-            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
-            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
-            { const float a = sa[256 + k]; acc_2_0_0 += a * bk0; acc_2_1_0 += a * bk1; }
-            { const float a = sa[272 + k]; acc_2_0_1 += a * bk0; acc_2_1_1 += a * bk1; }
-            { const float a = sa[288 + k]; acc_2_0_2 += a * bk0; acc_2_1_2 += a * bk1; }
-            { const float a = sa[304 + k]; acc_2_0_3 += a * bk0; acc_2_1_3 += a * bk1; }
-            { const float a = sa[320 + k]; acc_2_0_4 += a * bk0; acc_2_1_4 += a * bk1; }
-            { const float a = sa[336 + k]; acc_2_0_5 += a * bk0; acc_2_1_5 += a * bk1; }
-            { const float a = sa[352 + k]; acc_2_0_6 += a * bk0; acc_2_1_6 += a * bk1; }
-            { const float a = sa[368 + k]; acc_2_0_7 += a * bk0; acc_2_1_7 += a * bk1; }
-            { const float a = sa[384 + k]; acc_3_0_0 += a * bk0; acc_3_1_0 += a * bk1; }
-            { const float a = sa[400 + k]; acc_3_0_1 += a * bk0; acc_3_1_1 += a * bk1; }
-            { const float a = sa[416 + k]; acc_3_0_2 += a * bk0; acc_3_1_2 += a * bk1; }
-            { const float a = sa[432 + k]; acc_3_0_3 += a * bk0; acc_3_1_3 += a * bk1; }
-            { const float a = sa[448 + k]; acc_3_0_4 += a * bk0; acc_3_1_4 += a * bk1; }
-            { const float a = sa[464 + k]; acc_3_0_5 += a * bk0; acc_3_1_5 += a * bk1; }
-            { const float a = sa[480 + k]; acc_3_0_6 += a * bk0; acc_3_1_6 += a * bk1; }
-            { const float a = sa[496 + k]; acc_3_0_7 += a * bk0; acc_3_1_7 += a * bk1; }
+#pragma unroll 1
+        for (int xb = 0; xb < 8; ++xb) {  /* register block: 4 rows x 2 N-fragments */
+            const int g0 = xb / 1 * 4, j0 = xb % 1 * 2;
+            local float* const blk = sacc + (g0 * 2 + j0) * 16 + lane;
+            float c0_0 = blk[0], c0_1 = blk[16];
+            float c1_0 = blk[32], c1_1 = blk[48];
+            float c2_0 = blk[64], c2_1 = blk[80];
+            float c3_0 = blk[96], c3_1 = blk[112];
+            for (int k = 0; k < 16; ++k) {
+                const float bk0 = sb[(k * 2 + j0 + 0) * 16 + lane];
+                const float bk1 = sb[(k * 2 + j0 + 1) * 16 + lane];
+                { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; c0_1 += a * bk1; }
+                { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; c1_1 += a * bk1; }
+                { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; c2_1 += a * bk1; }
+                { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; c3_1 += a * bk1; }
+            }
+            blk[0] = c0_0; blk[16] = c0_1;
+            blk[32] = c1_0; blk[48] = c1_1;
+            blk[64] = c2_0; blk[80] = c2_1;
+            blk[96] = c3_0; blk[112] = c3_1;
         }
 
     }
+    acc_0_0_0 = sacc[0 + lane];
+    acc_0_1_0 = sacc[16 + lane];
+    acc_0_0_1 = sacc[32 + lane];
+    acc_0_1_1 = sacc[48 + lane];
+    acc_0_0_2 = sacc[64 + lane];
+    acc_0_1_2 = sacc[80 + lane];
+    acc_0_0_3 = sacc[96 + lane];
+    acc_0_1_3 = sacc[112 + lane];
+    acc_0_0_4 = sacc[128 + lane];
+    acc_0_1_4 = sacc[144 + lane];
+    acc_0_0_5 = sacc[160 + lane];
+    acc_0_1_5 = sacc[176 + lane];
+    acc_0_0_6 = sacc[192 + lane];
+    acc_0_1_6 = sacc[208 + lane];
+    acc_0_0_7 = sacc[224 + lane];
+    acc_0_1_7 = sacc[240 + lane];
+    acc_1_0_0 = sacc[256 + lane];
+    acc_1_1_0 = sacc[272 + lane];
+    acc_1_0_1 = sacc[288 + lane];
+    acc_1_1_1 = sacc[304 + lane];
+    acc_1_0_2 = sacc[320 + lane];
+    acc_1_1_2 = sacc[336 + lane];
+    acc_1_0_3 = sacc[352 + lane];
+    acc_1_1_3 = sacc[368 + lane];
+    acc_1_0_4 = sacc[384 + lane];
+    acc_1_1_4 = sacc[400 + lane];
+    acc_1_0_5 = sacc[416 + lane];
+    acc_1_1_5 = sacc[432 + lane];
+    acc_1_0_6 = sacc[448 + lane];
+    acc_1_1_6 = sacc[464 + lane];
+    acc_1_0_7 = sacc[480 + lane];
+    acc_1_1_7 = sacc[496 + lane];
+    acc_2_0_0 = sacc[512 + lane];
+    acc_2_1_0 = sacc[528 + lane];
+    acc_2_0_1 = sacc[544 + lane];
+    acc_2_1_1 = sacc[560 + lane];
+    acc_2_0_2 = sacc[576 + lane];
+    acc_2_1_2 = sacc[592 + lane];
+    acc_2_0_3 = sacc[608 + lane];
+    acc_2_1_3 = sacc[624 + lane];
+    acc_2_0_4 = sacc[640 + lane];
+    acc_2_1_4 = sacc[656 + lane];
+    acc_2_0_5 = sacc[672 + lane];
+    acc_2_1_5 = sacc[688 + lane];
+    acc_2_0_6 = sacc[704 + lane];
+    acc_2_1_6 = sacc[720 + lane];
+    acc_2_0_7 = sacc[736 + lane];
+    acc_2_1_7 = sacc[752 + lane];
+    acc_3_0_0 = sacc[768 + lane];
+    acc_3_1_0 = sacc[784 + lane];
+    acc_3_0_1 = sacc[800 + lane];
+    acc_3_1_1 = sacc[816 + lane];
+    acc_3_0_2 = sacc[832 + lane];
+    acc_3_1_2 = sacc[848 + lane];
+    acc_3_0_3 = sacc[864 + lane];
+    acc_3_1_3 = sacc[880 + lane];
+    acc_3_0_4 = sacc[896 + lane];
+    acc_3_1_4 = sacc[912 + lane];
+    acc_3_0_5 = sacc[928 + lane];
+    acc_3_1_5 = sacc[944 + lane];
+    acc_3_0_6 = sacc[960 + lane];
+    acc_3_1_6 = sacc[976 + lane];
+    acc_3_0_7 = sacc[992 + lane];
+    acc_3_1_7 = sacc[1008 + lane];
 
     /* epilogue: D = acc, computed in f32; 8 x XE_2D_U32x8x16_ST_N */
     {

@@ -162,9 +162,44 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
     local float xe_stage_a[2][256], xe_stage_b[2][256];
     local float* const sa = xe_stage_a[sub_group_broadcast(get_sub_group_id(), 0)];
     local float* const sb = xe_stage_b[sub_group_broadcast(get_sub_group_id(), 0)];
+    /* the accumulators between k-steps: the register blocks run by a loop (xegemm.lowering.portable.RolledBlocks) */
+    local float xe_acc_blocks[2][256];
+    local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
 
 
+    sacc[0 + lane] = acc_0_0_0;
+    sacc[8 + lane] = acc_0_1_0;
+    sacc[16 + lane] = acc_0_0_1;
+    sacc[24 + lane] = acc_0_1_1;
+    sacc[32 + lane] = acc_0_0_2;
+    sacc[40 + lane] = acc_0_1_2;
+    sacc[48 + lane] = acc_0_0_3;
+    sacc[56 + lane] = acc_0_1_3;
+    sacc[64 + lane] = acc_0_0_4;
+    sacc[72 + lane] = acc_0_1_4;
+    sacc[80 + lane] = acc_0_0_5;
+    sacc[88 + lane] = acc_0_1_5;
+    sacc[96 + lane] = acc_0_0_6;
+    sacc[104 + lane] = acc_0_1_6;
+    sacc[112 + lane] = acc_0_0_7;
+    sacc[120 + lane] = acc_0_1_7;
+    sacc[128 + lane] = acc_1_0_0;
+    sacc[136 + lane] = acc_1_1_0;
+    sacc[144 + lane] = acc_1_0_1;
+    sacc[152 + lane] = acc_1_1_1;
+    sacc[160 + lane] = acc_1_0_2;
+    sacc[168 + lane] = acc_1_1_2;
+    sacc[176 + lane] = acc_1_0_3;
+    sacc[184 + lane] = acc_1_1_3;
+    sacc[192 + lane] = acc_1_0_4;
+    sacc[200 + lane] = acc_1_1_4;
+    sacc[208 + lane] = acc_1_0_5;
+    sacc[216 + lane] = acc_1_1_5;
+    sacc[224 + lane] = acc_1_0_6;
+    sacc[232 + lane] = acc_1_1_6;
+    sacc[240 + lane] = acc_1_0_7;
+    sacc[248 + lane] = acc_1_1_7;
     for (int k0 = k_begin; k0 < k_end; k0 += 64) {
         /* load this k-step's A and B tiles */
         const uint8 a0 = xe_copy_1d_u16x8x16_ld_sg8(A, a_width, a_height, lda, k0 + 0, m0 + 0);
@@ -250,25 +285,26 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         sb[232 + lane] = as_float(((uint)b1[14] | (uint)b1[15] << 16) << 16);
         sb[248 + lane] = as_float(((uint)b1[14] | (uint)b1[15] << 16) & 0xffff0000u);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 16; ++k) {
-            const float bk0 = sb[(k * 2 + 0) * 8 + lane];
-            const float bk1 = sb[(k * 2 + 1) * 8 + lane];
-            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
-            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
-            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
-            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
-            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
-            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
-            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
-            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
-            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
-            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
-            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
-            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
-            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
-            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
-            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
-            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
+#pragma unroll 1
+        for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
+            const int g0 = xb / 1 * 4, j0 = xb % 1 * 2;
+            local float* const blk = sacc + (g0 * 2 + j0) * 8 + lane;
+            float c0_0 = blk[0], c0_1 = blk[8];
+            float c1_0 = blk[16], c1_1 = blk[24];
+            float c2_0 = blk[32], c2_1 = blk[40];
+            float c3_0 = blk[48], c3_1 = blk[56];
+            for (int k = 0; k < 16; ++k) {
+                const float bk0 = sb[(k * 2 + j0 + 0) * 8 + lane];
+                const float bk1 = sb[(k * 2 + j0 + 1) * 8 + lane];
+                { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; c0_1 += a * bk1; }
+                { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; c1_1 += a * bk1; }
+                { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; c2_1 += a * bk1; }
+                { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; c3_1 += a * bk1; }
+            }
+            blk[0] = c0_0; blk[8] = c0_1;
+            blk[16] = c1_0; blk[24] = c1_1;
+            blk[32] = c2_0; blk[40] = c2_1;
+            blk[48] = c3_0; blk[56] = c3_1;
         }
         /* k-chunk 1: 4 x XE_8x8x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
@@ -337,25 +373,26 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         sb[232 + lane] = as_float(((uint)b3[14] | (uint)b3[15] << 16) << 16);
         sb[248 + lane] = as_float(((uint)b3[14] | (uint)b3[15] << 16) & 0xffff0000u);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 16; ++k) {
-            const float bk0 = sb[(k * 2 + 0) * 8 + lane];
-            const float bk1 = sb[(k * 2 + 1) * 8 + lane];
-            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
-            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
-            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
-            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
-            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
-            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
-            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
-            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
-            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
-            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
-            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
-            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
-            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
-            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
-            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
-            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
+#pragma unroll 1
+        for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
+            const int g0 = xb / 1 * 4, j0 = xb % 1 * 2;
+            local float* const blk = sacc + (g0 * 2 + j0) * 8 + lane;
+            float c0_0 = blk[0], c0_1 = blk[8];
+            float c1_0 = blk[16], c1_1 = blk[24];
+            float c2_0 = blk[32], c2_1 = blk[40];
+            float c3_0 = blk[48], c3_1 = blk[56];
+            for (int k = 0; k < 16; ++k) {
+                const float bk0 = sb[(k * 2 + j0 + 0) * 8 + lane];
+                const float bk1 = sb[(k * 2 + j0 + 1) * 8 + lane];
+                { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; c0_1 += a * bk1; }
+                { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; c1_1 += a * bk1; }
+                { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; c2_1 += a * bk1; }
+                { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; c3_1 += a * bk1; }
+            }
+            blk[0] = c0_0; blk[8] = c0_1;
+            blk[16] = c1_0; blk[24] = c1_1;
+            blk[32] = c2_0; blk[40] = c2_1;
+            blk[48] = c3_0; blk[56] = c3_1;
         }
         /* k-chunk 2: 4 x XE_8x8x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
@@ -424,25 +461,26 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         sb[232 + lane] = as_float(((uint)b5[14] | (uint)b5[15] << 16) << 16);
         sb[248 + lane] = as_float(((uint)b5[14] | (uint)b5[15] << 16) & 0xffff0000u);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 16; ++k) {
-            const float bk0 = sb[(k * 2 + 0) * 8 + lane];
-            const float bk1 = sb[(k * 2 + 1) * 8 + lane];
-            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
-            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
-            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
-            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
-            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
-            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
-            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
-            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
-            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
-            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
-            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
-            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
-            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
-            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
-            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
-            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
+#pragma unroll 1
+        for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
+            const int g0 = xb / 1 * 4, j0 = xb % 1 * 2;
+            local float* const blk = sacc + (g0 * 2 + j0) * 8 + lane;
+            float c0_0 = blk[0], c0_1 = blk[8];
+            float c1_0 = blk[16], c1_1 = blk[24];
+            float c2_0 = blk[32], c2_1 = blk[40];
+            float c3_0 = blk[48], c3_1 = blk[56];
+            for (int k = 0; k < 16; ++k) {
+                const float bk0 = sb[(k * 2 + j0 + 0) * 8 + lane];
+                const float bk1 = sb[(k * 2 + j0 + 1) * 8 + lane];
+                { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; c0_1 += a * bk1; }
+                { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; c1_1 += a * bk1; }
+                { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; c2_1 += a * bk1; }
+                { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; c3_1 += a * bk1; }
+            }
+            blk[0] = c0_0; blk[8] = c0_1;
+            blk[16] = c1_0; blk[24] = c1_1;
+            blk[32] = c2_0; blk[40] = c2_1;
+            blk[48] = c3_0; blk[56] = c3_1;
         }
         /* k-chunk 3: 4 x XE_8x8x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
@@ -511,28 +549,61 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         sb[232 + lane] = as_float(((uint)b7[14] | (uint)b7[15] << 16) << 16);
         sb[248 + lane] = as_float(((uint)b7[14] | (uint)b7[15] << 16) & 0xffff0000u);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 16; ++k) {
-            const float bk0 = sb[(k * 2 + 0) * 8 + lane];
-            const float bk1 = sb[(k * 2 + 1) * 8 + lane];
-            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
-            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
-            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
-            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
-            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
-            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
-            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
-            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
-            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
-            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
-            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
-            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
-            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
-            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
-            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
-            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
+#pragma unroll 1
+        for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
+            const int g0 = xb / 1 * 4, j0 = xb % 1 * 2;
+            local float* const blk = sacc + (g0 * 2 + j0) * 8 + lane;
+            float c0_0 = blk[0], c0_1 = blk[8];
+            float c1_0 = blk[16], c1_1 = blk[24];
+            float c2_0 = blk[32], c2_1 = blk[40];
+            float c3_0 = blk[48], c3_1 = blk[56];
+            for (int k = 0; k < 16; ++k) {
+                const float bk0 = sb[(k * 2 + j0 + 0) * 8 + lane];
+                const float bk1 = sb[(k * 2 + j0 + 1) * 8 + lane];
+                { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; c0_1 += a * bk1; }
+                { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; c1_1 += a * bk1; }
+                { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; c2_1 += a * bk1; }
+                { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; c3_1 += a * bk1; }
+            }
+            blk[0] = c0_0; blk[8] = c0_1;
+            blk[16] = c1_0; blk[24] = c1_1;
+            blk[32] = c2_0; blk[40] = c2_1;
+            blk[48] = c3_0; blk[56] = c3_1;
         }
 
     }
+    acc_0_0_0 = sacc[0 + lane];
+    acc_0_1_0 = sacc[8 + lane];
+    acc_0_0_1 = sacc[16 + lane];
+    acc_0_1_1 = sacc[24 + lane];
+    acc_0_0_2 = sacc[32 + lane];
+    acc_0_1_2 = sacc[40 + lane];
+    acc_0_0_3 = sacc[48 + lane];
+    acc_0_1_3 = sacc[56 + lane];
+    acc_0_0_4 = sacc[64 + lane];
+    acc_0_1_4 = sacc[72 + lane];
+    acc_0_0_5 = sacc[80 + lane];
+    acc_0_1_5 = sacc[88 + lane];
+    acc_0_0_6 = sacc[96 + lane];
+    acc_0_1_6 = sacc[104 + lane];
+    acc_0_0_7 = sacc[112 + lane];
+    acc_0_1_7 = sacc[120 + lane];
+    acc_1_0_0 = sacc[128 + lane];
+    acc_1_1_0 = sacc[136 + lane];
+    acc_1_0_1 = sacc[144 + lane];
+    acc_1_1_1 = sacc[152 + lane];
+    acc_1_0_2 = sacc[160 + lane];
+    acc_1_1_2 = sacc[168 + lane];
+    acc_1_0_3 = sacc[176 + lane];
+    acc_1_1_3 = sacc[184 + lane];
+    acc_1_0_4 = sacc[192 + lane];
+    acc_1_1_4 = sacc[200 + lane];
+    acc_1_0_5 = sacc[208 + lane];
+    acc_1_1_5 = sacc[216 + lane];
+    acc_1_0_6 = sacc[224 + lane];
+    acc_1_1_6 = sacc[232 + lane];
+    acc_1_0_7 = sacc[240 + lane];
+    acc_1_1_7 = sacc[248 + lane];
 
     /* epilogue: D = acc, computed in f32; 4 x XE_1D_U32x8x8_ST_SG8 */
     {

@@ -604,6 +604,9 @@ __kernel void xegemm_f16_e4m3_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n
     local float xe_stage_a[2][256], xe_stage_b[2][512];
     local float* const sa = xe_stage_a[sub_group_broadcast(get_sub_group_id(), 0)];
     local float* const sb = xe_stage_b[sub_group_broadcast(get_sub_group_id(), 0)];
+    /* the accumulators between k-steps: the register blocks run by a loop (xegemm.lowering.portable.RolledBlocks) */
+    local float xe_acc_blocks[2][512];
+    local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
 
 
@@ -618,6 +621,38 @@ __kernel void xegemm_f16_e4m3_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n
     const int xq_n1 = n0 + 16 + (int)get_sub_group_local_id();
     const float xq_s0 = (xq_n0 < N) ? as_float((uint)((const global uint*)S)[0]) : 0.0f;
     const float xq_s1 = (xq_n1 < N) ? as_float((uint)((const global uint*)S)[0]) : 0.0f;
+    sacc[0 + lane] = acc_0_0_0;
+    sacc[16 + lane] = acc_0_1_0;
+    sacc[32 + lane] = acc_0_0_1;
+    sacc[48 + lane] = acc_0_1_1;
+    sacc[64 + lane] = acc_0_0_2;
+    sacc[80 + lane] = acc_0_1_2;
+    sacc[96 + lane] = acc_0_0_3;
+    sacc[112 + lane] = acc_0_1_3;
+    sacc[128 + lane] = acc_0_0_4;
+    sacc[144 + lane] = acc_0_1_4;
+    sacc[160 + lane] = acc_0_0_5;
+    sacc[176 + lane] = acc_0_1_5;
+    sacc[192 + lane] = acc_0_0_6;
+    sacc[208 + lane] = acc_0_1_6;
+    sacc[224 + lane] = acc_0_0_7;
+    sacc[240 + lane] = acc_0_1_7;
+    sacc[256 + lane] = acc_1_0_0;
+    sacc[272 + lane] = acc_1_1_0;
+    sacc[288 + lane] = acc_1_0_1;
+    sacc[304 + lane] = acc_1_1_1;
+    sacc[320 + lane] = acc_1_0_2;
+    sacc[336 + lane] = acc_1_1_2;
+    sacc[352 + lane] = acc_1_0_3;
+    sacc[368 + lane] = acc_1_1_3;
+    sacc[384 + lane] = acc_1_0_4;
+    sacc[400 + lane] = acc_1_1_4;
+    sacc[416 + lane] = acc_1_0_5;
+    sacc[432 + lane] = acc_1_1_5;
+    sacc[448 + lane] = acc_1_0_6;
+    sacc[464 + lane] = acc_1_1_6;
+    sacc[480 + lane] = acc_1_0_7;
+    sacc[496 + lane] = acc_1_1_7;
     for (int k0 = k_begin; k0 < k_end; k0 += 32) {
         if (k0 + 64 < k_end) {
             xe_copy_u16x16x32_pf_n(A, a_width, a_height, lda, k0 + 64 + 0, m0 + 0);
@@ -678,25 +713,26 @@ __kernel void xegemm_f16_e4m3_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n
         sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b0[11], 2u), xq_s1);
         sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b0[11], 3u), xq_s1);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 16; ++k) {
-            const float bk0 = sb[(k * 2 + 0) * 16 + lane];
-            const float bk1 = sb[(k * 2 + 1) * 16 + lane];
-            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
-            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
-            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
-            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
-            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
-            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
-            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
-            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
-            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
-            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
-            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
-            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
-            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
-            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
-            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
-            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
+#pragma unroll 1
+        for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
+            const int g0 = xb / 1 * 4, j0 = xb % 1 * 2;
+            local float* const blk = sacc + (g0 * 2 + j0) * 16 + lane;
+            float c0_0 = blk[0], c0_1 = blk[16];
+            float c1_0 = blk[32], c1_1 = blk[48];
+            float c2_0 = blk[64], c2_1 = blk[80];
+            float c3_0 = blk[96], c3_1 = blk[112];
+            for (int k = 0; k < 16; ++k) {
+                const float bk0 = sb[(k * 2 + j0 + 0) * 16 + lane];
+                const float bk1 = sb[(k * 2 + j0 + 1) * 16 + lane];
+                { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; c0_1 += a * bk1; }
+                { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; c1_1 += a * bk1; }
+                { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; c2_1 += a * bk1; }
+                { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; c3_1 += a * bk1; }
+            }
+            blk[0] = c0_0; blk[16] = c0_1;
+            blk[32] = c1_0; blk[48] = c1_1;
+            blk[64] = c2_0; blk[80] = c2_1;
+            blk[96] = c3_0; blk[112] = c3_1;
         }
         /* k-chunk 1: 4 x XE_8x16x16_F32F16F16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
@@ -749,28 +785,61 @@ __kernel void xegemm_f16_e4m3_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n
         sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b0[15], 2u), xq_s1);
         sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b0[15], 3u), xq_s1);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 16; ++k) {
-            const float bk0 = sb[(k * 2 + 0) * 16 + lane];
-            const float bk1 = sb[(k * 2 + 1) * 16 + lane];
-            { const float a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
-            { const float a = sa[16 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
-            { const float a = sa[32 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
-            { const float a = sa[48 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
-            { const float a = sa[64 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
-            { const float a = sa[80 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
-            { const float a = sa[96 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
-            { const float a = sa[112 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
-            { const float a = sa[128 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
-            { const float a = sa[144 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
-            { const float a = sa[160 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
-            { const float a = sa[176 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
-            { const float a = sa[192 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
-            { const float a = sa[208 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
-            { const float a = sa[224 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
-            { const float a = sa[240 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
+#pragma unroll 1
+        for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
+            const int g0 = xb / 1 * 4, j0 = xb % 1 * 2;
+            local float* const blk = sacc + (g0 * 2 + j0) * 16 + lane;
+            float c0_0 = blk[0], c0_1 = blk[16];
+            float c1_0 = blk[32], c1_1 = blk[48];
+            float c2_0 = blk[64], c2_1 = blk[80];
+            float c3_0 = blk[96], c3_1 = blk[112];
+            for (int k = 0; k < 16; ++k) {
+                const float bk0 = sb[(k * 2 + j0 + 0) * 16 + lane];
+                const float bk1 = sb[(k * 2 + j0 + 1) * 16 + lane];
+                { const float a = sa[(g0 + 0) * 16 + k]; c0_0 += a * bk0; c0_1 += a * bk1; }
+                { const float a = sa[(g0 + 1) * 16 + k]; c1_0 += a * bk0; c1_1 += a * bk1; }
+                { const float a = sa[(g0 + 2) * 16 + k]; c2_0 += a * bk0; c2_1 += a * bk1; }
+                { const float a = sa[(g0 + 3) * 16 + k]; c3_0 += a * bk0; c3_1 += a * bk1; }
+            }
+            blk[0] = c0_0; blk[16] = c0_1;
+            blk[32] = c1_0; blk[48] = c1_1;
+            blk[64] = c2_0; blk[80] = c2_1;
+            blk[96] = c3_0; blk[112] = c3_1;
         }
 
     }
+    acc_0_0_0 = sacc[0 + lane];
+    acc_0_1_0 = sacc[16 + lane];
+    acc_0_0_1 = sacc[32 + lane];
+    acc_0_1_1 = sacc[48 + lane];
+    acc_0_0_2 = sacc[64 + lane];
+    acc_0_1_2 = sacc[80 + lane];
+    acc_0_0_3 = sacc[96 + lane];
+    acc_0_1_3 = sacc[112 + lane];
+    acc_0_0_4 = sacc[128 + lane];
+    acc_0_1_4 = sacc[144 + lane];
+    acc_0_0_5 = sacc[160 + lane];
+    acc_0_1_5 = sacc[176 + lane];
+    acc_0_0_6 = sacc[192 + lane];
+    acc_0_1_6 = sacc[208 + lane];
+    acc_0_0_7 = sacc[224 + lane];
+    acc_0_1_7 = sacc[240 + lane];
+    acc_1_0_0 = sacc[256 + lane];
+    acc_1_1_0 = sacc[272 + lane];
+    acc_1_0_1 = sacc[288 + lane];
+    acc_1_1_1 = sacc[304 + lane];
+    acc_1_0_2 = sacc[320 + lane];
+    acc_1_1_2 = sacc[336 + lane];
+    acc_1_0_3 = sacc[352 + lane];
+    acc_1_1_3 = sacc[368 + lane];
+    acc_1_0_4 = sacc[384 + lane];
+    acc_1_1_4 = sacc[400 + lane];
+    acc_1_0_5 = sacc[416 + lane];
+    acc_1_1_5 = sacc[432 + lane];
+    acc_1_0_6 = sacc[448 + lane];
+    acc_1_1_6 = sacc[464 + lane];
+    acc_1_0_7 = sacc[480 + lane];
+    acc_1_1_7 = sacc[496 + lane];
 
     /* epilogue: D = acc, computed in f32, converted to f16 (round to nearest even); 4 x XE_2D_U16x8x16_ST_N */
     {

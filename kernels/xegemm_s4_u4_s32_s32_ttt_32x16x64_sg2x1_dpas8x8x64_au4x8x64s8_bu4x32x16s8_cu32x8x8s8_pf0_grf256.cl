@@ -222,10 +222,45 @@ __kernel void xegemm_s4_u4_s32_s32_ttt_32x16x64_sg2x1_dpas8x8x64_au4x8x64s8_bu4x
     local uint xe_stage_a[2][1024], xe_stage_b[2][1024];
     local uint* const sa = xe_stage_a[sub_group_broadcast(get_sub_group_id(), 0)];
     local uint* const sb = xe_stage_b[sub_group_broadcast(get_sub_group_id(), 0)];
+    /* the accumulators between k-steps: the register blocks run by a loop (xegemm.lowering.portable.RolledBlocks) */
+    local uint xe_acc_blocks[2][256];
+    local uint* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
 
 
     const uint xe_lane = get_sub_group_local_id();
+    sacc[0 + lane] = acc_0_0_0;
+    sacc[8 + lane] = acc_0_1_0;
+    sacc[16 + lane] = acc_0_0_1;
+    sacc[24 + lane] = acc_0_1_1;
+    sacc[32 + lane] = acc_0_0_2;
+    sacc[40 + lane] = acc_0_1_2;
+    sacc[48 + lane] = acc_0_0_3;
+    sacc[56 + lane] = acc_0_1_3;
+    sacc[64 + lane] = acc_0_0_4;
+    sacc[72 + lane] = acc_0_1_4;
+    sacc[80 + lane] = acc_0_0_5;
+    sacc[88 + lane] = acc_0_1_5;
+    sacc[96 + lane] = acc_0_0_6;
+    sacc[104 + lane] = acc_0_1_6;
+    sacc[112 + lane] = acc_0_0_7;
+    sacc[120 + lane] = acc_0_1_7;
+    sacc[128 + lane] = acc_1_0_0;
+    sacc[136 + lane] = acc_1_1_0;
+    sacc[144 + lane] = acc_1_0_1;
+    sacc[152 + lane] = acc_1_1_1;
+    sacc[160 + lane] = acc_1_0_2;
+    sacc[168 + lane] = acc_1_1_2;
+    sacc[176 + lane] = acc_1_0_3;
+    sacc[184 + lane] = acc_1_1_3;
+    sacc[192 + lane] = acc_1_0_4;
+    sacc[200 + lane] = acc_1_1_4;
+    sacc[208 + lane] = acc_1_0_5;
+    sacc[216 + lane] = acc_1_1_5;
+    sacc[224 + lane] = acc_1_0_6;
+    sacc[232 + lane] = acc_1_1_6;
+    sacc[240 + lane] = acc_1_0_7;
+    sacc[248 + lane] = acc_1_1_7;
     for (int k0 = k_begin; k0 < k_end; k0 += 64) {
         /* load this k-step's A and B tiles */
         const uint8 a0 = xe_copy_1d_u4x8x64_ld_sg8(A, a_width, a_height, lda, k0 + 0, m0 + 0);
@@ -525,28 +560,61 @@ __kernel void xegemm_s4_u4_s32_s32_ttt_32x16x64_sg2x1_dpas8x8x64_au4x8x64s8_bu4x
         sb[1000 + lane] = (int)(((uint)fb_0_1[7] >> 24) & 0xfu);
         sb[1016 + lane] = (int)(((uint)fb_0_1[7] >> 28) & 0xfu);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 64; ++k) {
-            const uint bk0 = sb[(k * 2 + 0) * 8 + lane];
-            const uint bk1 = sb[(k * 2 + 1) * 8 + lane];
-            { const uint a = sa[0 + k]; acc_0_0_0 += a * bk0; acc_0_1_0 += a * bk1; }
-            { const uint a = sa[64 + k]; acc_0_0_1 += a * bk0; acc_0_1_1 += a * bk1; }
-            { const uint a = sa[128 + k]; acc_0_0_2 += a * bk0; acc_0_1_2 += a * bk1; }
-            { const uint a = sa[192 + k]; acc_0_0_3 += a * bk0; acc_0_1_3 += a * bk1; }
-            { const uint a = sa[256 + k]; acc_0_0_4 += a * bk0; acc_0_1_4 += a * bk1; }
-            { const uint a = sa[320 + k]; acc_0_0_5 += a * bk0; acc_0_1_5 += a * bk1; }
-            { const uint a = sa[384 + k]; acc_0_0_6 += a * bk0; acc_0_1_6 += a * bk1; }
-            { const uint a = sa[448 + k]; acc_0_0_7 += a * bk0; acc_0_1_7 += a * bk1; }
-            { const uint a = sa[512 + k]; acc_1_0_0 += a * bk0; acc_1_1_0 += a * bk1; }
-            { const uint a = sa[576 + k]; acc_1_0_1 += a * bk0; acc_1_1_1 += a * bk1; }
-            { const uint a = sa[640 + k]; acc_1_0_2 += a * bk0; acc_1_1_2 += a * bk1; }
-            { const uint a = sa[704 + k]; acc_1_0_3 += a * bk0; acc_1_1_3 += a * bk1; }
-            { const uint a = sa[768 + k]; acc_1_0_4 += a * bk0; acc_1_1_4 += a * bk1; }
-            { const uint a = sa[832 + k]; acc_1_0_5 += a * bk0; acc_1_1_5 += a * bk1; }
-            { const uint a = sa[896 + k]; acc_1_0_6 += a * bk0; acc_1_1_6 += a * bk1; }
-            { const uint a = sa[960 + k]; acc_1_0_7 += a * bk0; acc_1_1_7 += a * bk1; }
+#pragma unroll 1
+        for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
+            const int g0 = xb / 1 * 4, j0 = xb % 1 * 2;
+            local uint* const blk = sacc + (g0 * 2 + j0) * 8 + lane;
+            uint c0_0 = blk[0], c0_1 = blk[8];
+            uint c1_0 = blk[16], c1_1 = blk[24];
+            uint c2_0 = blk[32], c2_1 = blk[40];
+            uint c3_0 = blk[48], c3_1 = blk[56];
+            for (int k = 0; k < 64; ++k) {
+                const uint bk0 = sb[(k * 2 + j0 + 0) * 8 + lane];
+                const uint bk1 = sb[(k * 2 + j0 + 1) * 8 + lane];
+                { const uint a = sa[(g0 + 0) * 64 + k]; c0_0 += a * bk0; c0_1 += a * bk1; }
+                { const uint a = sa[(g0 + 1) * 64 + k]; c1_0 += a * bk0; c1_1 += a * bk1; }
+                { const uint a = sa[(g0 + 2) * 64 + k]; c2_0 += a * bk0; c2_1 += a * bk1; }
+                { const uint a = sa[(g0 + 3) * 64 + k]; c3_0 += a * bk0; c3_1 += a * bk1; }
+            }
+            blk[0] = c0_0; blk[8] = c0_1;
+            blk[16] = c1_0; blk[24] = c1_1;
+            blk[32] = c2_0; blk[40] = c2_1;
+            blk[48] = c3_0; blk[56] = c3_1;
         }
 
     }
+    acc_0_0_0 = sacc[0 + lane];
+    acc_0_1_0 = sacc[8 + lane];
+    acc_0_0_1 = sacc[16 + lane];
+    acc_0_1_1 = sacc[24 + lane];
+    acc_0_0_2 = sacc[32 + lane];
+    acc_0_1_2 = sacc[40 + lane];
+    acc_0_0_3 = sacc[48 + lane];
+    acc_0_1_3 = sacc[56 + lane];
+    acc_0_0_4 = sacc[64 + lane];
+    acc_0_1_4 = sacc[72 + lane];
+    acc_0_0_5 = sacc[80 + lane];
+    acc_0_1_5 = sacc[88 + lane];
+    acc_0_0_6 = sacc[96 + lane];
+    acc_0_1_6 = sacc[104 + lane];
+    acc_0_0_7 = sacc[112 + lane];
+    acc_0_1_7 = sacc[120 + lane];
+    acc_1_0_0 = sacc[128 + lane];
+    acc_1_1_0 = sacc[136 + lane];
+    acc_1_0_1 = sacc[144 + lane];
+    acc_1_1_1 = sacc[152 + lane];
+    acc_1_0_2 = sacc[160 + lane];
+    acc_1_1_2 = sacc[168 + lane];
+    acc_1_0_3 = sacc[176 + lane];
+    acc_1_1_3 = sacc[184 + lane];
+    acc_1_0_4 = sacc[192 + lane];
+    acc_1_1_4 = sacc[200 + lane];
+    acc_1_0_5 = sacc[208 + lane];
+    acc_1_1_5 = sacc[216 + lane];
+    acc_1_0_6 = sacc[224 + lane];
+    acc_1_1_6 = sacc[232 + lane];
+    acc_1_0_7 = sacc[240 + lane];
+    acc_1_1_7 = sacc[248 + lane];
 
     /* epilogue: D = acc, computed in s32 (exact); 4 x XE_1D_U32x8x8_ST_SG8 */
     {

@@ -618,6 +618,9 @@ __kernel void xegemm_u8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
     local uint xe_stage_a[2][1024], xe_stage_b[2][512];
     local uint* const sa = xe_stage_a[sub_group_broadcast(get_sub_group_id(), 0)];
     local uint* const sb = xe_stage_b[sub_group_broadcast(get_sub_group_id(), 0)];
+    /* the accumulators between k-steps: the register blocks run by a loop (xegemm.lowering.portable.RolledBlocks) */
+    local uint xe_acc_blocks[2][512];
+    local uint* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
 
 
@@ -628,6 +631,38 @@ __kernel void xegemm_u8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
         xe_copy_u8x32x16_pf_n(B, b_width, b_height, ldb, n0 + 0, kp + 32);
 
     }
+    sacc[0 + lane] = acc_0_0_0;
+    sacc[16 + lane] = acc_0_0_1;
+    sacc[32 + lane] = acc_0_0_2;
+    sacc[48 + lane] = acc_0_0_3;
+    sacc[64 + lane] = acc_0_0_4;
+    sacc[80 + lane] = acc_0_0_5;
+    sacc[96 + lane] = acc_0_0_6;
+    sacc[112 + lane] = acc_0_0_7;
+    sacc[128 + lane] = acc_1_0_0;
+    sacc[144 + lane] = acc_1_0_1;
+    sacc[160 + lane] = acc_1_0_2;
+    sacc[176 + lane] = acc_1_0_3;
+    sacc[192 + lane] = acc_1_0_4;
+    sacc[208 + lane] = acc_1_0_5;
+    sacc[224 + lane] = acc_1_0_6;
+    sacc[240 + lane] = acc_1_0_7;
+    sacc[256 + lane] = acc_2_0_0;
+    sacc[272 + lane] = acc_2_0_1;
+    sacc[288 + lane] = acc_2_0_2;
+    sacc[304 + lane] = acc_2_0_3;
+    sacc[320 + lane] = acc_2_0_4;
+    sacc[336 + lane] = acc_2_0_5;
+    sacc[352 + lane] = acc_2_0_6;
+    sacc[368 + lane] = acc_2_0_7;
+    sacc[384 + lane] = acc_3_0_0;
+    sacc[400 + lane] = acc_3_0_1;
+    sacc[416 + lane] = acc_3_0_2;
+    sacc[432 + lane] = acc_3_0_3;
+    sacc[448 + lane] = acc_3_0_4;
+    sacc[464 + lane] = acc_3_0_5;
+    sacc[480 + lane] = acc_3_0_6;
+    sacc[496 + lane] = acc_3_0_7;
     for (int k0 = k_begin; k0 < k_end; k0 += 64) {
         if (k0 + 128 < k_end) {
             xe_copy_packed_u8x32x64_pf_n(A, a_width, a_height, lda, k0 + 128 + 0, m0 + 0);
@@ -738,40 +773,37 @@ __kernel void xegemm_u8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
         sb[480 + lane] = (int)as_char((uchar)((uint)b0[7] >> 16));
         sb[496 + lane] = (int)as_char((uchar)((uint)b0[7] >> 24));
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 32; ++k) {
-            const uint bk0 = sb[(k * 1 + 0) * 16 + lane];
-            { const uint a = sa[0 + k]; acc_0_0_0 += a * bk0; }
-            { const uint a = sa[32 + k]; acc_0_0_1 += a * bk0; }
-            { const uint a = sa[64 + k]; acc_0_0_2 += a * bk0; }
-            { const uint a = sa[96 + k]; acc_0_0_3 += a * bk0; }
-            { const uint a = sa[128 + k]; acc_0_0_4 += a * bk0; }
-            { const uint a = sa[160 + k]; acc_0_0_5 += a * bk0; }
-            { const uint a = sa[192 + k]; acc_0_0_6 += a * bk0; }
-            { const uint a = sa[224 + k]; acc_0_0_7 += a * bk0; }
-            { const uint a = sa[256 + k]; acc_1_0_0 += a * bk0; }
-            { const uint a = sa[288 + k]; acc_1_0_1 += a * bk0; }
-            { const uint a = sa[320 + k]; acc_1_0_2 += a * bk0; }
-            { const uint a = sa[352 + k]; acc_1_0_3 += a * bk0; }
-            { const uint a = sa[384 + k]; acc_1_0_4 += a * bk0; }
-            { const uint a = sa[416 + k]; acc_1_0_5 += a * bk0; }
-            { const uint a = sa[448 + k]; acc_1_0_6 += a * bk0; }
-            { const uint a = sa[480 + k]; acc_1_0_7 += a * bk0; }
-            { const uint a = sa[512 + k]; acc_2_0_0 += a * bk0; }
-            { const uint a = sa[544 + k]; acc_2_0_1 += a * bk0; }
-            { const uint a = sa[576 + k]; acc_2_0_2 += a * bk0; }
-            { const uint a = sa[608 + k]; acc_2_0_3 += a * bk0; }
-            { const uint a = sa[640 + k]; acc_2_0_4 += a * bk0; }
-            { const uint a = sa[672 + k]; acc_2_0_5 += a * bk0; }
-            { const uint a = sa[704 + k]; acc_2_0_6 += a * bk0; }
-            { const uint a = sa[736 + k]; acc_2_0_7 += a * bk0; }
-            { const uint a = sa[768 + k]; acc_3_0_0 += a * bk0; }
-            { const uint a = sa[800 + k]; acc_3_0_1 += a * bk0; }
-            { const uint a = sa[832 + k]; acc_3_0_2 += a * bk0; }
-            { const uint a = sa[864 + k]; acc_3_0_3 += a * bk0; }
-            { const uint a = sa[896 + k]; acc_3_0_4 += a * bk0; }
-            { const uint a = sa[928 + k]; acc_3_0_5 += a * bk0; }
-            { const uint a = sa[960 + k]; acc_3_0_6 += a * bk0; }
-            { const uint a = sa[992 + k]; acc_3_0_7 += a * bk0; }
+#pragma unroll 1
+        for (int xb = 0; xb < 4; ++xb) {  /* register block: 8 rows x 1 N-fragments */
+            const int g0 = xb / 1 * 8, j0 = xb % 1 * 1;
+            local uint* const blk = sacc + (g0 * 1 + j0) * 16 + lane;
+            uint c0_0 = blk[0];
+            uint c1_0 = blk[16];
+            uint c2_0 = blk[32];
+            uint c3_0 = blk[48];
+            uint c4_0 = blk[64];
+            uint c5_0 = blk[80];
+            uint c6_0 = blk[96];
+            uint c7_0 = blk[112];
+            for (int k = 0; k < 32; ++k) {
+                const uint bk0 = sb[(k * 1 + j0 + 0) * 16 + lane];
+                { const uint a = sa[(g0 + 0) * 32 + k]; c0_0 += a * bk0; }
+                { const uint a = sa[(g0 + 1) * 32 + k]; c1_0 += a * bk0; }
+                { const uint a = sa[(g0 + 2) * 32 + k]; c2_0 += a * bk0; }
+                { const uint a = sa[(g0 + 3) * 32 + k]; c3_0 += a * bk0; }
+                { const uint a = sa[(g0 + 4) * 32 + k]; c4_0 += a * bk0; }
+                { const uint a = sa[(g0 + 5) * 32 + k]; c5_0 += a * bk0; }
+                { const uint a = sa[(g0 + 6) * 32 + k]; c6_0 += a * bk0; }
+                { const uint a = sa[(g0 + 7) * 32 + k]; c7_0 += a * bk0; }
+            }
+            blk[0] = c0_0;
+            blk[16] = c1_0;
+            blk[32] = c2_0;
+            blk[48] = c3_0;
+            blk[64] = c4_0;
+            blk[80] = c5_0;
+            blk[96] = c6_0;
+            blk[112] = c7_0;
         }
         /* k-chunk 1: 4 x XE_8x16x32_S32U8S8S32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
@@ -872,43 +904,72 @@ __kernel void xegemm_u8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
         sb[480 + lane] = (int)as_char((uchar)((uint)b1[7] >> 16));
         sb[496 + lane] = (int)as_char((uchar)((uint)b1[7] >> 24));
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < 32; ++k) {
-            const uint bk0 = sb[(k * 1 + 0) * 16 + lane];
-            { const uint a = sa[0 + k]; acc_0_0_0 += a * bk0; }
-            { const uint a = sa[32 + k]; acc_0_0_1 += a * bk0; }
-            { const uint a = sa[64 + k]; acc_0_0_2 += a * bk0; }
-            { const uint a = sa[96 + k]; acc_0_0_3 += a * bk0; }
-            { const uint a = sa[128 + k]; acc_0_0_4 += a * bk0; }
-            { const uint a = sa[160 + k]; acc_0_0_5 += a * bk0; }
-            { const uint a = sa[192 + k]; acc_0_0_6 += a * bk0; }
-            { const uint a = sa[224 + k]; acc_0_0_7 += a * bk0; }
-            { const uint a = sa[256 + k]; acc_1_0_0 += a * bk0; }
-            { const uint a = sa[288 + k]; acc_1_0_1 += a * bk0; }
-            { const uint a = sa[320 + k]; acc_1_0_2 += a * bk0; }
-            { const uint a = sa[352 + k]; acc_1_0_3 += a * bk0; }
-            { const uint a = sa[384 + k]; acc_1_0_4 += a * bk0; }
-            { const uint a = sa[416 + k]; acc_1_0_5 += a * bk0; }
-            { const uint a = sa[448 + k]; acc_1_0_6 += a * bk0; }
-            { const uint a = sa[480 + k]; acc_1_0_7 += a * bk0; }
-            { const uint a = sa[512 + k]; acc_2_0_0 += a * bk0; }
-            { const uint a = sa[544 + k]; acc_2_0_1 += a * bk0; }
-            { const uint a = sa[576 + k]; acc_2_0_2 += a * bk0; }
-            { const uint a = sa[608 + k]; acc_2_0_3 += a * bk0; }
-            { const uint a = sa[640 + k]; acc_2_0_4 += a * bk0; }
-            { const uint a = sa[672 + k]; acc_2_0_5 += a * bk0; }
-            { const uint a = sa[704 + k]; acc_2_0_6 += a * bk0; }
-            { const uint a = sa[736 + k]; acc_2_0_7 += a * bk0; }
-            { const uint a = sa[768 + k]; acc_3_0_0 += a * bk0; }
-            { const uint a = sa[800 + k]; acc_3_0_1 += a * bk0; }
-            { const uint a = sa[832 + k]; acc_3_0_2 += a * bk0; }
-            { const uint a = sa[864 + k]; acc_3_0_3 += a * bk0; }
-            { const uint a = sa[896 + k]; acc_3_0_4 += a * bk0; }
-            { const uint a = sa[928 + k]; acc_3_0_5 += a * bk0; }
-            { const uint a = sa[960 + k]; acc_3_0_6 += a * bk0; }
-            { const uint a = sa[992 + k]; acc_3_0_7 += a * bk0; }
+#pragma unroll 1
+        for (int xb = 0; xb < 4; ++xb) {  /* register block: 8 rows x 1 N-fragments */
+            const int g0 = xb / 1 * 8, j0 = xb % 1 * 1;
+            local uint* const blk = sacc + (g0 * 1 + j0) * 16 + lane;
+            uint c0_0 = blk[0];
+            uint c1_0 = blk[16];
+            uint c2_0 = blk[32];
+            uint c3_0 = blk[48];
+            uint c4_0 = blk[64];
+            uint c5_0 = blk[80];
+            uint c6_0 = blk[96];
+            uint c7_0 = blk[112];
+            for (int k = 0; k < 32; ++k) {
+                const uint bk0 = sb[(k * 1 + j0 + 0) * 16 + lane];
+                { const uint a = sa[(g0 + 0) * 32 + k]; c0_0 += a * bk0; }
+                { const uint a = sa[(g0 + 1) * 32 + k]; c1_0 += a * bk0; }
+                { const uint a = sa[(g0 + 2) * 32 + k]; c2_0 += a * bk0; }
+                { const uint a = sa[(g0 + 3) * 32 + k]; c3_0 += a * bk0; }
+                { const uint a = sa[(g0 + 4) * 32 + k]; c4_0 += a * bk0; }
+                { const uint a = sa[(g0 + 5) * 32 + k]; c5_0 += a * bk0; }
+                { const uint a = sa[(g0 + 6) * 32 + k]; c6_0 += a * bk0; }
+                { const uint a = sa[(g0 + 7) * 32 + k]; c7_0 += a * bk0; }
+            }
+            blk[0] = c0_0;
+            blk[16] = c1_0;
+            blk[32] = c2_0;
+            blk[48] = c3_0;
+            blk[64] = c4_0;
+            blk[80] = c5_0;
+            blk[96] = c6_0;
+            blk[112] = c7_0;
         }
 
     }
+    acc_0_0_0 = sacc[0 + lane];
+    acc_0_0_1 = sacc[16 + lane];
+    acc_0_0_2 = sacc[32 + lane];
+    acc_0_0_3 = sacc[48 + lane];
+    acc_0_0_4 = sacc[64 + lane];
+    acc_0_0_5 = sacc[80 + lane];
+    acc_0_0_6 = sacc[96 + lane];
+    acc_0_0_7 = sacc[112 + lane];
+    acc_1_0_0 = sacc[128 + lane];
+    acc_1_0_1 = sacc[144 + lane];
+    acc_1_0_2 = sacc[160 + lane];
+    acc_1_0_3 = sacc[176 + lane];
+    acc_1_0_4 = sacc[192 + lane];
+    acc_1_0_5 = sacc[208 + lane];
+    acc_1_0_6 = sacc[224 + lane];
+    acc_1_0_7 = sacc[240 + lane];
+    acc_2_0_0 = sacc[256 + lane];
+    acc_2_0_1 = sacc[272 + lane];
+    acc_2_0_2 = sacc[288 + lane];
+    acc_2_0_3 = sacc[304 + lane];
+    acc_2_0_4 = sacc[320 + lane];
+    acc_2_0_5 = sacc[336 + lane];
+    acc_2_0_6 = sacc[352 + lane];
+    acc_2_0_7 = sacc[368 + lane];
+    acc_3_0_0 = sacc[384 + lane];
+    acc_3_0_1 = sacc[400 + lane];
+    acc_3_0_2 = sacc[416 + lane];
+    acc_3_0_3 = sacc[432 + lane];
+    acc_3_0_4 = sacc[448 + lane];
+    acc_3_0_5 = sacc[464 + lane];
+    acc_3_0_6 = sacc[480 + lane];
+    acc_3_0_7 = sacc[496 + lane];
 
     /* epilogue: D = acc, computed in s32 (exact); 4 x XE_2D_U32x8x16_ST_N */
     {

@@ -19,7 +19,7 @@ from xegemm.config import config_from_text, load_config
 from xegemm.config.schema import Moe, Problem
 from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
-from xegemm.lowering.portable import register_blocks
+from xegemm.lowering.portable import RolledBlocks, register_blocks, staged_kstep
 from xegemm.plan import PlanRejected, plan
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
@@ -72,6 +72,8 @@ TYPED = {
     "simd8_f16": "types: {a: f16, b: f16}\ntile: {workgroup: [16, 16, 16], subgroups: [1, 2], subgroup_size: 8}",
     # register blocks that cut across fragments (3 of 8 rows) and a half-precision accumulator's rounding
     "register_block_3x1": "tile: {workgroup: [32, 64, 32], subgroups: [1, 2], register_block: [3, 1]}",
+    # blocks run by a loop (lowering.portable.RolledBlocks) across the N-fragments too
+    "rolled_register_block_4x1": "tile: {workgroup: [32, 64, 32], subgroups: [1, 2], register_block: [4, 1]}",
     "f16_acc_f16_register_block_8x1": "types: {a: f16, b: f16, acc: f16, c: f16}\n"
                                       "tile: {workgroup: [16, 64, 32], subgroups: [1, 2], register_block: [8, 1]}",
     "simd8_s8_register_block_2x2": "types: {a: s8, b: s8, acc: s32, c: s32}\n"
@@ -109,6 +111,26 @@ def test_register_blocks_cover_every_accumulator_once():
     assert sorted(cells) == [(i, r, j) for i in range(4) for r in range(8) for j in range(2)]
     assert blocks[0] == (((0, 0), (0, 1), (0, 2)), (0,)) and blocks[-1] == (((3, 6), (3, 7)), (1,))
     assert register_blocks(8, 2, 2, (16, 2)) == ((tuple((g // 8, g % 8) for g in range(16)), (0, 1)),)
+
+
+def _rolled(types: str, tile: str):
+    return staged_kstep(plan(config_from_text(f"problem: {{m: 64, n: 64, k: 64}}\n{types}\ntile: {tile}\n")),
+                        True).rolled
+
+
+def test_which_register_blocks_run_as_a_loop():
+    f32 = "types: {a: bf16, b: bf16, acc: f32, c: f32}"
+    # the default: 8 accumulators, 4 rows x 2 fragments, or 8 rows where the tile is one fragment wide
+    assert _rolled(f32, "{workgroup: [32, 64, 32], subgroups: [1, 2]}") == RolledBlocks(4, 2, 8, 1, 32 * 2 * 16)
+    assert _rolled(f32, "{workgroup: [32, 32, 32], subgroups: [1, 2]}") == RolledBlocks(8, 1, 4, 1, 32 * 16)
+    assert _rolled(f32, "{workgroup: [32, 64, 32], subgroups: [1, 2], register_block: [4, 1]}") == \
+        RolledBlocks(4, 1, 8, 2, 32 * 2 * 16)
+    # printed one by one: blocks of uneven size, one block, an accumulator rounded after each chunk
+    assert _rolled(f32, "{workgroup: [32, 64, 32], subgroups: [1, 2], register_block: [3, 1]}") is None
+    assert _rolled(f32, "{workgroup: [32, 64, 32], subgroups: [1, 2], register_block: [32, 2]}") is None
+    assert _rolled("types: {a: f16, b: f16, acc: f16, c: f16}", "{workgroup: [32, 64, 32], subgroups: [1, 2]}") is None
+    # and a work-group whose stage and accumulators would take more local memory than ROLLED_LOCAL_BYTES
+    assert _rolled(f32, "{workgroup: [256, 256, 32], subgroups: [8, 4]}") is None
 
 
 def test_register_block_larger_than_the_subgroup_tile_is_rejected():

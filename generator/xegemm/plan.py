@@ -87,8 +87,9 @@ class Plan:
 
     @property
     def register_block(self) -> tuple[int, int]:
-        """(accumulator rows, N-fragments) of one register block of the portable k loop (``tile.register_block``,
-        0 resolved to the whole sub-group tile)."""
+        """(accumulator rows, N-fragments) of one register block of the portable k loop when its blocks are
+        printed one by one (``tile.register_block``, 0 resolved to the whole sub-group tile); where they can run
+        as a loop the lowering decides (:func:`xegemm.lowering.portable.rolled_blocks`)."""
         rows, fragments = self.config.tile.register_block
         return (rows or self.subgroup_tile[0], fragments or self.mma_grid[1])
 

@@ -143,7 +143,8 @@ class Tile:
     ``swizzle``: work-groups walk groups of that many tile rows column-major (1: row by row; xegemm.swizzle),
     and ``register_block`` [R, J]: the portable lowering runs each DPAS k-chunk's k loop once per block of R
     accumulator rows x J N-fragments of the sub-group tile, so a CPU keeps that block in vector registers
-    (0: the whole tile; the results are the same bit for bit; native builds ignore it).  ``persistent`` G and
+    ([0, 0]: the lowering's default, blocks of 4 x 2 where they can run as a loop, else the whole tile; the
+    results are the same bit for bit; native builds ignore it).  ``persistent`` G and
     ``walk``: a grouped or MoE launch's persistent work-groups (0: the device's compute units x occupancy, at
     launch) and how they walk the groups' tiles: ``static`` (work-group w takes tiles w, w + G, ...) or
     ``dynamic`` (the next tile from a global atomic counter); a single GEMM ignores both (xegemm.grouped)."""

@@ -329,6 +329,7 @@ class StagedKstep:
     round_row: str | None                         # C expression rounding row {x} to the accumulator type
     pack_row: str                                 # C expression of row {x} as the accumulator's component
     dequant: DequantCode | None = None            # a quantized B: dequantized as it is staged (lowering.dequant)
+    rolled: RolledBlocks | None = None            # the register blocks run by a loop (None: printed one by one)
 
     def rounded(self, name: str) -> str | None:
         """``name`` = ``name`` rounded to the accumulator type (bf16/f16), or None when nothing to do."""
@@ -338,6 +339,60 @@ class StagedKstep:
         """Accumulator fragment (i, j) as the DPAS accumulator register, from its scalars acc_i_j_<row>."""
         rows = [self.pack_row.format(x=f"acc_{i}_{j}_{r}") for r in range(self.register_rows)]
         return rows[0] if len(rows) == 1 else f"({self.acc_ctype})({', '.join(rows)})"
+
+
+# The default register block of the portable k loop (``tile.register_block`` [0, 0]): 8 accumulators of a
+# lane, 4 rows x 2 N-fragments (8 x 1 where the sub-group tile has one).  Measured 2026-11-27
+# (docs/benchmarks.md "Register blocks run by a loop"): the 64x64x32 f16 kernel at 1024^3, 4 x 2 blocks in a
+# loop against the whole 32x32 sub-group tile in registers, 1.6x on the AVX-512 code path and 1.2x on AVX2
+# (2 x 2 blocks: 1.3x and 1.45x), so one rule for both paths and kernels/ the same on every machine.
+DEFAULT_BLOCK_ACCUMULATORS, DEFAULT_BLOCK_FRAGMENTS = 8, 2
+
+# Local memory the rolled blocks may bring a work-group to (stage and accumulators), half of the Intel CPU
+# runtime's 256 KB: beyond it the blocks are printed one by one.
+ROLLED_LOCAL_BYTES = 128 * 1024
+
+
+@dataclass(frozen=True)
+class RolledBlocks:
+    """Register blocks of one shape run by a loop: the accumulators live in the sub-group's local memory
+    between k-steps (slot (g * nt + j) * sub-group + lane for accumulator row g of the sub-group tile and
+    N-fragment j), and each block's accumulators are loaded into registers for its k loop and stored after.
+    One block's code instead of one copy per block: the CPU runtime builds it in about the time of the
+    unblocked loop, and each block's accumulators stay in vector registers."""
+
+    rows: int            # R: accumulator rows of a block
+    frags: int           # J: N-fragments of a block
+    row_blocks: int      # blocks down the sub-group tile's rows
+    frag_blocks: int     # blocks across its N-fragments
+    size: int            # local accumulator slots of a sub-group: every accumulator of every lane
+
+    @property
+    def count(self) -> int:
+        return self.row_blocks * self.frag_blocks
+
+
+def rolled_blocks(plan, sub_group: int, value_bytes: int, stage_elements: int) -> RolledBlocks | None:
+    """The register blocks of ``plan``'s portable k loop as a loop (:class:`RolledBlocks`), or None when they are
+    printed one by one: one block (the whole tile), blocks of uneven size, padded accumulator registers
+    (rows beyond the atom's M), accumulators rounded after each chunk (bf16/f16), or more local memory than
+    :data:`ROLLED_LOCAL_BYTES`."""
+    atom = plan.mma
+    mt, nt, _ = plan.mma_grid
+    rows_total = mt * atom.m
+    rows, frags = plan.config.tile.register_block
+    if not rows and not frags:
+        frags = min(DEFAULT_BLOCK_FRAGMENTS, nt)
+        rows = DEFAULT_BLOCK_ACCUMULATORS // frags
+    rows, frags = min(rows or rows_total, rows_total), min(frags or nt, nt)
+    if (rows_total % rows or nt % frags or (rows, frags) == (rows_total, nt) or atom.m != atom.register_m
+            or atom.c_type.c.round_acc is not None):
+        return None
+    groups = plan.config.tile.subgroups[0] * plan.config.tile.subgroups[1]
+    local = groups * (stage_elements + rows_total * nt * sub_group) * value_bytes
+    if local > ROLLED_LOCAL_BYTES:
+        return None
+    return RolledBlocks(rows, frags, rows_total // rows, nt // frags, rows_total * nt * sub_group)
 
 
 def _stage_lines(stage: str, slots: list[list], values: list[list], sub_group: int) -> list[str]:
@@ -419,7 +474,8 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=mt * rm * k,
                        b_size=k * nt * sub_group, a_stage=tuple(a_stage), b_stage=tuple(b_stage),
                        acc_ctype=atom.c_ctype, blocks=register_blocks(atom.m, mt, nt, plan.register_block),
-                       round_row=round_row, pack_row=row, dequant=dequant)
+                       round_row=round_row, pack_row=row, dequant=dequant,
+                       rolled=rolled_blocks(plan, sub_group, 4, mt * rm * k + k * nt * sub_group))
 
 
 def register_blocks(rows: int, mt: int, nt: int, block: tuple[int, int]):
