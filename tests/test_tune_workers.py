@@ -93,12 +93,14 @@ def _wait_for_running(url, study, proc, tmp_path):
     raise AssertionError("no trial was running")
 
 
-@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
-def test_an_interrupted_study_resumes_with_nothing_lost_and_nothing_duplicated(tiny_tune_config, tmp_path, how):
+def _interrupt_and_resume(config, tmp_path, how) -> bool:
+    """Stop a study with ``how`` while a trial runs, resume it, check nothing was lost or duplicated; whether
+    the signal landed inside a trial (polling the database takes time: under load the trial seen running may
+    have ended before the signal arrives)."""
     out = tmp_path / "study"
     url = f"sqlite:///{out / 'study.db'}"
     args = ("--strategy", "exhaustive", "--seed", "0", "--heartbeat", "1", "--out", str(out))
-    first = _tune(tiny_tune_config, tmp_path, "first", *args)
+    first = _tune(config, tmp_path, "first", *args)
     _wait_for_complete(url, "tiny@64x64x64", 2, first, tmp_path)
     _wait_for_running(url, "tiny@64x64x64", first, tmp_path)     # so that the signal lands inside a trial
     first.send_signal(how)
@@ -108,11 +110,22 @@ def test_an_interrupted_study_resumes_with_nothing_lost_and_nothing_duplicated(t
     else:
         assert code == -signal.SIGKILL
     owners, _, trials = _owners(url, "tiny@64x64x64")
-    assert any(t.state in (TrialState.FAIL, TrialState.RUNNING) for t in trials), "the signal landed between trials"
+    landed = any(t.state in (TrialState.FAIL, TrialState.RUNNING) for t in trials)
     stopped = [t for t in owners if t.state in (TrialState.FAIL, TrialState.RUNNING)]   # they own their points
-    resumed = _tune(tiny_tune_config, tmp_path, "resumed", *args)
+    resumed = _tune(config, tmp_path, "resumed", *args)
     assert resumed.wait(300) == 0, _log(tmp_path, "resumed")
     owners = _check_budget_done_once(url, "tiny@64x64x64", TINY_LEGAL)
     assert len(owners) == TINY_LEGAL + TINY_PRUNED
     retried = [t for t in owners if "retry_of" in t.user_attrs]
     assert {t.user_attrs["retry_of"] for t in retried} == {t.number for t in stopped}
+    return landed
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_study_resumes_with_nothing_lost_and_nothing_duplicated(tiny_tune_config, tmp_path, how):
+    # up to three studies, until one is stopped inside a trial (each is checked whole, wherever it stopped)
+    for attempt in range(3):
+        (tmp_path / str(attempt)).mkdir()
+        if _interrupt_and_resume(tiny_tune_config, tmp_path / str(attempt), how):
+            return
+    raise AssertionError("in three studies the signal landed between trials")
