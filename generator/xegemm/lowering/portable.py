@@ -373,7 +373,8 @@ class RolledBlocks:
 
 
 def rolled_blocks(plan, sub_group: int, value_bytes: int, stage_elements: int) -> RolledBlocks | None:
-    """The register blocks of ``plan``'s portable k loop as a loop (:class:`RolledBlocks`), or None when they are
+    """The register blocks of ``plan``'s portable k loop as a loop (:class:`RolledBlocks`; ``stage_elements``: a
+    sub-group's A and B stage, of ``value_bytes`` each like the accumulators), or None when they are
     printed one by one: one block (the whole tile), blocks of uneven size, padded accumulator registers
     (rows beyond the atom's M), accumulators rounded after each chunk (bf16/f16), or more local memory than
     :data:`ROLLED_LOCAL_BYTES`."""
@@ -471,11 +472,12 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
 
     round_row = atom.c_type.c.round_acc
     row = c_spelling(atom.c, "rounded_to_register", "{x}")   # exact: already rounded to the type
-    return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=mt * rm * k,
-                       b_size=k * nt * sub_group, a_stage=tuple(a_stage), b_stage=tuple(b_stage),
+    a_size, b_size = mt * rm * k, k * nt * sub_group
+    return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=a_size,
+                       b_size=b_size, a_stage=tuple(a_stage), b_stage=tuple(b_stage),
                        acc_ctype=atom.c_ctype, blocks=register_blocks(atom.m, mt, nt, plan.register_block),
                        round_row=round_row, pack_row=row, dequant=dequant,
-                       rolled=rolled_blocks(plan, sub_group, 4, mt * rm * k + k * nt * sub_group))
+                       rolled=rolled_blocks(plan, sub_group, sizeof_ctype(value), a_size + b_size))
 
 
 def register_blocks(rows: int, mt: int, nt: int, block: tuple[int, int]):
