@@ -811,11 +811,8 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
         if (whole) {
             /* the tile whole: the epilogue, D = relu(acc + beta * C + bias[col]), computed in f32, converted to bf16 (round to nearest even); 2 x XE_2D_U16x8x16_ST_N */
             {
-                /* 2 tiles in one loop: their accumulators by tile, and their origins */
-                const float xe_acc[2][8] = {
-                    { acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7 },
-                    { acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7 }
-                };
+                /* 2 tiles in one loop: their fragments' offsets in the local accumulators, and their origins */
+                const short xe_af[2][1] = { { 0 }, { 128 } };
                 const short xe_at[2][2] = { { 0, 0 }, { 8, 0 } };
         #pragma unroll 1
                 for (int xe_t = 0; xe_t < 2; ++xe_t) {
@@ -825,14 +822,14 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
                         const float bias0 = n0 + xe_tc + lane < N ? bias[n0 + xe_tc + lane] : 0.0f;
                         const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr);
                         xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr, (ushort8)(
-                            xe_f32_to_bf16_rne(xe_relu(xe_acc[xe_t][0] + beta * as_float((uint)ci.s0 << 16) + bias0)),
-                            xe_f32_to_bf16_rne(xe_relu(xe_acc[xe_t][1] + beta * as_float((uint)ci.s1 << 16) + bias0)),
-                            xe_f32_to_bf16_rne(xe_relu(xe_acc[xe_t][2] + beta * as_float((uint)ci.s2 << 16) + bias0)),
-                            xe_f32_to_bf16_rne(xe_relu(xe_acc[xe_t][3] + beta * as_float((uint)ci.s3 << 16) + bias0)),
-                            xe_f32_to_bf16_rne(xe_relu(xe_acc[xe_t][4] + beta * as_float((uint)ci.s4 << 16) + bias0)),
-                            xe_f32_to_bf16_rne(xe_relu(xe_acc[xe_t][5] + beta * as_float((uint)ci.s5 << 16) + bias0)),
-                            xe_f32_to_bf16_rne(xe_relu(xe_acc[xe_t][6] + beta * as_float((uint)ci.s6 << 16) + bias0)),
-                            xe_f32_to_bf16_rne(xe_relu(xe_acc[xe_t][7] + beta * as_float((uint)ci.s7 << 16) + bias0))));
+                            xe_f32_to_bf16_rne(xe_relu(sacc[xe_af[xe_t][0] + 0 + lane] + beta * as_float((uint)ci.s0 << 16) + bias0)),
+                            xe_f32_to_bf16_rne(xe_relu(sacc[xe_af[xe_t][0] + 16 + lane] + beta * as_float((uint)ci.s1 << 16) + bias0)),
+                            xe_f32_to_bf16_rne(xe_relu(sacc[xe_af[xe_t][0] + 32 + lane] + beta * as_float((uint)ci.s2 << 16) + bias0)),
+                            xe_f32_to_bf16_rne(xe_relu(sacc[xe_af[xe_t][0] + 48 + lane] + beta * as_float((uint)ci.s3 << 16) + bias0)),
+                            xe_f32_to_bf16_rne(xe_relu(sacc[xe_af[xe_t][0] + 64 + lane] + beta * as_float((uint)ci.s4 << 16) + bias0)),
+                            xe_f32_to_bf16_rne(xe_relu(sacc[xe_af[xe_t][0] + 80 + lane] + beta * as_float((uint)ci.s5 << 16) + bias0)),
+                            xe_f32_to_bf16_rne(xe_relu(sacc[xe_af[xe_t][0] + 96 + lane] + beta * as_float((uint)ci.s6 << 16) + bias0)),
+                            xe_f32_to_bf16_rne(xe_relu(sacc[xe_af[xe_t][0] + 112 + lane] + beta * as_float((uint)ci.s7 << 16) + bias0))));
                     }
                 }
             }
@@ -840,14 +837,24 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
             /* a piece: the accumulators as they are, to workspace slot `slot`; 2 x XE_2D_U32x8x16_ST_N */
             global uchar* const P = W + slot * 4096;
             {
-                uint8 c = 0;
-                c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7));
-                xe_copy_u32x8x16_st_n(P, 128, 32, 128, n0 - tile_n * 32 + 0, m0 - tile_m * 32 + 0, c);
-            }
-            {
-                uint8 c = 0;
-                c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7));
-                xe_copy_u32x8x16_st_n(P, 128, 32, 128, n0 - tile_n * 32 + 0, m0 - tile_m * 32 + 8, c);
+                /* 2 tiles in one loop: their fragments' offsets in the local accumulators, and their origins */
+                const short xe_af[2][1] = { { 0 }, { 128 } };
+                const short xe_at[2][2] = { { 0, 0 }, { 8, 0 } };
+        #pragma unroll 1
+                for (int xe_t = 0; xe_t < 2; ++xe_t) {
+                    const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
+                    {
+                        xe_copy_u32x8x16_st_n(P, 128, 32, 128, n0 - tile_n * 32 + xe_tc, m0 - tile_m * 32 + xe_tr, (uint8)(
+                            as_uint(sacc[xe_af[xe_t][0] + 0 + lane]),
+                            as_uint(sacc[xe_af[xe_t][0] + 16 + lane]),
+                            as_uint(sacc[xe_af[xe_t][0] + 32 + lane]),
+                            as_uint(sacc[xe_af[xe_t][0] + 48 + lane]),
+                            as_uint(sacc[xe_af[xe_t][0] + 64 + lane]),
+                            as_uint(sacc[xe_af[xe_t][0] + 80 + lane]),
+                            as_uint(sacc[xe_af[xe_t][0] + 96 + lane]),
+                            as_uint(sacc[xe_af[xe_t][0] + 112 + lane])));
+                    }
+                }
             }
         }
         it = seg_end;

@@ -683,14 +683,24 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
 
     /* epilogue: D = acc, computed in f32; 2 x XE_2D_U32x8x16_ST_N */
     {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 0, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 8, c);
+        /* 2 tiles in one loop: their fragments' offsets in the local accumulators, and their origins */
+        const short xe_af[2][1] = { { 0 }, { 128 } };
+        const short xe_at[2][2] = { { 0, 0 }, { 8, 0 } };
+#pragma unroll 1
+        for (int xe_t = 0; xe_t < 2; ++xe_t) {
+            const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
+            {
+                xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + xe_tc, m0 + xe_tr, (uint8)(
+                    as_uint(sacc[xe_af[xe_t][0] + 0 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 16 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 32 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 48 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 64 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 80 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 96 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 112 + lane])));
+            }
+        }
     }
 }
 

@@ -1000,17 +1000,8 @@ __kernel void xegemm_bf16_bf16_f32_f16_ttt_64x64x32_sg2x2_dpas8x16x16_au16x32x32
 
     /* epilogue: D = gelu_tanh(alpha * acc + beta * C + bias[col]), computed in f32, converted to f16 (round to nearest even); 8 x XE_2D_U16x8x16_ST_N */
     {
-        /* 8 tiles in one loop: their accumulators by tile, and their origins */
-        const float xe_acc[8][8] = {
-            { acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7 },
-            { acc_0_1_0, acc_0_1_1, acc_0_1_2, acc_0_1_3, acc_0_1_4, acc_0_1_5, acc_0_1_6, acc_0_1_7 },
-            { acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7 },
-            { acc_1_1_0, acc_1_1_1, acc_1_1_2, acc_1_1_3, acc_1_1_4, acc_1_1_5, acc_1_1_6, acc_1_1_7 },
-            { acc_2_0_0, acc_2_0_1, acc_2_0_2, acc_2_0_3, acc_2_0_4, acc_2_0_5, acc_2_0_6, acc_2_0_7 },
-            { acc_2_1_0, acc_2_1_1, acc_2_1_2, acc_2_1_3, acc_2_1_4, acc_2_1_5, acc_2_1_6, acc_2_1_7 },
-            { acc_3_0_0, acc_3_0_1, acc_3_0_2, acc_3_0_3, acc_3_0_4, acc_3_0_5, acc_3_0_6, acc_3_0_7 },
-            { acc_3_1_0, acc_3_1_1, acc_3_1_2, acc_3_1_3, acc_3_1_4, acc_3_1_5, acc_3_1_6, acc_3_1_7 }
-        };
+        /* 8 tiles in one loop: their fragments' offsets in the local accumulators, and their origins */
+        const short xe_af[8][1] = { { 0 }, { 16 }, { 256 }, { 272 }, { 512 }, { 528 }, { 768 }, { 784 } };
         const short xe_at[8][2] = { { 0, 0 }, { 0, 16 }, { 8, 0 }, { 8, 16 }, { 16, 0 }, { 16, 16 }, { 24, 0 }, { 24, 16 } };
 #pragma unroll 1
         for (int xe_t = 0; xe_t < 8; ++xe_t) {
@@ -1020,14 +1011,14 @@ __kernel void xegemm_bf16_bf16_f32_f16_ttt_64x64x32_sg2x2_dpas8x16x16_au16x32x32
                 const float bias0 = n0 + xe_tc + lane < N ? bias[n0 + xe_tc + lane] : 0.0f;
                 const ushort8 ci = xe_copy_u16x8x16_ld_n(Cin, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr);
                 xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr, (ushort8)(
-                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][0] + beta * xe_f16_to_f32(ci.s0) + bias0)),
-                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][1] + beta * xe_f16_to_f32(ci.s1) + bias0)),
-                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][2] + beta * xe_f16_to_f32(ci.s2) + bias0)),
-                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][3] + beta * xe_f16_to_f32(ci.s3) + bias0)),
-                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][4] + beta * xe_f16_to_f32(ci.s4) + bias0)),
-                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][5] + beta * xe_f16_to_f32(ci.s5) + bias0)),
-                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][6] + beta * xe_f16_to_f32(ci.s6) + bias0)),
-                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * xe_acc[xe_t][7] + beta * xe_f16_to_f32(ci.s7) + bias0))));
+                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * sacc[xe_af[xe_t][0] + 0 + lane] + beta * xe_f16_to_f32(ci.s0) + bias0)),
+                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * sacc[xe_af[xe_t][0] + 32 + lane] + beta * xe_f16_to_f32(ci.s1) + bias0)),
+                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * sacc[xe_af[xe_t][0] + 64 + lane] + beta * xe_f16_to_f32(ci.s2) + bias0)),
+                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * sacc[xe_af[xe_t][0] + 96 + lane] + beta * xe_f16_to_f32(ci.s3) + bias0)),
+                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * sacc[xe_af[xe_t][0] + 128 + lane] + beta * xe_f16_to_f32(ci.s4) + bias0)),
+                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * sacc[xe_af[xe_t][0] + 160 + lane] + beta * xe_f16_to_f32(ci.s5) + bias0)),
+                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * sacc[xe_af[xe_t][0] + 192 + lane] + beta * xe_f16_to_f32(ci.s6) + bias0)),
+                    xe_f32_to_f16_rne(xe_gelu_tanh(alpha * sacc[xe_af[xe_t][0] + 224 + lane] + beta * xe_f16_to_f32(ci.s7) + bias0))));
             }
         }
     }

@@ -923,43 +923,23 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_64x128x32_sg2x4_dpas8x16x16_au16x32x32n
 
     /* epilogue: D = acc, computed in f32; 8 x XE_2D_U32x8x16_ST_N */
     {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 0, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_0_1_0, acc_0_1_1, acc_0_1_2, acc_0_1_3, acc_0_1_4, acc_0_1_5, acc_0_1_6, acc_0_1_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 0, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 8, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_1_1_0, acc_1_1_1, acc_1_1_2, acc_1_1_3, acc_1_1_4, acc_1_1_5, acc_1_1_6, acc_1_1_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 8, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_2_0_0, acc_2_0_1, acc_2_0_2, acc_2_0_3, acc_2_0_4, acc_2_0_5, acc_2_0_6, acc_2_0_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 16, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_2_1_0, acc_2_1_1, acc_2_1_2, acc_2_1_3, acc_2_1_4, acc_2_1_5, acc_2_1_6, acc_2_1_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 16, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_3_0_0, acc_3_0_1, acc_3_0_2, acc_3_0_3, acc_3_0_4, acc_3_0_5, acc_3_0_6, acc_3_0_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 24, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_float8_into_uint8(c, 0, (float8)(acc_3_1_0, acc_3_1_1, acc_3_1_2, acc_3_1_3, acc_3_1_4, acc_3_1_5, acc_3_1_6, acc_3_1_7));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 16, m0 + 24, c);
+        /* 8 tiles in one loop: their fragments' offsets in the local accumulators, and their origins */
+        const short xe_af[8][1] = { { 0 }, { 16 }, { 256 }, { 272 }, { 512 }, { 528 }, { 768 }, { 784 } };
+        const short xe_at[8][2] = { { 0, 0 }, { 0, 16 }, { 8, 0 }, { 8, 16 }, { 16, 0 }, { 16, 16 }, { 24, 0 }, { 24, 16 } };
+#pragma unroll 1
+        for (int xe_t = 0; xe_t < 8; ++xe_t) {
+            const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
+            {
+                xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + xe_tc, m0 + xe_tr, (uint8)(
+                    as_uint(sacc[xe_af[xe_t][0] + 0 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 32 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 64 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 96 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 128 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 160 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 192 + lane]),
+                    as_uint(sacc[xe_af[xe_t][0] + 224 + lane])));
+            }
+        }
     }
 }

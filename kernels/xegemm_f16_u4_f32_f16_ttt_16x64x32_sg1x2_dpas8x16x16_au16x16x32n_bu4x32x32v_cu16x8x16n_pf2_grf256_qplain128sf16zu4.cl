@@ -864,27 +864,22 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
 
     /* epilogue: D = acc, computed in f32, converted to f16 (round to nearest even); 4 x XE_2D_U16x8x16_ST_N */
     {
-        /* 4 tiles in one loop: their accumulators by tile, and their origins */
-        const float xe_acc[4][8] = {
-            { acc_0_0_0, acc_0_0_1, acc_0_0_2, acc_0_0_3, acc_0_0_4, acc_0_0_5, acc_0_0_6, acc_0_0_7 },
-            { acc_0_1_0, acc_0_1_1, acc_0_1_2, acc_0_1_3, acc_0_1_4, acc_0_1_5, acc_0_1_6, acc_0_1_7 },
-            { acc_1_0_0, acc_1_0_1, acc_1_0_2, acc_1_0_3, acc_1_0_4, acc_1_0_5, acc_1_0_6, acc_1_0_7 },
-            { acc_1_1_0, acc_1_1_1, acc_1_1_2, acc_1_1_3, acc_1_1_4, acc_1_1_5, acc_1_1_6, acc_1_1_7 }
-        };
+        /* 4 tiles in one loop: their fragments' offsets in the local accumulators, and their origins */
+        const short xe_af[4][1] = { { 0 }, { 16 }, { 256 }, { 272 } };
         const short xe_at[4][2] = { { 0, 0 }, { 0, 16 }, { 8, 0 }, { 8, 16 } };
 #pragma unroll 1
         for (int xe_t = 0; xe_t < 4; ++xe_t) {
             const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
             {
                 xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr, (ushort8)(
-                    xe_f32_to_f16_rne(xe_acc[xe_t][0]),
-                    xe_f32_to_f16_rne(xe_acc[xe_t][1]),
-                    xe_f32_to_f16_rne(xe_acc[xe_t][2]),
-                    xe_f32_to_f16_rne(xe_acc[xe_t][3]),
-                    xe_f32_to_f16_rne(xe_acc[xe_t][4]),
-                    xe_f32_to_f16_rne(xe_acc[xe_t][5]),
-                    xe_f32_to_f16_rne(xe_acc[xe_t][6]),
-                    xe_f32_to_f16_rne(xe_acc[xe_t][7])));
+                    xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 0 + lane]),
+                    xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 32 + lane]),
+                    xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 64 + lane]),
+                    xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 96 + lane]),
+                    xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 128 + lane]),
+                    xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 160 + lane]),
+                    xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 192 + lane]),
+                    xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 224 + lane])));
             }
         }
     }

@@ -1351,27 +1351,22 @@ __kernel void xegemm_s4_u4_s32_s8_tnt_32x32x128_sg1x2_dpas8x16x64_au4x32x128n_bu
 
     /* epilogue: D = acc, computed in s32 (exact), converted to s8 (saturating); 4 x XE_2D_U8x8x16_ST_N */
     {
-        /* 4 tiles in one loop: their accumulators by tile, and their origins */
-        const int xe_acc[4][8] = {
-            { as_int(acc_0_0_0), as_int(acc_0_0_1), as_int(acc_0_0_2), as_int(acc_0_0_3), as_int(acc_0_0_4), as_int(acc_0_0_5), as_int(acc_0_0_6), as_int(acc_0_0_7) },
-            { as_int(acc_1_0_0), as_int(acc_1_0_1), as_int(acc_1_0_2), as_int(acc_1_0_3), as_int(acc_1_0_4), as_int(acc_1_0_5), as_int(acc_1_0_6), as_int(acc_1_0_7) },
-            { as_int(acc_2_0_0), as_int(acc_2_0_1), as_int(acc_2_0_2), as_int(acc_2_0_3), as_int(acc_2_0_4), as_int(acc_2_0_5), as_int(acc_2_0_6), as_int(acc_2_0_7) },
-            { as_int(acc_3_0_0), as_int(acc_3_0_1), as_int(acc_3_0_2), as_int(acc_3_0_3), as_int(acc_3_0_4), as_int(acc_3_0_5), as_int(acc_3_0_6), as_int(acc_3_0_7) }
-        };
+        /* 4 tiles in one loop: their fragments' offsets in the local accumulators, and their origins */
+        const short xe_af[4][1] = { { 0 }, { 128 }, { 256 }, { 384 } };
         const short xe_at[4][2] = { { 0, 0 }, { 8, 0 }, { 16, 0 }, { 24, 0 } };
 #pragma unroll 1
         for (int xe_t = 0; xe_t < 4; ++xe_t) {
             const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
             {
                 xe_copy_u8x8x16_st_n(C, N * 1, M, ldc, n0 + xe_tc, m0 + xe_tr, (uchar8)(
-                    (uchar)convert_char_sat(xe_acc[xe_t][0]),
-                    (uchar)convert_char_sat(xe_acc[xe_t][1]),
-                    (uchar)convert_char_sat(xe_acc[xe_t][2]),
-                    (uchar)convert_char_sat(xe_acc[xe_t][3]),
-                    (uchar)convert_char_sat(xe_acc[xe_t][4]),
-                    (uchar)convert_char_sat(xe_acc[xe_t][5]),
-                    (uchar)convert_char_sat(xe_acc[xe_t][6]),
-                    (uchar)convert_char_sat(xe_acc[xe_t][7])));
+                    (uchar)convert_char_sat(as_int(sacc[xe_af[xe_t][0] + 0 + lane])),
+                    (uchar)convert_char_sat(as_int(sacc[xe_af[xe_t][0] + 16 + lane])),
+                    (uchar)convert_char_sat(as_int(sacc[xe_af[xe_t][0] + 32 + lane])),
+                    (uchar)convert_char_sat(as_int(sacc[xe_af[xe_t][0] + 48 + lane])),
+                    (uchar)convert_char_sat(as_int(sacc[xe_af[xe_t][0] + 64 + lane])),
+                    (uchar)convert_char_sat(as_int(sacc[xe_af[xe_t][0] + 80 + lane])),
+                    (uchar)convert_char_sat(as_int(sacc[xe_af[xe_t][0] + 96 + lane])),
+                    (uchar)convert_char_sat(as_int(sacc[xe_af[xe_t][0] + 112 + lane]))));
             }
         }
     }

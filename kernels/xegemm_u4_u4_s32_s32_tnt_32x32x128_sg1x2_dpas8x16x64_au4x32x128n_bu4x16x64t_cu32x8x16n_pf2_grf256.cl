@@ -1361,23 +1361,23 @@ __kernel void xegemm_u4_u4_s32_s32_tnt_32x32x128_sg1x2_dpas8x16x64_au4x32x128n_b
 
     /* epilogue: D = acc, computed in s32 (exact); 4 x XE_2D_U32x8x16_ST_N */
     {
-        uint8 c = 0;
-        c = xe_put_int8_into_uint8(c, 0, (int8)(as_int(acc_0_0_0), as_int(acc_0_0_1), as_int(acc_0_0_2), as_int(acc_0_0_3), as_int(acc_0_0_4), as_int(acc_0_0_5), as_int(acc_0_0_6), as_int(acc_0_0_7)));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 0, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_int8_into_uint8(c, 0, (int8)(as_int(acc_1_0_0), as_int(acc_1_0_1), as_int(acc_1_0_2), as_int(acc_1_0_3), as_int(acc_1_0_4), as_int(acc_1_0_5), as_int(acc_1_0_6), as_int(acc_1_0_7)));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 8, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_int8_into_uint8(c, 0, (int8)(as_int(acc_2_0_0), as_int(acc_2_0_1), as_int(acc_2_0_2), as_int(acc_2_0_3), as_int(acc_2_0_4), as_int(acc_2_0_5), as_int(acc_2_0_6), as_int(acc_2_0_7)));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 16, c);
-    }
-    {
-        uint8 c = 0;
-        c = xe_put_int8_into_uint8(c, 0, (int8)(as_int(acc_3_0_0), as_int(acc_3_0_1), as_int(acc_3_0_2), as_int(acc_3_0_3), as_int(acc_3_0_4), as_int(acc_3_0_5), as_int(acc_3_0_6), as_int(acc_3_0_7)));
-        xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + 0, m0 + 24, c);
+        /* 4 tiles in one loop: their fragments' offsets in the local accumulators, and their origins */
+        const short xe_af[4][1] = { { 0 }, { 128 }, { 256 }, { 384 } };
+        const short xe_at[4][2] = { { 0, 0 }, { 8, 0 }, { 16, 0 }, { 24, 0 } };
+#pragma unroll 1
+        for (int xe_t = 0; xe_t < 4; ++xe_t) {
+            const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
+            {
+                xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + xe_tc, m0 + xe_tr, (uint8)(
+                    (uint)as_int(sacc[xe_af[xe_t][0] + 0 + lane]),
+                    (uint)as_int(sacc[xe_af[xe_t][0] + 16 + lane]),
+                    (uint)as_int(sacc[xe_af[xe_t][0] + 32 + lane]),
+                    (uint)as_int(sacc[xe_af[xe_t][0] + 48 + lane]),
+                    (uint)as_int(sacc[xe_af[xe_t][0] + 64 + lane]),
+                    (uint)as_int(sacc[xe_af[xe_t][0] + 80 + lane]),
+                    (uint)as_int(sacc[xe_af[xe_t][0] + 96 + lane]),
+                    (uint)as_int(sacc[xe_af[xe_t][0] + 112 + lane])));
+            }
+        }
     }
 }

@@ -44,12 +44,13 @@ def render_copy_atoms(atoms, lowering: Lowering) -> str:
     return lowering.render_copies(atoms)
 
 
-def _accumulator_element(plan: Plan, staged, i: int, j: int, r: int, as_int: bool) -> str:
+def _accumulator_element(plan: Plan, staged, i: int, j: int, r: int, as_int: bool, scalar: str | None = None) -> str:
     """Row ``r`` of accumulator fragment (i, j) as a float (an int on the exact integer path): a scalar of the
-    staged k-step, or a component of the DPAS accumulator register."""
+    staged k-step (``scalar``: where it is read instead of its name), or a component of the DPAS accumulator
+    register."""
     code = plan.mma.c
     if staged:
-        x = f"acc_{i}_{j}_{r}"
+        x = scalar or f"acc_{i}_{j}_{r}"
         return (f"as_int({x})" if as_int else f"(float)as_int({x})") if code == "S32" else x
     x = f"acc_{i}_{j}" + (f".s{r:x}" if plan.mma.register_m > 1 else "")
     return x if as_int else c_spelling(code, "register_to_float", x)
@@ -73,8 +74,9 @@ def _plus(base: str, origin: int | str, offset: str) -> str:
     return f"{base} + {origin} + {offset}" if origin else f"{base} + {offset}"
 
 
-# The rolled epilogue's names: the accumulators by tile, the tile's index and origin (row, column).
-ROLLED_ACC, ROLLED_TILE, ROLLED_ORIGIN = "xe_acc", "xe_t", ("xe_tr", "xe_tc")
+# The rolled epilogue's names: the accumulators by tile (or their offsets in local memory), the tile's index
+# and origin (row, column).
+ROLLED_ACC, ROLLED_BASE, ROLLED_TILE, ROLLED_ORIGIN = "xe_acc", "xe_af", "xe_t", ("xe_tr", "xe_tc")
 
 
 def _tile_fragments(operand, t: int) -> list:
@@ -95,20 +97,25 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False, stage: Stage | Non
     and the bias) as xegemm.epilogue spells the element function.  ``partial``: stream-K's store of a piece
     of a tile, the accumulator as it is (plan.partial).
 
-    ``rolled`` (the lowering's ``rolls_epilogue``): for an epilogue that computes (not D = acc) when every tile
-    has the same shape, one tile whose ``roll`` holds the accumulators of all tiles (``xe_acc[tile][slot]``)
-    and their origins; the template
-    prints its body once, in a loop over the tiles, at origin (xe_tr, xe_tc).  The same element code on the
-    same values: the results are identical to the unrolled tiles'."""
+    ``rolled`` (the lowering's ``rolls_epilogue``): when every tile has the same shape, one tile whose
+    ``roll`` says where each tile's accumulators are and the tiles' origins; the template prints its body once,
+    in a loop over the tiles, at origin (xe_tr, xe_tc).  Where the staged k-step keeps the accumulators in
+    local memory (its register blocks run by a loop, ``staged.rolled``), the loop reads them there, by each
+    tile's fragment offsets (``roll.bases``), whatever the epilogue; otherwise only an epilogue that computes
+    (not D = acc) is rolled, over an array of all tiles' accumulators (``roll.init``, ``xe_acc[tile][slot]``).
+    The same element code on the same values: the results are identical to the unrolled tiles'."""
     spec, operand = (plan.partial_epilogue, plan.partial) if partial else (plan.kernel_epilogue, plan.c)
     store = operand.atom
     identity = spec.identity and spec.out == spec.acc and (partial or plan.graph is None)
-    if not identity:
+    if not identity or stage is None or partial:
         stage = Stage.of(plan, spec if partial else None) if stage is None or partial else stage
-    # D = acc is left unrolled: a put and a store per tile cost little, and rolled (an array of accumulator
-    # registers) the plain kernel built 1.37x slower on the AVX2 code path (0.92x on AVX-512)
-    if rolled and not identity and _rollable(operand, stage):
-        return [_rolled_tile(plan, staged, operand, stage)]
+    # Read from local memory, one store call site instead of one per tile: the plain kernel's build took 0.69x
+    # (AVX-512) and 0.65x (AVX2) the unrolled stores' time.  D = acc over an array of accumulator registers is
+    # left unrolled: a put and a store per tile cost little, and that array made the plain kernel build 1.37x
+    # slower on the AVX2 code path (0.92x on AVX-512).
+    local = rolled and staged is not None and staged.rolled is not None
+    if rolled and (local or not identity) and _rollable(operand, stage):
+        return [_rolled_tile(plan, staged, operand, stage, local)]
     if identity:
         # D = acc, bit for bit: each accumulator register is moved into the store register whole, by the put
         # helper (templates/fragments.cl.j2).  Measured: IGC 1.0.12504 spills 128 B on the 256x256x32 / 8x4
@@ -124,11 +131,25 @@ def _put_tile(plan: Plan, store, origin, puts) -> dict:
             "biases": [], "uses_lane": False, "statements": [], "aux_loads": [], "aux_stores": [], "roll": None}
 
 
-def _rolled_tile(plan: Plan, staged, operand, stage: Stage) -> dict:
+def _rolled_tile(plan: Plan, staged, operand, stage: Stage, local: bool) -> dict:
     """The one tile of a rolled epilogue (see :func:`epilogue_tiles`): the accumulator elements by tile, as the
-    element code takes them."""
+    element code takes them; ``local``: read from the staged k-step's local accumulators (``sacc``), where
+    row r of fragment (i, j) is ``sacc[((i * rows + r) * nt + j) * sg + lane]`` (its rolled_accumulators)."""
     store, frag_rows = operand.atom, plan.mma.lane_map("c").map[0]
     exact = stage.graph.exact_integer
+    if local:
+        nt, sg = plan.mma_grid[1], plan.config.tile.subgroup_size
+        slots = {ij: (k, frag.offset) for k, (ij, frag) in enumerate(_tile_fragments(operand, 0))}
+
+        def accumulator(i, j, e):
+            k, offset = slots[(i, j)]
+            at = f"sacc[{ROLLED_BASE}[{ROLLED_TILE}][{k}] + {(e - offset) * nt * sg} + lane]"
+            return _accumulator_element(plan, staged, i, j, e - offset, exact, at)
+        tile = _element_tile(plan, staged, operand, stage, 0, ROLLED_ORIGIN, accumulator)
+        bases = [[(i * staged.rows * nt + j) * sg for (i, j), _ in _tile_fragments(operand, t)]
+                 for t in range(len(operand.tiles))]
+        tile["roll"] = {"bases": bases, "init": None, "origins": list(operand.tiles)}
+        return tile
     init = []
     for t in range(len(operand.tiles)):
         row = ["0"] * store.register_length
@@ -139,7 +160,7 @@ def _rolled_tile(plan: Plan, staged, operand, stage: Stage) -> dict:
         init.append(row)
     tile = _element_tile(plan, staged, operand, stage, 0, ROLLED_ORIGIN,
                          lambda i, j, e: f"{ROLLED_ACC}[{ROLLED_TILE}][{e}]")
-    tile["roll"] = {"ctype": "int" if exact else "float", "init": init, "origins": list(operand.tiles)}
+    tile["roll"] = {"ctype": "int" if exact else "float", "init": init, "bases": None, "origins": list(operand.tiles)}
     return tile
 
 
