@@ -195,6 +195,36 @@ if (lane < t[2])
     }
 }
 
+/* XE_2D_U16x16x16_LD_T into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u16x16x16_ld_t_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 16, 16, 16)        && xe_wide_aligned(base, pitch_bytes, x, 16, 4)) {
+        v[0] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            v[(16 + 16 * xe_i)] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 2 + (1 + xe_i));
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 8; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 16; ++e) {
+            constant const short* t = xe_copy_u16x16x16_ld_t_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
+    }
+}
+
 /* XE_2D_U16x16x16_LD_T as the hardware message returns it: one uint8 */
 static inline uint8 xe_copy_u16x16x16_ld_t(
     const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
@@ -225,7 +255,7 @@ static inline void xe_copy_u32x8x16_st_n(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 8, 16, 32)) {
-        xe_stu_u32(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u32(base, pitch_bytes, y + 0, x + lane, v[0]);
         xe_stu_u32(base, pitch_bytes, y + 1, x + lane, v[1]);
         xe_stu_u32(base, pitch_bytes, y + 2, x + lane, v[2]);
         xe_stu_u32(base, pitch_bytes, y + 3, x + lane, v[3]);
@@ -454,7 +484,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_nnt_128x128x32_sg4x4_dpas8x16x16_au16x16x
         uint b3[8]; xe_copy_u16x16x16_ld_t_into(B, b_width, b_height, ldb, k0 + 16, n0 + 16, b3);
         /* k-chunk 0: 8 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = as_float(((uint)a0[0] & 0xffffu) << 16);
+        sa[0 + lane] = as_float(((uint)a0[0] & 0xffffu) << 16);
         sa[16 + lane] = as_float((((uint)a0[0] >> 16) & 0xffffu) << 16);
         sa[32 + lane] = as_float(((uint)a0[1] & 0xffffu) << 16);
         sa[48 + lane] = as_float((((uint)a0[1] >> 16) & 0xffffu) << 16);
@@ -486,7 +516,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_nnt_128x128x32_sg4x4_dpas8x16x16_au16x16x
         sa[464 + lane] = as_float((((uint)a1[6] >> 16) & 0xffffu) << 16);
         sa[480 + lane] = as_float(((uint)a1[7] & 0xffffu) << 16);
         sa[496 + lane] = as_float((((uint)a1[7] >> 16) & 0xffffu) << 16);
-        sb[lane] = as_float((uint)b0[0] << 16);
+        sb[0 + lane] = as_float((uint)b0[0] << 16);
         sb[32 + lane] = as_float((uint)b0[0] & 0xffff0000u);
         sb[64 + lane] = as_float((uint)b0[1] << 16);
         sb[96 + lane] = as_float((uint)b0[1] & 0xffff0000u);
@@ -542,7 +572,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_nnt_128x128x32_sg4x4_dpas8x16x16_au16x16x
         }
         /* k-chunk 1: 8 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = as_float(((uint)a2[0] & 0xffffu) << 16);
+        sa[0 + lane] = as_float(((uint)a2[0] & 0xffffu) << 16);
         sa[16 + lane] = as_float((((uint)a2[0] >> 16) & 0xffffu) << 16);
         sa[32 + lane] = as_float(((uint)a2[1] & 0xffffu) << 16);
         sa[48 + lane] = as_float((((uint)a2[1] >> 16) & 0xffffu) << 16);
@@ -574,7 +604,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_nnt_128x128x32_sg4x4_dpas8x16x16_au16x16x
         sa[464 + lane] = as_float((((uint)a3[6] >> 16) & 0xffffu) << 16);
         sa[480 + lane] = as_float(((uint)a3[7] & 0xffffu) << 16);
         sa[496 + lane] = as_float((((uint)a3[7] >> 16) & 0xffffu) << 16);
-        sb[lane] = as_float((uint)b1[0] << 16);
+        sb[0 + lane] = as_float((uint)b1[0] << 16);
         sb[32 + lane] = as_float((uint)b1[0] & 0xffff0000u);
         sb[64 + lane] = as_float((uint)b1[1] << 16);
         sb[96 + lane] = as_float((uint)b1[1] & 0xffff0000u);

@@ -220,7 +220,7 @@ static inline void xe_copy_u16x32x32_ld_n_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
-        v[0] = xe_ldu_u16(base, pitch_bytes, y, x + lane);
+        v[0] = xe_ldu_u16(base, pitch_bytes, y + 0, x + lane);
         v[1] = xe_ldu_u16(base, pitch_bytes, y + 1, x + lane);
         v[2] = xe_ldu_u16(base, pitch_bytes, y + 2, x + lane);
         v[3] = xe_ldu_u16(base, pitch_bytes, y + 3, x + lane);
@@ -252,7 +252,7 @@ static inline void xe_copy_u16x32x32_ld_n_into(
         v[29] = xe_ldu_u16(base, pitch_bytes, y + 29, x + lane);
         v[30] = xe_ldu_u16(base, pitch_bytes, y + 30, x + lane);
         v[31] = xe_ldu_u16(base, pitch_bytes, y + 31, x + lane);
-        v[32] = xe_ldu_u16(base, pitch_bytes, y, x + 16 + lane);
+        v[32] = xe_ldu_u16(base, pitch_bytes, y + 0, x + 16 + lane);
         v[33] = xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane);
         v[34] = xe_ldu_u16(base, pitch_bytes, y + 2, x + 16 + lane);
         v[35] = xe_ldu_u16(base, pitch_bytes, y + 3, x + 16 + lane);
@@ -297,6 +297,39 @@ if (lane < t[2])
         }
         for (int i = 0; i < 64; ++i)
             v[i] = (ushort)c[i];
+    }
+}
+
+/* XE_2D_U16x32x32_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u16x32x32_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local ushort* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            v[(16 * xe_i)] = xe_ldu_u16(base, pitch_bytes, y + xe_i, x + lane);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            v[(512 + 16 * xe_i)] = xe_ldu_u16(base, pitch_bytes, y + xe_i, x + 16 + lane);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 64; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u16x32x32_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (ushort)(((uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -389,7 +422,7 @@ static inline void xe_copy_u16x32x32_ld_v_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
-        v[0] = (uint)xe_ldu_u16(base, pitch_bytes, y, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + lane) << 16;
+        v[0] = (uint)xe_ldu_u16(base, pitch_bytes, y + 0, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + lane) << 16;
         v[1] = (uint)xe_ldu_u16(base, pitch_bytes, y + 2, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 3, x + lane) << 16;
         v[2] = (uint)xe_ldu_u16(base, pitch_bytes, y + 4, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 5, x + lane) << 16;
         v[3] = (uint)xe_ldu_u16(base, pitch_bytes, y + 6, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 7, x + lane) << 16;
@@ -405,7 +438,7 @@ static inline void xe_copy_u16x32x32_ld_v_into(
         v[13] = (uint)xe_ldu_u16(base, pitch_bytes, y + 26, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 27, x + lane) << 16;
         v[14] = (uint)xe_ldu_u16(base, pitch_bytes, y + 28, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 29, x + lane) << 16;
         v[15] = (uint)xe_ldu_u16(base, pitch_bytes, y + 30, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 31, x + lane) << 16;
-        v[16] = (uint)xe_ldu_u16(base, pitch_bytes, y, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane) << 16;
+        v[16] = (uint)xe_ldu_u16(base, pitch_bytes, y + 0, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane) << 16;
         v[17] = (uint)xe_ldu_u16(base, pitch_bytes, y + 2, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 3, x + 16 + lane) << 16;
         v[18] = (uint)xe_ldu_u16(base, pitch_bytes, y + 4, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 5, x + 16 + lane) << 16;
         v[19] = (uint)xe_ldu_u16(base, pitch_bytes, y + 6, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 7, x + 16 + lane) << 16;
@@ -434,6 +467,39 @@ if (lane < t[2])
         }
         for (int i = 0; i < 32; ++i)
             v[i] = (uint)c[i];
+    }
+}
+
+/* XE_2D_U16x32x32_LD_V into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u16x32x32_ld_v_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(16 * xe_i)] = (uint)xe_ldu_u16(base, pitch_bytes, y + (2 * xe_i), x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + (1 + 2 * xe_i), x + lane) << 16;
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(256 + 16 * xe_i)] = (uint)xe_ldu_u16(base, pitch_bytes, y + (2 * xe_i), x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + (1 + 2 * xe_i), x + 16 + lane) << 16;
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 32; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u16x32x32_ld_v_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -467,7 +533,7 @@ static inline void xe_copy_u32x8x16_st_n(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 8, 16, 32)) {
-        xe_stu_u32(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u32(base, pitch_bytes, y + 0, x + lane, v[0]);
         xe_stu_u32(base, pitch_bytes, y + 1, x + lane, v[1]);
         xe_stu_u32(base, pitch_bytes, y + 2, x + lane, v[2]);
         xe_stu_u32(base, pitch_bytes, y + 3, x + lane, v[3]);
@@ -622,7 +688,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_128x512x32_sg4x8_dpas8x16x16_au16x32x
         uint b1[32]; xe_copy_u16x32x32_ld_v_into(B, b_width, b_height, ldb, n0 + 32, k0 + 0, b1);
         /* k-chunk 0: 16 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = as_float((uint)a0[0] << 16);
+        sa[0 + lane] = as_float((uint)a0[0] << 16);
         sa[16 + lane] = as_float((uint)a0[1] << 16);
         sa[32 + lane] = as_float((uint)a0[2] << 16);
         sa[48 + lane] = as_float((uint)a0[3] << 16);
@@ -654,7 +720,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_128x512x32_sg4x8_dpas8x16x16_au16x32x
         sa[464 + lane] = as_float((uint)a0[29] << 16);
         sa[480 + lane] = as_float((uint)a0[30] << 16);
         sa[496 + lane] = as_float((uint)a0[31] << 16);
-        sb[lane] = as_float((uint)b0[0] << 16);
+        sb[0 + lane] = as_float((uint)b0[0] << 16);
         sb[64 + lane] = as_float((uint)b0[0] & 0xffff0000u);
         sb[128 + lane] = as_float((uint)b0[1] << 16);
         sb[192 + lane] = as_float((uint)b0[1] & 0xffff0000u);
@@ -759,7 +825,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_128x512x32_sg4x8_dpas8x16x16_au16x32x
         }
         /* k-chunk 1: 16 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = as_float((uint)a0[32] << 16);
+        sa[0 + lane] = as_float((uint)a0[32] << 16);
         sa[16 + lane] = as_float((uint)a0[33] << 16);
         sa[32 + lane] = as_float((uint)a0[34] << 16);
         sa[48 + lane] = as_float((uint)a0[35] << 16);
@@ -791,7 +857,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_128x512x32_sg4x8_dpas8x16x16_au16x32x
         sa[464 + lane] = as_float((uint)a0[61] << 16);
         sa[480 + lane] = as_float((uint)a0[62] << 16);
         sa[496 + lane] = as_float((uint)a0[63] << 16);
-        sb[lane] = as_float((uint)b0[8] << 16);
+        sb[0 + lane] = as_float((uint)b0[8] << 16);
         sb[64 + lane] = as_float((uint)b0[8] & 0xffff0000u);
         sb[128 + lane] = as_float((uint)b0[9] << 16);
         sb[192 + lane] = as_float((uint)b0[9] & 0xffff0000u);

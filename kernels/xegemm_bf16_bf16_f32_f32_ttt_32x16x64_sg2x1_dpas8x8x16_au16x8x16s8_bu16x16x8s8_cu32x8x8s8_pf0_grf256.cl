@@ -220,7 +220,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         const ushort16 b7 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 48);
         /* k-chunk 0: 4 x XE_8x8x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = as_float((uint)a0[0] << 16);
+        sa[0 + lane * 2] = as_float((uint)a0[0] << 16);
         sa[1 + lane * 2] = as_float((uint)a0[0] & 0xffff0000u);
         sa[16 + lane * 2] = as_float((uint)a0[1] << 16);
         sa[17 + lane * 2] = as_float((uint)a0[1] & 0xffff0000u);
@@ -252,7 +252,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         sa[225 + lane * 2] = as_float((uint)a4[6] & 0xffff0000u);
         sa[240 + lane * 2] = as_float((uint)a4[7] << 16);
         sa[241 + lane * 2] = as_float((uint)a4[7] & 0xffff0000u);
-        sb[lane] = as_float(((uint)b0[0] | (uint)b0[1] << 16) << 16);
+        sb[0 + lane] = as_float(((uint)b0[0] | (uint)b0[1] << 16) << 16);
         sb[16 + lane] = as_float(((uint)b0[0] | (uint)b0[1] << 16) & 0xffff0000u);
         sb[32 + lane] = as_float(((uint)b0[2] | (uint)b0[3] << 16) << 16);
         sb[48 + lane] = as_float(((uint)b0[2] | (uint)b0[3] << 16) & 0xffff0000u);
@@ -308,7 +308,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         }
         /* k-chunk 1: 4 x XE_8x8x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = as_float((uint)a1[0] << 16);
+        sa[0 + lane * 2] = as_float((uint)a1[0] << 16);
         sa[1 + lane * 2] = as_float((uint)a1[0] & 0xffff0000u);
         sa[16 + lane * 2] = as_float((uint)a1[1] << 16);
         sa[17 + lane * 2] = as_float((uint)a1[1] & 0xffff0000u);
@@ -340,7 +340,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         sa[225 + lane * 2] = as_float((uint)a5[6] & 0xffff0000u);
         sa[240 + lane * 2] = as_float((uint)a5[7] << 16);
         sa[241 + lane * 2] = as_float((uint)a5[7] & 0xffff0000u);
-        sb[lane] = as_float(((uint)b2[0] | (uint)b2[1] << 16) << 16);
+        sb[0 + lane] = as_float(((uint)b2[0] | (uint)b2[1] << 16) << 16);
         sb[16 + lane] = as_float(((uint)b2[0] | (uint)b2[1] << 16) & 0xffff0000u);
         sb[32 + lane] = as_float(((uint)b2[2] | (uint)b2[3] << 16) << 16);
         sb[48 + lane] = as_float(((uint)b2[2] | (uint)b2[3] << 16) & 0xffff0000u);
@@ -396,7 +396,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         }
         /* k-chunk 2: 4 x XE_8x8x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = as_float((uint)a2[0] << 16);
+        sa[0 + lane * 2] = as_float((uint)a2[0] << 16);
         sa[1 + lane * 2] = as_float((uint)a2[0] & 0xffff0000u);
         sa[16 + lane * 2] = as_float((uint)a2[1] << 16);
         sa[17 + lane * 2] = as_float((uint)a2[1] & 0xffff0000u);
@@ -428,7 +428,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         sa[225 + lane * 2] = as_float((uint)a6[6] & 0xffff0000u);
         sa[240 + lane * 2] = as_float((uint)a6[7] << 16);
         sa[241 + lane * 2] = as_float((uint)a6[7] & 0xffff0000u);
-        sb[lane] = as_float(((uint)b4[0] | (uint)b4[1] << 16) << 16);
+        sb[0 + lane] = as_float(((uint)b4[0] | (uint)b4[1] << 16) << 16);
         sb[16 + lane] = as_float(((uint)b4[0] | (uint)b4[1] << 16) & 0xffff0000u);
         sb[32 + lane] = as_float(((uint)b4[2] | (uint)b4[3] << 16) << 16);
         sb[48 + lane] = as_float(((uint)b4[2] | (uint)b4[3] << 16) & 0xffff0000u);
@@ -484,7 +484,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         }
         /* k-chunk 3: 4 x XE_8x8x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = as_float((uint)a3[0] << 16);
+        sa[0 + lane * 2] = as_float((uint)a3[0] << 16);
         sa[1 + lane * 2] = as_float((uint)a3[0] & 0xffff0000u);
         sa[16 + lane * 2] = as_float((uint)a3[1] << 16);
         sa[17 + lane * 2] = as_float((uint)a3[1] & 0xffff0000u);
@@ -516,7 +516,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8
         sa[225 + lane * 2] = as_float((uint)a7[6] & 0xffff0000u);
         sa[240 + lane * 2] = as_float((uint)a7[7] << 16);
         sa[241 + lane * 2] = as_float((uint)a7[7] & 0xffff0000u);
-        sb[lane] = as_float(((uint)b6[0] | (uint)b6[1] << 16) << 16);
+        sb[0 + lane] = as_float(((uint)b6[0] | (uint)b6[1] << 16) << 16);
         sb[16 + lane] = as_float(((uint)b6[0] | (uint)b6[1] << 16) & 0xffff0000u);
         sb[32 + lane] = as_float(((uint)b6[2] | (uint)b6[3] << 16) << 16);
         sb[48 + lane] = as_float(((uint)b6[2] | (uint)b6[3] << 16) & 0xffff0000u);

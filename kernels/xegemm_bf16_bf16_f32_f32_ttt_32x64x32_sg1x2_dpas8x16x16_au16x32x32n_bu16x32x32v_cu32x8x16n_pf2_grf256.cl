@@ -220,7 +220,7 @@ static inline void xe_copy_u16x32x32_ld_n_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
-        v[0] = xe_ldu_u16(base, pitch_bytes, y, x + lane);
+        v[0] = xe_ldu_u16(base, pitch_bytes, y + 0, x + lane);
         v[1] = xe_ldu_u16(base, pitch_bytes, y + 1, x + lane);
         v[2] = xe_ldu_u16(base, pitch_bytes, y + 2, x + lane);
         v[3] = xe_ldu_u16(base, pitch_bytes, y + 3, x + lane);
@@ -252,7 +252,7 @@ static inline void xe_copy_u16x32x32_ld_n_into(
         v[29] = xe_ldu_u16(base, pitch_bytes, y + 29, x + lane);
         v[30] = xe_ldu_u16(base, pitch_bytes, y + 30, x + lane);
         v[31] = xe_ldu_u16(base, pitch_bytes, y + 31, x + lane);
-        v[32] = xe_ldu_u16(base, pitch_bytes, y, x + 16 + lane);
+        v[32] = xe_ldu_u16(base, pitch_bytes, y + 0, x + 16 + lane);
         v[33] = xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane);
         v[34] = xe_ldu_u16(base, pitch_bytes, y + 2, x + 16 + lane);
         v[35] = xe_ldu_u16(base, pitch_bytes, y + 3, x + 16 + lane);
@@ -297,6 +297,39 @@ if (lane < t[2])
         }
         for (int i = 0; i < 64; ++i)
             v[i] = (ushort)c[i];
+    }
+}
+
+/* XE_2D_U16x32x32_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u16x32x32_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local ushort* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            v[(16 * xe_i)] = xe_ldu_u16(base, pitch_bytes, y + xe_i, x + lane);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            v[(512 + 16 * xe_i)] = xe_ldu_u16(base, pitch_bytes, y + xe_i, x + 16 + lane);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 64; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u16x32x32_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (ushort)(((uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -389,7 +422,7 @@ static inline void xe_copy_u16x32x32_ld_v_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
-        v[0] = (uint)xe_ldu_u16(base, pitch_bytes, y, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + lane) << 16;
+        v[0] = (uint)xe_ldu_u16(base, pitch_bytes, y + 0, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + lane) << 16;
         v[1] = (uint)xe_ldu_u16(base, pitch_bytes, y + 2, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 3, x + lane) << 16;
         v[2] = (uint)xe_ldu_u16(base, pitch_bytes, y + 4, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 5, x + lane) << 16;
         v[3] = (uint)xe_ldu_u16(base, pitch_bytes, y + 6, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 7, x + lane) << 16;
@@ -405,7 +438,7 @@ static inline void xe_copy_u16x32x32_ld_v_into(
         v[13] = (uint)xe_ldu_u16(base, pitch_bytes, y + 26, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 27, x + lane) << 16;
         v[14] = (uint)xe_ldu_u16(base, pitch_bytes, y + 28, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 29, x + lane) << 16;
         v[15] = (uint)xe_ldu_u16(base, pitch_bytes, y + 30, x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 31, x + lane) << 16;
-        v[16] = (uint)xe_ldu_u16(base, pitch_bytes, y, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane) << 16;
+        v[16] = (uint)xe_ldu_u16(base, pitch_bytes, y + 0, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane) << 16;
         v[17] = (uint)xe_ldu_u16(base, pitch_bytes, y + 2, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 3, x + 16 + lane) << 16;
         v[18] = (uint)xe_ldu_u16(base, pitch_bytes, y + 4, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 5, x + 16 + lane) << 16;
         v[19] = (uint)xe_ldu_u16(base, pitch_bytes, y + 6, x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + 7, x + 16 + lane) << 16;
@@ -434,6 +467,39 @@ if (lane < t[2])
         }
         for (int i = 0; i < 32; ++i)
             v[i] = (uint)c[i];
+    }
+}
+
+/* XE_2D_U16x32x32_LD_V into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u16x32x32_ld_v_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 32, 32, 16)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(16 * xe_i)] = (uint)xe_ldu_u16(base, pitch_bytes, y + (2 * xe_i), x + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + (1 + 2 * xe_i), x + lane) << 16;
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(256 + 16 * xe_i)] = (uint)xe_ldu_u16(base, pitch_bytes, y + (2 * xe_i), x + 16 + lane) | (uint)xe_ldu_u16(base, pitch_bytes, y + (1 + 2 * xe_i), x + 16 + lane) << 16;
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 32; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u16x32x32_ld_v_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -467,7 +533,7 @@ static inline void xe_copy_u32x8x16_st_n(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 8, 16, 32)) {
-        xe_stu_u32(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u32(base, pitch_bytes, y + 0, x + lane, v[0]);
         xe_stu_u32(base, pitch_bytes, y + 1, x + lane, v[1]);
         xe_stu_u32(base, pitch_bytes, y + 2, x + lane, v[2]);
         xe_stu_u32(base, pitch_bytes, y + 3, x + lane, v[3]);
@@ -595,6 +661,11 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x64x32_sg1x2_dpas8x16x16_au16x32x32
     local float xe_acc_blocks[2][1024];
     local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
+    /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
+    local ushort xe_reg_a0[2][1024];
+    local ushort* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b0[2][512];
+    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
 
     /* prologue: prefetch the first 2 k-tiles */
@@ -674,74 +745,24 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x64x32_sg1x2_dpas8x16x16_au16x32x32
 
         }
         /* load this k-step's A and B tiles */
-        ushort a0[64]; xe_copy_u16x32x32_ld_n_into(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-        uint b0[32]; xe_copy_u16x32x32_ld_v_into(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
+        xe_copy_u16x32x32_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
+        xe_copy_u16x32x32_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
         /* k-chunk 0: 8 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = as_float((uint)a0[0] << 16);
-        sa[16 + lane] = as_float((uint)a0[1] << 16);
-        sa[32 + lane] = as_float((uint)a0[2] << 16);
-        sa[48 + lane] = as_float((uint)a0[3] << 16);
-        sa[64 + lane] = as_float((uint)a0[4] << 16);
-        sa[80 + lane] = as_float((uint)a0[5] << 16);
-        sa[96 + lane] = as_float((uint)a0[6] << 16);
-        sa[112 + lane] = as_float((uint)a0[7] << 16);
-        sa[128 + lane] = as_float((uint)a0[8] << 16);
-        sa[144 + lane] = as_float((uint)a0[9] << 16);
-        sa[160 + lane] = as_float((uint)a0[10] << 16);
-        sa[176 + lane] = as_float((uint)a0[11] << 16);
-        sa[192 + lane] = as_float((uint)a0[12] << 16);
-        sa[208 + lane] = as_float((uint)a0[13] << 16);
-        sa[224 + lane] = as_float((uint)a0[14] << 16);
-        sa[240 + lane] = as_float((uint)a0[15] << 16);
-        sa[256 + lane] = as_float((uint)a0[16] << 16);
-        sa[272 + lane] = as_float((uint)a0[17] << 16);
-        sa[288 + lane] = as_float((uint)a0[18] << 16);
-        sa[304 + lane] = as_float((uint)a0[19] << 16);
-        sa[320 + lane] = as_float((uint)a0[20] << 16);
-        sa[336 + lane] = as_float((uint)a0[21] << 16);
-        sa[352 + lane] = as_float((uint)a0[22] << 16);
-        sa[368 + lane] = as_float((uint)a0[23] << 16);
-        sa[384 + lane] = as_float((uint)a0[24] << 16);
-        sa[400 + lane] = as_float((uint)a0[25] << 16);
-        sa[416 + lane] = as_float((uint)a0[26] << 16);
-        sa[432 + lane] = as_float((uint)a0[27] << 16);
-        sa[448 + lane] = as_float((uint)a0[28] << 16);
-        sa[464 + lane] = as_float((uint)a0[29] << 16);
-        sa[480 + lane] = as_float((uint)a0[30] << 16);
-        sa[496 + lane] = as_float((uint)a0[31] << 16);
-        sb[lane] = as_float((uint)b0[0] << 16);
-        sb[32 + lane] = as_float((uint)b0[0] & 0xffff0000u);
-        sb[64 + lane] = as_float((uint)b0[1] << 16);
-        sb[96 + lane] = as_float((uint)b0[1] & 0xffff0000u);
-        sb[128 + lane] = as_float((uint)b0[2] << 16);
-        sb[160 + lane] = as_float((uint)b0[2] & 0xffff0000u);
-        sb[192 + lane] = as_float((uint)b0[3] << 16);
-        sb[224 + lane] = as_float((uint)b0[3] & 0xffff0000u);
-        sb[256 + lane] = as_float((uint)b0[4] << 16);
-        sb[288 + lane] = as_float((uint)b0[4] & 0xffff0000u);
-        sb[320 + lane] = as_float((uint)b0[5] << 16);
-        sb[352 + lane] = as_float((uint)b0[5] & 0xffff0000u);
-        sb[384 + lane] = as_float((uint)b0[6] << 16);
-        sb[416 + lane] = as_float((uint)b0[6] & 0xffff0000u);
-        sb[448 + lane] = as_float((uint)b0[7] << 16);
-        sb[480 + lane] = as_float((uint)b0[7] & 0xffff0000u);
-        sb[16 + lane] = as_float((uint)b0[16] << 16);
-        sb[48 + lane] = as_float((uint)b0[16] & 0xffff0000u);
-        sb[80 + lane] = as_float((uint)b0[17] << 16);
-        sb[112 + lane] = as_float((uint)b0[17] & 0xffff0000u);
-        sb[144 + lane] = as_float((uint)b0[18] << 16);
-        sb[176 + lane] = as_float((uint)b0[18] & 0xffff0000u);
-        sb[208 + lane] = as_float((uint)b0[19] << 16);
-        sb[240 + lane] = as_float((uint)b0[19] & 0xffff0000u);
-        sb[272 + lane] = as_float((uint)b0[20] << 16);
-        sb[304 + lane] = as_float((uint)b0[20] & 0xffff0000u);
-        sb[336 + lane] = as_float((uint)b0[21] << 16);
-        sb[368 + lane] = as_float((uint)b0[21] & 0xffff0000u);
-        sb[400 + lane] = as_float((uint)b0[22] << 16);
-        sb[432 + lane] = as_float((uint)b0[22] & 0xffff0000u);
-        sb[464 + lane] = as_float((uint)b0[23] << 16);
-        sb[496 + lane] = as_float((uint)b0[23] & 0xffff0000u);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            sa[(16 * xe_i) + lane] = as_float((uint)a0[(16 * xe_i)] << 16);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(64 * xe_i) + lane] = as_float((uint)b0[(16 * xe_i)] << 16);
+            sb[(32 + 64 * xe_i) + lane] = as_float((uint)b0[(16 * xe_i)] & 0xffff0000u);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(16 + 64 * xe_i) + lane] = as_float((uint)b0[(256 + 16 * xe_i)] << 16);
+            sb[(48 + 64 * xe_i) + lane] = as_float((uint)b0[(256 + 16 * xe_i)] & 0xffff0000u);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 8; ++xb) {  /* register block: 4 rows x 2 N-fragments */
@@ -766,70 +787,20 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_32x64x32_sg1x2_dpas8x16x16_au16x32x32
         }
         /* k-chunk 1: 8 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = as_float((uint)a0[32] << 16);
-        sa[16 + lane] = as_float((uint)a0[33] << 16);
-        sa[32 + lane] = as_float((uint)a0[34] << 16);
-        sa[48 + lane] = as_float((uint)a0[35] << 16);
-        sa[64 + lane] = as_float((uint)a0[36] << 16);
-        sa[80 + lane] = as_float((uint)a0[37] << 16);
-        sa[96 + lane] = as_float((uint)a0[38] << 16);
-        sa[112 + lane] = as_float((uint)a0[39] << 16);
-        sa[128 + lane] = as_float((uint)a0[40] << 16);
-        sa[144 + lane] = as_float((uint)a0[41] << 16);
-        sa[160 + lane] = as_float((uint)a0[42] << 16);
-        sa[176 + lane] = as_float((uint)a0[43] << 16);
-        sa[192 + lane] = as_float((uint)a0[44] << 16);
-        sa[208 + lane] = as_float((uint)a0[45] << 16);
-        sa[224 + lane] = as_float((uint)a0[46] << 16);
-        sa[240 + lane] = as_float((uint)a0[47] << 16);
-        sa[256 + lane] = as_float((uint)a0[48] << 16);
-        sa[272 + lane] = as_float((uint)a0[49] << 16);
-        sa[288 + lane] = as_float((uint)a0[50] << 16);
-        sa[304 + lane] = as_float((uint)a0[51] << 16);
-        sa[320 + lane] = as_float((uint)a0[52] << 16);
-        sa[336 + lane] = as_float((uint)a0[53] << 16);
-        sa[352 + lane] = as_float((uint)a0[54] << 16);
-        sa[368 + lane] = as_float((uint)a0[55] << 16);
-        sa[384 + lane] = as_float((uint)a0[56] << 16);
-        sa[400 + lane] = as_float((uint)a0[57] << 16);
-        sa[416 + lane] = as_float((uint)a0[58] << 16);
-        sa[432 + lane] = as_float((uint)a0[59] << 16);
-        sa[448 + lane] = as_float((uint)a0[60] << 16);
-        sa[464 + lane] = as_float((uint)a0[61] << 16);
-        sa[480 + lane] = as_float((uint)a0[62] << 16);
-        sa[496 + lane] = as_float((uint)a0[63] << 16);
-        sb[lane] = as_float((uint)b0[8] << 16);
-        sb[32 + lane] = as_float((uint)b0[8] & 0xffff0000u);
-        sb[64 + lane] = as_float((uint)b0[9] << 16);
-        sb[96 + lane] = as_float((uint)b0[9] & 0xffff0000u);
-        sb[128 + lane] = as_float((uint)b0[10] << 16);
-        sb[160 + lane] = as_float((uint)b0[10] & 0xffff0000u);
-        sb[192 + lane] = as_float((uint)b0[11] << 16);
-        sb[224 + lane] = as_float((uint)b0[11] & 0xffff0000u);
-        sb[256 + lane] = as_float((uint)b0[12] << 16);
-        sb[288 + lane] = as_float((uint)b0[12] & 0xffff0000u);
-        sb[320 + lane] = as_float((uint)b0[13] << 16);
-        sb[352 + lane] = as_float((uint)b0[13] & 0xffff0000u);
-        sb[384 + lane] = as_float((uint)b0[14] << 16);
-        sb[416 + lane] = as_float((uint)b0[14] & 0xffff0000u);
-        sb[448 + lane] = as_float((uint)b0[15] << 16);
-        sb[480 + lane] = as_float((uint)b0[15] & 0xffff0000u);
-        sb[16 + lane] = as_float((uint)b0[24] << 16);
-        sb[48 + lane] = as_float((uint)b0[24] & 0xffff0000u);
-        sb[80 + lane] = as_float((uint)b0[25] << 16);
-        sb[112 + lane] = as_float((uint)b0[25] & 0xffff0000u);
-        sb[144 + lane] = as_float((uint)b0[26] << 16);
-        sb[176 + lane] = as_float((uint)b0[26] & 0xffff0000u);
-        sb[208 + lane] = as_float((uint)b0[27] << 16);
-        sb[240 + lane] = as_float((uint)b0[27] & 0xffff0000u);
-        sb[272 + lane] = as_float((uint)b0[28] << 16);
-        sb[304 + lane] = as_float((uint)b0[28] & 0xffff0000u);
-        sb[336 + lane] = as_float((uint)b0[29] << 16);
-        sb[368 + lane] = as_float((uint)b0[29] & 0xffff0000u);
-        sb[400 + lane] = as_float((uint)b0[30] << 16);
-        sb[432 + lane] = as_float((uint)b0[30] & 0xffff0000u);
-        sb[464 + lane] = as_float((uint)b0[31] << 16);
-        sb[496 + lane] = as_float((uint)b0[31] & 0xffff0000u);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            sa[(16 * xe_i) + lane] = as_float((uint)a0[(512 + 16 * xe_i)] << 16);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(64 * xe_i) + lane] = as_float((uint)b0[(128 + 16 * xe_i)] << 16);
+            sb[(32 + 64 * xe_i) + lane] = as_float((uint)b0[(128 + 16 * xe_i)] & 0xffff0000u);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(16 + 64 * xe_i) + lane] = as_float((uint)b0[(384 + 16 * xe_i)] << 16);
+            sb[(48 + 64 * xe_i) + lane] = as_float((uint)b0[(384 + 16 * xe_i)] & 0xffff0000u);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 8; ++xb) {  /* register block: 4 rows x 2 N-fragments */

@@ -219,7 +219,7 @@ static inline void xe_copy_u8x16x64_ld_n_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 16, 64, 8)) {
-        v[0] = xe_ldu_u8(base, pitch_bytes, y, x + lane);
+        v[0] = xe_ldu_u8(base, pitch_bytes, y + 0, x + lane);
         v[1] = xe_ldu_u8(base, pitch_bytes, y + 1, x + lane);
         v[2] = xe_ldu_u8(base, pitch_bytes, y + 2, x + lane);
         v[3] = xe_ldu_u8(base, pitch_bytes, y + 3, x + lane);
@@ -235,7 +235,7 @@ static inline void xe_copy_u8x16x64_ld_n_into(
         v[13] = xe_ldu_u8(base, pitch_bytes, y + 13, x + lane);
         v[14] = xe_ldu_u8(base, pitch_bytes, y + 14, x + lane);
         v[15] = xe_ldu_u8(base, pitch_bytes, y + 15, x + lane);
-        v[16] = xe_ldu_u8(base, pitch_bytes, y, x + 16 + lane);
+        v[16] = xe_ldu_u8(base, pitch_bytes, y + 0, x + 16 + lane);
         v[17] = xe_ldu_u8(base, pitch_bytes, y + 1, x + 16 + lane);
         v[18] = xe_ldu_u8(base, pitch_bytes, y + 2, x + 16 + lane);
         v[19] = xe_ldu_u8(base, pitch_bytes, y + 3, x + 16 + lane);
@@ -251,7 +251,7 @@ static inline void xe_copy_u8x16x64_ld_n_into(
         v[29] = xe_ldu_u8(base, pitch_bytes, y + 13, x + 16 + lane);
         v[30] = xe_ldu_u8(base, pitch_bytes, y + 14, x + 16 + lane);
         v[31] = xe_ldu_u8(base, pitch_bytes, y + 15, x + 16 + lane);
-        v[32] = xe_ldu_u8(base, pitch_bytes, y, x + 32 + lane);
+        v[32] = xe_ldu_u8(base, pitch_bytes, y + 0, x + 32 + lane);
         v[33] = xe_ldu_u8(base, pitch_bytes, y + 1, x + 32 + lane);
         v[34] = xe_ldu_u8(base, pitch_bytes, y + 2, x + 32 + lane);
         v[35] = xe_ldu_u8(base, pitch_bytes, y + 3, x + 32 + lane);
@@ -267,7 +267,7 @@ static inline void xe_copy_u8x16x64_ld_n_into(
         v[45] = xe_ldu_u8(base, pitch_bytes, y + 13, x + 32 + lane);
         v[46] = xe_ldu_u8(base, pitch_bytes, y + 14, x + 32 + lane);
         v[47] = xe_ldu_u8(base, pitch_bytes, y + 15, x + 32 + lane);
-        v[48] = xe_ldu_u8(base, pitch_bytes, y, x + 48 + lane);
+        v[48] = xe_ldu_u8(base, pitch_bytes, y + 0, x + 48 + lane);
         v[49] = xe_ldu_u8(base, pitch_bytes, y + 1, x + 48 + lane);
         v[50] = xe_ldu_u8(base, pitch_bytes, y + 2, x + 48 + lane);
         v[51] = xe_ldu_u8(base, pitch_bytes, y + 3, x + 48 + lane);
@@ -296,6 +296,47 @@ if (lane < t[2])
         }
         for (int i = 0; i < 64; ++i)
             v[i] = (uchar)c[i];
+    }
+}
+
+/* XE_2D_U8x16x64_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u8x16x64_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uchar* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 16, 64, 8)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(16 * xe_i)] = xe_ldu_u8(base, pitch_bytes, y + xe_i, x + lane);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(256 + 16 * xe_i)] = xe_ldu_u8(base, pitch_bytes, y + xe_i, x + 16 + lane);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(512 + 16 * xe_i)] = xe_ldu_u8(base, pitch_bytes, y + xe_i, x + 32 + lane);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(768 + 16 * xe_i)] = xe_ldu_u8(base, pitch_bytes, y + xe_i, x + 48 + lane);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 64; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u8x16x64_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uchar)(((uint)xe_ld_u8(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -388,7 +429,7 @@ static inline void xe_copy_u8x32x32_ld_v_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 32, 8)) {
-        v[0] = (uint)xe_ldu_u8(base, pitch_bytes, y, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 1, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 2, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 3, x + lane) << 24;
+        v[0] = (uint)xe_ldu_u8(base, pitch_bytes, y + 0, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 1, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 2, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 3, x + lane) << 24;
         v[1] = (uint)xe_ldu_u8(base, pitch_bytes, y + 4, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 5, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 6, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 7, x + lane) << 24;
         v[2] = (uint)xe_ldu_u8(base, pitch_bytes, y + 8, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 9, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 10, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 11, x + lane) << 24;
         v[3] = (uint)xe_ldu_u8(base, pitch_bytes, y + 12, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 13, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 14, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 15, x + lane) << 24;
@@ -396,7 +437,7 @@ static inline void xe_copy_u8x32x32_ld_v_into(
         v[5] = (uint)xe_ldu_u8(base, pitch_bytes, y + 20, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 21, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 22, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 23, x + lane) << 24;
         v[6] = (uint)xe_ldu_u8(base, pitch_bytes, y + 24, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 25, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 26, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 27, x + lane) << 24;
         v[7] = (uint)xe_ldu_u8(base, pitch_bytes, y + 28, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 29, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 30, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 31, x + lane) << 24;
-        v[8] = (uint)xe_ldu_u8(base, pitch_bytes, y, x + 16 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 1, x + 16 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 2, x + 16 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 3, x + 16 + lane) << 24;
+        v[8] = (uint)xe_ldu_u8(base, pitch_bytes, y + 0, x + 16 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 1, x + 16 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 2, x + 16 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 3, x + 16 + lane) << 24;
         v[9] = (uint)xe_ldu_u8(base, pitch_bytes, y + 4, x + 16 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 5, x + 16 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 6, x + 16 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 7, x + 16 + lane) << 24;
         v[10] = (uint)xe_ldu_u8(base, pitch_bytes, y + 8, x + 16 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 9, x + 16 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 10, x + 16 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 11, x + 16 + lane) << 24;
         v[11] = (uint)xe_ldu_u8(base, pitch_bytes, y + 12, x + 16 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 13, x + 16 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 14, x + 16 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 15, x + 16 + lane) << 24;
@@ -417,6 +458,39 @@ if (lane < t[2])
         }
         for (int i = 0; i < 16; ++i)
             v[i] = (uint)c[i];
+    }
+}
+
+/* XE_2D_U8x32x32_LD_V into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u8x32x32_ld_v_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 32, 32, 8)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            v[(16 * xe_i)] = (uint)xe_ldu_u8(base, pitch_bytes, y + (4 * xe_i), x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + (1 + 4 * xe_i), x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + (2 + 4 * xe_i), x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + (3 + 4 * xe_i), x + lane) << 24;
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            v[(128 + 16 * xe_i)] = (uint)xe_ldu_u8(base, pitch_bytes, y + (4 * xe_i), x + 16 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + (1 + 4 * xe_i), x + 16 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + (2 + 4 * xe_i), x + 16 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + (3 + 4 * xe_i), x + 16 + lane) << 24;
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 16; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u8x32x32_ld_v_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u8(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -450,7 +524,7 @@ static inline void xe_copy_u16x8x16_st_n(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 8, 16, 16)) {
-        xe_stu_u16(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u16(base, pitch_bytes, y + 0, x + lane, v[0]);
         xe_stu_u16(base, pitch_bytes, y + 1, x + lane, v[1]);
         xe_stu_u16(base, pitch_bytes, y + 2, x + lane, v[2]);
         xe_stu_u16(base, pitch_bytes, y + 3, x + lane, v[3]);
@@ -669,6 +743,13 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
     local float xe_acc_blocks[2][512];
     local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
+    /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
+    local uchar xe_reg_a0[2][1024];
+    local uchar* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b0[2][256];
+    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b1[2][256];
+    local uint* const b1 = xe_reg_b1[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
 
     /* prologue: prefetch the first 2 k-tiles */
@@ -726,9 +807,9 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
 
         }
         /* load this k-step's A and B tiles */
-        uchar a0[64]; xe_copy_u8x16x64_ld_n_into(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-        uint b0[16]; xe_copy_u8x32x32_ld_v_into(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
-        uint b1[16]; xe_copy_u8x32x32_ld_v_into(B, b_width, b_height, ldb, n0 + 0, k0 + 32, b1);
+        xe_copy_u8x16x64_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
+        xe_copy_u8x32x32_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
+        xe_copy_u8x32x32_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 32, b1);
         /* k-chunk 0: 4 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 % 128 == 0 || k0 == k_begin) {  /* a group of 128 starts: its scales */
@@ -738,54 +819,27 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
         if (k0 % 128 == 0 || k0 == k_begin) {  /* a group of 128 starts: A's scales */
             xa_s0 = (xa_m0 < M) ? as_float((uint)((const global uint*)SA)[xa_m0 * xa_groups + k0 / 128]) : 0.0f;
         }
-        sa[lane] = xe_round_once(xe_qa_code(((uint)a0[0] | (uint)a0[1] << 8 | (uint)a0[2] << 16 | (uint)a0[3] << 24), 0u), intel_sub_group_shuffle(xa_s0, 0));
-        sa[16 + lane] = xe_round_once(xe_qa_code(((uint)a0[0] | (uint)a0[1] << 8 | (uint)a0[2] << 16 | (uint)a0[3] << 24), 1u), intel_sub_group_shuffle(xa_s0, 1));
-        sa[32 + lane] = xe_round_once(xe_qa_code(((uint)a0[0] | (uint)a0[1] << 8 | (uint)a0[2] << 16 | (uint)a0[3] << 24), 2u), intel_sub_group_shuffle(xa_s0, 2));
-        sa[48 + lane] = xe_round_once(xe_qa_code(((uint)a0[0] | (uint)a0[1] << 8 | (uint)a0[2] << 16 | (uint)a0[3] << 24), 3u), intel_sub_group_shuffle(xa_s0, 3));
-        sa[64 + lane] = xe_round_once(xe_qa_code(((uint)a0[4] | (uint)a0[5] << 8 | (uint)a0[6] << 16 | (uint)a0[7] << 24), 0u), intel_sub_group_shuffle(xa_s0, 4));
-        sa[80 + lane] = xe_round_once(xe_qa_code(((uint)a0[4] | (uint)a0[5] << 8 | (uint)a0[6] << 16 | (uint)a0[7] << 24), 1u), intel_sub_group_shuffle(xa_s0, 5));
-        sa[96 + lane] = xe_round_once(xe_qa_code(((uint)a0[4] | (uint)a0[5] << 8 | (uint)a0[6] << 16 | (uint)a0[7] << 24), 2u), intel_sub_group_shuffle(xa_s0, 6));
-        sa[112 + lane] = xe_round_once(xe_qa_code(((uint)a0[4] | (uint)a0[5] << 8 | (uint)a0[6] << 16 | (uint)a0[7] << 24), 3u), intel_sub_group_shuffle(xa_s0, 7));
-        sa[128 + lane] = xe_round_once(xe_qa_code(((uint)a0[8] | (uint)a0[9] << 8 | (uint)a0[10] << 16 | (uint)a0[11] << 24), 0u), intel_sub_group_shuffle(xa_s0, 8));
-        sa[144 + lane] = xe_round_once(xe_qa_code(((uint)a0[8] | (uint)a0[9] << 8 | (uint)a0[10] << 16 | (uint)a0[11] << 24), 1u), intel_sub_group_shuffle(xa_s0, 9));
-        sa[160 + lane] = xe_round_once(xe_qa_code(((uint)a0[8] | (uint)a0[9] << 8 | (uint)a0[10] << 16 | (uint)a0[11] << 24), 2u), intel_sub_group_shuffle(xa_s0, 10));
-        sa[176 + lane] = xe_round_once(xe_qa_code(((uint)a0[8] | (uint)a0[9] << 8 | (uint)a0[10] << 16 | (uint)a0[11] << 24), 3u), intel_sub_group_shuffle(xa_s0, 11));
-        sa[192 + lane] = xe_round_once(xe_qa_code(((uint)a0[12] | (uint)a0[13] << 8 | (uint)a0[14] << 16 | (uint)a0[15] << 24), 0u), intel_sub_group_shuffle(xa_s0, 12));
-        sa[208 + lane] = xe_round_once(xe_qa_code(((uint)a0[12] | (uint)a0[13] << 8 | (uint)a0[14] << 16 | (uint)a0[15] << 24), 1u), intel_sub_group_shuffle(xa_s0, 13));
-        sa[224 + lane] = xe_round_once(xe_qa_code(((uint)a0[12] | (uint)a0[13] << 8 | (uint)a0[14] << 16 | (uint)a0[15] << 24), 2u), intel_sub_group_shuffle(xa_s0, 14));
-        sa[240 + lane] = xe_round_once(xe_qa_code(((uint)a0[12] | (uint)a0[13] << 8 | (uint)a0[14] << 16 | (uint)a0[15] << 24), 3u), intel_sub_group_shuffle(xa_s0, 15));
-        sb[lane] = xe_dequant_b(xe_q_code((uint)b0[0], 0u), xq_s0);
-        sb[32 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 1u), xq_s0);
-        sb[64 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 2u), xq_s0);
-        sb[96 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 3u), xq_s0);
-        sb[128 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 0u), xq_s0);
-        sb[160 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 1u), xq_s0);
-        sb[192 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 2u), xq_s0);
-        sb[224 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 3u), xq_s0);
-        sb[256 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 0u), xq_s0);
-        sb[288 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 1u), xq_s0);
-        sb[320 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 2u), xq_s0);
-        sb[352 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 3u), xq_s0);
-        sb[384 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 0u), xq_s0);
-        sb[416 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 1u), xq_s0);
-        sb[448 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 2u), xq_s0);
-        sb[480 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 3u), xq_s0);
-        sb[16 + lane] = xe_dequant_b(xe_q_code((uint)b0[8], 0u), xq_s1);
-        sb[48 + lane] = xe_dequant_b(xe_q_code((uint)b0[8], 1u), xq_s1);
-        sb[80 + lane] = xe_dequant_b(xe_q_code((uint)b0[8], 2u), xq_s1);
-        sb[112 + lane] = xe_dequant_b(xe_q_code((uint)b0[8], 3u), xq_s1);
-        sb[144 + lane] = xe_dequant_b(xe_q_code((uint)b0[9], 0u), xq_s1);
-        sb[176 + lane] = xe_dequant_b(xe_q_code((uint)b0[9], 1u), xq_s1);
-        sb[208 + lane] = xe_dequant_b(xe_q_code((uint)b0[9], 2u), xq_s1);
-        sb[240 + lane] = xe_dequant_b(xe_q_code((uint)b0[9], 3u), xq_s1);
-        sb[272 + lane] = xe_dequant_b(xe_q_code((uint)b0[10], 0u), xq_s1);
-        sb[304 + lane] = xe_dequant_b(xe_q_code((uint)b0[10], 1u), xq_s1);
-        sb[336 + lane] = xe_dequant_b(xe_q_code((uint)b0[10], 2u), xq_s1);
-        sb[368 + lane] = xe_dequant_b(xe_q_code((uint)b0[10], 3u), xq_s1);
-        sb[400 + lane] = xe_dequant_b(xe_q_code((uint)b0[11], 0u), xq_s1);
-        sb[432 + lane] = xe_dequant_b(xe_q_code((uint)b0[11], 1u), xq_s1);
-        sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b0[11], 2u), xq_s1);
-        sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b0[11], 3u), xq_s1);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sa[(64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(64 * xe_i)] | (uint)a0[(16 + 64 * xe_i)] << 8 | (uint)a0[(32 + 64 * xe_i)] << 16 | (uint)a0[(48 + 64 * xe_i)] << 24), 0u), intel_sub_group_shuffle(xa_s0, (4 * xe_i)));
+            sa[(16 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(64 * xe_i)] | (uint)a0[(16 + 64 * xe_i)] << 8 | (uint)a0[(32 + 64 * xe_i)] << 16 | (uint)a0[(48 + 64 * xe_i)] << 24), 1u), intel_sub_group_shuffle(xa_s0, (1 + 4 * xe_i)));
+            sa[(32 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(64 * xe_i)] | (uint)a0[(16 + 64 * xe_i)] << 8 | (uint)a0[(32 + 64 * xe_i)] << 16 | (uint)a0[(48 + 64 * xe_i)] << 24), 2u), intel_sub_group_shuffle(xa_s0, (2 + 4 * xe_i)));
+            sa[(48 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(64 * xe_i)] | (uint)a0[(16 + 64 * xe_i)] << 8 | (uint)a0[(32 + 64 * xe_i)] << 16 | (uint)a0[(48 + 64 * xe_i)] << 24), 3u), intel_sub_group_shuffle(xa_s0, (3 + 4 * xe_i)));
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 0u), xq_s0);
+            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 1u), xq_s0);
+            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 2u), xq_s0);
+            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 3u), xq_s0);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 0u), xq_s1);
+            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 1u), xq_s1);
+            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 2u), xq_s1);
+            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 3u), xq_s1);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
@@ -810,54 +864,27 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
         }
         /* k-chunk 1: 4 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = xe_round_once(xe_qa_code(((uint)a0[16] | (uint)a0[17] << 8 | (uint)a0[18] << 16 | (uint)a0[19] << 24), 0u), intel_sub_group_shuffle(xa_s0, 0));
-        sa[16 + lane] = xe_round_once(xe_qa_code(((uint)a0[16] | (uint)a0[17] << 8 | (uint)a0[18] << 16 | (uint)a0[19] << 24), 1u), intel_sub_group_shuffle(xa_s0, 1));
-        sa[32 + lane] = xe_round_once(xe_qa_code(((uint)a0[16] | (uint)a0[17] << 8 | (uint)a0[18] << 16 | (uint)a0[19] << 24), 2u), intel_sub_group_shuffle(xa_s0, 2));
-        sa[48 + lane] = xe_round_once(xe_qa_code(((uint)a0[16] | (uint)a0[17] << 8 | (uint)a0[18] << 16 | (uint)a0[19] << 24), 3u), intel_sub_group_shuffle(xa_s0, 3));
-        sa[64 + lane] = xe_round_once(xe_qa_code(((uint)a0[20] | (uint)a0[21] << 8 | (uint)a0[22] << 16 | (uint)a0[23] << 24), 0u), intel_sub_group_shuffle(xa_s0, 4));
-        sa[80 + lane] = xe_round_once(xe_qa_code(((uint)a0[20] | (uint)a0[21] << 8 | (uint)a0[22] << 16 | (uint)a0[23] << 24), 1u), intel_sub_group_shuffle(xa_s0, 5));
-        sa[96 + lane] = xe_round_once(xe_qa_code(((uint)a0[20] | (uint)a0[21] << 8 | (uint)a0[22] << 16 | (uint)a0[23] << 24), 2u), intel_sub_group_shuffle(xa_s0, 6));
-        sa[112 + lane] = xe_round_once(xe_qa_code(((uint)a0[20] | (uint)a0[21] << 8 | (uint)a0[22] << 16 | (uint)a0[23] << 24), 3u), intel_sub_group_shuffle(xa_s0, 7));
-        sa[128 + lane] = xe_round_once(xe_qa_code(((uint)a0[24] | (uint)a0[25] << 8 | (uint)a0[26] << 16 | (uint)a0[27] << 24), 0u), intel_sub_group_shuffle(xa_s0, 8));
-        sa[144 + lane] = xe_round_once(xe_qa_code(((uint)a0[24] | (uint)a0[25] << 8 | (uint)a0[26] << 16 | (uint)a0[27] << 24), 1u), intel_sub_group_shuffle(xa_s0, 9));
-        sa[160 + lane] = xe_round_once(xe_qa_code(((uint)a0[24] | (uint)a0[25] << 8 | (uint)a0[26] << 16 | (uint)a0[27] << 24), 2u), intel_sub_group_shuffle(xa_s0, 10));
-        sa[176 + lane] = xe_round_once(xe_qa_code(((uint)a0[24] | (uint)a0[25] << 8 | (uint)a0[26] << 16 | (uint)a0[27] << 24), 3u), intel_sub_group_shuffle(xa_s0, 11));
-        sa[192 + lane] = xe_round_once(xe_qa_code(((uint)a0[28] | (uint)a0[29] << 8 | (uint)a0[30] << 16 | (uint)a0[31] << 24), 0u), intel_sub_group_shuffle(xa_s0, 12));
-        sa[208 + lane] = xe_round_once(xe_qa_code(((uint)a0[28] | (uint)a0[29] << 8 | (uint)a0[30] << 16 | (uint)a0[31] << 24), 1u), intel_sub_group_shuffle(xa_s0, 13));
-        sa[224 + lane] = xe_round_once(xe_qa_code(((uint)a0[28] | (uint)a0[29] << 8 | (uint)a0[30] << 16 | (uint)a0[31] << 24), 2u), intel_sub_group_shuffle(xa_s0, 14));
-        sa[240 + lane] = xe_round_once(xe_qa_code(((uint)a0[28] | (uint)a0[29] << 8 | (uint)a0[30] << 16 | (uint)a0[31] << 24), 3u), intel_sub_group_shuffle(xa_s0, 15));
-        sb[lane] = xe_dequant_b(xe_q_code((uint)b0[4], 0u), xq_s0);
-        sb[32 + lane] = xe_dequant_b(xe_q_code((uint)b0[4], 1u), xq_s0);
-        sb[64 + lane] = xe_dequant_b(xe_q_code((uint)b0[4], 2u), xq_s0);
-        sb[96 + lane] = xe_dequant_b(xe_q_code((uint)b0[4], 3u), xq_s0);
-        sb[128 + lane] = xe_dequant_b(xe_q_code((uint)b0[5], 0u), xq_s0);
-        sb[160 + lane] = xe_dequant_b(xe_q_code((uint)b0[5], 1u), xq_s0);
-        sb[192 + lane] = xe_dequant_b(xe_q_code((uint)b0[5], 2u), xq_s0);
-        sb[224 + lane] = xe_dequant_b(xe_q_code((uint)b0[5], 3u), xq_s0);
-        sb[256 + lane] = xe_dequant_b(xe_q_code((uint)b0[6], 0u), xq_s0);
-        sb[288 + lane] = xe_dequant_b(xe_q_code((uint)b0[6], 1u), xq_s0);
-        sb[320 + lane] = xe_dequant_b(xe_q_code((uint)b0[6], 2u), xq_s0);
-        sb[352 + lane] = xe_dequant_b(xe_q_code((uint)b0[6], 3u), xq_s0);
-        sb[384 + lane] = xe_dequant_b(xe_q_code((uint)b0[7], 0u), xq_s0);
-        sb[416 + lane] = xe_dequant_b(xe_q_code((uint)b0[7], 1u), xq_s0);
-        sb[448 + lane] = xe_dequant_b(xe_q_code((uint)b0[7], 2u), xq_s0);
-        sb[480 + lane] = xe_dequant_b(xe_q_code((uint)b0[7], 3u), xq_s0);
-        sb[16 + lane] = xe_dequant_b(xe_q_code((uint)b0[12], 0u), xq_s1);
-        sb[48 + lane] = xe_dequant_b(xe_q_code((uint)b0[12], 1u), xq_s1);
-        sb[80 + lane] = xe_dequant_b(xe_q_code((uint)b0[12], 2u), xq_s1);
-        sb[112 + lane] = xe_dequant_b(xe_q_code((uint)b0[12], 3u), xq_s1);
-        sb[144 + lane] = xe_dequant_b(xe_q_code((uint)b0[13], 0u), xq_s1);
-        sb[176 + lane] = xe_dequant_b(xe_q_code((uint)b0[13], 1u), xq_s1);
-        sb[208 + lane] = xe_dequant_b(xe_q_code((uint)b0[13], 2u), xq_s1);
-        sb[240 + lane] = xe_dequant_b(xe_q_code((uint)b0[13], 3u), xq_s1);
-        sb[272 + lane] = xe_dequant_b(xe_q_code((uint)b0[14], 0u), xq_s1);
-        sb[304 + lane] = xe_dequant_b(xe_q_code((uint)b0[14], 1u), xq_s1);
-        sb[336 + lane] = xe_dequant_b(xe_q_code((uint)b0[14], 2u), xq_s1);
-        sb[368 + lane] = xe_dequant_b(xe_q_code((uint)b0[14], 3u), xq_s1);
-        sb[400 + lane] = xe_dequant_b(xe_q_code((uint)b0[15], 0u), xq_s1);
-        sb[432 + lane] = xe_dequant_b(xe_q_code((uint)b0[15], 1u), xq_s1);
-        sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b0[15], 2u), xq_s1);
-        sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b0[15], 3u), xq_s1);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sa[(64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(256 + 64 * xe_i)] | (uint)a0[(272 + 64 * xe_i)] << 8 | (uint)a0[(288 + 64 * xe_i)] << 16 | (uint)a0[(304 + 64 * xe_i)] << 24), 0u), intel_sub_group_shuffle(xa_s0, (4 * xe_i)));
+            sa[(16 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(256 + 64 * xe_i)] | (uint)a0[(272 + 64 * xe_i)] << 8 | (uint)a0[(288 + 64 * xe_i)] << 16 | (uint)a0[(304 + 64 * xe_i)] << 24), 1u), intel_sub_group_shuffle(xa_s0, (1 + 4 * xe_i)));
+            sa[(32 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(256 + 64 * xe_i)] | (uint)a0[(272 + 64 * xe_i)] << 8 | (uint)a0[(288 + 64 * xe_i)] << 16 | (uint)a0[(304 + 64 * xe_i)] << 24), 2u), intel_sub_group_shuffle(xa_s0, (2 + 4 * xe_i)));
+            sa[(48 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(256 + 64 * xe_i)] | (uint)a0[(272 + 64 * xe_i)] << 8 | (uint)a0[(288 + 64 * xe_i)] << 16 | (uint)a0[(304 + 64 * xe_i)] << 24), 3u), intel_sub_group_shuffle(xa_s0, (3 + 4 * xe_i)));
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 0u), xq_s0);
+            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 1u), xq_s0);
+            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 2u), xq_s0);
+            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 3u), xq_s0);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 0u), xq_s1);
+            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 1u), xq_s1);
+            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 2u), xq_s1);
+            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 3u), xq_s1);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
@@ -882,54 +909,27 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
         }
         /* k-chunk 2: 4 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = xe_round_once(xe_qa_code(((uint)a0[32] | (uint)a0[33] << 8 | (uint)a0[34] << 16 | (uint)a0[35] << 24), 0u), intel_sub_group_shuffle(xa_s0, 0));
-        sa[16 + lane] = xe_round_once(xe_qa_code(((uint)a0[32] | (uint)a0[33] << 8 | (uint)a0[34] << 16 | (uint)a0[35] << 24), 1u), intel_sub_group_shuffle(xa_s0, 1));
-        sa[32 + lane] = xe_round_once(xe_qa_code(((uint)a0[32] | (uint)a0[33] << 8 | (uint)a0[34] << 16 | (uint)a0[35] << 24), 2u), intel_sub_group_shuffle(xa_s0, 2));
-        sa[48 + lane] = xe_round_once(xe_qa_code(((uint)a0[32] | (uint)a0[33] << 8 | (uint)a0[34] << 16 | (uint)a0[35] << 24), 3u), intel_sub_group_shuffle(xa_s0, 3));
-        sa[64 + lane] = xe_round_once(xe_qa_code(((uint)a0[36] | (uint)a0[37] << 8 | (uint)a0[38] << 16 | (uint)a0[39] << 24), 0u), intel_sub_group_shuffle(xa_s0, 4));
-        sa[80 + lane] = xe_round_once(xe_qa_code(((uint)a0[36] | (uint)a0[37] << 8 | (uint)a0[38] << 16 | (uint)a0[39] << 24), 1u), intel_sub_group_shuffle(xa_s0, 5));
-        sa[96 + lane] = xe_round_once(xe_qa_code(((uint)a0[36] | (uint)a0[37] << 8 | (uint)a0[38] << 16 | (uint)a0[39] << 24), 2u), intel_sub_group_shuffle(xa_s0, 6));
-        sa[112 + lane] = xe_round_once(xe_qa_code(((uint)a0[36] | (uint)a0[37] << 8 | (uint)a0[38] << 16 | (uint)a0[39] << 24), 3u), intel_sub_group_shuffle(xa_s0, 7));
-        sa[128 + lane] = xe_round_once(xe_qa_code(((uint)a0[40] | (uint)a0[41] << 8 | (uint)a0[42] << 16 | (uint)a0[43] << 24), 0u), intel_sub_group_shuffle(xa_s0, 8));
-        sa[144 + lane] = xe_round_once(xe_qa_code(((uint)a0[40] | (uint)a0[41] << 8 | (uint)a0[42] << 16 | (uint)a0[43] << 24), 1u), intel_sub_group_shuffle(xa_s0, 9));
-        sa[160 + lane] = xe_round_once(xe_qa_code(((uint)a0[40] | (uint)a0[41] << 8 | (uint)a0[42] << 16 | (uint)a0[43] << 24), 2u), intel_sub_group_shuffle(xa_s0, 10));
-        sa[176 + lane] = xe_round_once(xe_qa_code(((uint)a0[40] | (uint)a0[41] << 8 | (uint)a0[42] << 16 | (uint)a0[43] << 24), 3u), intel_sub_group_shuffle(xa_s0, 11));
-        sa[192 + lane] = xe_round_once(xe_qa_code(((uint)a0[44] | (uint)a0[45] << 8 | (uint)a0[46] << 16 | (uint)a0[47] << 24), 0u), intel_sub_group_shuffle(xa_s0, 12));
-        sa[208 + lane] = xe_round_once(xe_qa_code(((uint)a0[44] | (uint)a0[45] << 8 | (uint)a0[46] << 16 | (uint)a0[47] << 24), 1u), intel_sub_group_shuffle(xa_s0, 13));
-        sa[224 + lane] = xe_round_once(xe_qa_code(((uint)a0[44] | (uint)a0[45] << 8 | (uint)a0[46] << 16 | (uint)a0[47] << 24), 2u), intel_sub_group_shuffle(xa_s0, 14));
-        sa[240 + lane] = xe_round_once(xe_qa_code(((uint)a0[44] | (uint)a0[45] << 8 | (uint)a0[46] << 16 | (uint)a0[47] << 24), 3u), intel_sub_group_shuffle(xa_s0, 15));
-        sb[lane] = xe_dequant_b(xe_q_code((uint)b1[0], 0u), xq_s0);
-        sb[32 + lane] = xe_dequant_b(xe_q_code((uint)b1[0], 1u), xq_s0);
-        sb[64 + lane] = xe_dequant_b(xe_q_code((uint)b1[0], 2u), xq_s0);
-        sb[96 + lane] = xe_dequant_b(xe_q_code((uint)b1[0], 3u), xq_s0);
-        sb[128 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 0u), xq_s0);
-        sb[160 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 1u), xq_s0);
-        sb[192 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 2u), xq_s0);
-        sb[224 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 3u), xq_s0);
-        sb[256 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 0u), xq_s0);
-        sb[288 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 1u), xq_s0);
-        sb[320 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 2u), xq_s0);
-        sb[352 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 3u), xq_s0);
-        sb[384 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 0u), xq_s0);
-        sb[416 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 1u), xq_s0);
-        sb[448 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 2u), xq_s0);
-        sb[480 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 3u), xq_s0);
-        sb[16 + lane] = xe_dequant_b(xe_q_code((uint)b1[8], 0u), xq_s1);
-        sb[48 + lane] = xe_dequant_b(xe_q_code((uint)b1[8], 1u), xq_s1);
-        sb[80 + lane] = xe_dequant_b(xe_q_code((uint)b1[8], 2u), xq_s1);
-        sb[112 + lane] = xe_dequant_b(xe_q_code((uint)b1[8], 3u), xq_s1);
-        sb[144 + lane] = xe_dequant_b(xe_q_code((uint)b1[9], 0u), xq_s1);
-        sb[176 + lane] = xe_dequant_b(xe_q_code((uint)b1[9], 1u), xq_s1);
-        sb[208 + lane] = xe_dequant_b(xe_q_code((uint)b1[9], 2u), xq_s1);
-        sb[240 + lane] = xe_dequant_b(xe_q_code((uint)b1[9], 3u), xq_s1);
-        sb[272 + lane] = xe_dequant_b(xe_q_code((uint)b1[10], 0u), xq_s1);
-        sb[304 + lane] = xe_dequant_b(xe_q_code((uint)b1[10], 1u), xq_s1);
-        sb[336 + lane] = xe_dequant_b(xe_q_code((uint)b1[10], 2u), xq_s1);
-        sb[368 + lane] = xe_dequant_b(xe_q_code((uint)b1[10], 3u), xq_s1);
-        sb[400 + lane] = xe_dequant_b(xe_q_code((uint)b1[11], 0u), xq_s1);
-        sb[432 + lane] = xe_dequant_b(xe_q_code((uint)b1[11], 1u), xq_s1);
-        sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b1[11], 2u), xq_s1);
-        sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b1[11], 3u), xq_s1);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sa[(64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(512 + 64 * xe_i)] | (uint)a0[(528 + 64 * xe_i)] << 8 | (uint)a0[(544 + 64 * xe_i)] << 16 | (uint)a0[(560 + 64 * xe_i)] << 24), 0u), intel_sub_group_shuffle(xa_s0, (4 * xe_i)));
+            sa[(16 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(512 + 64 * xe_i)] | (uint)a0[(528 + 64 * xe_i)] << 8 | (uint)a0[(544 + 64 * xe_i)] << 16 | (uint)a0[(560 + 64 * xe_i)] << 24), 1u), intel_sub_group_shuffle(xa_s0, (1 + 4 * xe_i)));
+            sa[(32 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(512 + 64 * xe_i)] | (uint)a0[(528 + 64 * xe_i)] << 8 | (uint)a0[(544 + 64 * xe_i)] << 16 | (uint)a0[(560 + 64 * xe_i)] << 24), 2u), intel_sub_group_shuffle(xa_s0, (2 + 4 * xe_i)));
+            sa[(48 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(512 + 64 * xe_i)] | (uint)a0[(528 + 64 * xe_i)] << 8 | (uint)a0[(544 + 64 * xe_i)] << 16 | (uint)a0[(560 + 64 * xe_i)] << 24), 3u), intel_sub_group_shuffle(xa_s0, (3 + 4 * xe_i)));
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(16 * xe_i)], 0u), xq_s0);
+            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(16 * xe_i)], 1u), xq_s0);
+            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(16 * xe_i)], 2u), xq_s0);
+            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(16 * xe_i)], 3u), xq_s0);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(128 + 16 * xe_i)], 0u), xq_s1);
+            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(128 + 16 * xe_i)], 1u), xq_s1);
+            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(128 + 16 * xe_i)], 2u), xq_s1);
+            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(128 + 16 * xe_i)], 3u), xq_s1);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
@@ -954,54 +954,27 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
         }
         /* k-chunk 3: 4 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = xe_round_once(xe_qa_code(((uint)a0[48] | (uint)a0[49] << 8 | (uint)a0[50] << 16 | (uint)a0[51] << 24), 0u), intel_sub_group_shuffle(xa_s0, 0));
-        sa[16 + lane] = xe_round_once(xe_qa_code(((uint)a0[48] | (uint)a0[49] << 8 | (uint)a0[50] << 16 | (uint)a0[51] << 24), 1u), intel_sub_group_shuffle(xa_s0, 1));
-        sa[32 + lane] = xe_round_once(xe_qa_code(((uint)a0[48] | (uint)a0[49] << 8 | (uint)a0[50] << 16 | (uint)a0[51] << 24), 2u), intel_sub_group_shuffle(xa_s0, 2));
-        sa[48 + lane] = xe_round_once(xe_qa_code(((uint)a0[48] | (uint)a0[49] << 8 | (uint)a0[50] << 16 | (uint)a0[51] << 24), 3u), intel_sub_group_shuffle(xa_s0, 3));
-        sa[64 + lane] = xe_round_once(xe_qa_code(((uint)a0[52] | (uint)a0[53] << 8 | (uint)a0[54] << 16 | (uint)a0[55] << 24), 0u), intel_sub_group_shuffle(xa_s0, 4));
-        sa[80 + lane] = xe_round_once(xe_qa_code(((uint)a0[52] | (uint)a0[53] << 8 | (uint)a0[54] << 16 | (uint)a0[55] << 24), 1u), intel_sub_group_shuffle(xa_s0, 5));
-        sa[96 + lane] = xe_round_once(xe_qa_code(((uint)a0[52] | (uint)a0[53] << 8 | (uint)a0[54] << 16 | (uint)a0[55] << 24), 2u), intel_sub_group_shuffle(xa_s0, 6));
-        sa[112 + lane] = xe_round_once(xe_qa_code(((uint)a0[52] | (uint)a0[53] << 8 | (uint)a0[54] << 16 | (uint)a0[55] << 24), 3u), intel_sub_group_shuffle(xa_s0, 7));
-        sa[128 + lane] = xe_round_once(xe_qa_code(((uint)a0[56] | (uint)a0[57] << 8 | (uint)a0[58] << 16 | (uint)a0[59] << 24), 0u), intel_sub_group_shuffle(xa_s0, 8));
-        sa[144 + lane] = xe_round_once(xe_qa_code(((uint)a0[56] | (uint)a0[57] << 8 | (uint)a0[58] << 16 | (uint)a0[59] << 24), 1u), intel_sub_group_shuffle(xa_s0, 9));
-        sa[160 + lane] = xe_round_once(xe_qa_code(((uint)a0[56] | (uint)a0[57] << 8 | (uint)a0[58] << 16 | (uint)a0[59] << 24), 2u), intel_sub_group_shuffle(xa_s0, 10));
-        sa[176 + lane] = xe_round_once(xe_qa_code(((uint)a0[56] | (uint)a0[57] << 8 | (uint)a0[58] << 16 | (uint)a0[59] << 24), 3u), intel_sub_group_shuffle(xa_s0, 11));
-        sa[192 + lane] = xe_round_once(xe_qa_code(((uint)a0[60] | (uint)a0[61] << 8 | (uint)a0[62] << 16 | (uint)a0[63] << 24), 0u), intel_sub_group_shuffle(xa_s0, 12));
-        sa[208 + lane] = xe_round_once(xe_qa_code(((uint)a0[60] | (uint)a0[61] << 8 | (uint)a0[62] << 16 | (uint)a0[63] << 24), 1u), intel_sub_group_shuffle(xa_s0, 13));
-        sa[224 + lane] = xe_round_once(xe_qa_code(((uint)a0[60] | (uint)a0[61] << 8 | (uint)a0[62] << 16 | (uint)a0[63] << 24), 2u), intel_sub_group_shuffle(xa_s0, 14));
-        sa[240 + lane] = xe_round_once(xe_qa_code(((uint)a0[60] | (uint)a0[61] << 8 | (uint)a0[62] << 16 | (uint)a0[63] << 24), 3u), intel_sub_group_shuffle(xa_s0, 15));
-        sb[lane] = xe_dequant_b(xe_q_code((uint)b1[4], 0u), xq_s0);
-        sb[32 + lane] = xe_dequant_b(xe_q_code((uint)b1[4], 1u), xq_s0);
-        sb[64 + lane] = xe_dequant_b(xe_q_code((uint)b1[4], 2u), xq_s0);
-        sb[96 + lane] = xe_dequant_b(xe_q_code((uint)b1[4], 3u), xq_s0);
-        sb[128 + lane] = xe_dequant_b(xe_q_code((uint)b1[5], 0u), xq_s0);
-        sb[160 + lane] = xe_dequant_b(xe_q_code((uint)b1[5], 1u), xq_s0);
-        sb[192 + lane] = xe_dequant_b(xe_q_code((uint)b1[5], 2u), xq_s0);
-        sb[224 + lane] = xe_dequant_b(xe_q_code((uint)b1[5], 3u), xq_s0);
-        sb[256 + lane] = xe_dequant_b(xe_q_code((uint)b1[6], 0u), xq_s0);
-        sb[288 + lane] = xe_dequant_b(xe_q_code((uint)b1[6], 1u), xq_s0);
-        sb[320 + lane] = xe_dequant_b(xe_q_code((uint)b1[6], 2u), xq_s0);
-        sb[352 + lane] = xe_dequant_b(xe_q_code((uint)b1[6], 3u), xq_s0);
-        sb[384 + lane] = xe_dequant_b(xe_q_code((uint)b1[7], 0u), xq_s0);
-        sb[416 + lane] = xe_dequant_b(xe_q_code((uint)b1[7], 1u), xq_s0);
-        sb[448 + lane] = xe_dequant_b(xe_q_code((uint)b1[7], 2u), xq_s0);
-        sb[480 + lane] = xe_dequant_b(xe_q_code((uint)b1[7], 3u), xq_s0);
-        sb[16 + lane] = xe_dequant_b(xe_q_code((uint)b1[12], 0u), xq_s1);
-        sb[48 + lane] = xe_dequant_b(xe_q_code((uint)b1[12], 1u), xq_s1);
-        sb[80 + lane] = xe_dequant_b(xe_q_code((uint)b1[12], 2u), xq_s1);
-        sb[112 + lane] = xe_dequant_b(xe_q_code((uint)b1[12], 3u), xq_s1);
-        sb[144 + lane] = xe_dequant_b(xe_q_code((uint)b1[13], 0u), xq_s1);
-        sb[176 + lane] = xe_dequant_b(xe_q_code((uint)b1[13], 1u), xq_s1);
-        sb[208 + lane] = xe_dequant_b(xe_q_code((uint)b1[13], 2u), xq_s1);
-        sb[240 + lane] = xe_dequant_b(xe_q_code((uint)b1[13], 3u), xq_s1);
-        sb[272 + lane] = xe_dequant_b(xe_q_code((uint)b1[14], 0u), xq_s1);
-        sb[304 + lane] = xe_dequant_b(xe_q_code((uint)b1[14], 1u), xq_s1);
-        sb[336 + lane] = xe_dequant_b(xe_q_code((uint)b1[14], 2u), xq_s1);
-        sb[368 + lane] = xe_dequant_b(xe_q_code((uint)b1[14], 3u), xq_s1);
-        sb[400 + lane] = xe_dequant_b(xe_q_code((uint)b1[15], 0u), xq_s1);
-        sb[432 + lane] = xe_dequant_b(xe_q_code((uint)b1[15], 1u), xq_s1);
-        sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b1[15], 2u), xq_s1);
-        sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b1[15], 3u), xq_s1);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sa[(64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(768 + 64 * xe_i)] | (uint)a0[(784 + 64 * xe_i)] << 8 | (uint)a0[(800 + 64 * xe_i)] << 16 | (uint)a0[(816 + 64 * xe_i)] << 24), 0u), intel_sub_group_shuffle(xa_s0, (4 * xe_i)));
+            sa[(16 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(768 + 64 * xe_i)] | (uint)a0[(784 + 64 * xe_i)] << 8 | (uint)a0[(800 + 64 * xe_i)] << 16 | (uint)a0[(816 + 64 * xe_i)] << 24), 1u), intel_sub_group_shuffle(xa_s0, (1 + 4 * xe_i)));
+            sa[(32 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(768 + 64 * xe_i)] | (uint)a0[(784 + 64 * xe_i)] << 8 | (uint)a0[(800 + 64 * xe_i)] << 16 | (uint)a0[(816 + 64 * xe_i)] << 24), 2u), intel_sub_group_shuffle(xa_s0, (2 + 4 * xe_i)));
+            sa[(48 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(768 + 64 * xe_i)] | (uint)a0[(784 + 64 * xe_i)] << 8 | (uint)a0[(800 + 64 * xe_i)] << 16 | (uint)a0[(816 + 64 * xe_i)] << 24), 3u), intel_sub_group_shuffle(xa_s0, (3 + 4 * xe_i)));
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(64 + 16 * xe_i)], 0u), xq_s0);
+            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(64 + 16 * xe_i)], 1u), xq_s0);
+            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(64 + 16 * xe_i)], 2u), xq_s0);
+            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(64 + 16 * xe_i)], 3u), xq_s0);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(192 + 16 * xe_i)], 0u), xq_s1);
+            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(192 + 16 * xe_i)], 1u), xq_s1);
+            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(192 + 16 * xe_i)], 2u), xq_s1);
+            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(192 + 16 * xe_i)], 3u), xq_s1);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */

@@ -222,7 +222,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
         const ushort16 b7 = xe_copy_1d_u16x16x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 48);
         /* k-chunk 0: 4 x XE_8x8x16_F32F16F16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = (float)as_half((ushort)(uint)a0[0]);
+        sa[0 + lane * 2] = (float)as_half((ushort)(uint)a0[0]);
         sa[1 + lane * 2] = (float)as_half((ushort)((uint)a0[0] >> 16));
         sa[16 + lane * 2] = (float)as_half((ushort)(uint)a0[1]);
         sa[17 + lane * 2] = (float)as_half((ushort)((uint)a0[1] >> 16));
@@ -254,7 +254,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
         sa[225 + lane * 2] = (float)as_half((ushort)((uint)a4[6] >> 16));
         sa[240 + lane * 2] = (float)as_half((ushort)(uint)a4[7]);
         sa[241 + lane * 2] = (float)as_half((ushort)((uint)a4[7] >> 16));
-        sb[lane] = (float)as_half((ushort)((uint)b0[0] | (uint)b0[1] << 16));
+        sb[0 + lane] = (float)as_half((ushort)((uint)b0[0] | (uint)b0[1] << 16));
         sb[16 + lane] = (float)as_half((ushort)(((uint)b0[0] | (uint)b0[1] << 16) >> 16));
         sb[32 + lane] = (float)as_half((ushort)((uint)b0[2] | (uint)b0[3] << 16));
         sb[48 + lane] = (float)as_half((ushort)(((uint)b0[2] | (uint)b0[3] << 16) >> 16));
@@ -310,7 +310,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
         }
         /* k-chunk 1: 4 x XE_8x8x16_F32F16F16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = (float)as_half((ushort)(uint)a1[0]);
+        sa[0 + lane * 2] = (float)as_half((ushort)(uint)a1[0]);
         sa[1 + lane * 2] = (float)as_half((ushort)((uint)a1[0] >> 16));
         sa[16 + lane * 2] = (float)as_half((ushort)(uint)a1[1]);
         sa[17 + lane * 2] = (float)as_half((ushort)((uint)a1[1] >> 16));
@@ -342,7 +342,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
         sa[225 + lane * 2] = (float)as_half((ushort)((uint)a5[6] >> 16));
         sa[240 + lane * 2] = (float)as_half((ushort)(uint)a5[7]);
         sa[241 + lane * 2] = (float)as_half((ushort)((uint)a5[7] >> 16));
-        sb[lane] = (float)as_half((ushort)((uint)b2[0] | (uint)b2[1] << 16));
+        sb[0 + lane] = (float)as_half((ushort)((uint)b2[0] | (uint)b2[1] << 16));
         sb[16 + lane] = (float)as_half((ushort)(((uint)b2[0] | (uint)b2[1] << 16) >> 16));
         sb[32 + lane] = (float)as_half((ushort)((uint)b2[2] | (uint)b2[3] << 16));
         sb[48 + lane] = (float)as_half((ushort)(((uint)b2[2] | (uint)b2[3] << 16) >> 16));
@@ -398,7 +398,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
         }
         /* k-chunk 2: 4 x XE_8x8x16_F32F16F16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = (float)as_half((ushort)(uint)a2[0]);
+        sa[0 + lane * 2] = (float)as_half((ushort)(uint)a2[0]);
         sa[1 + lane * 2] = (float)as_half((ushort)((uint)a2[0] >> 16));
         sa[16 + lane * 2] = (float)as_half((ushort)(uint)a2[1]);
         sa[17 + lane * 2] = (float)as_half((ushort)((uint)a2[1] >> 16));
@@ -430,7 +430,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
         sa[225 + lane * 2] = (float)as_half((ushort)((uint)a6[6] >> 16));
         sa[240 + lane * 2] = (float)as_half((ushort)(uint)a6[7]);
         sa[241 + lane * 2] = (float)as_half((ushort)((uint)a6[7] >> 16));
-        sb[lane] = (float)as_half((ushort)((uint)b4[0] | (uint)b4[1] << 16));
+        sb[0 + lane] = (float)as_half((ushort)((uint)b4[0] | (uint)b4[1] << 16));
         sb[16 + lane] = (float)as_half((ushort)(((uint)b4[0] | (uint)b4[1] << 16) >> 16));
         sb[32 + lane] = (float)as_half((ushort)((uint)b4[2] | (uint)b4[3] << 16));
         sb[48 + lane] = (float)as_half((ushort)(((uint)b4[2] | (uint)b4[3] << 16) >> 16));
@@ -486,7 +486,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
         }
         /* k-chunk 3: 4 x XE_8x8x16_F32F16F16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = (float)as_half((ushort)(uint)a3[0]);
+        sa[0 + lane * 2] = (float)as_half((ushort)(uint)a3[0]);
         sa[1 + lane * 2] = (float)as_half((ushort)((uint)a3[0] >> 16));
         sa[16 + lane * 2] = (float)as_half((ushort)(uint)a3[1]);
         sa[17 + lane * 2] = (float)as_half((ushort)((uint)a3[1] >> 16));
@@ -518,7 +518,7 @@ __kernel void xegemm_f16_f16_f32_f32_ttt_32x16x64_sg2x1_dpas8x8x16_au16x8x16s8_b
         sa[225 + lane * 2] = (float)as_half((ushort)((uint)a7[6] >> 16));
         sa[240 + lane * 2] = (float)as_half((ushort)(uint)a7[7]);
         sa[241 + lane * 2] = (float)as_half((ushort)((uint)a7[7] >> 16));
-        sb[lane] = (float)as_half((ushort)((uint)b6[0] | (uint)b6[1] << 16));
+        sb[0 + lane] = (float)as_half((ushort)((uint)b6[0] | (uint)b6[1] << 16));
         sb[16 + lane] = (float)as_half((ushort)(((uint)b6[0] | (uint)b6[1] << 16) >> 16));
         sb[32 + lane] = (float)as_half((ushort)((uint)b6[2] | (uint)b6[3] << 16));
         sb[48 + lane] = (float)as_half((ushort)(((uint)b6[2] | (uint)b6[3] << 16) >> 16));

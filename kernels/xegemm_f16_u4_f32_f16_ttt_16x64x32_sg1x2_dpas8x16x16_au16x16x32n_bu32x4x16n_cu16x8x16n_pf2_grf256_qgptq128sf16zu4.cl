@@ -188,7 +188,7 @@ static inline void xe_copy_u16x16x32_ld_n_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 16, 32, 16)) {
-        v[0] = xe_ldu_u16(base, pitch_bytes, y, x + lane);
+        v[0] = xe_ldu_u16(base, pitch_bytes, y + 0, x + lane);
         v[1] = xe_ldu_u16(base, pitch_bytes, y + 1, x + lane);
         v[2] = xe_ldu_u16(base, pitch_bytes, y + 2, x + lane);
         v[3] = xe_ldu_u16(base, pitch_bytes, y + 3, x + lane);
@@ -204,7 +204,7 @@ static inline void xe_copy_u16x16x32_ld_n_into(
         v[13] = xe_ldu_u16(base, pitch_bytes, y + 13, x + lane);
         v[14] = xe_ldu_u16(base, pitch_bytes, y + 14, x + lane);
         v[15] = xe_ldu_u16(base, pitch_bytes, y + 15, x + lane);
-        v[16] = xe_ldu_u16(base, pitch_bytes, y, x + 16 + lane);
+        v[16] = xe_ldu_u16(base, pitch_bytes, y + 0, x + 16 + lane);
         v[17] = xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane);
         v[18] = xe_ldu_u16(base, pitch_bytes, y + 2, x + 16 + lane);
         v[19] = xe_ldu_u16(base, pitch_bytes, y + 3, x + 16 + lane);
@@ -233,6 +233,39 @@ if (lane < t[2])
         }
         for (int i = 0; i < 32; ++i)
             v[i] = (ushort)c[i];
+    }
+}
+
+/* XE_2D_U16x16x32_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u16x16x32_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local ushort* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 16, 32, 16)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(16 * xe_i)] = xe_ldu_u16(base, pitch_bytes, y + xe_i, x + lane);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(256 + 16 * xe_i)] = xe_ldu_u16(base, pitch_bytes, y + xe_i, x + 16 + lane);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 32; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 32; ++e) {
+            constant const short* t = xe_copy_u16x16x32_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (ushort)(((uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -265,7 +298,7 @@ static inline void xe_copy_u32x4x16_ld_n_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 4, 16, 32)) {
-        v[0] = xe_ldu_u32(base, pitch_bytes, y, x + lane);
+        v[0] = xe_ldu_u32(base, pitch_bytes, y + 0, x + lane);
         v[1] = xe_ldu_u32(base, pitch_bytes, y + 1, x + lane);
         v[2] = xe_ldu_u32(base, pitch_bytes, y + 2, x + lane);
         v[3] = xe_ldu_u32(base, pitch_bytes, y + 3, x + lane);
@@ -282,6 +315,35 @@ if (lane < t[2])
         }
         for (int i = 0; i < 4; ++i)
             v[i] = (uint)c[i];
+    }
+}
+
+/* XE_2D_U32x4x16_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u32x4x16_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 4, 16, 32)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            v[(16 * xe_i)] = xe_ldu_u32(base, pitch_bytes, y + xe_i, x + lane);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 4; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 4; ++e) {
+            constant const short* t = xe_copy_u32x4x16_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u32(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -315,7 +377,7 @@ static inline void xe_copy_u16x8x16_st_n(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 8, 16, 16)) {
-        xe_stu_u16(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u16(base, pitch_bytes, y + 0, x + lane, v[0]);
         xe_stu_u16(base, pitch_bytes, y + 1, x + lane, v[1]);
         xe_stu_u16(base, pitch_bytes, y + 2, x + lane, v[2]);
         xe_stu_u16(base, pitch_bytes, y + 3, x + lane, v[3]);
@@ -536,6 +598,13 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
     local float xe_acc_blocks[2][512];
     local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
+    /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
+    local ushort xe_reg_a0[2][512];
+    local ushort* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b0[2][64];
+    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b1[2][64];
+    local uint* const b1 = xe_reg_b1[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
 
     /* prologue: prefetch the first 2 k-tiles */
@@ -592,9 +661,9 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
 
         }
         /* load this k-step's A and B tiles */
-        ushort a0[32]; xe_copy_u16x16x32_ld_n_into(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-        uint b0[4]; xe_copy_u32x4x16_ld_n_into(B, b_width, b_height, ldb, n0 + 0, (k0) / 8 + 0, b0);
-        uint b1[4]; xe_copy_u32x4x16_ld_n_into(B, b_width, b_height, ldb, n0 + 16, (k0) / 8 + 0, b1);
+        xe_copy_u16x16x32_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
+        xe_copy_u32x4x16_ld_n_into_local(B, b_width, b_height, ldb, n0 + 0, (k0) / 8 + 0, b0);
+        xe_copy_u32x4x16_ld_n_into_local(B, b_width, b_height, ldb, n0 + 16, (k0) / 8 + 0, b1);
         /* k-chunk 0: 4 x XE_8x16x16_F32F16F16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 % 128 == 0 || k0 == k_begin) {  /* a group of 128 starts: its scales */
@@ -603,23 +672,11 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
             xq_s1 = (xq_n1 < N) ? xe_f16_to_f32(((const global ushort*)S)[k0 / 128 * N + xq_n1]) : 0.0f;
             xq_z1 = (xq_n1 < N) ? (int)((((((const global uint*)Z)[k0 / 128 * (N / 8) + xq_n1 / 8] >> (4 * (xq_n1 % 8))) & 0xfu) + 1u) & 0xfu) : 0;
         }
-        sa[lane] = (float)as_half((ushort)(uint)a0[0]);
-        sa[16 + lane] = (float)as_half((ushort)(uint)a0[1]);
-        sa[32 + lane] = (float)as_half((ushort)(uint)a0[2]);
-        sa[48 + lane] = (float)as_half((ushort)(uint)a0[3]);
-        sa[64 + lane] = (float)as_half((ushort)(uint)a0[4]);
-        sa[80 + lane] = (float)as_half((ushort)(uint)a0[5]);
-        sa[96 + lane] = (float)as_half((ushort)(uint)a0[6]);
-        sa[112 + lane] = (float)as_half((ushort)(uint)a0[7]);
-        sa[128 + lane] = (float)as_half((ushort)(uint)a0[8]);
-        sa[144 + lane] = (float)as_half((ushort)(uint)a0[9]);
-        sa[160 + lane] = (float)as_half((ushort)(uint)a0[10]);
-        sa[176 + lane] = (float)as_half((ushort)(uint)a0[11]);
-        sa[192 + lane] = (float)as_half((ushort)(uint)a0[12]);
-        sa[208 + lane] = (float)as_half((ushort)(uint)a0[13]);
-        sa[224 + lane] = (float)as_half((ushort)(uint)a0[14]);
-        sa[240 + lane] = (float)as_half((ushort)(uint)a0[15]);
-        sb[lane] = xe_dequant_b(xe_q_code((uint)b0[0], 0u), xq_z0, xq_s0);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            sa[(16 * xe_i) + lane] = (float)as_half((ushort)(uint)a0[(16 * xe_i)]);
+        }
+        sb[0 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 0u), xq_z0, xq_s0);
         sb[32 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 1u), xq_z0, xq_s0);
         sb[64 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 2u), xq_z0, xq_s0);
         sb[96 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 3u), xq_z0, xq_s0);
@@ -627,14 +684,14 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
         sb[160 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 5u), xq_z0, xq_s0);
         sb[192 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 6u), xq_z0, xq_s0);
         sb[224 + lane] = xe_dequant_b(xe_q_code((uint)b0[0], 7u), xq_z0, xq_s0);
-        sb[256 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 0u), xq_z0, xq_s0);
-        sb[288 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 1u), xq_z0, xq_s0);
-        sb[320 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 2u), xq_z0, xq_s0);
-        sb[352 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 3u), xq_z0, xq_s0);
-        sb[384 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 4u), xq_z0, xq_s0);
-        sb[416 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 5u), xq_z0, xq_s0);
-        sb[448 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 6u), xq_z0, xq_s0);
-        sb[480 + lane] = xe_dequant_b(xe_q_code((uint)b0[1], 7u), xq_z0, xq_s0);
+        sb[256 + lane] = xe_dequant_b(xe_q_code((uint)b0[16], 0u), xq_z0, xq_s0);
+        sb[288 + lane] = xe_dequant_b(xe_q_code((uint)b0[16], 1u), xq_z0, xq_s0);
+        sb[320 + lane] = xe_dequant_b(xe_q_code((uint)b0[16], 2u), xq_z0, xq_s0);
+        sb[352 + lane] = xe_dequant_b(xe_q_code((uint)b0[16], 3u), xq_z0, xq_s0);
+        sb[384 + lane] = xe_dequant_b(xe_q_code((uint)b0[16], 4u), xq_z0, xq_s0);
+        sb[416 + lane] = xe_dequant_b(xe_q_code((uint)b0[16], 5u), xq_z0, xq_s0);
+        sb[448 + lane] = xe_dequant_b(xe_q_code((uint)b0[16], 6u), xq_z0, xq_s0);
+        sb[480 + lane] = xe_dequant_b(xe_q_code((uint)b0[16], 7u), xq_z0, xq_s0);
         sb[16 + lane] = xe_dequant_b(xe_q_code((uint)b1[0], 0u), xq_z1, xq_s1);
         sb[48 + lane] = xe_dequant_b(xe_q_code((uint)b1[0], 1u), xq_z1, xq_s1);
         sb[80 + lane] = xe_dequant_b(xe_q_code((uint)b1[0], 2u), xq_z1, xq_s1);
@@ -643,14 +700,14 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
         sb[176 + lane] = xe_dequant_b(xe_q_code((uint)b1[0], 5u), xq_z1, xq_s1);
         sb[208 + lane] = xe_dequant_b(xe_q_code((uint)b1[0], 6u), xq_z1, xq_s1);
         sb[240 + lane] = xe_dequant_b(xe_q_code((uint)b1[0], 7u), xq_z1, xq_s1);
-        sb[272 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 0u), xq_z1, xq_s1);
-        sb[304 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 1u), xq_z1, xq_s1);
-        sb[336 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 2u), xq_z1, xq_s1);
-        sb[368 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 3u), xq_z1, xq_s1);
-        sb[400 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 4u), xq_z1, xq_s1);
-        sb[432 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 5u), xq_z1, xq_s1);
-        sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 6u), xq_z1, xq_s1);
-        sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b1[1], 7u), xq_z1, xq_s1);
+        sb[272 + lane] = xe_dequant_b(xe_q_code((uint)b1[16], 0u), xq_z1, xq_s1);
+        sb[304 + lane] = xe_dequant_b(xe_q_code((uint)b1[16], 1u), xq_z1, xq_s1);
+        sb[336 + lane] = xe_dequant_b(xe_q_code((uint)b1[16], 2u), xq_z1, xq_s1);
+        sb[368 + lane] = xe_dequant_b(xe_q_code((uint)b1[16], 3u), xq_z1, xq_s1);
+        sb[400 + lane] = xe_dequant_b(xe_q_code((uint)b1[16], 4u), xq_z1, xq_s1);
+        sb[432 + lane] = xe_dequant_b(xe_q_code((uint)b1[16], 5u), xq_z1, xq_s1);
+        sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b1[16], 6u), xq_z1, xq_s1);
+        sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b1[16], 7u), xq_z1, xq_s1);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
@@ -675,54 +732,42 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
         }
         /* k-chunk 1: 4 x XE_8x16x16_F32F16F16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = (float)as_half((ushort)(uint)a0[16]);
-        sa[16 + lane] = (float)as_half((ushort)(uint)a0[17]);
-        sa[32 + lane] = (float)as_half((ushort)(uint)a0[18]);
-        sa[48 + lane] = (float)as_half((ushort)(uint)a0[19]);
-        sa[64 + lane] = (float)as_half((ushort)(uint)a0[20]);
-        sa[80 + lane] = (float)as_half((ushort)(uint)a0[21]);
-        sa[96 + lane] = (float)as_half((ushort)(uint)a0[22]);
-        sa[112 + lane] = (float)as_half((ushort)(uint)a0[23]);
-        sa[128 + lane] = (float)as_half((ushort)(uint)a0[24]);
-        sa[144 + lane] = (float)as_half((ushort)(uint)a0[25]);
-        sa[160 + lane] = (float)as_half((ushort)(uint)a0[26]);
-        sa[176 + lane] = (float)as_half((ushort)(uint)a0[27]);
-        sa[192 + lane] = (float)as_half((ushort)(uint)a0[28]);
-        sa[208 + lane] = (float)as_half((ushort)(uint)a0[29]);
-        sa[224 + lane] = (float)as_half((ushort)(uint)a0[30]);
-        sa[240 + lane] = (float)as_half((ushort)(uint)a0[31]);
-        sb[lane] = xe_dequant_b(xe_q_code((uint)b0[2], 0u), xq_z0, xq_s0);
-        sb[32 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 1u), xq_z0, xq_s0);
-        sb[64 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 2u), xq_z0, xq_s0);
-        sb[96 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 3u), xq_z0, xq_s0);
-        sb[128 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 4u), xq_z0, xq_s0);
-        sb[160 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 5u), xq_z0, xq_s0);
-        sb[192 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 6u), xq_z0, xq_s0);
-        sb[224 + lane] = xe_dequant_b(xe_q_code((uint)b0[2], 7u), xq_z0, xq_s0);
-        sb[256 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 0u), xq_z0, xq_s0);
-        sb[288 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 1u), xq_z0, xq_s0);
-        sb[320 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 2u), xq_z0, xq_s0);
-        sb[352 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 3u), xq_z0, xq_s0);
-        sb[384 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 4u), xq_z0, xq_s0);
-        sb[416 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 5u), xq_z0, xq_s0);
-        sb[448 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 6u), xq_z0, xq_s0);
-        sb[480 + lane] = xe_dequant_b(xe_q_code((uint)b0[3], 7u), xq_z0, xq_s0);
-        sb[16 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 0u), xq_z1, xq_s1);
-        sb[48 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 1u), xq_z1, xq_s1);
-        sb[80 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 2u), xq_z1, xq_s1);
-        sb[112 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 3u), xq_z1, xq_s1);
-        sb[144 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 4u), xq_z1, xq_s1);
-        sb[176 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 5u), xq_z1, xq_s1);
-        sb[208 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 6u), xq_z1, xq_s1);
-        sb[240 + lane] = xe_dequant_b(xe_q_code((uint)b1[2], 7u), xq_z1, xq_s1);
-        sb[272 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 0u), xq_z1, xq_s1);
-        sb[304 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 1u), xq_z1, xq_s1);
-        sb[336 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 2u), xq_z1, xq_s1);
-        sb[368 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 3u), xq_z1, xq_s1);
-        sb[400 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 4u), xq_z1, xq_s1);
-        sb[432 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 5u), xq_z1, xq_s1);
-        sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 6u), xq_z1, xq_s1);
-        sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b1[3], 7u), xq_z1, xq_s1);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            sa[(16 * xe_i) + lane] = (float)as_half((ushort)(uint)a0[(256 + 16 * xe_i)]);
+        }
+        sb[0 + lane] = xe_dequant_b(xe_q_code((uint)b0[32], 0u), xq_z0, xq_s0);
+        sb[32 + lane] = xe_dequant_b(xe_q_code((uint)b0[32], 1u), xq_z0, xq_s0);
+        sb[64 + lane] = xe_dequant_b(xe_q_code((uint)b0[32], 2u), xq_z0, xq_s0);
+        sb[96 + lane] = xe_dequant_b(xe_q_code((uint)b0[32], 3u), xq_z0, xq_s0);
+        sb[128 + lane] = xe_dequant_b(xe_q_code((uint)b0[32], 4u), xq_z0, xq_s0);
+        sb[160 + lane] = xe_dequant_b(xe_q_code((uint)b0[32], 5u), xq_z0, xq_s0);
+        sb[192 + lane] = xe_dequant_b(xe_q_code((uint)b0[32], 6u), xq_z0, xq_s0);
+        sb[224 + lane] = xe_dequant_b(xe_q_code((uint)b0[32], 7u), xq_z0, xq_s0);
+        sb[256 + lane] = xe_dequant_b(xe_q_code((uint)b0[48], 0u), xq_z0, xq_s0);
+        sb[288 + lane] = xe_dequant_b(xe_q_code((uint)b0[48], 1u), xq_z0, xq_s0);
+        sb[320 + lane] = xe_dequant_b(xe_q_code((uint)b0[48], 2u), xq_z0, xq_s0);
+        sb[352 + lane] = xe_dequant_b(xe_q_code((uint)b0[48], 3u), xq_z0, xq_s0);
+        sb[384 + lane] = xe_dequant_b(xe_q_code((uint)b0[48], 4u), xq_z0, xq_s0);
+        sb[416 + lane] = xe_dequant_b(xe_q_code((uint)b0[48], 5u), xq_z0, xq_s0);
+        sb[448 + lane] = xe_dequant_b(xe_q_code((uint)b0[48], 6u), xq_z0, xq_s0);
+        sb[480 + lane] = xe_dequant_b(xe_q_code((uint)b0[48], 7u), xq_z0, xq_s0);
+        sb[16 + lane] = xe_dequant_b(xe_q_code((uint)b1[32], 0u), xq_z1, xq_s1);
+        sb[48 + lane] = xe_dequant_b(xe_q_code((uint)b1[32], 1u), xq_z1, xq_s1);
+        sb[80 + lane] = xe_dequant_b(xe_q_code((uint)b1[32], 2u), xq_z1, xq_s1);
+        sb[112 + lane] = xe_dequant_b(xe_q_code((uint)b1[32], 3u), xq_z1, xq_s1);
+        sb[144 + lane] = xe_dequant_b(xe_q_code((uint)b1[32], 4u), xq_z1, xq_s1);
+        sb[176 + lane] = xe_dequant_b(xe_q_code((uint)b1[32], 5u), xq_z1, xq_s1);
+        sb[208 + lane] = xe_dequant_b(xe_q_code((uint)b1[32], 6u), xq_z1, xq_s1);
+        sb[240 + lane] = xe_dequant_b(xe_q_code((uint)b1[32], 7u), xq_z1, xq_s1);
+        sb[272 + lane] = xe_dequant_b(xe_q_code((uint)b1[48], 0u), xq_z1, xq_s1);
+        sb[304 + lane] = xe_dequant_b(xe_q_code((uint)b1[48], 1u), xq_z1, xq_s1);
+        sb[336 + lane] = xe_dequant_b(xe_q_code((uint)b1[48], 2u), xq_z1, xq_s1);
+        sb[368 + lane] = xe_dequant_b(xe_q_code((uint)b1[48], 3u), xq_z1, xq_s1);
+        sb[400 + lane] = xe_dequant_b(xe_q_code((uint)b1[48], 4u), xq_z1, xq_s1);
+        sb[432 + lane] = xe_dequant_b(xe_q_code((uint)b1[48], 5u), xq_z1, xq_s1);
+        sb[464 + lane] = xe_dequant_b(xe_q_code((uint)b1[48], 6u), xq_z1, xq_s1);
+        sb[496 + lane] = xe_dequant_b(xe_q_code((uint)b1[48], 7u), xq_z1, xq_s1);
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */

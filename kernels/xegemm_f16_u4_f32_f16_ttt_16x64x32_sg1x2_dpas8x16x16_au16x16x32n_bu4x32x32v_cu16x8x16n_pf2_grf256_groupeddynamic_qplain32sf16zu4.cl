@@ -188,7 +188,7 @@ static inline void xe_copy_u16x16x32_ld_n_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 16, 32, 16)) {
-        v[0] = xe_ldu_u16(base, pitch_bytes, y, x + lane);
+        v[0] = xe_ldu_u16(base, pitch_bytes, y + 0, x + lane);
         v[1] = xe_ldu_u16(base, pitch_bytes, y + 1, x + lane);
         v[2] = xe_ldu_u16(base, pitch_bytes, y + 2, x + lane);
         v[3] = xe_ldu_u16(base, pitch_bytes, y + 3, x + lane);
@@ -204,7 +204,7 @@ static inline void xe_copy_u16x16x32_ld_n_into(
         v[13] = xe_ldu_u16(base, pitch_bytes, y + 13, x + lane);
         v[14] = xe_ldu_u16(base, pitch_bytes, y + 14, x + lane);
         v[15] = xe_ldu_u16(base, pitch_bytes, y + 15, x + lane);
-        v[16] = xe_ldu_u16(base, pitch_bytes, y, x + 16 + lane);
+        v[16] = xe_ldu_u16(base, pitch_bytes, y + 0, x + 16 + lane);
         v[17] = xe_ldu_u16(base, pitch_bytes, y + 1, x + 16 + lane);
         v[18] = xe_ldu_u16(base, pitch_bytes, y + 2, x + 16 + lane);
         v[19] = xe_ldu_u16(base, pitch_bytes, y + 3, x + 16 + lane);
@@ -233,6 +233,39 @@ if (lane < t[2])
         }
         for (int i = 0; i < 32; ++i)
             v[i] = (ushort)c[i];
+    }
+}
+
+/* XE_2D_U16x16x32_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u16x16x32_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local ushort* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 16, 32, 16)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(16 * xe_i)] = xe_ldu_u16(base, pitch_bytes, y + xe_i, x + lane);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(256 + 16 * xe_i)] = xe_ldu_u16(base, pitch_bytes, y + xe_i, x + 16 + lane);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 32; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 32; ++e) {
+            constant const short* t = xe_copy_u16x16x32_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (ushort)(((uint)xe_ld_u16(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -325,7 +358,7 @@ static inline void xe_copy_u4x32x32_ld_v_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 32, 4)        && xe_wide_aligned(base, pitch_bytes, x, 4, 1)) {
-        v[0] = (uint)xe_ldu_u8(base, pitch_bytes, y, x / 2 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 1, x / 2 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 2, x / 2 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 3, x / 2 + lane) << 24;
+        v[0] = (uint)xe_ldu_u8(base, pitch_bytes, y + 0, x / 2 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 1, x / 2 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 2, x / 2 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 3, x / 2 + lane) << 24;
         v[1] = (uint)xe_ldu_u8(base, pitch_bytes, y + 4, x / 2 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 5, x / 2 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 6, x / 2 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 7, x / 2 + lane) << 24;
         v[2] = (uint)xe_ldu_u8(base, pitch_bytes, y + 8, x / 2 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 9, x / 2 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 10, x / 2 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 11, x / 2 + lane) << 24;
         v[3] = (uint)xe_ldu_u8(base, pitch_bytes, y + 12, x / 2 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 13, x / 2 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 14, x / 2 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 15, x / 2 + lane) << 24;
@@ -346,6 +379,35 @@ if (lane < t[2])
         }
         for (int i = 0; i < 8; ++i)
             v[i] = (uint)c[i];
+    }
+}
+
+/* XE_2D_U4x32x32_LD_V into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u4x32x32_ld_v_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 32, 32, 4)        && xe_wide_aligned(base, pitch_bytes, x, 4, 1)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            v[(16 * xe_i)] = (uint)xe_ldu_u8(base, pitch_bytes, y + (4 * xe_i), x / 2 + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + (1 + 4 * xe_i), x / 2 + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + (2 + 4 * xe_i), x / 2 + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + (3 + 4 * xe_i), x / 2 + lane) << 24;
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 8; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u4x32x32_ld_v_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u4(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -379,7 +441,7 @@ static inline void xe_copy_u16x8x16_st_n(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 8, 16, 16)) {
-        xe_stu_u16(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u16(base, pitch_bytes, y + 0, x + lane, v[0]);
         xe_stu_u16(base, pitch_bytes, y + 1, x + lane, v[1]);
         xe_stu_u16(base, pitch_bytes, y + 2, x + lane, v[2]);
         xe_stu_u16(base, pitch_bytes, y + 3, x + lane, v[3]);
@@ -586,6 +648,11 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
     local float xe_acc_blocks[2][512];
     local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
+    /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
+    local ushort xe_reg_a0[2][512];
+    local ushort* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b0[2][128];
+    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
     /* the dynamic walk: each work-group takes the next tile from tile_counter */
     __local int next_tile;
@@ -694,8 +761,8 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
 
                 }
                 /* load this k-step's A and B tiles */
-                ushort a0[32]; xe_copy_u16x16x32_ld_n_into(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-                uint b0[8]; xe_copy_u4x32x32_ld_v_into(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
+                xe_copy_u16x16x32_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
+                xe_copy_u4x32x32_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
                 /* k-chunk 0: 4 x XE_8x16x16_F32F16F16F32_TT */
                 sub_group_barrier(CLK_LOCAL_MEM_FENCE);
                 if (k0 % 32 == 0 || k0 == k_begin) {  /* a group of 32 starts: its scales */
@@ -704,28 +771,16 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
                     xq_s1 = (xq_n1 < N) ? xe_f16_to_f32(((const global ushort*)S)[k0 / 32 * N + xq_n1]) : 0.0f;
                     xq_z1 = (xq_n1 < N) ? (int)((const global uchar*)Z)[k0 / 32 * N + xq_n1] : 0;
                 }
-                sa[lane] = (float)as_half((ushort)(uint)a0[0]);
-                sa[16 + lane] = (float)as_half((ushort)(uint)a0[1]);
-                sa[32 + lane] = (float)as_half((ushort)(uint)a0[2]);
-                sa[48 + lane] = (float)as_half((ushort)(uint)a0[3]);
-                sa[64 + lane] = (float)as_half((ushort)(uint)a0[4]);
-                sa[80 + lane] = (float)as_half((ushort)(uint)a0[5]);
-                sa[96 + lane] = (float)as_half((ushort)(uint)a0[6]);
-                sa[112 + lane] = (float)as_half((ushort)(uint)a0[7]);
-                sa[128 + lane] = (float)as_half((ushort)(uint)a0[8]);
-                sa[144 + lane] = (float)as_half((ushort)(uint)a0[9]);
-                sa[160 + lane] = (float)as_half((ushort)(uint)a0[10]);
-                sa[176 + lane] = (float)as_half((ushort)(uint)a0[11]);
-                sa[192 + lane] = (float)as_half((ushort)(uint)a0[12]);
-                sa[208 + lane] = (float)as_half((ushort)(uint)a0[13]);
-                sa[224 + lane] = (float)as_half((ushort)(uint)a0[14]);
-                sa[240 + lane] = (float)as_half((ushort)(uint)a0[15]);
+                #pragma unroll 1
+                for (int xe_i = 0; xe_i < 16; ++xe_i) {
+                    sa[(16 * xe_i) + lane] = (float)as_half((ushort)(uint)a0[(16 * xe_i)]);
+                }
                 const uint fb_0_0_t0 = intel_sub_group_shuffle((uint)b0[0], (xe_lane / 2) & 15);
-                const uint fb_0_0_t1 = intel_sub_group_shuffle((uint)b0[1], (xe_lane / 2) & 15);
-                const uint fb_0_0_t2 = intel_sub_group_shuffle((uint)b0[2], (xe_lane / 2) & 15);
-                const uint fb_0_0_t3 = intel_sub_group_shuffle((uint)b0[3], (xe_lane / 2) & 15);
+                const uint fb_0_0_t1 = intel_sub_group_shuffle((uint)b0[16], (xe_lane / 2) & 15);
+                const uint fb_0_0_t2 = intel_sub_group_shuffle((uint)b0[32], (xe_lane / 2) & 15);
+                const uint fb_0_0_t3 = intel_sub_group_shuffle((uint)b0[48], (xe_lane / 2) & 15);
                 const uint2 fb_0_0 = (uint2)((uint)(((fb_0_0_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_0_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_0_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_0_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_0_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_0_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_0_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_0_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_0_0_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_0_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_0_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_0_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_0_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_0_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_0_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_0_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
-                sb[lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 0u), xq_z0, xq_s0);
+                sb[0 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 0u), xq_z0, xq_s0);
                 sb[32 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 1u), xq_z0, xq_s0);
                 sb[64 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 2u), xq_z0, xq_s0);
                 sb[96 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 3u), xq_z0, xq_s0);
@@ -742,9 +797,9 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
                 sb[448 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 6u), xq_z0, xq_s0);
                 sb[480 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 7u), xq_z0, xq_s0);
                 const uint fb_0_1_t0 = intel_sub_group_shuffle((uint)b0[0], (8 + xe_lane / 2) & 15);
-                const uint fb_0_1_t1 = intel_sub_group_shuffle((uint)b0[1], (8 + xe_lane / 2) & 15);
-                const uint fb_0_1_t2 = intel_sub_group_shuffle((uint)b0[2], (8 + xe_lane / 2) & 15);
-                const uint fb_0_1_t3 = intel_sub_group_shuffle((uint)b0[3], (8 + xe_lane / 2) & 15);
+                const uint fb_0_1_t1 = intel_sub_group_shuffle((uint)b0[16], (8 + xe_lane / 2) & 15);
+                const uint fb_0_1_t2 = intel_sub_group_shuffle((uint)b0[32], (8 + xe_lane / 2) & 15);
+                const uint fb_0_1_t3 = intel_sub_group_shuffle((uint)b0[48], (8 + xe_lane / 2) & 15);
                 const uint2 fb_0_1 = (uint2)((uint)(((fb_0_1_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_1_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_1_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_1_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_1_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_1_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_1_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_1_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_0_1_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_1_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_1_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_1_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_1_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_1_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_1_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_1_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
                 sb[16 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 0u), xq_z1, xq_s1);
                 sb[48 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 1u), xq_z1, xq_s1);
@@ -786,28 +841,16 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
                 }
                 /* k-chunk 1: 4 x XE_8x16x16_F32F16F16F32_TT */
                 sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-                sa[lane] = (float)as_half((ushort)(uint)a0[16]);
-                sa[16 + lane] = (float)as_half((ushort)(uint)a0[17]);
-                sa[32 + lane] = (float)as_half((ushort)(uint)a0[18]);
-                sa[48 + lane] = (float)as_half((ushort)(uint)a0[19]);
-                sa[64 + lane] = (float)as_half((ushort)(uint)a0[20]);
-                sa[80 + lane] = (float)as_half((ushort)(uint)a0[21]);
-                sa[96 + lane] = (float)as_half((ushort)(uint)a0[22]);
-                sa[112 + lane] = (float)as_half((ushort)(uint)a0[23]);
-                sa[128 + lane] = (float)as_half((ushort)(uint)a0[24]);
-                sa[144 + lane] = (float)as_half((ushort)(uint)a0[25]);
-                sa[160 + lane] = (float)as_half((ushort)(uint)a0[26]);
-                sa[176 + lane] = (float)as_half((ushort)(uint)a0[27]);
-                sa[192 + lane] = (float)as_half((ushort)(uint)a0[28]);
-                sa[208 + lane] = (float)as_half((ushort)(uint)a0[29]);
-                sa[224 + lane] = (float)as_half((ushort)(uint)a0[30]);
-                sa[240 + lane] = (float)as_half((ushort)(uint)a0[31]);
-                const uint fb_1_0_t0 = intel_sub_group_shuffle((uint)b0[4], (xe_lane / 2) & 15);
-                const uint fb_1_0_t1 = intel_sub_group_shuffle((uint)b0[5], (xe_lane / 2) & 15);
-                const uint fb_1_0_t2 = intel_sub_group_shuffle((uint)b0[6], (xe_lane / 2) & 15);
-                const uint fb_1_0_t3 = intel_sub_group_shuffle((uint)b0[7], (xe_lane / 2) & 15);
+                #pragma unroll 1
+                for (int xe_i = 0; xe_i < 16; ++xe_i) {
+                    sa[(16 * xe_i) + lane] = (float)as_half((ushort)(uint)a0[(256 + 16 * xe_i)]);
+                }
+                const uint fb_1_0_t0 = intel_sub_group_shuffle((uint)b0[64], (xe_lane / 2) & 15);
+                const uint fb_1_0_t1 = intel_sub_group_shuffle((uint)b0[80], (xe_lane / 2) & 15);
+                const uint fb_1_0_t2 = intel_sub_group_shuffle((uint)b0[96], (xe_lane / 2) & 15);
+                const uint fb_1_0_t3 = intel_sub_group_shuffle((uint)b0[112], (xe_lane / 2) & 15);
                 const uint2 fb_1_0 = (uint2)((uint)(((fb_1_0_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_0_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_0_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_0_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_0_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_0_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_0_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_0_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_1_0_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_0_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_0_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_0_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_0_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_0_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_0_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_0_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
-                sb[lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 0u), xq_z0, xq_s0);
+                sb[0 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 0u), xq_z0, xq_s0);
                 sb[32 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 1u), xq_z0, xq_s0);
                 sb[64 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 2u), xq_z0, xq_s0);
                 sb[96 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 3u), xq_z0, xq_s0);
@@ -823,10 +866,10 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
                 sb[416 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 5u), xq_z0, xq_s0);
                 sb[448 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 6u), xq_z0, xq_s0);
                 sb[480 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 7u), xq_z0, xq_s0);
-                const uint fb_1_1_t0 = intel_sub_group_shuffle((uint)b0[4], (8 + xe_lane / 2) & 15);
-                const uint fb_1_1_t1 = intel_sub_group_shuffle((uint)b0[5], (8 + xe_lane / 2) & 15);
-                const uint fb_1_1_t2 = intel_sub_group_shuffle((uint)b0[6], (8 + xe_lane / 2) & 15);
-                const uint fb_1_1_t3 = intel_sub_group_shuffle((uint)b0[7], (8 + xe_lane / 2) & 15);
+                const uint fb_1_1_t0 = intel_sub_group_shuffle((uint)b0[64], (8 + xe_lane / 2) & 15);
+                const uint fb_1_1_t1 = intel_sub_group_shuffle((uint)b0[80], (8 + xe_lane / 2) & 15);
+                const uint fb_1_1_t2 = intel_sub_group_shuffle((uint)b0[96], (8 + xe_lane / 2) & 15);
+                const uint fb_1_1_t3 = intel_sub_group_shuffle((uint)b0[112], (8 + xe_lane / 2) & 15);
                 const uint2 fb_1_1 = (uint2)((uint)(((fb_1_1_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_1_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_1_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_1_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_1_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_1_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_1_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_1_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_1_1_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_1_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_1_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_1_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_1_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_1_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_1_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_1_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
                 sb[16 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 0u), xq_z1, xq_s1);
                 sb[48 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 1u), xq_z1, xq_s1);

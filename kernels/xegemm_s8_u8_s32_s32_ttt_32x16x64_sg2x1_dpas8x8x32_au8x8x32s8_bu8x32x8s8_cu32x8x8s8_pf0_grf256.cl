@@ -232,7 +232,7 @@ __kernel void xegemm_s8_u8_s32_s32_ttt_32x16x64_sg2x1_dpas8x8x32_au8x8x32s8_bu8x
         const uchar32 b3 = xe_copy_1d_u8x32x8_ld_sg8(B, b_width, b_height, ldb, n0 + 8, k0 + 32);
         /* k-chunk 0: 4 x XE_8x8x32_S32S8U8S32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 4] = (int)as_char((uchar)(uint)a0[0]);
+        sa[0 + lane * 4] = (int)as_char((uchar)(uint)a0[0]);
         sa[1 + lane * 4] = (int)as_char((uchar)((uint)a0[0] >> 8));
         sa[2 + lane * 4] = (int)as_char((uchar)((uint)a0[0] >> 16));
         sa[3 + lane * 4] = (int)as_char((uchar)((uint)a0[0] >> 24));
@@ -296,7 +296,7 @@ __kernel void xegemm_s8_u8_s32_s32_ttt_32x16x64_sg2x1_dpas8x8x32_au8x8x32s8_bu8x
         sa[481 + lane * 4] = (int)as_char((uchar)((uint)a2[7] >> 8));
         sa[482 + lane * 4] = (int)as_char((uchar)((uint)a2[7] >> 16));
         sa[483 + lane * 4] = (int)as_char((uchar)((uint)a2[7] >> 24));
-        sb[lane] = (int)(((uint)b0[0] | (uint)b0[1] << 8 | (uint)b0[2] << 16 | (uint)b0[3] << 24) & 0xffu);
+        sb[0 + lane] = (int)(((uint)b0[0] | (uint)b0[1] << 8 | (uint)b0[2] << 16 | (uint)b0[3] << 24) & 0xffu);
         sb[16 + lane] = (int)((((uint)b0[0] | (uint)b0[1] << 8 | (uint)b0[2] << 16 | (uint)b0[3] << 24) >> 8) & 0xffu);
         sb[32 + lane] = (int)((((uint)b0[0] | (uint)b0[1] << 8 | (uint)b0[2] << 16 | (uint)b0[3] << 24) >> 16) & 0xffu);
         sb[48 + lane] = (int)((((uint)b0[0] | (uint)b0[1] << 8 | (uint)b0[2] << 16 | (uint)b0[3] << 24) >> 24) & 0xffu);
@@ -384,7 +384,7 @@ __kernel void xegemm_s8_u8_s32_s32_ttt_32x16x64_sg2x1_dpas8x8x32_au8x8x32s8_bu8x
         }
         /* k-chunk 1: 4 x XE_8x8x32_S32S8U8S32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 4] = (int)as_char((uchar)(uint)a1[0]);
+        sa[0 + lane * 4] = (int)as_char((uchar)(uint)a1[0]);
         sa[1 + lane * 4] = (int)as_char((uchar)((uint)a1[0] >> 8));
         sa[2 + lane * 4] = (int)as_char((uchar)((uint)a1[0] >> 16));
         sa[3 + lane * 4] = (int)as_char((uchar)((uint)a1[0] >> 24));
@@ -448,7 +448,7 @@ __kernel void xegemm_s8_u8_s32_s32_ttt_32x16x64_sg2x1_dpas8x8x32_au8x8x32s8_bu8x
         sa[481 + lane * 4] = (int)as_char((uchar)((uint)a3[7] >> 8));
         sa[482 + lane * 4] = (int)as_char((uchar)((uint)a3[7] >> 16));
         sa[483 + lane * 4] = (int)as_char((uchar)((uint)a3[7] >> 24));
-        sb[lane] = (int)(((uint)b2[0] | (uint)b2[1] << 8 | (uint)b2[2] << 16 | (uint)b2[3] << 24) & 0xffu);
+        sb[0 + lane] = (int)(((uint)b2[0] | (uint)b2[1] << 8 | (uint)b2[2] << 16 | (uint)b2[3] << 24) & 0xffu);
         sb[16 + lane] = (int)((((uint)b2[0] | (uint)b2[1] << 8 | (uint)b2[2] << 16 | (uint)b2[3] << 24) >> 8) & 0xffu);
         sb[32 + lane] = (int)((((uint)b2[0] | (uint)b2[1] << 8 | (uint)b2[2] << 16 | (uint)b2[3] << 24) >> 16) & 0xffu);
         sb[48 + lane] = (int)((((uint)b2[0] | (uint)b2[1] << 8 | (uint)b2[2] << 16 | (uint)b2[3] << 24) >> 24) & 0xffu);

@@ -203,6 +203,41 @@ if (lane < t[2])
     }
 }
 
+/* XE_2D_TF32x16x16_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_tf32x16x16_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 16, 16, 32)) {
+        v[0] = xe_ldu_u32(base, pitch_bytes, y + lane / 8, x + lane % 8);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            v[(16 + 16 * xe_i)] = xe_ldu_u32(base, pitch_bytes, y + (2 + 2 * xe_i) + lane / 8, x + lane % 8);
+        }
+        v[128] = xe_ldu_u32(base, pitch_bytes, y + lane / 8, x + 8 + lane % 8);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            v[(144 + 16 * xe_i)] = xe_ldu_u32(base, pitch_bytes, y + (2 + 2 * xe_i) + lane / 8, x + 8 + lane % 8);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 16; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 16; ++e) {
+            constant const short* t = xe_copy_tf32x16x16_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 8) + t[5] * (lane % 8);
+            const int col = x + t[6] + t[7] * (lane / 8) + t[8] * (lane % 8);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u32(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
+    }
+}
+
 /* XE_2D_TF32x16x16_LD_N as the hardware message returns it: one uint16 */
 static inline uint16 xe_copy_tf32x16x16_ld_n(
     const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
@@ -244,7 +279,7 @@ static inline void xe_copy_u32x16x16_ld_n_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 16, 16, 32)) {
-        v[0] = xe_ldu_u32(base, pitch_bytes, y, x + lane);
+        v[0] = xe_ldu_u32(base, pitch_bytes, y + 0, x + lane);
         v[1] = xe_ldu_u32(base, pitch_bytes, y + 1, x + lane);
         v[2] = xe_ldu_u32(base, pitch_bytes, y + 2, x + lane);
         v[3] = xe_ldu_u32(base, pitch_bytes, y + 3, x + lane);
@@ -273,6 +308,35 @@ if (lane < t[2])
         }
         for (int i = 0; i < 16; ++i)
             v[i] = (uint)c[i];
+    }
+}
+
+/* XE_2D_U32x16x16_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u32x16x16_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 16, 16, 32)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 16; ++xe_i) {
+            v[(16 * xe_i)] = xe_ldu_u32(base, pitch_bytes, y + xe_i, x + lane);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 16; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 16; ++e) {
+            constant const short* t = xe_copy_u32x16x16_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u32(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -306,7 +370,7 @@ static inline void xe_copy_u32x8x16_st_n(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 8, 16, 32)) {
-        xe_stu_u32(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u32(base, pitch_bytes, y + 0, x + lane, v[0]);
         xe_stu_u32(base, pitch_bytes, y + 1, x + lane, v[1]);
         xe_stu_u32(base, pitch_bytes, y + 2, x + lane, v[2]);
         xe_stu_u32(base, pitch_bytes, y + 3, x + lane, v[3]);
@@ -428,6 +492,13 @@ __kernel void xegemm_tf32_tf32_f32_f32_ttt_32x32x16_sg2x1_dpas8x16x8_atf32x16x16
     local float xe_acc_blocks[2][512];
     local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
+    /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
+    local uint xe_reg_a0[2][256];
+    local uint* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b0[2][256];
+    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b1[2][256];
+    local uint* const b1 = xe_reg_b1[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
 
     /* prologue: prefetch the first 2 k-tiles */
@@ -477,35 +548,23 @@ __kernel void xegemm_tf32_tf32_f32_f32_ttt_32x32x16_sg2x1_dpas8x16x8_atf32x16x16
 
         }
         /* load this k-step's A and B tiles */
-        uint a0[16]; xe_copy_tf32x16x16_ld_n_into(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-        uint b0[16]; xe_copy_u32x16x16_ld_n_into(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
-        uint b1[16]; xe_copy_u32x16x16_ld_n_into(B, b_width, b_height, ldb, n0 + 16, k0 + 0, b1);
+        xe_copy_tf32x16x16_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
+        xe_copy_u32x16x16_ld_n_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
+        xe_copy_u32x16x16_ld_n_into_local(B, b_width, b_height, ldb, n0 + 16, k0 + 0, b1);
         /* k-chunk 0: 4 x XE_8x16x8_F32TF32TF32F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = as_float((uint)a0[0] & 0xffffe000u);
-        sa[16 + lane] = as_float((uint)a0[1] & 0xffffe000u);
-        sa[32 + lane] = as_float((uint)a0[2] & 0xffffe000u);
-        sa[48 + lane] = as_float((uint)a0[3] & 0xffffe000u);
-        sa[64 + lane] = as_float((uint)a0[4] & 0xffffe000u);
-        sa[80 + lane] = as_float((uint)a0[5] & 0xffffe000u);
-        sa[96 + lane] = as_float((uint)a0[6] & 0xffffe000u);
-        sa[112 + lane] = as_float((uint)a0[7] & 0xffffe000u);
-        sb[lane] = as_float((uint)b0[0] & 0xffffe000u);
-        sb[32 + lane] = as_float((uint)b0[1] & 0xffffe000u);
-        sb[64 + lane] = as_float((uint)b0[2] & 0xffffe000u);
-        sb[96 + lane] = as_float((uint)b0[3] & 0xffffe000u);
-        sb[128 + lane] = as_float((uint)b0[4] & 0xffffe000u);
-        sb[160 + lane] = as_float((uint)b0[5] & 0xffffe000u);
-        sb[192 + lane] = as_float((uint)b0[6] & 0xffffe000u);
-        sb[224 + lane] = as_float((uint)b0[7] & 0xffffe000u);
-        sb[16 + lane] = as_float((uint)b1[0] & 0xffffe000u);
-        sb[48 + lane] = as_float((uint)b1[1] & 0xffffe000u);
-        sb[80 + lane] = as_float((uint)b1[2] & 0xffffe000u);
-        sb[112 + lane] = as_float((uint)b1[3] & 0xffffe000u);
-        sb[144 + lane] = as_float((uint)b1[4] & 0xffffe000u);
-        sb[176 + lane] = as_float((uint)b1[5] & 0xffffe000u);
-        sb[208 + lane] = as_float((uint)b1[6] & 0xffffe000u);
-        sb[240 + lane] = as_float((uint)b1[7] & 0xffffe000u);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sa[(16 * xe_i) + lane] = as_float((uint)a0[(16 * xe_i)] & 0xffffe000u);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(32 * xe_i) + lane] = as_float((uint)b0[(16 * xe_i)] & 0xffffe000u);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(16 + 32 * xe_i) + lane] = as_float((uint)b1[(16 * xe_i)] & 0xffffe000u);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
@@ -530,30 +589,18 @@ __kernel void xegemm_tf32_tf32_f32_f32_ttt_32x32x16_sg2x1_dpas8x16x8_atf32x16x16
         }
         /* k-chunk 1: 4 x XE_8x16x8_F32TF32TF32F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane] = as_float((uint)a0[8] & 0xffffe000u);
-        sa[16 + lane] = as_float((uint)a0[9] & 0xffffe000u);
-        sa[32 + lane] = as_float((uint)a0[10] & 0xffffe000u);
-        sa[48 + lane] = as_float((uint)a0[11] & 0xffffe000u);
-        sa[64 + lane] = as_float((uint)a0[12] & 0xffffe000u);
-        sa[80 + lane] = as_float((uint)a0[13] & 0xffffe000u);
-        sa[96 + lane] = as_float((uint)a0[14] & 0xffffe000u);
-        sa[112 + lane] = as_float((uint)a0[15] & 0xffffe000u);
-        sb[lane] = as_float((uint)b0[8] & 0xffffe000u);
-        sb[32 + lane] = as_float((uint)b0[9] & 0xffffe000u);
-        sb[64 + lane] = as_float((uint)b0[10] & 0xffffe000u);
-        sb[96 + lane] = as_float((uint)b0[11] & 0xffffe000u);
-        sb[128 + lane] = as_float((uint)b0[12] & 0xffffe000u);
-        sb[160 + lane] = as_float((uint)b0[13] & 0xffffe000u);
-        sb[192 + lane] = as_float((uint)b0[14] & 0xffffe000u);
-        sb[224 + lane] = as_float((uint)b0[15] & 0xffffe000u);
-        sb[16 + lane] = as_float((uint)b1[8] & 0xffffe000u);
-        sb[48 + lane] = as_float((uint)b1[9] & 0xffffe000u);
-        sb[80 + lane] = as_float((uint)b1[10] & 0xffffe000u);
-        sb[112 + lane] = as_float((uint)b1[11] & 0xffffe000u);
-        sb[144 + lane] = as_float((uint)b1[12] & 0xffffe000u);
-        sb[176 + lane] = as_float((uint)b1[13] & 0xffffe000u);
-        sb[208 + lane] = as_float((uint)b1[14] & 0xffffe000u);
-        sb[240 + lane] = as_float((uint)b1[15] & 0xffffe000u);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sa[(16 * xe_i) + lane] = as_float((uint)a0[(128 + 16 * xe_i)] & 0xffffe000u);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(32 * xe_i) + lane] = as_float((uint)b0[(128 + 16 * xe_i)] & 0xffffe000u);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(16 + 32 * xe_i) + lane] = as_float((uint)b1[(128 + 16 * xe_i)] & 0xffffe000u);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */

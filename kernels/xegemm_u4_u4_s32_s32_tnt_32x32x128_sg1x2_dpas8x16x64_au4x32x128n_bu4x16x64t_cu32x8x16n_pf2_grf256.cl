@@ -411,7 +411,7 @@ static inline void xe_copy_u4x32x128_ld_n_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 128, 4)        && xe_wide_aligned(base, pitch_bytes, x, 4, 2)) {
-        v[0] = (ushort)xe_ldu_u16(base, pitch_bytes, y, x / 4 + lane);
+        v[0] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 0, x / 4 + lane);
         v[1] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 1, x / 4 + lane);
         v[2] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 2, x / 4 + lane);
         v[3] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 3, x / 4 + lane);
@@ -443,7 +443,7 @@ static inline void xe_copy_u4x32x128_ld_n_into(
         v[29] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 29, x / 4 + lane);
         v[30] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 30, x / 4 + lane);
         v[31] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 31, x / 4 + lane);
-        v[32] = (ushort)xe_ldu_u16(base, pitch_bytes, y, x / 4 + 16 + lane);
+        v[32] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 0, x / 4 + 16 + lane);
         v[33] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 1, x / 4 + 16 + lane);
         v[34] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 2, x / 4 + 16 + lane);
         v[35] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 3, x / 4 + 16 + lane);
@@ -488,6 +488,39 @@ if (lane < t[2])
         }
         for (int i = 0; i < 64; ++i)
             v[i] = (ushort)c[i];
+    }
+}
+
+/* XE_2D_U4x32x128_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u4x32x128_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local ushort* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 32, 128, 4)        && xe_wide_aligned(base, pitch_bytes, x, 4, 2)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            v[(16 * xe_i)] = (ushort)xe_ldu_u16(base, pitch_bytes, y + xe_i, x / 4 + lane);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            v[(512 + 16 * xe_i)] = (ushort)xe_ldu_u16(base, pitch_bytes, y + xe_i, x / 4 + 16 + lane);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 64; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 256; ++e) {
+            constant const short* t = xe_copy_u4x32x128_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (ushort)(((uint)xe_ld_u4(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -604,6 +637,36 @@ if (lane < t[2])
     }
 }
 
+/* XE_2D_U4x16x64_LD_T into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u4x16x64_ld_t_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 16, 64, 4)        && xe_wide_aligned(base, pitch_bytes, x, 4, 4)) {
+        v[0] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            v[(16 + 16 * xe_i)] = (uint)xe_ldu_u32(base, pitch_bytes, y + lane, x / 8 + (1 + xe_i));
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 8; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 64; ++e) {
+            constant const short* t = xe_copy_u4x16x64_ld_t_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u4(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
+    }
+}
+
 /* XE_2D_U4x16x64_LD_T as the hardware message returns it: one uint8 */
 static inline uint8 xe_copy_u4x16x64_ld_t(
     const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
@@ -634,7 +697,7 @@ static inline void xe_copy_u32x8x16_st_n(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 8, 16, 32)) {
-        xe_stu_u32(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u32(base, pitch_bytes, y + 0, x + lane, v[0]);
         xe_stu_u32(base, pitch_bytes, y + 1, x + lane, v[1]);
         xe_stu_u32(base, pitch_bytes, y + 2, x + lane, v[2]);
         xe_stu_u32(base, pitch_bytes, y + 3, x + lane, v[3]);
@@ -818,6 +881,13 @@ __kernel void xegemm_u4_u4_s32_s32_tnt_32x32x128_sg1x2_dpas8x16x64_au4x32x128n_b
     local uint xe_acc_blocks[2][512];
     local uint* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
+    /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
+    local ushort xe_reg_a0[2][1024];
+    local ushort* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b0[2][128];
+    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b1[2][128];
+    local uint* const b1 = xe_reg_b1[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
 
     /* prologue: prefetch the first 2 k-tiles */
@@ -867,203 +937,58 @@ __kernel void xegemm_u4_u4_s32_s32_tnt_32x32x128_sg1x2_dpas8x16x64_au4x32x128n_b
 
         }
         /* load this k-step's A and B tiles */
-        ushort a0[64]; xe_copy_u4x32x128_ld_n_into(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-        uint b0[8]; xe_copy_u4x16x64_ld_t_into(B, b_width, b_height, ldb, k0 + 0, n0 + 0, b0);
-        uint b1[8]; xe_copy_u4x16x64_ld_t_into(B, b_width, b_height, ldb, k0 + 64, n0 + 0, b1);
+        xe_copy_u4x32x128_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
+        xe_copy_u4x16x64_ld_t_into_local(B, b_width, b_height, ldb, k0 + 0, n0 + 0, b0);
+        xe_copy_u4x16x64_ld_t_into_local(B, b_width, b_height, ldb, k0 + 64, n0 + 0, b1);
         /* k-chunk 0: 4 x XE_8x16x64_S32U4U4S32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 4] = (int)((uint)a0[0] & 0xfu);
-        sa[1 + lane * 4] = (int)(((uint)a0[0] >> 4) & 0xfu);
-        sa[2 + lane * 4] = (int)(((uint)a0[0] >> 8) & 0xfu);
-        sa[3 + lane * 4] = (int)(((uint)a0[0] >> 12) & 0xfu);
-        sa[64 + lane * 4] = (int)((uint)a0[1] & 0xfu);
-        sa[65 + lane * 4] = (int)(((uint)a0[1] >> 4) & 0xfu);
-        sa[66 + lane * 4] = (int)(((uint)a0[1] >> 8) & 0xfu);
-        sa[67 + lane * 4] = (int)(((uint)a0[1] >> 12) & 0xfu);
-        sa[128 + lane * 4] = (int)((uint)a0[2] & 0xfu);
-        sa[129 + lane * 4] = (int)(((uint)a0[2] >> 4) & 0xfu);
-        sa[130 + lane * 4] = (int)(((uint)a0[2] >> 8) & 0xfu);
-        sa[131 + lane * 4] = (int)(((uint)a0[2] >> 12) & 0xfu);
-        sa[192 + lane * 4] = (int)((uint)a0[3] & 0xfu);
-        sa[193 + lane * 4] = (int)(((uint)a0[3] >> 4) & 0xfu);
-        sa[194 + lane * 4] = (int)(((uint)a0[3] >> 8) & 0xfu);
-        sa[195 + lane * 4] = (int)(((uint)a0[3] >> 12) & 0xfu);
-        sa[256 + lane * 4] = (int)((uint)a0[4] & 0xfu);
-        sa[257 + lane * 4] = (int)(((uint)a0[4] >> 4) & 0xfu);
-        sa[258 + lane * 4] = (int)(((uint)a0[4] >> 8) & 0xfu);
-        sa[259 + lane * 4] = (int)(((uint)a0[4] >> 12) & 0xfu);
-        sa[320 + lane * 4] = (int)((uint)a0[5] & 0xfu);
-        sa[321 + lane * 4] = (int)(((uint)a0[5] >> 4) & 0xfu);
-        sa[322 + lane * 4] = (int)(((uint)a0[5] >> 8) & 0xfu);
-        sa[323 + lane * 4] = (int)(((uint)a0[5] >> 12) & 0xfu);
-        sa[384 + lane * 4] = (int)((uint)a0[6] & 0xfu);
-        sa[385 + lane * 4] = (int)(((uint)a0[6] >> 4) & 0xfu);
-        sa[386 + lane * 4] = (int)(((uint)a0[6] >> 8) & 0xfu);
-        sa[387 + lane * 4] = (int)(((uint)a0[6] >> 12) & 0xfu);
-        sa[448 + lane * 4] = (int)((uint)a0[7] & 0xfu);
-        sa[449 + lane * 4] = (int)(((uint)a0[7] >> 4) & 0xfu);
-        sa[450 + lane * 4] = (int)(((uint)a0[7] >> 8) & 0xfu);
-        sa[451 + lane * 4] = (int)(((uint)a0[7] >> 12) & 0xfu);
-        sa[512 + lane * 4] = (int)((uint)a0[8] & 0xfu);
-        sa[513 + lane * 4] = (int)(((uint)a0[8] >> 4) & 0xfu);
-        sa[514 + lane * 4] = (int)(((uint)a0[8] >> 8) & 0xfu);
-        sa[515 + lane * 4] = (int)(((uint)a0[8] >> 12) & 0xfu);
-        sa[576 + lane * 4] = (int)((uint)a0[9] & 0xfu);
-        sa[577 + lane * 4] = (int)(((uint)a0[9] >> 4) & 0xfu);
-        sa[578 + lane * 4] = (int)(((uint)a0[9] >> 8) & 0xfu);
-        sa[579 + lane * 4] = (int)(((uint)a0[9] >> 12) & 0xfu);
-        sa[640 + lane * 4] = (int)((uint)a0[10] & 0xfu);
-        sa[641 + lane * 4] = (int)(((uint)a0[10] >> 4) & 0xfu);
-        sa[642 + lane * 4] = (int)(((uint)a0[10] >> 8) & 0xfu);
-        sa[643 + lane * 4] = (int)(((uint)a0[10] >> 12) & 0xfu);
-        sa[704 + lane * 4] = (int)((uint)a0[11] & 0xfu);
-        sa[705 + lane * 4] = (int)(((uint)a0[11] >> 4) & 0xfu);
-        sa[706 + lane * 4] = (int)(((uint)a0[11] >> 8) & 0xfu);
-        sa[707 + lane * 4] = (int)(((uint)a0[11] >> 12) & 0xfu);
-        sa[768 + lane * 4] = (int)((uint)a0[12] & 0xfu);
-        sa[769 + lane * 4] = (int)(((uint)a0[12] >> 4) & 0xfu);
-        sa[770 + lane * 4] = (int)(((uint)a0[12] >> 8) & 0xfu);
-        sa[771 + lane * 4] = (int)(((uint)a0[12] >> 12) & 0xfu);
-        sa[832 + lane * 4] = (int)((uint)a0[13] & 0xfu);
-        sa[833 + lane * 4] = (int)(((uint)a0[13] >> 4) & 0xfu);
-        sa[834 + lane * 4] = (int)(((uint)a0[13] >> 8) & 0xfu);
-        sa[835 + lane * 4] = (int)(((uint)a0[13] >> 12) & 0xfu);
-        sa[896 + lane * 4] = (int)((uint)a0[14] & 0xfu);
-        sa[897 + lane * 4] = (int)(((uint)a0[14] >> 4) & 0xfu);
-        sa[898 + lane * 4] = (int)(((uint)a0[14] >> 8) & 0xfu);
-        sa[899 + lane * 4] = (int)(((uint)a0[14] >> 12) & 0xfu);
-        sa[960 + lane * 4] = (int)((uint)a0[15] & 0xfu);
-        sa[961 + lane * 4] = (int)(((uint)a0[15] >> 4) & 0xfu);
-        sa[962 + lane * 4] = (int)(((uint)a0[15] >> 8) & 0xfu);
-        sa[963 + lane * 4] = (int)(((uint)a0[15] >> 12) & 0xfu);
-        sa[1024 + lane * 4] = (int)((uint)a0[16] & 0xfu);
-        sa[1025 + lane * 4] = (int)(((uint)a0[16] >> 4) & 0xfu);
-        sa[1026 + lane * 4] = (int)(((uint)a0[16] >> 8) & 0xfu);
-        sa[1027 + lane * 4] = (int)(((uint)a0[16] >> 12) & 0xfu);
-        sa[1088 + lane * 4] = (int)((uint)a0[17] & 0xfu);
-        sa[1089 + lane * 4] = (int)(((uint)a0[17] >> 4) & 0xfu);
-        sa[1090 + lane * 4] = (int)(((uint)a0[17] >> 8) & 0xfu);
-        sa[1091 + lane * 4] = (int)(((uint)a0[17] >> 12) & 0xfu);
-        sa[1152 + lane * 4] = (int)((uint)a0[18] & 0xfu);
-        sa[1153 + lane * 4] = (int)(((uint)a0[18] >> 4) & 0xfu);
-        sa[1154 + lane * 4] = (int)(((uint)a0[18] >> 8) & 0xfu);
-        sa[1155 + lane * 4] = (int)(((uint)a0[18] >> 12) & 0xfu);
-        sa[1216 + lane * 4] = (int)((uint)a0[19] & 0xfu);
-        sa[1217 + lane * 4] = (int)(((uint)a0[19] >> 4) & 0xfu);
-        sa[1218 + lane * 4] = (int)(((uint)a0[19] >> 8) & 0xfu);
-        sa[1219 + lane * 4] = (int)(((uint)a0[19] >> 12) & 0xfu);
-        sa[1280 + lane * 4] = (int)((uint)a0[20] & 0xfu);
-        sa[1281 + lane * 4] = (int)(((uint)a0[20] >> 4) & 0xfu);
-        sa[1282 + lane * 4] = (int)(((uint)a0[20] >> 8) & 0xfu);
-        sa[1283 + lane * 4] = (int)(((uint)a0[20] >> 12) & 0xfu);
-        sa[1344 + lane * 4] = (int)((uint)a0[21] & 0xfu);
-        sa[1345 + lane * 4] = (int)(((uint)a0[21] >> 4) & 0xfu);
-        sa[1346 + lane * 4] = (int)(((uint)a0[21] >> 8) & 0xfu);
-        sa[1347 + lane * 4] = (int)(((uint)a0[21] >> 12) & 0xfu);
-        sa[1408 + lane * 4] = (int)((uint)a0[22] & 0xfu);
-        sa[1409 + lane * 4] = (int)(((uint)a0[22] >> 4) & 0xfu);
-        sa[1410 + lane * 4] = (int)(((uint)a0[22] >> 8) & 0xfu);
-        sa[1411 + lane * 4] = (int)(((uint)a0[22] >> 12) & 0xfu);
-        sa[1472 + lane * 4] = (int)((uint)a0[23] & 0xfu);
-        sa[1473 + lane * 4] = (int)(((uint)a0[23] >> 4) & 0xfu);
-        sa[1474 + lane * 4] = (int)(((uint)a0[23] >> 8) & 0xfu);
-        sa[1475 + lane * 4] = (int)(((uint)a0[23] >> 12) & 0xfu);
-        sa[1536 + lane * 4] = (int)((uint)a0[24] & 0xfu);
-        sa[1537 + lane * 4] = (int)(((uint)a0[24] >> 4) & 0xfu);
-        sa[1538 + lane * 4] = (int)(((uint)a0[24] >> 8) & 0xfu);
-        sa[1539 + lane * 4] = (int)(((uint)a0[24] >> 12) & 0xfu);
-        sa[1600 + lane * 4] = (int)((uint)a0[25] & 0xfu);
-        sa[1601 + lane * 4] = (int)(((uint)a0[25] >> 4) & 0xfu);
-        sa[1602 + lane * 4] = (int)(((uint)a0[25] >> 8) & 0xfu);
-        sa[1603 + lane * 4] = (int)(((uint)a0[25] >> 12) & 0xfu);
-        sa[1664 + lane * 4] = (int)((uint)a0[26] & 0xfu);
-        sa[1665 + lane * 4] = (int)(((uint)a0[26] >> 4) & 0xfu);
-        sa[1666 + lane * 4] = (int)(((uint)a0[26] >> 8) & 0xfu);
-        sa[1667 + lane * 4] = (int)(((uint)a0[26] >> 12) & 0xfu);
-        sa[1728 + lane * 4] = (int)((uint)a0[27] & 0xfu);
-        sa[1729 + lane * 4] = (int)(((uint)a0[27] >> 4) & 0xfu);
-        sa[1730 + lane * 4] = (int)(((uint)a0[27] >> 8) & 0xfu);
-        sa[1731 + lane * 4] = (int)(((uint)a0[27] >> 12) & 0xfu);
-        sa[1792 + lane * 4] = (int)((uint)a0[28] & 0xfu);
-        sa[1793 + lane * 4] = (int)(((uint)a0[28] >> 4) & 0xfu);
-        sa[1794 + lane * 4] = (int)(((uint)a0[28] >> 8) & 0xfu);
-        sa[1795 + lane * 4] = (int)(((uint)a0[28] >> 12) & 0xfu);
-        sa[1856 + lane * 4] = (int)((uint)a0[29] & 0xfu);
-        sa[1857 + lane * 4] = (int)(((uint)a0[29] >> 4) & 0xfu);
-        sa[1858 + lane * 4] = (int)(((uint)a0[29] >> 8) & 0xfu);
-        sa[1859 + lane * 4] = (int)(((uint)a0[29] >> 12) & 0xfu);
-        sa[1920 + lane * 4] = (int)((uint)a0[30] & 0xfu);
-        sa[1921 + lane * 4] = (int)(((uint)a0[30] >> 4) & 0xfu);
-        sa[1922 + lane * 4] = (int)(((uint)a0[30] >> 8) & 0xfu);
-        sa[1923 + lane * 4] = (int)(((uint)a0[30] >> 12) & 0xfu);
-        sa[1984 + lane * 4] = (int)((uint)a0[31] & 0xfu);
-        sa[1985 + lane * 4] = (int)(((uint)a0[31] >> 4) & 0xfu);
-        sa[1986 + lane * 4] = (int)(((uint)a0[31] >> 8) & 0xfu);
-        sa[1987 + lane * 4] = (int)(((uint)a0[31] >> 12) & 0xfu);
-        sb[lane] = (int)((uint)b0[0] & 0xfu);
-        sb[16 + lane] = (int)(((uint)b0[0] >> 4) & 0xfu);
-        sb[32 + lane] = (int)(((uint)b0[0] >> 8) & 0xfu);
-        sb[48 + lane] = (int)(((uint)b0[0] >> 12) & 0xfu);
-        sb[64 + lane] = (int)(((uint)b0[0] >> 16) & 0xfu);
-        sb[80 + lane] = (int)(((uint)b0[0] >> 20) & 0xfu);
-        sb[96 + lane] = (int)(((uint)b0[0] >> 24) & 0xfu);
-        sb[112 + lane] = (int)(((uint)b0[0] >> 28) & 0xfu);
-        sb[128 + lane] = (int)((uint)b0[1] & 0xfu);
-        sb[144 + lane] = (int)(((uint)b0[1] >> 4) & 0xfu);
-        sb[160 + lane] = (int)(((uint)b0[1] >> 8) & 0xfu);
-        sb[176 + lane] = (int)(((uint)b0[1] >> 12) & 0xfu);
-        sb[192 + lane] = (int)(((uint)b0[1] >> 16) & 0xfu);
-        sb[208 + lane] = (int)(((uint)b0[1] >> 20) & 0xfu);
-        sb[224 + lane] = (int)(((uint)b0[1] >> 24) & 0xfu);
-        sb[240 + lane] = (int)(((uint)b0[1] >> 28) & 0xfu);
-        sb[256 + lane] = (int)((uint)b0[2] & 0xfu);
-        sb[272 + lane] = (int)(((uint)b0[2] >> 4) & 0xfu);
-        sb[288 + lane] = (int)(((uint)b0[2] >> 8) & 0xfu);
-        sb[304 + lane] = (int)(((uint)b0[2] >> 12) & 0xfu);
-        sb[320 + lane] = (int)(((uint)b0[2] >> 16) & 0xfu);
-        sb[336 + lane] = (int)(((uint)b0[2] >> 20) & 0xfu);
-        sb[352 + lane] = (int)(((uint)b0[2] >> 24) & 0xfu);
-        sb[368 + lane] = (int)(((uint)b0[2] >> 28) & 0xfu);
-        sb[384 + lane] = (int)((uint)b0[3] & 0xfu);
-        sb[400 + lane] = (int)(((uint)b0[3] >> 4) & 0xfu);
-        sb[416 + lane] = (int)(((uint)b0[3] >> 8) & 0xfu);
-        sb[432 + lane] = (int)(((uint)b0[3] >> 12) & 0xfu);
-        sb[448 + lane] = (int)(((uint)b0[3] >> 16) & 0xfu);
-        sb[464 + lane] = (int)(((uint)b0[3] >> 20) & 0xfu);
-        sb[480 + lane] = (int)(((uint)b0[3] >> 24) & 0xfu);
-        sb[496 + lane] = (int)(((uint)b0[3] >> 28) & 0xfu);
-        sb[512 + lane] = (int)((uint)b0[4] & 0xfu);
-        sb[528 + lane] = (int)(((uint)b0[4] >> 4) & 0xfu);
-        sb[544 + lane] = (int)(((uint)b0[4] >> 8) & 0xfu);
-        sb[560 + lane] = (int)(((uint)b0[4] >> 12) & 0xfu);
-        sb[576 + lane] = (int)(((uint)b0[4] >> 16) & 0xfu);
-        sb[592 + lane] = (int)(((uint)b0[4] >> 20) & 0xfu);
-        sb[608 + lane] = (int)(((uint)b0[4] >> 24) & 0xfu);
-        sb[624 + lane] = (int)(((uint)b0[4] >> 28) & 0xfu);
-        sb[640 + lane] = (int)((uint)b0[5] & 0xfu);
-        sb[656 + lane] = (int)(((uint)b0[5] >> 4) & 0xfu);
-        sb[672 + lane] = (int)(((uint)b0[5] >> 8) & 0xfu);
-        sb[688 + lane] = (int)(((uint)b0[5] >> 12) & 0xfu);
-        sb[704 + lane] = (int)(((uint)b0[5] >> 16) & 0xfu);
-        sb[720 + lane] = (int)(((uint)b0[5] >> 20) & 0xfu);
-        sb[736 + lane] = (int)(((uint)b0[5] >> 24) & 0xfu);
-        sb[752 + lane] = (int)(((uint)b0[5] >> 28) & 0xfu);
-        sb[768 + lane] = (int)((uint)b0[6] & 0xfu);
-        sb[784 + lane] = (int)(((uint)b0[6] >> 4) & 0xfu);
-        sb[800 + lane] = (int)(((uint)b0[6] >> 8) & 0xfu);
-        sb[816 + lane] = (int)(((uint)b0[6] >> 12) & 0xfu);
-        sb[832 + lane] = (int)(((uint)b0[6] >> 16) & 0xfu);
-        sb[848 + lane] = (int)(((uint)b0[6] >> 20) & 0xfu);
-        sb[864 + lane] = (int)(((uint)b0[6] >> 24) & 0xfu);
-        sb[880 + lane] = (int)(((uint)b0[6] >> 28) & 0xfu);
-        sb[896 + lane] = (int)((uint)b0[7] & 0xfu);
-        sb[912 + lane] = (int)(((uint)b0[7] >> 4) & 0xfu);
-        sb[928 + lane] = (int)(((uint)b0[7] >> 8) & 0xfu);
-        sb[944 + lane] = (int)(((uint)b0[7] >> 12) & 0xfu);
-        sb[960 + lane] = (int)(((uint)b0[7] >> 16) & 0xfu);
-        sb[976 + lane] = (int)(((uint)b0[7] >> 20) & 0xfu);
-        sb[992 + lane] = (int)(((uint)b0[7] >> 24) & 0xfu);
-        sb[1008 + lane] = (int)(((uint)b0[7] >> 28) & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            sa[(64 * xe_i) + lane * 4] = (int)((uint)a0[(16 * xe_i)] & 0xfu);
+            sa[(1 + 64 * xe_i) + lane * 4] = (int)(((uint)a0[(16 * xe_i)] >> 4) & 0xfu);
+            sa[(2 + 64 * xe_i) + lane * 4] = (int)(((uint)a0[(16 * xe_i)] >> 8) & 0xfu);
+            sa[(3 + 64 * xe_i) + lane * 4] = (int)(((uint)a0[(16 * xe_i)] >> 12) & 0xfu);
+        }
+        sb[0 + lane] = (int)((uint)b0[0] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(16 + 16 * xe_i) + lane] = (int)(((uint)b0[0] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[128 + lane] = (int)((uint)b0[16] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(144 + 16 * xe_i) + lane] = (int)(((uint)b0[16] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[256 + lane] = (int)((uint)b0[32] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(272 + 16 * xe_i) + lane] = (int)(((uint)b0[32] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[384 + lane] = (int)((uint)b0[48] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(400 + 16 * xe_i) + lane] = (int)(((uint)b0[48] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[512 + lane] = (int)((uint)b0[64] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(528 + 16 * xe_i) + lane] = (int)(((uint)b0[64] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[640 + lane] = (int)((uint)b0[80] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(656 + 16 * xe_i) + lane] = (int)(((uint)b0[80] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[768 + lane] = (int)((uint)b0[96] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(784 + 16 * xe_i) + lane] = (int)(((uint)b0[96] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[896 + lane] = (int)((uint)b0[112] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(912 + 16 * xe_i) + lane] = (int)(((uint)b0[112] >> (4 + 4 * xe_i)) & 0xfu);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 8 rows x 1 N-fragments */
@@ -1099,198 +1024,53 @@ __kernel void xegemm_u4_u4_s32_s32_tnt_32x32x128_sg1x2_dpas8x16x64_au4x32x128n_b
         }
         /* k-chunk 1: 4 x XE_8x16x64_S32U4U4S32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 4] = (int)((uint)a0[32] & 0xfu);
-        sa[1 + lane * 4] = (int)(((uint)a0[32] >> 4) & 0xfu);
-        sa[2 + lane * 4] = (int)(((uint)a0[32] >> 8) & 0xfu);
-        sa[3 + lane * 4] = (int)(((uint)a0[32] >> 12) & 0xfu);
-        sa[64 + lane * 4] = (int)((uint)a0[33] & 0xfu);
-        sa[65 + lane * 4] = (int)(((uint)a0[33] >> 4) & 0xfu);
-        sa[66 + lane * 4] = (int)(((uint)a0[33] >> 8) & 0xfu);
-        sa[67 + lane * 4] = (int)(((uint)a0[33] >> 12) & 0xfu);
-        sa[128 + lane * 4] = (int)((uint)a0[34] & 0xfu);
-        sa[129 + lane * 4] = (int)(((uint)a0[34] >> 4) & 0xfu);
-        sa[130 + lane * 4] = (int)(((uint)a0[34] >> 8) & 0xfu);
-        sa[131 + lane * 4] = (int)(((uint)a0[34] >> 12) & 0xfu);
-        sa[192 + lane * 4] = (int)((uint)a0[35] & 0xfu);
-        sa[193 + lane * 4] = (int)(((uint)a0[35] >> 4) & 0xfu);
-        sa[194 + lane * 4] = (int)(((uint)a0[35] >> 8) & 0xfu);
-        sa[195 + lane * 4] = (int)(((uint)a0[35] >> 12) & 0xfu);
-        sa[256 + lane * 4] = (int)((uint)a0[36] & 0xfu);
-        sa[257 + lane * 4] = (int)(((uint)a0[36] >> 4) & 0xfu);
-        sa[258 + lane * 4] = (int)(((uint)a0[36] >> 8) & 0xfu);
-        sa[259 + lane * 4] = (int)(((uint)a0[36] >> 12) & 0xfu);
-        sa[320 + lane * 4] = (int)((uint)a0[37] & 0xfu);
-        sa[321 + lane * 4] = (int)(((uint)a0[37] >> 4) & 0xfu);
-        sa[322 + lane * 4] = (int)(((uint)a0[37] >> 8) & 0xfu);
-        sa[323 + lane * 4] = (int)(((uint)a0[37] >> 12) & 0xfu);
-        sa[384 + lane * 4] = (int)((uint)a0[38] & 0xfu);
-        sa[385 + lane * 4] = (int)(((uint)a0[38] >> 4) & 0xfu);
-        sa[386 + lane * 4] = (int)(((uint)a0[38] >> 8) & 0xfu);
-        sa[387 + lane * 4] = (int)(((uint)a0[38] >> 12) & 0xfu);
-        sa[448 + lane * 4] = (int)((uint)a0[39] & 0xfu);
-        sa[449 + lane * 4] = (int)(((uint)a0[39] >> 4) & 0xfu);
-        sa[450 + lane * 4] = (int)(((uint)a0[39] >> 8) & 0xfu);
-        sa[451 + lane * 4] = (int)(((uint)a0[39] >> 12) & 0xfu);
-        sa[512 + lane * 4] = (int)((uint)a0[40] & 0xfu);
-        sa[513 + lane * 4] = (int)(((uint)a0[40] >> 4) & 0xfu);
-        sa[514 + lane * 4] = (int)(((uint)a0[40] >> 8) & 0xfu);
-        sa[515 + lane * 4] = (int)(((uint)a0[40] >> 12) & 0xfu);
-        sa[576 + lane * 4] = (int)((uint)a0[41] & 0xfu);
-        sa[577 + lane * 4] = (int)(((uint)a0[41] >> 4) & 0xfu);
-        sa[578 + lane * 4] = (int)(((uint)a0[41] >> 8) & 0xfu);
-        sa[579 + lane * 4] = (int)(((uint)a0[41] >> 12) & 0xfu);
-        sa[640 + lane * 4] = (int)((uint)a0[42] & 0xfu);
-        sa[641 + lane * 4] = (int)(((uint)a0[42] >> 4) & 0xfu);
-        sa[642 + lane * 4] = (int)(((uint)a0[42] >> 8) & 0xfu);
-        sa[643 + lane * 4] = (int)(((uint)a0[42] >> 12) & 0xfu);
-        sa[704 + lane * 4] = (int)((uint)a0[43] & 0xfu);
-        sa[705 + lane * 4] = (int)(((uint)a0[43] >> 4) & 0xfu);
-        sa[706 + lane * 4] = (int)(((uint)a0[43] >> 8) & 0xfu);
-        sa[707 + lane * 4] = (int)(((uint)a0[43] >> 12) & 0xfu);
-        sa[768 + lane * 4] = (int)((uint)a0[44] & 0xfu);
-        sa[769 + lane * 4] = (int)(((uint)a0[44] >> 4) & 0xfu);
-        sa[770 + lane * 4] = (int)(((uint)a0[44] >> 8) & 0xfu);
-        sa[771 + lane * 4] = (int)(((uint)a0[44] >> 12) & 0xfu);
-        sa[832 + lane * 4] = (int)((uint)a0[45] & 0xfu);
-        sa[833 + lane * 4] = (int)(((uint)a0[45] >> 4) & 0xfu);
-        sa[834 + lane * 4] = (int)(((uint)a0[45] >> 8) & 0xfu);
-        sa[835 + lane * 4] = (int)(((uint)a0[45] >> 12) & 0xfu);
-        sa[896 + lane * 4] = (int)((uint)a0[46] & 0xfu);
-        sa[897 + lane * 4] = (int)(((uint)a0[46] >> 4) & 0xfu);
-        sa[898 + lane * 4] = (int)(((uint)a0[46] >> 8) & 0xfu);
-        sa[899 + lane * 4] = (int)(((uint)a0[46] >> 12) & 0xfu);
-        sa[960 + lane * 4] = (int)((uint)a0[47] & 0xfu);
-        sa[961 + lane * 4] = (int)(((uint)a0[47] >> 4) & 0xfu);
-        sa[962 + lane * 4] = (int)(((uint)a0[47] >> 8) & 0xfu);
-        sa[963 + lane * 4] = (int)(((uint)a0[47] >> 12) & 0xfu);
-        sa[1024 + lane * 4] = (int)((uint)a0[48] & 0xfu);
-        sa[1025 + lane * 4] = (int)(((uint)a0[48] >> 4) & 0xfu);
-        sa[1026 + lane * 4] = (int)(((uint)a0[48] >> 8) & 0xfu);
-        sa[1027 + lane * 4] = (int)(((uint)a0[48] >> 12) & 0xfu);
-        sa[1088 + lane * 4] = (int)((uint)a0[49] & 0xfu);
-        sa[1089 + lane * 4] = (int)(((uint)a0[49] >> 4) & 0xfu);
-        sa[1090 + lane * 4] = (int)(((uint)a0[49] >> 8) & 0xfu);
-        sa[1091 + lane * 4] = (int)(((uint)a0[49] >> 12) & 0xfu);
-        sa[1152 + lane * 4] = (int)((uint)a0[50] & 0xfu);
-        sa[1153 + lane * 4] = (int)(((uint)a0[50] >> 4) & 0xfu);
-        sa[1154 + lane * 4] = (int)(((uint)a0[50] >> 8) & 0xfu);
-        sa[1155 + lane * 4] = (int)(((uint)a0[50] >> 12) & 0xfu);
-        sa[1216 + lane * 4] = (int)((uint)a0[51] & 0xfu);
-        sa[1217 + lane * 4] = (int)(((uint)a0[51] >> 4) & 0xfu);
-        sa[1218 + lane * 4] = (int)(((uint)a0[51] >> 8) & 0xfu);
-        sa[1219 + lane * 4] = (int)(((uint)a0[51] >> 12) & 0xfu);
-        sa[1280 + lane * 4] = (int)((uint)a0[52] & 0xfu);
-        sa[1281 + lane * 4] = (int)(((uint)a0[52] >> 4) & 0xfu);
-        sa[1282 + lane * 4] = (int)(((uint)a0[52] >> 8) & 0xfu);
-        sa[1283 + lane * 4] = (int)(((uint)a0[52] >> 12) & 0xfu);
-        sa[1344 + lane * 4] = (int)((uint)a0[53] & 0xfu);
-        sa[1345 + lane * 4] = (int)(((uint)a0[53] >> 4) & 0xfu);
-        sa[1346 + lane * 4] = (int)(((uint)a0[53] >> 8) & 0xfu);
-        sa[1347 + lane * 4] = (int)(((uint)a0[53] >> 12) & 0xfu);
-        sa[1408 + lane * 4] = (int)((uint)a0[54] & 0xfu);
-        sa[1409 + lane * 4] = (int)(((uint)a0[54] >> 4) & 0xfu);
-        sa[1410 + lane * 4] = (int)(((uint)a0[54] >> 8) & 0xfu);
-        sa[1411 + lane * 4] = (int)(((uint)a0[54] >> 12) & 0xfu);
-        sa[1472 + lane * 4] = (int)((uint)a0[55] & 0xfu);
-        sa[1473 + lane * 4] = (int)(((uint)a0[55] >> 4) & 0xfu);
-        sa[1474 + lane * 4] = (int)(((uint)a0[55] >> 8) & 0xfu);
-        sa[1475 + lane * 4] = (int)(((uint)a0[55] >> 12) & 0xfu);
-        sa[1536 + lane * 4] = (int)((uint)a0[56] & 0xfu);
-        sa[1537 + lane * 4] = (int)(((uint)a0[56] >> 4) & 0xfu);
-        sa[1538 + lane * 4] = (int)(((uint)a0[56] >> 8) & 0xfu);
-        sa[1539 + lane * 4] = (int)(((uint)a0[56] >> 12) & 0xfu);
-        sa[1600 + lane * 4] = (int)((uint)a0[57] & 0xfu);
-        sa[1601 + lane * 4] = (int)(((uint)a0[57] >> 4) & 0xfu);
-        sa[1602 + lane * 4] = (int)(((uint)a0[57] >> 8) & 0xfu);
-        sa[1603 + lane * 4] = (int)(((uint)a0[57] >> 12) & 0xfu);
-        sa[1664 + lane * 4] = (int)((uint)a0[58] & 0xfu);
-        sa[1665 + lane * 4] = (int)(((uint)a0[58] >> 4) & 0xfu);
-        sa[1666 + lane * 4] = (int)(((uint)a0[58] >> 8) & 0xfu);
-        sa[1667 + lane * 4] = (int)(((uint)a0[58] >> 12) & 0xfu);
-        sa[1728 + lane * 4] = (int)((uint)a0[59] & 0xfu);
-        sa[1729 + lane * 4] = (int)(((uint)a0[59] >> 4) & 0xfu);
-        sa[1730 + lane * 4] = (int)(((uint)a0[59] >> 8) & 0xfu);
-        sa[1731 + lane * 4] = (int)(((uint)a0[59] >> 12) & 0xfu);
-        sa[1792 + lane * 4] = (int)((uint)a0[60] & 0xfu);
-        sa[1793 + lane * 4] = (int)(((uint)a0[60] >> 4) & 0xfu);
-        sa[1794 + lane * 4] = (int)(((uint)a0[60] >> 8) & 0xfu);
-        sa[1795 + lane * 4] = (int)(((uint)a0[60] >> 12) & 0xfu);
-        sa[1856 + lane * 4] = (int)((uint)a0[61] & 0xfu);
-        sa[1857 + lane * 4] = (int)(((uint)a0[61] >> 4) & 0xfu);
-        sa[1858 + lane * 4] = (int)(((uint)a0[61] >> 8) & 0xfu);
-        sa[1859 + lane * 4] = (int)(((uint)a0[61] >> 12) & 0xfu);
-        sa[1920 + lane * 4] = (int)((uint)a0[62] & 0xfu);
-        sa[1921 + lane * 4] = (int)(((uint)a0[62] >> 4) & 0xfu);
-        sa[1922 + lane * 4] = (int)(((uint)a0[62] >> 8) & 0xfu);
-        sa[1923 + lane * 4] = (int)(((uint)a0[62] >> 12) & 0xfu);
-        sa[1984 + lane * 4] = (int)((uint)a0[63] & 0xfu);
-        sa[1985 + lane * 4] = (int)(((uint)a0[63] >> 4) & 0xfu);
-        sa[1986 + lane * 4] = (int)(((uint)a0[63] >> 8) & 0xfu);
-        sa[1987 + lane * 4] = (int)(((uint)a0[63] >> 12) & 0xfu);
-        sb[lane] = (int)((uint)b1[0] & 0xfu);
-        sb[16 + lane] = (int)(((uint)b1[0] >> 4) & 0xfu);
-        sb[32 + lane] = (int)(((uint)b1[0] >> 8) & 0xfu);
-        sb[48 + lane] = (int)(((uint)b1[0] >> 12) & 0xfu);
-        sb[64 + lane] = (int)(((uint)b1[0] >> 16) & 0xfu);
-        sb[80 + lane] = (int)(((uint)b1[0] >> 20) & 0xfu);
-        sb[96 + lane] = (int)(((uint)b1[0] >> 24) & 0xfu);
-        sb[112 + lane] = (int)(((uint)b1[0] >> 28) & 0xfu);
-        sb[128 + lane] = (int)((uint)b1[1] & 0xfu);
-        sb[144 + lane] = (int)(((uint)b1[1] >> 4) & 0xfu);
-        sb[160 + lane] = (int)(((uint)b1[1] >> 8) & 0xfu);
-        sb[176 + lane] = (int)(((uint)b1[1] >> 12) & 0xfu);
-        sb[192 + lane] = (int)(((uint)b1[1] >> 16) & 0xfu);
-        sb[208 + lane] = (int)(((uint)b1[1] >> 20) & 0xfu);
-        sb[224 + lane] = (int)(((uint)b1[1] >> 24) & 0xfu);
-        sb[240 + lane] = (int)(((uint)b1[1] >> 28) & 0xfu);
-        sb[256 + lane] = (int)((uint)b1[2] & 0xfu);
-        sb[272 + lane] = (int)(((uint)b1[2] >> 4) & 0xfu);
-        sb[288 + lane] = (int)(((uint)b1[2] >> 8) & 0xfu);
-        sb[304 + lane] = (int)(((uint)b1[2] >> 12) & 0xfu);
-        sb[320 + lane] = (int)(((uint)b1[2] >> 16) & 0xfu);
-        sb[336 + lane] = (int)(((uint)b1[2] >> 20) & 0xfu);
-        sb[352 + lane] = (int)(((uint)b1[2] >> 24) & 0xfu);
-        sb[368 + lane] = (int)(((uint)b1[2] >> 28) & 0xfu);
-        sb[384 + lane] = (int)((uint)b1[3] & 0xfu);
-        sb[400 + lane] = (int)(((uint)b1[3] >> 4) & 0xfu);
-        sb[416 + lane] = (int)(((uint)b1[3] >> 8) & 0xfu);
-        sb[432 + lane] = (int)(((uint)b1[3] >> 12) & 0xfu);
-        sb[448 + lane] = (int)(((uint)b1[3] >> 16) & 0xfu);
-        sb[464 + lane] = (int)(((uint)b1[3] >> 20) & 0xfu);
-        sb[480 + lane] = (int)(((uint)b1[3] >> 24) & 0xfu);
-        sb[496 + lane] = (int)(((uint)b1[3] >> 28) & 0xfu);
-        sb[512 + lane] = (int)((uint)b1[4] & 0xfu);
-        sb[528 + lane] = (int)(((uint)b1[4] >> 4) & 0xfu);
-        sb[544 + lane] = (int)(((uint)b1[4] >> 8) & 0xfu);
-        sb[560 + lane] = (int)(((uint)b1[4] >> 12) & 0xfu);
-        sb[576 + lane] = (int)(((uint)b1[4] >> 16) & 0xfu);
-        sb[592 + lane] = (int)(((uint)b1[4] >> 20) & 0xfu);
-        sb[608 + lane] = (int)(((uint)b1[4] >> 24) & 0xfu);
-        sb[624 + lane] = (int)(((uint)b1[4] >> 28) & 0xfu);
-        sb[640 + lane] = (int)((uint)b1[5] & 0xfu);
-        sb[656 + lane] = (int)(((uint)b1[5] >> 4) & 0xfu);
-        sb[672 + lane] = (int)(((uint)b1[5] >> 8) & 0xfu);
-        sb[688 + lane] = (int)(((uint)b1[5] >> 12) & 0xfu);
-        sb[704 + lane] = (int)(((uint)b1[5] >> 16) & 0xfu);
-        sb[720 + lane] = (int)(((uint)b1[5] >> 20) & 0xfu);
-        sb[736 + lane] = (int)(((uint)b1[5] >> 24) & 0xfu);
-        sb[752 + lane] = (int)(((uint)b1[5] >> 28) & 0xfu);
-        sb[768 + lane] = (int)((uint)b1[6] & 0xfu);
-        sb[784 + lane] = (int)(((uint)b1[6] >> 4) & 0xfu);
-        sb[800 + lane] = (int)(((uint)b1[6] >> 8) & 0xfu);
-        sb[816 + lane] = (int)(((uint)b1[6] >> 12) & 0xfu);
-        sb[832 + lane] = (int)(((uint)b1[6] >> 16) & 0xfu);
-        sb[848 + lane] = (int)(((uint)b1[6] >> 20) & 0xfu);
-        sb[864 + lane] = (int)(((uint)b1[6] >> 24) & 0xfu);
-        sb[880 + lane] = (int)(((uint)b1[6] >> 28) & 0xfu);
-        sb[896 + lane] = (int)((uint)b1[7] & 0xfu);
-        sb[912 + lane] = (int)(((uint)b1[7] >> 4) & 0xfu);
-        sb[928 + lane] = (int)(((uint)b1[7] >> 8) & 0xfu);
-        sb[944 + lane] = (int)(((uint)b1[7] >> 12) & 0xfu);
-        sb[960 + lane] = (int)(((uint)b1[7] >> 16) & 0xfu);
-        sb[976 + lane] = (int)(((uint)b1[7] >> 20) & 0xfu);
-        sb[992 + lane] = (int)(((uint)b1[7] >> 24) & 0xfu);
-        sb[1008 + lane] = (int)(((uint)b1[7] >> 28) & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            sa[(64 * xe_i) + lane * 4] = (int)((uint)a0[(512 + 16 * xe_i)] & 0xfu);
+            sa[(1 + 64 * xe_i) + lane * 4] = (int)(((uint)a0[(512 + 16 * xe_i)] >> 4) & 0xfu);
+            sa[(2 + 64 * xe_i) + lane * 4] = (int)(((uint)a0[(512 + 16 * xe_i)] >> 8) & 0xfu);
+            sa[(3 + 64 * xe_i) + lane * 4] = (int)(((uint)a0[(512 + 16 * xe_i)] >> 12) & 0xfu);
+        }
+        sb[0 + lane] = (int)((uint)b1[0] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(16 + 16 * xe_i) + lane] = (int)(((uint)b1[0] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[128 + lane] = (int)((uint)b1[16] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(144 + 16 * xe_i) + lane] = (int)(((uint)b1[16] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[256 + lane] = (int)((uint)b1[32] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(272 + 16 * xe_i) + lane] = (int)(((uint)b1[32] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[384 + lane] = (int)((uint)b1[48] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(400 + 16 * xe_i) + lane] = (int)(((uint)b1[48] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[512 + lane] = (int)((uint)b1[64] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(528 + 16 * xe_i) + lane] = (int)(((uint)b1[64] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[640 + lane] = (int)((uint)b1[80] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(656 + 16 * xe_i) + lane] = (int)(((uint)b1[80] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[768 + lane] = (int)((uint)b1[96] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(784 + 16 * xe_i) + lane] = (int)(((uint)b1[96] >> (4 + 4 * xe_i)) & 0xfu);
+        }
+        sb[896 + lane] = (int)((uint)b1[112] & 0xfu);
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 7; ++xe_i) {
+            sb[(912 + 16 * xe_i) + lane] = (int)(((uint)b1[112] >> (4 + 4 * xe_i)) & 0xfu);
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 8 rows x 1 N-fragments */

@@ -283,7 +283,7 @@ static inline void xe_copy_packed_u8x32x64_ld_n_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 64, 8)        && xe_wide_aligned(base, pitch_bytes, x, 8, 2)) {
-        v[0] = (ushort)xe_ldu_u16(base, pitch_bytes, y, x / 2 + lane);
+        v[0] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 0, x / 2 + lane);
         v[1] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 1, x / 2 + lane);
         v[2] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 2, x / 2 + lane);
         v[3] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 3, x / 2 + lane);
@@ -315,7 +315,7 @@ static inline void xe_copy_packed_u8x32x64_ld_n_into(
         v[29] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 29, x / 2 + lane);
         v[30] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 30, x / 2 + lane);
         v[31] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 31, x / 2 + lane);
-        v[32] = (ushort)xe_ldu_u16(base, pitch_bytes, y, x / 2 + 16 + lane);
+        v[32] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 0, x / 2 + 16 + lane);
         v[33] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 1, x / 2 + 16 + lane);
         v[34] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 2, x / 2 + 16 + lane);
         v[35] = (ushort)xe_ldu_u16(base, pitch_bytes, y + 3, x / 2 + 16 + lane);
@@ -360,6 +360,39 @@ if (lane < t[2])
         }
         for (int i = 0; i < 64; ++i)
             v[i] = (ushort)c[i];
+    }
+}
+
+/* XE_2D_Packed_U8x32x64_LD_N into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_packed_u8x32x64_ld_n_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local ushort* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 32, 64, 8)        && xe_wide_aligned(base, pitch_bytes, x, 8, 2)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            v[(16 * xe_i)] = (ushort)xe_ldu_u16(base, pitch_bytes, y + xe_i, x / 2 + lane);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            v[(512 + 16 * xe_i)] = (ushort)xe_ldu_u16(base, pitch_bytes, y + xe_i, x / 2 + 16 + lane);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 64; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 128; ++e) {
+            constant const short* t = xe_copy_packed_u8x32x64_ld_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (ushort)(((uint)xe_ld_u8(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -420,7 +453,7 @@ static inline void xe_copy_u8x32x16_ld_v_into(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 32, 16, 8)) {
-        v[0] = (uint)xe_ldu_u8(base, pitch_bytes, y, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 1, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 2, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 3, x + lane) << 24;
+        v[0] = (uint)xe_ldu_u8(base, pitch_bytes, y + 0, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 1, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 2, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 3, x + lane) << 24;
         v[1] = (uint)xe_ldu_u8(base, pitch_bytes, y + 4, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 5, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 6, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 7, x + lane) << 24;
         v[2] = (uint)xe_ldu_u8(base, pitch_bytes, y + 8, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 9, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 10, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 11, x + lane) << 24;
         v[3] = (uint)xe_ldu_u8(base, pitch_bytes, y + 12, x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + 13, x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + 14, x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + 15, x + lane) << 24;
@@ -441,6 +474,35 @@ if (lane < t[2])
         }
         for (int i = 0; i < 8; ++i)
             v[i] = (uint)c[i];
+    }
+}
+
+/* XE_2D_U8x32x16_LD_V into local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the staged k-step's registers, xegemm.lowering.portable.LocalRegisters).  A loop of alike rows and the edge
+   path's table walk are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u8x32x16_ld_v_into_local(
+    const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 32, 16, 8)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            v[(16 * xe_i)] = (uint)xe_ldu_u8(base, pitch_bytes, y + (4 * xe_i), x + lane) | (uint)xe_ldu_u8(base, pitch_bytes, y + (1 + 4 * xe_i), x + lane) << 8 | (uint)xe_ldu_u8(base, pitch_bytes, y + (2 + 4 * xe_i), x + lane) << 16 | (uint)xe_ldu_u8(base, pitch_bytes, y + (3 + 4 * xe_i), x + lane) << 24;
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < 8; ++i)
+            v[i * 16] = 0;
+#pragma unroll 1
+        for (int e = 0; e < 32; ++e) {
+            constant const short* t = xe_copy_u8x32x16_ld_v_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                v[t[0] * 16] |= (uint)(((uint)xe_ld_u8(base, width_bytes, height, pitch_bytes, row, col)) << t[1]);
+        }
     }
 }
 
@@ -474,7 +536,7 @@ static inline void xe_copy_u32x8x16_st_n(
     x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
     y = sub_group_broadcast(y, 0);
     if (xe_block_inside(width_bytes, height, x, y, 8, 16, 32)) {
-        xe_stu_u32(base, pitch_bytes, y, x + lane, v[0]);
+        xe_stu_u32(base, pitch_bytes, y + 0, x + lane, v[0]);
         xe_stu_u32(base, pitch_bytes, y + 1, x + lane, v[1]);
         xe_stu_u32(base, pitch_bytes, y + 2, x + lane, v[2]);
         xe_stu_u32(base, pitch_bytes, y + 3, x + lane, v[3]);
@@ -622,6 +684,13 @@ __kernel void xegemm_u8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
     local uint xe_acc_blocks[2][512];
     local uint* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
+    /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
+    local ushort xe_reg_a0[2][1024];
+    local ushort* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b0[2][128];
+    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b1[2][128];
+    local uint* const b1 = xe_reg_b1[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
 
     /* prologue: prefetch the first 2 k-tiles */
@@ -671,107 +740,23 @@ __kernel void xegemm_u8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
 
         }
         /* load this k-step's A and B tiles */
-        ushort a0[64]; xe_copy_packed_u8x32x64_ld_n_into(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-        uint b0[8]; xe_copy_u8x32x16_ld_v_into(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
-        uint b1[8]; xe_copy_u8x32x16_ld_v_into(B, b_width, b_height, ldb, n0 + 0, k0 + 32, b1);
+        xe_copy_packed_u8x32x64_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
+        xe_copy_u8x32x16_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
+        xe_copy_u8x32x16_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 32, b1);
         /* k-chunk 0: 4 x XE_8x16x32_S32U8S8S32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = (int)((uint)a0[0] & 0xffu);
-        sa[1 + lane * 2] = (int)(((uint)a0[0] >> 8) & 0xffu);
-        sa[32 + lane * 2] = (int)((uint)a0[1] & 0xffu);
-        sa[33 + lane * 2] = (int)(((uint)a0[1] >> 8) & 0xffu);
-        sa[64 + lane * 2] = (int)((uint)a0[2] & 0xffu);
-        sa[65 + lane * 2] = (int)(((uint)a0[2] >> 8) & 0xffu);
-        sa[96 + lane * 2] = (int)((uint)a0[3] & 0xffu);
-        sa[97 + lane * 2] = (int)(((uint)a0[3] >> 8) & 0xffu);
-        sa[128 + lane * 2] = (int)((uint)a0[4] & 0xffu);
-        sa[129 + lane * 2] = (int)(((uint)a0[4] >> 8) & 0xffu);
-        sa[160 + lane * 2] = (int)((uint)a0[5] & 0xffu);
-        sa[161 + lane * 2] = (int)(((uint)a0[5] >> 8) & 0xffu);
-        sa[192 + lane * 2] = (int)((uint)a0[6] & 0xffu);
-        sa[193 + lane * 2] = (int)(((uint)a0[6] >> 8) & 0xffu);
-        sa[224 + lane * 2] = (int)((uint)a0[7] & 0xffu);
-        sa[225 + lane * 2] = (int)(((uint)a0[7] >> 8) & 0xffu);
-        sa[256 + lane * 2] = (int)((uint)a0[8] & 0xffu);
-        sa[257 + lane * 2] = (int)(((uint)a0[8] >> 8) & 0xffu);
-        sa[288 + lane * 2] = (int)((uint)a0[9] & 0xffu);
-        sa[289 + lane * 2] = (int)(((uint)a0[9] >> 8) & 0xffu);
-        sa[320 + lane * 2] = (int)((uint)a0[10] & 0xffu);
-        sa[321 + lane * 2] = (int)(((uint)a0[10] >> 8) & 0xffu);
-        sa[352 + lane * 2] = (int)((uint)a0[11] & 0xffu);
-        sa[353 + lane * 2] = (int)(((uint)a0[11] >> 8) & 0xffu);
-        sa[384 + lane * 2] = (int)((uint)a0[12] & 0xffu);
-        sa[385 + lane * 2] = (int)(((uint)a0[12] >> 8) & 0xffu);
-        sa[416 + lane * 2] = (int)((uint)a0[13] & 0xffu);
-        sa[417 + lane * 2] = (int)(((uint)a0[13] >> 8) & 0xffu);
-        sa[448 + lane * 2] = (int)((uint)a0[14] & 0xffu);
-        sa[449 + lane * 2] = (int)(((uint)a0[14] >> 8) & 0xffu);
-        sa[480 + lane * 2] = (int)((uint)a0[15] & 0xffu);
-        sa[481 + lane * 2] = (int)(((uint)a0[15] >> 8) & 0xffu);
-        sa[512 + lane * 2] = (int)((uint)a0[16] & 0xffu);
-        sa[513 + lane * 2] = (int)(((uint)a0[16] >> 8) & 0xffu);
-        sa[544 + lane * 2] = (int)((uint)a0[17] & 0xffu);
-        sa[545 + lane * 2] = (int)(((uint)a0[17] >> 8) & 0xffu);
-        sa[576 + lane * 2] = (int)((uint)a0[18] & 0xffu);
-        sa[577 + lane * 2] = (int)(((uint)a0[18] >> 8) & 0xffu);
-        sa[608 + lane * 2] = (int)((uint)a0[19] & 0xffu);
-        sa[609 + lane * 2] = (int)(((uint)a0[19] >> 8) & 0xffu);
-        sa[640 + lane * 2] = (int)((uint)a0[20] & 0xffu);
-        sa[641 + lane * 2] = (int)(((uint)a0[20] >> 8) & 0xffu);
-        sa[672 + lane * 2] = (int)((uint)a0[21] & 0xffu);
-        sa[673 + lane * 2] = (int)(((uint)a0[21] >> 8) & 0xffu);
-        sa[704 + lane * 2] = (int)((uint)a0[22] & 0xffu);
-        sa[705 + lane * 2] = (int)(((uint)a0[22] >> 8) & 0xffu);
-        sa[736 + lane * 2] = (int)((uint)a0[23] & 0xffu);
-        sa[737 + lane * 2] = (int)(((uint)a0[23] >> 8) & 0xffu);
-        sa[768 + lane * 2] = (int)((uint)a0[24] & 0xffu);
-        sa[769 + lane * 2] = (int)(((uint)a0[24] >> 8) & 0xffu);
-        sa[800 + lane * 2] = (int)((uint)a0[25] & 0xffu);
-        sa[801 + lane * 2] = (int)(((uint)a0[25] >> 8) & 0xffu);
-        sa[832 + lane * 2] = (int)((uint)a0[26] & 0xffu);
-        sa[833 + lane * 2] = (int)(((uint)a0[26] >> 8) & 0xffu);
-        sa[864 + lane * 2] = (int)((uint)a0[27] & 0xffu);
-        sa[865 + lane * 2] = (int)(((uint)a0[27] >> 8) & 0xffu);
-        sa[896 + lane * 2] = (int)((uint)a0[28] & 0xffu);
-        sa[897 + lane * 2] = (int)(((uint)a0[28] >> 8) & 0xffu);
-        sa[928 + lane * 2] = (int)((uint)a0[29] & 0xffu);
-        sa[929 + lane * 2] = (int)(((uint)a0[29] >> 8) & 0xffu);
-        sa[960 + lane * 2] = (int)((uint)a0[30] & 0xffu);
-        sa[961 + lane * 2] = (int)(((uint)a0[30] >> 8) & 0xffu);
-        sa[992 + lane * 2] = (int)((uint)a0[31] & 0xffu);
-        sa[993 + lane * 2] = (int)(((uint)a0[31] >> 8) & 0xffu);
-        sb[lane] = (int)as_char((uchar)(uint)b0[0]);
-        sb[16 + lane] = (int)as_char((uchar)((uint)b0[0] >> 8));
-        sb[32 + lane] = (int)as_char((uchar)((uint)b0[0] >> 16));
-        sb[48 + lane] = (int)as_char((uchar)((uint)b0[0] >> 24));
-        sb[64 + lane] = (int)as_char((uchar)(uint)b0[1]);
-        sb[80 + lane] = (int)as_char((uchar)((uint)b0[1] >> 8));
-        sb[96 + lane] = (int)as_char((uchar)((uint)b0[1] >> 16));
-        sb[112 + lane] = (int)as_char((uchar)((uint)b0[1] >> 24));
-        sb[128 + lane] = (int)as_char((uchar)(uint)b0[2]);
-        sb[144 + lane] = (int)as_char((uchar)((uint)b0[2] >> 8));
-        sb[160 + lane] = (int)as_char((uchar)((uint)b0[2] >> 16));
-        sb[176 + lane] = (int)as_char((uchar)((uint)b0[2] >> 24));
-        sb[192 + lane] = (int)as_char((uchar)(uint)b0[3]);
-        sb[208 + lane] = (int)as_char((uchar)((uint)b0[3] >> 8));
-        sb[224 + lane] = (int)as_char((uchar)((uint)b0[3] >> 16));
-        sb[240 + lane] = (int)as_char((uchar)((uint)b0[3] >> 24));
-        sb[256 + lane] = (int)as_char((uchar)(uint)b0[4]);
-        sb[272 + lane] = (int)as_char((uchar)((uint)b0[4] >> 8));
-        sb[288 + lane] = (int)as_char((uchar)((uint)b0[4] >> 16));
-        sb[304 + lane] = (int)as_char((uchar)((uint)b0[4] >> 24));
-        sb[320 + lane] = (int)as_char((uchar)(uint)b0[5]);
-        sb[336 + lane] = (int)as_char((uchar)((uint)b0[5] >> 8));
-        sb[352 + lane] = (int)as_char((uchar)((uint)b0[5] >> 16));
-        sb[368 + lane] = (int)as_char((uchar)((uint)b0[5] >> 24));
-        sb[384 + lane] = (int)as_char((uchar)(uint)b0[6]);
-        sb[400 + lane] = (int)as_char((uchar)((uint)b0[6] >> 8));
-        sb[416 + lane] = (int)as_char((uchar)((uint)b0[6] >> 16));
-        sb[432 + lane] = (int)as_char((uchar)((uint)b0[6] >> 24));
-        sb[448 + lane] = (int)as_char((uchar)(uint)b0[7]);
-        sb[464 + lane] = (int)as_char((uchar)((uint)b0[7] >> 8));
-        sb[480 + lane] = (int)as_char((uchar)((uint)b0[7] >> 16));
-        sb[496 + lane] = (int)as_char((uchar)((uint)b0[7] >> 24));
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            sa[(32 * xe_i) + lane * 2] = (int)((uint)a0[(16 * xe_i)] & 0xffu);
+            sa[(1 + 32 * xe_i) + lane * 2] = (int)(((uint)a0[(16 * xe_i)] >> 8) & 0xffu);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(64 * xe_i) + lane] = (int)as_char((uchar)(uint)b0[(16 * xe_i)]);
+            sb[(16 + 64 * xe_i) + lane] = (int)as_char((uchar)((uint)b0[(16 * xe_i)] >> 8));
+            sb[(32 + 64 * xe_i) + lane] = (int)as_char((uchar)((uint)b0[(16 * xe_i)] >> 16));
+            sb[(48 + 64 * xe_i) + lane] = (int)as_char((uchar)((uint)b0[(16 * xe_i)] >> 24));
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 8 rows x 1 N-fragments */
@@ -807,102 +792,18 @@ __kernel void xegemm_u8_s8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
         }
         /* k-chunk 1: 4 x XE_8x16x32_S32U8S8S32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
-        sa[lane * 2] = (int)((uint)a0[32] & 0xffu);
-        sa[1 + lane * 2] = (int)(((uint)a0[32] >> 8) & 0xffu);
-        sa[32 + lane * 2] = (int)((uint)a0[33] & 0xffu);
-        sa[33 + lane * 2] = (int)(((uint)a0[33] >> 8) & 0xffu);
-        sa[64 + lane * 2] = (int)((uint)a0[34] & 0xffu);
-        sa[65 + lane * 2] = (int)(((uint)a0[34] >> 8) & 0xffu);
-        sa[96 + lane * 2] = (int)((uint)a0[35] & 0xffu);
-        sa[97 + lane * 2] = (int)(((uint)a0[35] >> 8) & 0xffu);
-        sa[128 + lane * 2] = (int)((uint)a0[36] & 0xffu);
-        sa[129 + lane * 2] = (int)(((uint)a0[36] >> 8) & 0xffu);
-        sa[160 + lane * 2] = (int)((uint)a0[37] & 0xffu);
-        sa[161 + lane * 2] = (int)(((uint)a0[37] >> 8) & 0xffu);
-        sa[192 + lane * 2] = (int)((uint)a0[38] & 0xffu);
-        sa[193 + lane * 2] = (int)(((uint)a0[38] >> 8) & 0xffu);
-        sa[224 + lane * 2] = (int)((uint)a0[39] & 0xffu);
-        sa[225 + lane * 2] = (int)(((uint)a0[39] >> 8) & 0xffu);
-        sa[256 + lane * 2] = (int)((uint)a0[40] & 0xffu);
-        sa[257 + lane * 2] = (int)(((uint)a0[40] >> 8) & 0xffu);
-        sa[288 + lane * 2] = (int)((uint)a0[41] & 0xffu);
-        sa[289 + lane * 2] = (int)(((uint)a0[41] >> 8) & 0xffu);
-        sa[320 + lane * 2] = (int)((uint)a0[42] & 0xffu);
-        sa[321 + lane * 2] = (int)(((uint)a0[42] >> 8) & 0xffu);
-        sa[352 + lane * 2] = (int)((uint)a0[43] & 0xffu);
-        sa[353 + lane * 2] = (int)(((uint)a0[43] >> 8) & 0xffu);
-        sa[384 + lane * 2] = (int)((uint)a0[44] & 0xffu);
-        sa[385 + lane * 2] = (int)(((uint)a0[44] >> 8) & 0xffu);
-        sa[416 + lane * 2] = (int)((uint)a0[45] & 0xffu);
-        sa[417 + lane * 2] = (int)(((uint)a0[45] >> 8) & 0xffu);
-        sa[448 + lane * 2] = (int)((uint)a0[46] & 0xffu);
-        sa[449 + lane * 2] = (int)(((uint)a0[46] >> 8) & 0xffu);
-        sa[480 + lane * 2] = (int)((uint)a0[47] & 0xffu);
-        sa[481 + lane * 2] = (int)(((uint)a0[47] >> 8) & 0xffu);
-        sa[512 + lane * 2] = (int)((uint)a0[48] & 0xffu);
-        sa[513 + lane * 2] = (int)(((uint)a0[48] >> 8) & 0xffu);
-        sa[544 + lane * 2] = (int)((uint)a0[49] & 0xffu);
-        sa[545 + lane * 2] = (int)(((uint)a0[49] >> 8) & 0xffu);
-        sa[576 + lane * 2] = (int)((uint)a0[50] & 0xffu);
-        sa[577 + lane * 2] = (int)(((uint)a0[50] >> 8) & 0xffu);
-        sa[608 + lane * 2] = (int)((uint)a0[51] & 0xffu);
-        sa[609 + lane * 2] = (int)(((uint)a0[51] >> 8) & 0xffu);
-        sa[640 + lane * 2] = (int)((uint)a0[52] & 0xffu);
-        sa[641 + lane * 2] = (int)(((uint)a0[52] >> 8) & 0xffu);
-        sa[672 + lane * 2] = (int)((uint)a0[53] & 0xffu);
-        sa[673 + lane * 2] = (int)(((uint)a0[53] >> 8) & 0xffu);
-        sa[704 + lane * 2] = (int)((uint)a0[54] & 0xffu);
-        sa[705 + lane * 2] = (int)(((uint)a0[54] >> 8) & 0xffu);
-        sa[736 + lane * 2] = (int)((uint)a0[55] & 0xffu);
-        sa[737 + lane * 2] = (int)(((uint)a0[55] >> 8) & 0xffu);
-        sa[768 + lane * 2] = (int)((uint)a0[56] & 0xffu);
-        sa[769 + lane * 2] = (int)(((uint)a0[56] >> 8) & 0xffu);
-        sa[800 + lane * 2] = (int)((uint)a0[57] & 0xffu);
-        sa[801 + lane * 2] = (int)(((uint)a0[57] >> 8) & 0xffu);
-        sa[832 + lane * 2] = (int)((uint)a0[58] & 0xffu);
-        sa[833 + lane * 2] = (int)(((uint)a0[58] >> 8) & 0xffu);
-        sa[864 + lane * 2] = (int)((uint)a0[59] & 0xffu);
-        sa[865 + lane * 2] = (int)(((uint)a0[59] >> 8) & 0xffu);
-        sa[896 + lane * 2] = (int)((uint)a0[60] & 0xffu);
-        sa[897 + lane * 2] = (int)(((uint)a0[60] >> 8) & 0xffu);
-        sa[928 + lane * 2] = (int)((uint)a0[61] & 0xffu);
-        sa[929 + lane * 2] = (int)(((uint)a0[61] >> 8) & 0xffu);
-        sa[960 + lane * 2] = (int)((uint)a0[62] & 0xffu);
-        sa[961 + lane * 2] = (int)(((uint)a0[62] >> 8) & 0xffu);
-        sa[992 + lane * 2] = (int)((uint)a0[63] & 0xffu);
-        sa[993 + lane * 2] = (int)(((uint)a0[63] >> 8) & 0xffu);
-        sb[lane] = (int)as_char((uchar)(uint)b1[0]);
-        sb[16 + lane] = (int)as_char((uchar)((uint)b1[0] >> 8));
-        sb[32 + lane] = (int)as_char((uchar)((uint)b1[0] >> 16));
-        sb[48 + lane] = (int)as_char((uchar)((uint)b1[0] >> 24));
-        sb[64 + lane] = (int)as_char((uchar)(uint)b1[1]);
-        sb[80 + lane] = (int)as_char((uchar)((uint)b1[1] >> 8));
-        sb[96 + lane] = (int)as_char((uchar)((uint)b1[1] >> 16));
-        sb[112 + lane] = (int)as_char((uchar)((uint)b1[1] >> 24));
-        sb[128 + lane] = (int)as_char((uchar)(uint)b1[2]);
-        sb[144 + lane] = (int)as_char((uchar)((uint)b1[2] >> 8));
-        sb[160 + lane] = (int)as_char((uchar)((uint)b1[2] >> 16));
-        sb[176 + lane] = (int)as_char((uchar)((uint)b1[2] >> 24));
-        sb[192 + lane] = (int)as_char((uchar)(uint)b1[3]);
-        sb[208 + lane] = (int)as_char((uchar)((uint)b1[3] >> 8));
-        sb[224 + lane] = (int)as_char((uchar)((uint)b1[3] >> 16));
-        sb[240 + lane] = (int)as_char((uchar)((uint)b1[3] >> 24));
-        sb[256 + lane] = (int)as_char((uchar)(uint)b1[4]);
-        sb[272 + lane] = (int)as_char((uchar)((uint)b1[4] >> 8));
-        sb[288 + lane] = (int)as_char((uchar)((uint)b1[4] >> 16));
-        sb[304 + lane] = (int)as_char((uchar)((uint)b1[4] >> 24));
-        sb[320 + lane] = (int)as_char((uchar)(uint)b1[5]);
-        sb[336 + lane] = (int)as_char((uchar)((uint)b1[5] >> 8));
-        sb[352 + lane] = (int)as_char((uchar)((uint)b1[5] >> 16));
-        sb[368 + lane] = (int)as_char((uchar)((uint)b1[5] >> 24));
-        sb[384 + lane] = (int)as_char((uchar)(uint)b1[6]);
-        sb[400 + lane] = (int)as_char((uchar)((uint)b1[6] >> 8));
-        sb[416 + lane] = (int)as_char((uchar)((uint)b1[6] >> 16));
-        sb[432 + lane] = (int)as_char((uchar)((uint)b1[6] >> 24));
-        sb[448 + lane] = (int)as_char((uchar)(uint)b1[7]);
-        sb[464 + lane] = (int)as_char((uchar)((uint)b1[7] >> 8));
-        sb[480 + lane] = (int)as_char((uchar)((uint)b1[7] >> 16));
-        sb[496 + lane] = (int)as_char((uchar)((uint)b1[7] >> 24));
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 32; ++xe_i) {
+            sa[(32 * xe_i) + lane * 2] = (int)((uint)a0[(512 + 16 * xe_i)] & 0xffu);
+            sa[(1 + 32 * xe_i) + lane * 2] = (int)(((uint)a0[(512 + 16 * xe_i)] >> 8) & 0xffu);
+        }
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            sb[(64 * xe_i) + lane] = (int)as_char((uchar)(uint)b1[(16 * xe_i)]);
+            sb[(16 + 64 * xe_i) + lane] = (int)as_char((uchar)((uint)b1[(16 * xe_i)] >> 8));
+            sb[(32 + 64 * xe_i) + lane] = (int)as_char((uchar)((uint)b1[(16 * xe_i)] >> 16));
+            sb[(48 + 64 * xe_i) + lane] = (int)as_char((uchar)((uint)b1[(16 * xe_i)] >> 24));
+        }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
         for (int xb = 0; xb < 4; ++xb) {  /* register block: 8 rows x 1 N-fragments */

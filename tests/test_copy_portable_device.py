@@ -8,7 +8,9 @@ bottom edges (out-of-bounds elements read as 0; out-of-bounds stores are dropped
 Every atom is built without optimisation (-cl-opt-disable: about 10 s for all loads on the AVX2 code path
 instead of about 4 minutes), and the atoms the shipped configs use again with the compiler's default
 optimisation, so the code is also checked as a GEMM kernel compiles it (the GEMM tests verify those too); the
-optimised loads are called as a GEMM kernel calls them, through ``_into`` (the register as an array).
+optimised loads are called as a GEMM kernel calls them, through ``_into`` (the register as an array).  Every
+load is also run through ``_into_local`` (the register in the sub-group's local memory, lane-strided, as the
+staged k-step keeps it: xegemm.lowering.portable.LocalRegisters), unoptimised, and the shipped ones optimised.
 """
 
 import zlib
@@ -40,15 +42,25 @@ SURFACE_ROWS, PITCH = 48, 320          # pitch in bytes; the surface width varie
 KERNEL_ATTRS = "__attribute__((intel_reqd_sub_group_size(16))) __attribute__((reqd_work_group_size(16, 1, 1)))"
 
 
-def _program_source(atoms, into: bool = False) -> str:
+def _program_source(atoms, into: str = "") -> str:
     """One test kernel per atom.  A load returns its register through the atom's vector form (the builtin's
-    signature), or with ``into`` through the ``_into`` form a GEMM kernel calls (its register as an array)."""
+    signature), or with ``into`` through the form a GEMM kernel calls: ``"private"``, ``_into`` (its register
+    as an array), or ``"local"``, ``_into_local`` (its register in local memory, component i at [i * 16])."""
     parts = [render_macro("copy/portable.cl.j2", "prelude"),
              wide_vector_typedefs(a.register_type for a in atoms if a.register_type)]
     for a in atoms:
         parts.append(render_macro("copy/portable.cl.j2", "define", a, copy_plan(a)))
         rb = a.register_bytes
-        if a.is_load and into:
+        if a.is_load and into == "local":
+            parts.append(f"""{KERNEL_ATTRS}
+__kernel void t_{a.fn_name}(const global uchar* src, int w, int h, int pitch, int x, int y, global uchar* out) {{
+    local {a.register_elem_ctype} v[{a.register_length * 16}];
+    const int lane = get_sub_group_local_id();
+    {a.fn_name}_into_local(src, w, h, pitch, x, y, v + lane);
+    global {a.register_elem_ctype}* o = (global {a.register_elem_ctype}*)(out + lane * {rb});
+    for (int i = 0; i < {a.register_length}; ++i) o[i] = v[i * 16 + lane];
+}}""")
+        elif a.is_load and into:
             parts.append(f"""{KERNEL_ATTRS}
 __kernel void t_{a.fn_name}(const global uchar* src, int w, int h, int pitch, int x, int y, global uchar* out) {{
     {a.register_elem_ctype} v[{a.register_length}];
@@ -115,8 +127,11 @@ def load_program(queue):
     return {"unoptimised": build_program(queue, _program_source(LOADS), UNOPTIMISED),
             # the form the GEMM kernels call (the vector form wraps it; optimised, those 17 loads built in
             # 59 s through the vector form and 28 s through _into, before the packed loads' wide reads)
-            "optimised": build_program(queue, _program_source([a for a in LOADS if a.name in SHIPPED], into=True),
-                                       OPTIMISED)}
+            "optimised": build_program(queue, _program_source([a for a in LOADS if a.name in SHIPPED], "private"),
+                                       OPTIMISED),
+            "local unoptimised": build_program(queue, _program_source(LOADS, "local"), UNOPTIMISED),
+            "local optimised": build_program(queue, _program_source([a for a in LOADS if a.name in SHIPPED],
+                                                                    "local"), OPTIMISED)}
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +147,8 @@ def test_enumeration_covers_every_kind():
     assert any(a.name in SHIPPED for a in LOADS) and any(a.name in SHIPPED for a in STORES)
 
 
-LOAD_CASES = [(a, b) for b in BUILDS for a in LOADS if b == "unoptimised" or a.name in SHIPPED]
+LOAD_CASES = [(a, b) for b in (*BUILDS, "local unoptimised", "local optimised") for a in LOADS
+              if b.endswith("unoptimised") or a.name in SHIPPED]
 STORE_CASES = [(a, b) for b in BUILDS for a in STORES if b == "unoptimised" or a.name in SHIPPED]
 
 

@@ -21,6 +21,7 @@ from xegemm.atoms.lanemap import lane_expr as _lane_expr
 from xegemm.atoms.mma import MmaAtom
 from xegemm.dtypes import UNSIGNED_CTYPE, DType, c_spelling, ctype_shape, sizeof_ctype, vector_ctype
 from xegemm.lowering.dequant import DequantCode, dequant_code
+from xegemm.lowering.loops import reroll
 from xegemm.lowering.reorder import fragment_ctype, plan_reorders, register_unit
 
 
@@ -40,6 +41,8 @@ def copy_plan(atom: CopyAtom) -> dict:
     - ``fast``: for such a block, per register component, the C that reads (``v[i] = ...;``, v the register's
       components as an array) or writes its elements with the unchecked xe_ldu_* / xe_stu_* at (row, col) written in x, y and lane: a register
       row is one plain vector access at ``x + lane``;
+    - ``fast_local`` (loads): the same into the sub-group's local memory, component i of this lane at
+      ``v[i * stride]`` (``stride``: the sub-group size), alike rows as loops;
     - ``edge``: for a block over an edge, per register element that is real on some lane, the numbers
       (component, shift, lanes, row0, row_hi, row_lo, col0, col_hi, col_lo): the element sits at
       (y + row0 + row_hi * (lane / L) + row_lo * (lane % L), x + col0 + ...) on lanes 0 .. lanes-1, L =
@@ -60,6 +63,7 @@ def copy_plan(atom: CopyAtom) -> dict:
     narrow = atom.elem_bits < atom.register_elem_bits
     fast, align = _fast_lines(atom)
     return {"extent": (atom.rows, atom.cols), "fast": fast, "align": align, "edge": tuple(edge), "length": length,
+            "fast_local": _fast_lines(atom, SUB_GROUP)[0] if atom.is_load else (), "stride": SUB_GROUP,
             "elem_ctype": UNSIGNED_CTYPE[max(8, atom.elem_bits)],      # a 4-bit element travels in a uchar
             # the edge path's components, indexed from the table: 32 bits at least, since the CPU runtime moves
             # a 32-bit element per lane at a lane-dependent index with one gather, an 8- or 16-bit one lane by lane
@@ -94,16 +98,19 @@ def _wide_runs(atom: CopyAtom, i: int) -> list[tuple[int, int]]:
     return runs
 
 
-def _fast_lines(atom: CopyAtom) -> tuple[tuple[str, ...], int]:
-    """The C lines of a load (``v[i] = ...;``) or a store of a block wholly inside the surface, and the bytes
-    the load's wide reads need x's byte offset, the pitch and the base aligned to (0: none)."""
+def _fast_lines(atom: CopyAtom, stride: int = 1) -> tuple[tuple[str, ...], int]:
+    """The C lines of a load (``v[i * stride] = ...;``) or a store of a block wholly inside the surface, and
+    the bytes the load's wide reads need x's byte offset, the pitch and the base aligned to (0: none).  A
+    load into local memory (``stride`` the sub-group: component i of this lane at v[i * stride]) runs its
+    alike rows as loops (lowering.loops); into a private array each row is its own statement, since a
+    private array indexed by a loop variable is spelled lane by lane by the CPU runtime (0.65x the speed)."""
     reg_bits = atom.register_elem_bits
     reg, per_reg, suffix = atom.register_elem_ctype, reg_bits // atom.elem_bits, f"u{atom.elem_bits}"
     elem = UNSIGNED_CTYPE[max(8, atom.elem_bits)]            # a 4-bit element travels in a uchar
     length = min(atom.dealt_shape[1], SUB_GROUP)
     loads, stores, align = [], [], 0
     for i in range(atom.register_length):
-        lhs = f"v[{i}]" if atom.is_load or atom.register_length > 1 else "v"   # loads fill an array
+        lhs = f"v[{i * stride}]" if atom.is_load or atom.register_length > 1 else "v"   # loads fill an array
         parts = []
         runs = dict(_wide_runs(atom, i)) if atom.is_load else {j: 1 for j in range(per_reg)}
         for j, count in runs.items():
@@ -111,8 +118,8 @@ def _fast_lines(atom: CopyAtom) -> tuple[tuple[str, ...], int]:
             if at is None:
                 continue                      # padding on every lane: reads as 0, never written
             coefs, lanes = at
-            row, col = (f"{origin} + {_lane_expr(c, length)}" if any(c) else origin
-                        for origin, c in zip(("y", "x"), coefs))
+            # y + 0 as well: every row of a run has the same shape, for lowering.loops.reroll
+            row, col = (f"{origin} + {_lane_expr(c, length)}" for origin, c in zip(("y", "x"), coefs))
             if count > 1:                     # one aligned read of count elements, the first in the low bits
                 bits = count * atom.elem_bits
                 align = max(align, bits // 8)
@@ -136,7 +143,9 @@ def _fast_lines(atom: CopyAtom) -> tuple[tuple[str, ...], int]:
                 parts.append(read)
                 stores.append(store)
         loads.append(f"{lhs} = {' | '.join(parts) if parts else '0'};")
-    return (tuple(loads), align) if atom.is_load else (tuple(stores), 0)
+    if atom.is_load:
+        return tuple(reroll(loads, indent="    ") if stride > 1 else loads), align
+    return tuple(stores), 0
 
 
 def _copy_coord(atom: CopyAtom, k: int):
@@ -330,6 +339,7 @@ class StagedKstep:
     pack_row: str                                 # C expression of row {x} as the accumulator's component
     dequant: DequantCode | None = None            # a quantized B: dequantized as it is staged (lowering.dequant)
     rolled: RolledBlocks | None = None            # the register blocks run by a loop (None: printed one by one)
+    registers: LocalRegisters | None = None       # the copy registers in local memory (None: private arrays)
 
     def rounded(self, name: str) -> str | None:
         """``name`` = ``name`` rounded to the accumulator type (bf16/f16), or None when nothing to do."""
@@ -348,8 +358,8 @@ class StagedKstep:
 # (2 x 2 blocks: 1.3x and 1.45x), so one rule for both paths and kernels/ the same on every machine.
 DEFAULT_BLOCK_ACCUMULATORS, DEFAULT_BLOCK_FRAGMENTS = 8, 2
 
-# Local memory the rolled blocks may bring a work-group to (stage and accumulators), half of the Intel CPU
-# runtime's 256 KB: beyond it the blocks are printed one by one.
+# Local memory the portable k-step may bring a work-group to (stage, rolled accumulators, copy registers), half
+# of the Intel CPU runtime's 256 KB: beyond it the blocks are printed one by one, the registers kept private.
 ROLLED_LOCAL_BYTES = 128 * 1024
 
 
@@ -396,6 +406,36 @@ def rolled_blocks(plan, sub_group: int, value_bytes: int, stage_elements: int) -
     return RolledBlocks(rows, frags, rows_total // rows, nt // frags, rows_total * nt * sub_group)
 
 
+@dataclass(frozen=True)
+class LocalRegisters:
+    """The staged k-step's copy registers (the A and B tiles' loads) in the sub-group's local memory:
+    component i of a lane at ``<var>[i * stride]``, ``<var>`` pointing at the lane's first.  The loads fill
+    them with loops of alike rows (``_into_local``, templates/copy/portable.cl.j2) and the stage reads them
+    in loops (lowering.loops): where the CPU runtime compiles each statement twice, once under a lane mask,
+    one statement per loop instead of one per component.  The plain kernel built in 0.27x the time on the AVX2
+    code path and 0.54x on AVX-512, and ran at 0.87-0.91x the speed on AVX-512 (the same on AVX2: the row's
+    round trip through local memory; docs/benchmarks.md "Copy registers in local memory")."""
+
+    tiles: tuple[tuple[str, str, int], ...]       # per copy tile: its variable, component type, components
+    stride: int                                   # the sub-group size
+
+    @property
+    def bytes(self) -> int:
+        """A sub-group's local memory for them."""
+        return sum(n * self.stride * sizeof_ctype(ctype) for _, ctype, n in self.tiles)
+
+
+def local_registers(plan, sub_group: int, used_bytes: int) -> LocalRegisters | None:
+    """The staged k-step's copy registers in local memory (:class:`LocalRegisters`), or None (private arrays)
+    when the work-group's local memory would pass :data:`ROLLED_LOCAL_BYTES` (``used_bytes``: a sub-group's
+    stage and accumulators already there)."""
+    tiles = tuple((f"{name}{t}", operand.atom.register_elem_ctype, operand.atom.register_length)
+                  for name, operand in (("a", plan.a), ("b", plan.b)) for t in range(len(operand.tiles)))
+    registers = LocalRegisters(tiles, sub_group)
+    groups = plan.config.tile.subgroups[0] * plan.config.tile.subgroups[1]
+    return registers if groups * (used_bytes + registers.bytes) <= ROLLED_LOCAL_BYTES else None
+
+
 def _stage_lines(stage: str, slots: list[list], values: list[list], sub_group: int) -> list[str]:
     """``stage[slot] = value;`` for every register element, each written once for all lanes: ``slots[lane][e]``
     (None where lane holds padding) as an affine expression in the lane, ``values[e]`` a C expression."""
@@ -410,7 +450,9 @@ def _stage_lines(stage: str, slots: list[list], values: list[list], sub_group: i
                     if (c := _lane_affine(column[:lanes], length)) is not None), None)
         if fit is None:
             raise AtomError(f"register element {e} is not affine in the lane")
-        line = f"{stage}[{_lane_expr(fit[1], fit[0], sub_group)}] = {value};"
+        slot = _lane_expr(fit[1], fit[0], sub_group)
+        # 0 + lane as well: every element of a run has the same shape, for lowering.loops.reroll
+        line = f"{stage}[{slot if slot[0].isdigit() else '0 + ' + slot}] = {value};"
         lines.append(line if lanes == sub_group else f"if (lane < {lanes}) {line}")
     return lines
 
@@ -432,7 +474,14 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     b_view = plan.quant.b_view if plan.quant else atom
     b_bits, b_n = ctype_shape(b_view.ctype("b"))
     b_per = b_bits // (plan.quant.b_view.code_type if plan.quant else atom.b_type).bits
-    reorders = plan_reorders(plan, unsigned=True, arrays=copy_arrays)   # the kernel declares xe_lane before its main loop
+    a_size, b_size = mt * rm * k, k * nt * sub_group
+    value_bytes = sizeof_ctype(value)
+    rolled = rolled_blocks(plan, sub_group, value_bytes, a_size + b_size)
+    used = (a_size + b_size + (rolled.size if rolled else 0)) * value_bytes
+    registers = local_registers(plan, sub_group, used) if copy_arrays else None
+    stride = registers.stride if registers else int(copy_arrays)
+    rolls = functools.partial(reroll, indent="    ") if registers else tuple
+    reorders = plan_reorders(plan, unsigned=True, arrays=stride)   # the kernel declares xe_lane before its main loop
     a_stage, b_stage = [], []
     for ki in range(kt):
         lines = list(dequant.chunk_loads[ki]) if dequant else []     # the groups starting here: their scales first
@@ -442,7 +491,7 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                 lines += reorders["a"][(i, ki)]
                 reg, reg_type, offset, arrays = f"fa_{i}_{ki}", fragment_ctype(a_view or atom, "a", True), 0, False
             else:
-                reg, reg_type, offset, arrays = f"a{frag.tile}", plan.a.atom.register_type, frag.offset, copy_arrays
+                reg, reg_type, offset, arrays = f"a{frag.tile}", plan.a.atom.register_type, frag.offset, stride
             values, slots = [], [[] for _ in range(sub_group)]
             for e in range(a_view.elements if a_view else a_n * a_per):
                 unit = register_unit(reg, reg_type, a_bits, offset + e // a_per, arrays)
@@ -454,7 +503,7 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                     real = cell is not None and cell[0] < atom.m
                     slots[lane].append((i * rm + cell[0]) * k + cell[1] if real else None)
             lines += _stage_lines("sa", slots, values, sub_group)
-        a_stage.append(tuple(lines))
+        a_stage.append(tuple(rolls(lines)))
         lines = []
         for j in range(nt):
             frag = plan.b.fragments[(ki, j)]
@@ -462,22 +511,21 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                 lines += reorders["b"][(ki, j)]
                 reg, reg_type, offset, arrays = f"fb_{ki}_{j}", fragment_ctype(b_view, "b", True), 0, False
             else:
-                reg, reg_type, offset, arrays = f"b{frag.tile}", plan.b.atom.register_type, frag.offset, copy_arrays
+                reg, reg_type, offset, arrays = f"b{frag.tile}", plan.b.atom.register_type, frag.offset, stride
             units = [register_unit(reg, reg_type, b_bits, offset + kk // b_per, arrays) for kk in range(k)]
             values = [dequant.value(units[kk], kk % b_per, j) if dequant else
                       _decode(atom.b_type, units[kk], kk % b_per, source_bits=b_bits) for kk in range(k)]
             slots = [[(kk * nt + j) * sub_group + lane for kk in range(k)] for lane in range(sub_group)]
             lines += _stage_lines("sb", slots, values, sub_group)
-        b_stage.append(tuple(lines))
+        b_stage.append(tuple(rolls(lines)))
 
     round_row = atom.c_type.c.round_acc
     row = c_spelling(atom.c, "rounded_to_register", "{x}")   # exact: already rounded to the type
-    a_size, b_size = mt * rm * k, k * nt * sub_group
     return StagedKstep(value=value, rows=atom.m, register_rows=rm, k=k, a_size=a_size,
                        b_size=b_size, a_stage=tuple(a_stage), b_stage=tuple(b_stage),
                        acc_ctype=atom.c_ctype, blocks=register_blocks(atom.m, mt, nt, plan.register_block),
                        round_row=round_row, pack_row=row, dequant=dequant,
-                       rolled=rolled_blocks(plan, sub_group, sizeof_ctype(value), a_size + b_size))
+                       rolled=rolled, registers=registers)
 
 
 def register_blocks(rows: int, mt: int, nt: int, block: tuple[int, int]):

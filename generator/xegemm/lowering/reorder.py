@@ -48,11 +48,12 @@ def lane_fit(values: dict[int, int], sub_group: int) -> str | None:
 
 
 def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, sub_group: int,
-                  arrays: bool = False) -> list[str]:
+                  arrays: int = 0) -> list[str]:
     """C statements declaring ``const <frag_ctype> <name>``: the fragment ``reorder`` gathers from the copy
     registers ``<a|b><tile>`` of ``operand`` (an OperandPlan), components indexed ``[i]``; the kernel declares
     ``const uint xe_lane = get_sub_group_local_id();`` once (:data:`LANE_DECLARATION`); ``arrays``: the copy
-    registers are arrays of their components (the portable staged k-step's 2D copies)."""
+    registers are arrays of their components (the portable staged k-step's 2D copies), this far apart
+    (:func:`register_unit`)."""
     copy = operand.atom
     reg_bits = copy.register_elem_bits
     word_bits = max(32, reg_bits)        # a shuffle moves a uint (a ulong for 64-bit components) ...
@@ -70,7 +71,7 @@ def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, 
         """Word ``w`` of tile ``tile``'s registers in this lane: its components, the first in the low bits."""
         comps = range(w * comps_per_word, min((w + 1) * comps_per_word, copy.register_length))
         refs = [f"({fetch_ctype}){var}{tile}" if copy.register_length == 1 and not arrays else
-                f"({fetch_ctype}){var}{tile}[{c}]" for c in comps]
+                f"({fetch_ctype}){var}{tile}[{c * (arrays or 1)}]" for c in comps]
         parts = [ref if not i else f"({ref} << {i * reg_bits})" for i, ref in enumerate(refs)]
         return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
 
@@ -136,14 +137,15 @@ def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, 
     return lines
 
 
-def register_unit(var: str, reg_ctype: str, unit_bits: int, index: int, array: bool) -> str:
+def register_unit(var: str, reg_ctype: str, unit_bits: int, index: int, array: int) -> str:
     """Unit ``index`` (``unit_bits`` wide, little-endian) of the copy register ``var`` of type ``reg_ctype``
-    (held as an array of its components when ``array``), as a uint expression: the bits the fragment helpers
-    of templates/fragments.cl.j2 would move."""
+    (held as an array of its components, ``array`` apart, when ``array``: 1 in a private array, the sub-group
+    size in local memory), as a uint expression: the bits the fragment helpers of templates/fragments.cl.j2
+    would move."""
     bits, n = ctype_shape(reg_ctype)
 
     def comp(i: int) -> str:
-        return f"(uint){var}" if n == 1 and not array else f"(uint){var}[{i}]"
+        return f"(uint){var}" if n == 1 and not array else f"(uint){var}[{i * (array or 1)}]"
 
     if bits == unit_bits:
         return comp(index)
@@ -157,7 +159,7 @@ def register_unit(var: str, reg_ctype: str, unit_bits: int, index: int, array: b
     return "(" + " | ".join(parts) + ")"
 
 
-def plan_reorders(plan, unsigned: bool = False, arrays: bool = False) -> dict:
+def plan_reorders(plan, unsigned: bool = False, arrays: int = 0) -> dict:
     """The reorders of a plan's A and B fragments as C: ``{"a": {(i, ki): lines}, "b": {(ki, j): lines},
     "lane": the lane declaration}``, the fragments named ``fa_<i>_<ki>`` and ``fb_<ki>_<j>``, of the DPAS
     operand types (a quantized B: its stored bits, xegemm.dequant.StoredB) (``unsigned``: of the unsigned integer vectors of the same shape, see :func:`fragment_ctype`)."""
