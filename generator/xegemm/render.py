@@ -107,10 +107,10 @@ def epilogue_tiles(plan: Plan, staged, partial: bool = False, stage: Stage | Non
     spec, operand = (plan.partial_epilogue, plan.partial) if partial else (plan.kernel_epilogue, plan.c)
     store = operand.atom
     identity = spec.identity and spec.out == spec.acc and (partial or plan.graph is None)
-    if not identity or stage is None or partial:
-        stage = Stage.of(plan, spec if partial else None) if stage is None or partial else stage
-    # Read from local memory, one store call site instead of one per tile: the plain kernel's build took 0.69x
-    # (AVX-512) and 0.65x (AVX2) the unrolled stores' time.  D = acc over an array of accumulator registers is
+    if stage is None or partial:
+        stage = Stage.of(plan, spec if partial else None)
+    # Read from local memory, one store call site instead of one per tile: the plain kernel's build took 0.76x
+    # (AVX-512) and 0.66x (AVX2) the unrolled stores' time.  D = acc over an array of accumulator registers is
     # left unrolled: a put and a store per tile cost little, and that array made the plain kernel build 1.37x
     # slower on the AVX2 code path (0.92x on AVX-512).
     local = rolled and staged is not None and staged.rolled is not None
