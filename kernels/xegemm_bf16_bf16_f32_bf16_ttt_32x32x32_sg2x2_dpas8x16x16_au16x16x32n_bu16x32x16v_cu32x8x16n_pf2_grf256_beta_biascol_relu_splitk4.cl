@@ -437,6 +437,32 @@ if (lane < t[2])
     }
 }
 
+/* XE_2D_U32x8x16_ST_N from local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the rolled epilogue's D, xegemm.render.epilogue_tiles).  A loop of alike rows and the edge path's table walk
+   are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u32x8x16_st_n_from_local(
+    global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local const uint* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 8, 16, 32)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            xe_stu_u32(base, pitch_bytes, y + xe_i, x + lane, v[(16 * xe_i)]);
+        }
+    } else {
+#pragma unroll 1
+        for (int e = 0; e < 8; ++e) {
+            constant const short* t = xe_copy_u32x8x16_st_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                xe_st_u32(base, width_bytes, height, pitch_bytes, row, col, (uint)(((uint)v[t[0] * 16] >> t[1])));
+        }
+    }
+}
+
 /* XE_2D_U16x16x32_PF_N: prefetch of a 16x32 U16 block: a hint the portable lowering leaves to the CPU */
 static inline void xe_copy_u16x16x32_pf_n(
     const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
@@ -563,6 +589,9 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
     local uint xe_reg_b0[4][256];
     local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
+    /* the epilogue's rows (render.epilogue_tiles): component i of this lane at [i * 16] */
+    local uint xe_d_uint_all[4][128];
+    local uint* const xe_d_uint = xe_d_uint_all[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
     /* prologue: prefetch the first 2 k-tiles */
     for (int kp = k_begin; kp < k_begin + 2 * 32 && kp < k_end; kp += 32) {
@@ -711,15 +740,11 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
         for (int xe_t = 0; xe_t < 2; ++xe_t) {
             const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
             {
-                xe_copy_u32x8x16_st_n(C, N * 4, M, ldc, n0 + xe_tc, m0 + xe_tr, (uint8)(
-                    as_uint(sacc[xe_af[xe_t][0] + 0 + lane]),
-                    as_uint(sacc[xe_af[xe_t][0] + 16 + lane]),
-                    as_uint(sacc[xe_af[xe_t][0] + 32 + lane]),
-                    as_uint(sacc[xe_af[xe_t][0] + 48 + lane]),
-                    as_uint(sacc[xe_af[xe_t][0] + 64 + lane]),
-                    as_uint(sacc[xe_af[xe_t][0] + 80 + lane]),
-                    as_uint(sacc[xe_af[xe_t][0] + 96 + lane]),
-                    as_uint(sacc[xe_af[xe_t][0] + 112 + lane])));
+                #pragma unroll 1
+                for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                    xe_d_uint[(16 * xe_i)] = as_uint(sacc[xe_af[xe_t][0] + (16 * xe_i) + lane]);
+                }
+                xe_copy_u32x8x16_st_n_from_local(C, N * 4, M, ldc, n0 + xe_tc, m0 + xe_tr, xe_d_uint);
             }
         }
     }

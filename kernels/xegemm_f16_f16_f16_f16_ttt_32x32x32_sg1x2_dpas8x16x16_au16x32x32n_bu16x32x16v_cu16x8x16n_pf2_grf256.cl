@@ -502,6 +502,32 @@ if (lane < t[2])
     }
 }
 
+/* XE_2D_U16x8x16_ST_N from local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the rolled epilogue's D, xegemm.render.epilogue_tiles).  A loop of alike rows and the edge path's table walk
+   are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u16x8x16_st_n_from_local(
+    global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local const ushort* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 8, 16, 16)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            xe_stu_u16(base, pitch_bytes, y + xe_i, x + lane, v[(16 * xe_i)]);
+        }
+    } else {
+#pragma unroll 1
+        for (int e = 0; e < 8; ++e) {
+            constant const short* t = xe_copy_u16x8x16_st_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                xe_st_u16(base, width_bytes, height, pitch_bytes, row, col, (ushort)(((uint)v[t[0] * 16] >> t[1])));
+        }
+    }
+}
+
 /* XE_2D_U16x32x32_PF_N: prefetch of a 32x32 U16 block: a hint the portable lowering leaves to the CPU */
 static inline void xe_copy_u16x32x32_pf_n(
     const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)

@@ -462,6 +462,32 @@ if (lane < t[2])
     }
 }
 
+/* XE_2D_U16x8x16_ST_N from local memory: component i of this lane at v[i * 16], v pointing at this lane's first
+   (the rolled epilogue's D, xegemm.render.epilogue_tiles).  A loop of alike rows and the edge path's table walk
+   are one statement each, also in the CPU runtime's masked copy of the kernel. */
+static inline void xe_copy_u16x8x16_st_n_from_local(
+    global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local const ushort* v)
+{
+    const int lane = get_sub_group_local_id();
+    x = sub_group_broadcast(x, 0);   /* the message's coordinates: one per sub-group */
+    y = sub_group_broadcast(y, 0);
+    if (xe_block_inside(width_bytes, height, x, y, 8, 16, 16)) {
+        #pragma unroll 1
+        for (int xe_i = 0; xe_i < 8; ++xe_i) {
+            xe_stu_u16(base, pitch_bytes, y + xe_i, x + lane, v[(16 * xe_i)]);
+        }
+    } else {
+#pragma unroll 1
+        for (int e = 0; e < 8; ++e) {
+            constant const short* t = xe_copy_u16x8x16_st_n_edge[e];
+            const int row = y + t[3] + t[4] * (lane / 16) + t[5] * (lane % 16);
+            const int col = x + t[6] + t[7] * (lane / 16) + t[8] * (lane % 16);
+if (lane < t[2])
+                xe_st_u16(base, width_bytes, height, pitch_bytes, row, col, (ushort)(((uint)v[t[0] * 16] >> t[1])));
+        }
+    }
+}
+
 /* XE_2D_U16x16x32_PF_N: prefetch of a 16x32 U16 block: a hint the portable lowering leaves to the CPU */
 static inline void xe_copy_u16x16x32_pf_n(
     const global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y)
@@ -529,18 +555,29 @@ static inline int8 xe_take_int8_from_uint8(uint8 v, int o)
 
 #ifndef XE_F32_TO_F16_RNE
 #define XE_F32_TO_F16_RNE
-/* f32 -> f16 bits, round to nearest even, and f16 bits -> f32 (vstore_half_rte, vload_half: core OpenCL C,
-   no cl_khr_fp16 needed). */
+/* f32 -> f16 bits, round to nearest even (IEEE 754 binary16).  Normals: rebias the exponent, round away 13
+   mantissa bits on the integer (a carry may reach the exponent, up to infinity from 65520 on).  Below 2^-14:
+   adding 0.5, whose ulp is f16's smallest subnormal (2^-24), rounds the magnitude to a multiple of 2^-24 to
+   nearest even in the float unit; the low bits of the sum are then the f16 bits (0x400 when it rounds up to
+   2^-14).  A NaN stays a quiet NaN with the payload's top bits, as vstore_half_rte gives it. */
 static inline ushort xe_f32_to_f16_rne(float f)
 {
-    ushort h;
-    vstore_half_rte(f, 0, (half*)&h);
-    return h;
+    const uint u = as_uint(f), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
+    const uint normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    const uint subnormal = as_uint(as_float(a) + 0.5f) - 0x3f000000u;
+    const uint h = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x1ffu)
+                 : a >= 0x477ff000u ? 0x7c00u : a >= 0x38800000u ? normal : subnormal;
+    return (ushort)(sign | h);
 }
 
+/* f16 bits -> f32, exact: normals rebias the exponent; subnormals are m * 2^-24 (exact in f32); infinities and
+   NaNs keep their payload, a signalling NaN becomes quiet as vload_half makes it. */
 static inline float xe_f16_to_f32(ushort h)
 {
-    return vload_half(0, (const half*)&h);
+    const uint sign = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    const uint bits = e == 0x1fu ? 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u)
+                    : e ? ((e + 112u) << 23) | (m << 13) : as_uint((float)m * 0x1p-24f);
+    return as_float(sign | bits);
 }
 #endif
 
@@ -595,6 +632,7 @@ static inline int xe_pack_b(float lo, float hi)
 {
     return (int)((uint)xe_f32_to_f16_rne(lo) | ((uint)xe_f32_to_f16_rne(hi) << 16));
 }
+
 
 #ifndef XE_F32_TO_F16_RNE
 #define XE_F32_TO_F16_RNE
@@ -772,43 +810,27 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
               const uint fb_0_0_t2 = intel_sub_group_shuffle((uint)b0[32], (xe_lane / 2) & 15);
               const uint fb_0_0_t3 = intel_sub_group_shuffle((uint)b0[48], (xe_lane / 2) & 15);
               const uint2 fb_0_0 = (uint2)((uint)(((fb_0_0_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_0_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_0_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_0_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_0_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_0_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_0_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_0_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_0_0_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_0_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_0_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_0_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_0_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_0_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_0_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_0_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
-              sb[0 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 0u), xq_z0, xq_s0);
-              sb[32 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 1u), xq_z0, xq_s0);
-              sb[64 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 2u), xq_z0, xq_s0);
-              sb[96 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 3u), xq_z0, xq_s0);
-              sb[128 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 4u), xq_z0, xq_s0);
-              sb[160 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 5u), xq_z0, xq_s0);
-              sb[192 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 6u), xq_z0, xq_s0);
-              sb[224 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], 7u), xq_z0, xq_s0);
-              sb[256 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 0u), xq_z0, xq_s0);
-              sb[288 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 1u), xq_z0, xq_s0);
-              sb[320 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 2u), xq_z0, xq_s0);
-              sb[352 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 3u), xq_z0, xq_s0);
-              sb[384 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 4u), xq_z0, xq_s0);
-              sb[416 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 5u), xq_z0, xq_s0);
-              sb[448 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 6u), xq_z0, xq_s0);
-              sb[480 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], 7u), xq_z0, xq_s0);
+              #pragma unroll 1
+              for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                  sb[(32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], xe_i), xq_z0, xq_s0);
+              }
+              #pragma unroll 1
+              for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                  sb[(256 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], xe_i), xq_z0, xq_s0);
+              }
               const uint fb_0_1_t0 = intel_sub_group_shuffle((uint)b0[0], (8 + xe_lane / 2) & 15);
               const uint fb_0_1_t1 = intel_sub_group_shuffle((uint)b0[16], (8 + xe_lane / 2) & 15);
               const uint fb_0_1_t2 = intel_sub_group_shuffle((uint)b0[32], (8 + xe_lane / 2) & 15);
               const uint fb_0_1_t3 = intel_sub_group_shuffle((uint)b0[48], (8 + xe_lane / 2) & 15);
               const uint2 fb_0_1 = (uint2)((uint)(((fb_0_1_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_1_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_1_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_1_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_1_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_1_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_1_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_1_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_0_1_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_1_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_1_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_1_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_1_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_1_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_1_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_1_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
-              sb[16 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 0u), xq_z1, xq_s1);
-              sb[48 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 1u), xq_z1, xq_s1);
-              sb[80 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 2u), xq_z1, xq_s1);
-              sb[112 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 3u), xq_z1, xq_s1);
-              sb[144 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 4u), xq_z1, xq_s1);
-              sb[176 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 5u), xq_z1, xq_s1);
-              sb[208 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 6u), xq_z1, xq_s1);
-              sb[240 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], 7u), xq_z1, xq_s1);
-              sb[272 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], 0u), xq_z1, xq_s1);
-              sb[304 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], 1u), xq_z1, xq_s1);
-              sb[336 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], 2u), xq_z1, xq_s1);
-              sb[368 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], 3u), xq_z1, xq_s1);
-              sb[400 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], 4u), xq_z1, xq_s1);
-              sb[432 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], 5u), xq_z1, xq_s1);
-              sb[464 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], 6u), xq_z1, xq_s1);
-              sb[496 + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], 7u), xq_z1, xq_s1);
+              #pragma unroll 1
+              for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                  sb[(16 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], xe_i), xq_z1, xq_s1);
+              }
+              #pragma unroll 1
+              for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                  sb[(272 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], xe_i), xq_z1, xq_s1);
+              }
               sub_group_barrier(CLK_LOCAL_MEM_FENCE);
       #pragma unroll 1
               for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
@@ -842,43 +864,27 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
               const uint fb_1_0_t2 = intel_sub_group_shuffle((uint)b0[96], (xe_lane / 2) & 15);
               const uint fb_1_0_t3 = intel_sub_group_shuffle((uint)b0[112], (xe_lane / 2) & 15);
               const uint2 fb_1_0 = (uint2)((uint)(((fb_1_0_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_0_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_0_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_0_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_0_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_0_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_0_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_0_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_1_0_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_0_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_0_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_0_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_0_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_0_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_0_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_0_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
-              sb[0 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 0u), xq_z0, xq_s0);
-              sb[32 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 1u), xq_z0, xq_s0);
-              sb[64 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 2u), xq_z0, xq_s0);
-              sb[96 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 3u), xq_z0, xq_s0);
-              sb[128 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 4u), xq_z0, xq_s0);
-              sb[160 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 5u), xq_z0, xq_s0);
-              sb[192 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 6u), xq_z0, xq_s0);
-              sb[224 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], 7u), xq_z0, xq_s0);
-              sb[256 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 0u), xq_z0, xq_s0);
-              sb[288 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 1u), xq_z0, xq_s0);
-              sb[320 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 2u), xq_z0, xq_s0);
-              sb[352 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 3u), xq_z0, xq_s0);
-              sb[384 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 4u), xq_z0, xq_s0);
-              sb[416 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 5u), xq_z0, xq_s0);
-              sb[448 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 6u), xq_z0, xq_s0);
-              sb[480 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], 7u), xq_z0, xq_s0);
+              #pragma unroll 1
+              for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                  sb[(32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], xe_i), xq_z0, xq_s0);
+              }
+              #pragma unroll 1
+              for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                  sb[(256 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], xe_i), xq_z0, xq_s0);
+              }
               const uint fb_1_1_t0 = intel_sub_group_shuffle((uint)b0[64], (8 + xe_lane / 2) & 15);
               const uint fb_1_1_t1 = intel_sub_group_shuffle((uint)b0[80], (8 + xe_lane / 2) & 15);
               const uint fb_1_1_t2 = intel_sub_group_shuffle((uint)b0[96], (8 + xe_lane / 2) & 15);
               const uint fb_1_1_t3 = intel_sub_group_shuffle((uint)b0[112], (8 + xe_lane / 2) & 15);
               const uint2 fb_1_1 = (uint2)((uint)(((fb_1_1_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_1_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_1_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_1_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_1_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_1_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_1_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_1_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_1_1_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_1_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_1_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_1_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_1_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_1_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_1_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_1_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
-              sb[16 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 0u), xq_z1, xq_s1);
-              sb[48 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 1u), xq_z1, xq_s1);
-              sb[80 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 2u), xq_z1, xq_s1);
-              sb[112 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 3u), xq_z1, xq_s1);
-              sb[144 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 4u), xq_z1, xq_s1);
-              sb[176 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 5u), xq_z1, xq_s1);
-              sb[208 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 6u), xq_z1, xq_s1);
-              sb[240 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], 7u), xq_z1, xq_s1);
-              sb[272 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], 0u), xq_z1, xq_s1);
-              sb[304 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], 1u), xq_z1, xq_s1);
-              sb[336 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], 2u), xq_z1, xq_s1);
-              sb[368 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], 3u), xq_z1, xq_s1);
-              sb[400 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], 4u), xq_z1, xq_s1);
-              sb[432 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], 5u), xq_z1, xq_s1);
-              sb[464 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], 6u), xq_z1, xq_s1);
-              sb[496 + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], 7u), xq_z1, xq_s1);
+              #pragma unroll 1
+              for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                  sb[(16 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], xe_i), xq_z1, xq_s1);
+              }
+              #pragma unroll 1
+              for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                  sb[(272 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], xe_i), xq_z1, xq_s1);
+              }
               sub_group_barrier(CLK_LOCAL_MEM_FENCE);
       #pragma unroll 1
               for (int xb = 0; xb < 4; ++xb) {  /* register block: 4 rows x 2 N-fragments */
@@ -945,15 +951,11 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
               for (int xe_t = 0; xe_t < 4; ++xe_t) {
                   const int xe_tr = xe_at[xe_t][0], xe_tc = xe_at[xe_t][1];
                   {
-                      xe_copy_u16x8x16_st_n(C, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr, (ushort8)(
-                          xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 0 + lane]),
-                          xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 32 + lane]),
-                          xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 64 + lane]),
-                          xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 96 + lane]),
-                          xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 128 + lane]),
-                          xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 160 + lane]),
-                          xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 192 + lane]),
-                          xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + 224 + lane])));
+                      #pragma unroll 1
+                      for (int xe_i = 0; xe_i < 8; ++xe_i) {
+                          xe_d_ushort[(16 * xe_i)] = xe_f32_to_f16_rne(sacc[xe_af[xe_t][0] + (32 * xe_i) + lane]);
+                      }
+                      xe_copy_u16x8x16_st_n_from_local(C, N * 2, M, ldc, n0 + xe_tc, m0 + xe_tr, xe_d_ushort);
                   }
               }
           }

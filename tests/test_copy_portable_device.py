@@ -10,7 +10,8 @@ instead of about 4 minutes), and the atoms the shipped configs use again with th
 optimisation, so the code is also checked as a GEMM kernel compiles it (the GEMM tests verify those too); the
 optimised loads are called as a GEMM kernel calls them, through ``_into`` (the register as an array).  Every
 load is also run through ``_into_local`` (the register in the sub-group's local memory, lane-strided, as the
-staged k-step keeps it: xegemm.lowering.portable.LocalRegisters), unoptimised, and the shipped ones optimised.
+staged k-step keeps it: xegemm.lowering.portable.LocalRegisters), and every store through ``_from_local`` (as
+the rolled epilogue stores D from local memory), unoptimised, and the shipped ones optimised.
 """
 
 import zlib
@@ -45,7 +46,8 @@ KERNEL_ATTRS = "__attribute__((intel_reqd_sub_group_size(16))) __attribute__((re
 def _program_source(atoms, into: str = "") -> str:
     """One test kernel per atom.  A load returns its register through the atom's vector form (the builtin's
     signature), or with ``into`` through the form a GEMM kernel calls: ``"private"``, ``_into`` (its register
-    as an array), or ``"local"``, ``_into_local`` (its register in local memory, component i at [i * 16])."""
+    as an array), or ``"local"``, ``_into_local`` (its register in local memory, component i at [i * 16]); a
+    store with ``into`` ``"local"`` stores through ``_from_local`` (its register in local memory alike)."""
     parts = [render_macro("copy/portable.cl.j2", "prelude"),
              wide_vector_typedefs(a.register_type for a in atoms if a.register_type)]
     for a in atoms:
@@ -74,6 +76,15 @@ __kernel void t_{a.fn_name}(const global uchar* src, int w, int h, int pitch, in
     union {{ {a.register_type} v; uchar b[{rb}]; }} u;
     u.v = {a.fn_name}(src, w, h, pitch, x, y);
     for (int i = 0; i < {rb}; ++i) out[get_sub_group_local_id() * {rb} + i] = u.b[i];
+}}""")
+        elif a.is_store and into == "local":
+            parts.append(f"""{KERNEL_ATTRS}
+__kernel void t_{a.fn_name}(global uchar* dst, int w, int h, int pitch, int x, int y, const global uchar* in) {{
+    local {a.register_elem_ctype} v[{a.register_length * 16}];
+    const int lane = get_sub_group_local_id();
+    const global {a.register_elem_ctype}* r = (const global {a.register_elem_ctype}*)(in + lane * {rb});
+    for (int i = 0; i < {a.register_length}; ++i) v[i * 16 + lane] = r[i];
+    {a.fn_name}_from_local(dst, w, h, pitch, x, y, v + lane);
 }}""")
         elif a.is_store:
             parts.append(f"""{KERNEL_ATTRS}
@@ -136,8 +147,11 @@ def load_program(queue):
 
 @pytest.fixture(scope="module")
 def store_program(queue):
+    shipped = [a for a in STORES if a.name in SHIPPED]
     return {"unoptimised": build_program(queue, _program_source(STORES + PREFETCHES), UNOPTIMISED),
-            "optimised": build_program(queue, _program_source([a for a in STORES if a.name in SHIPPED]), OPTIMISED)}
+            "optimised": build_program(queue, _program_source(shipped), OPTIMISED),
+            "local unoptimised": build_program(queue, _program_source(STORES, "local"), UNOPTIMISED),
+            "local optimised": build_program(queue, _program_source(shipped, "local"), OPTIMISED)}
 
 
 def test_enumeration_covers_every_kind():
@@ -149,7 +163,8 @@ def test_enumeration_covers_every_kind():
 
 LOAD_CASES = [(a, b) for b in (*BUILDS, "local unoptimised", "local optimised") for a in LOADS
               if b.endswith("unoptimised") or a.name in SHIPPED]
-STORE_CASES = [(a, b) for b in BUILDS for a in STORES if b == "unoptimised" or a.name in SHIPPED]
+STORE_CASES = [(a, b) for b in (*BUILDS, "local unoptimised", "local optimised") for a in STORES
+               if b.endswith("unoptimised") or a.name in SHIPPED]
 
 
 @pytest.mark.parametrize("atom, build", LOAD_CASES, ids=lambda x: getattr(x, "name", x))

@@ -89,16 +89,17 @@ class Stage:
     def param(self, name: str) -> str:
         return input_param(name) if self.traced else name
 
-    def element(self, acc: str, c_suffix: str, vector_load, temp: str):
+    def element(self, acc: str, c_suffix: str, vector_load, temp: str, c_register: str = "ci"):
         """The element code (emit.ElementCode) of one element: ``acc`` its accumulator, ``c_suffix`` its
-        component of the C / auxiliary registers (``.s3``, or "" for a one-element register), ``vector_load(name,
-        kind)`` the variable holding a row or column vector's value for it."""
+        component of the C / auxiliary registers (``.s3``, ``[48]``, or "" for a one-element register),
+        ``vector_load(name, kind)`` the variable holding a row or column vector's value for it; ``c_register``:
+        where C was read into."""
         names = {"acc": acc}
         for i in self.graph.inputs:
             if i.name == "acc":
                 continue
             if i.name == "c":
-                names["c"] = load_float(self.graph.input("c").type, "ci" + c_suffix)
+                names["c"] = load_float(self.graph.input("c").type, c_register + c_suffix)
             elif i.kind == "scalar":
                 names[i.name] = self.param(i.name)
             elif i.kind == "matrix":

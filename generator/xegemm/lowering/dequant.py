@@ -43,7 +43,7 @@ class DequantCode:
     def value(self, unit: str, element: int, j: int) -> str:
         """The C of B element ``element`` (lowest first) of the 32-bit ``unit`` of stored codes, in N-fragment j."""
         zero = f", xq_z{j}" if self.has_zero else ""
-        return f"xe_dequant_b(xe_q_code({unit}, {element}u){zero}, xq_s{j})"
+        return f"xe_dequant_b(xe_q_code({unit}, {element}){zero}, xq_s{j})"
 
     @staticmethod
     def a_value(unit: str, element: int, row: int, lanes: int) -> str:

@@ -41,8 +41,8 @@ def copy_plan(atom: CopyAtom) -> dict:
     - ``fast``: for such a block, per register component, the C that reads (``v[i] = ...;``, v the register's
       components as an array) or writes its elements with the unchecked xe_ldu_* / xe_stu_* at (row, col) written in x, y and lane: a register
       row is one plain vector access at ``x + lane``;
-    - ``fast_local`` (loads): the same into the sub-group's local memory, component i of this lane at
-      ``v[i * stride]`` (``stride``: the sub-group size), alike rows as loops;
+    - ``fast_local``: the same into (a load) or from (a store) the sub-group's local memory, component i of this
+      lane at ``v[i * stride]`` (``stride``: the sub-group size), alike rows as loops;
     - ``edge``: for a block over an edge, per register element that is real on some lane, the numbers
       (component, shift, lanes, row0, row_hi, row_lo, col0, col_hi, col_lo): the element sits at
       (y + row0 + row_hi * (lane / L) + row_lo * (lane % L), x + col0 + ...) on lanes 0 .. lanes-1, L =
@@ -63,7 +63,7 @@ def copy_plan(atom: CopyAtom) -> dict:
     narrow = atom.elem_bits < atom.register_elem_bits
     fast, align = _fast_lines(atom)
     return {"extent": (atom.rows, atom.cols), "fast": fast, "align": align, "edge": tuple(edge), "length": length,
-            "fast_local": _fast_lines(atom, SUB_GROUP)[0] if atom.is_load else (), "stride": SUB_GROUP,
+            "fast_local": _fast_lines(atom, SUB_GROUP)[0], "stride": SUB_GROUP,
             "elem_ctype": UNSIGNED_CTYPE[max(8, atom.elem_bits)],      # a 4-bit element travels in a uchar
             # the edge path's components, indexed from the table: 32 bits at least, since the CPU runtime moves
             # a 32-bit element per lane at a lane-dependent index with one gather, an 8- or 16-bit one lane by lane
@@ -101,16 +101,18 @@ def _wide_runs(atom: CopyAtom, i: int) -> list[tuple[int, int]]:
 def _fast_lines(atom: CopyAtom, stride: int = 1) -> tuple[tuple[str, ...], int]:
     """The C lines of a load (``v[i * stride] = ...;``) or a store of a block wholly inside the surface, and
     the bytes the load's wide reads need x's byte offset, the pitch and the base aligned to (0: none).  A
-    load into local memory (``stride`` the sub-group: component i of this lane at v[i * stride]) runs its
-    alike rows as loops (lowering.loops); into a private array each row is its own statement, since a
-    private array indexed by a loop variable is spelled lane by lane by the CPU runtime (0.65x the speed)."""
+    load into or a store from local memory (``stride`` the sub-group: component i of this lane at
+    v[i * stride]) runs its alike rows as loops (lowering.loops); with a private array or vector each row is
+    its own statement, since a private array indexed by a loop variable is spelled lane by lane by the CPU
+    runtime (0.65x the speed)."""
     reg_bits = atom.register_elem_bits
     reg, per_reg, suffix = atom.register_elem_ctype, reg_bits // atom.elem_bits, f"u{atom.elem_bits}"
     elem = UNSIGNED_CTYPE[max(8, atom.elem_bits)]            # a 4-bit element travels in a uchar
     length = min(atom.dealt_shape[1], SUB_GROUP)
     loads, stores, align = [], [], 0
     for i in range(atom.register_length):
-        lhs = f"v[{i * stride}]" if atom.is_load or atom.register_length > 1 else "v"   # loads fill an array
+        # loads fill an array; a store reads its vector's components, or local memory's
+        lhs = f"v[{i * stride}]" if atom.is_load or atom.register_length > 1 or stride > 1 else "v"
         parts = []
         runs = dict(_wide_runs(atom, i)) if atom.is_load else {j: 1 for j in range(per_reg)}
         for j, count in runs.items():
@@ -143,9 +145,8 @@ def _fast_lines(atom: CopyAtom, stride: int = 1) -> tuple[tuple[str, ...], int]:
                 parts.append(read)
                 stores.append(store)
         loads.append(f"{lhs} = {' | '.join(parts) if parts else '0'};")
-    if atom.is_load:
-        return tuple(reroll(loads, indent="    ") if stride > 1 else loads), align
-    return tuple(stores), 0
+    lines = loads if atom.is_load else stores
+    return tuple(reroll(lines, indent="    ") if stride > 1 else lines), align if atom.is_load else 0
 
 
 def _copy_coord(atom: CopyAtom, k: int):
