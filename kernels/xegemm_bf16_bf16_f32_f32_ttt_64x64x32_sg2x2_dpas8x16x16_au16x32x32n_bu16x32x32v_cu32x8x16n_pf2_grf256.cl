@@ -688,10 +688,10 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_64x64x32_sg2x2_dpas8x16x16_au16x32x32
     local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
     /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
-    local ushort xe_reg_a0[4][1024];
-    local ushort* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
-    local uint xe_reg_b0[4][512];
-    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local ushort xe_reg_a[4][1024];
+    local ushort* const a0 = xe_reg_a[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b[4][512];
+    local uint* const b0 = xe_reg_b[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
     /* the epilogue's rows (render.epilogue_tiles): component i of this lane at [i * 16] */
     local uint xe_d_uint_all[4][128];
@@ -773,7 +773,7 @@ __kernel void xegemm_bf16_bf16_f32_f32_ttt_64x64x32_sg2x2_dpas8x16x16_au16x32x32
             xe_copy_u16x32x32_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 64 + 0);
 
         }
-        /* load this k-step's A and B tiles */
+        /* load this k-step's A and B tiles (several tiles of an operand: one call in a loop over them) */
         xe_copy_u16x32x32_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
         xe_copy_u16x32x32_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
         /* k-chunk 0: 8 x XE_8x16x16_F32BF16BF16F32_TT */

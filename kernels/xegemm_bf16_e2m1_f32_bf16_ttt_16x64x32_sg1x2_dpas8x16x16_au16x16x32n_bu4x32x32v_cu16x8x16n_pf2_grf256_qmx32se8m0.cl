@@ -683,10 +683,10 @@ __kernel void xegemm_bf16_e2m1_f32_bf16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x3
     local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
     /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
-    local ushort xe_reg_a0[2][512];
-    local ushort* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
-    local uint xe_reg_b0[2][128];
-    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local ushort xe_reg_a[2][512];
+    local ushort* const a0 = xe_reg_a[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b[2][128];
+    local uint* const b0 = xe_reg_b[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
 
     /* the epilogue's rows (render.epilogue_tiles): component i of this lane at [i * 16] */
     local ushort xe_d_ushort_all[2][128];
@@ -742,7 +742,7 @@ __kernel void xegemm_bf16_e2m1_f32_bf16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x3
             xe_copy_u4x32x32_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 64 + 0);
 
         }
-        /* load this k-step's A and B tiles */
+        /* load this k-step's A and B tiles (several tiles of an operand: one call in a loop over them) */
         xe_copy_u16x16x32_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
         xe_copy_u4x32x32_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
         /* k-chunk 0: 4 x XE_8x16x16_F32BF16BF16F32_TT */
@@ -755,31 +755,19 @@ __kernel void xegemm_bf16_e2m1_f32_bf16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x3
         for (int xe_i = 0; xe_i < 16; ++xe_i) {
             sa[(16 * xe_i) + lane] = as_float((uint)a0[(16 * xe_i)] << 16);
         }
-        const uint fb_0_0_t0 = intel_sub_group_shuffle((uint)b0[0], (xe_lane / 2) & 15);
-        const uint fb_0_0_t1 = intel_sub_group_shuffle((uint)b0[16], (xe_lane / 2) & 15);
-        const uint fb_0_0_t2 = intel_sub_group_shuffle((uint)b0[32], (xe_lane / 2) & 15);
-        const uint fb_0_0_t3 = intel_sub_group_shuffle((uint)b0[48], (xe_lane / 2) & 15);
-        const uint2 fb_0_0 = (uint2)((uint)(((fb_0_0_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_0_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_0_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_0_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_0_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_0_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_0_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_0_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_0_0_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_0_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_0_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_0_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_0_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_0_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_0_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_0_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[0], xe_i), xq_s0);
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((16 * xe_i) + lane / 2) - lane] >> (0 + lane % 2 * 4)), 0), xq_s0);
+            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((16 * xe_i) + lane / 2) - lane] >> (8 + lane % 2 * 4)), 0), xq_s0);
+            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((16 * xe_i) + lane / 2) - lane] >> (16 + lane % 2 * 4)), 0), xq_s0);
+            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((16 * xe_i) + lane / 2) - lane] >> (24 + lane % 2 * 4)), 0), xq_s0);
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(256 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_0_0[1], xe_i), xq_s0);
-        }
-        const uint fb_0_1_t0 = intel_sub_group_shuffle((uint)b0[0], (8 + xe_lane / 2) & 15);
-        const uint fb_0_1_t1 = intel_sub_group_shuffle((uint)b0[16], (8 + xe_lane / 2) & 15);
-        const uint fb_0_1_t2 = intel_sub_group_shuffle((uint)b0[32], (8 + xe_lane / 2) & 15);
-        const uint fb_0_1_t3 = intel_sub_group_shuffle((uint)b0[48], (8 + xe_lane / 2) & 15);
-        const uint2 fb_0_1 = (uint2)((uint)(((fb_0_1_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_1_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_1_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_1_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_1_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_1_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_1_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_1_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_0_1_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_0_1_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_0_1_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_0_1_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_0_1_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_0_1_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_0_1_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_0_1_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(16 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[0], xe_i), xq_s1);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(272 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_0_1[1], xe_i), xq_s1);
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((8 + 16 * xe_i) + lane / 2) - lane] >> (0 + lane % 2 * 4)), 0), xq_s1);
+            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((8 + 16 * xe_i) + lane / 2) - lane] >> (8 + lane % 2 * 4)), 0), xq_s1);
+            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((8 + 16 * xe_i) + lane / 2) - lane] >> (16 + lane % 2 * 4)), 0), xq_s1);
+            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((8 + 16 * xe_i) + lane / 2) - lane] >> (24 + lane % 2 * 4)), 0), xq_s1);
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
@@ -809,31 +797,19 @@ __kernel void xegemm_bf16_e2m1_f32_bf16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x3
         for (int xe_i = 0; xe_i < 16; ++xe_i) {
             sa[(16 * xe_i) + lane] = as_float((uint)a0[(256 + 16 * xe_i)] << 16);
         }
-        const uint fb_1_0_t0 = intel_sub_group_shuffle((uint)b0[64], (xe_lane / 2) & 15);
-        const uint fb_1_0_t1 = intel_sub_group_shuffle((uint)b0[80], (xe_lane / 2) & 15);
-        const uint fb_1_0_t2 = intel_sub_group_shuffle((uint)b0[96], (xe_lane / 2) & 15);
-        const uint fb_1_0_t3 = intel_sub_group_shuffle((uint)b0[112], (xe_lane / 2) & 15);
-        const uint2 fb_1_0 = (uint2)((uint)(((fb_1_0_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_0_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_0_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_0_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_0_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_0_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_0_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_0_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_1_0_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_0_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_0_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_0_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_0_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_0_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_0_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_0_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[0], xe_i), xq_s0);
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((64 + 16 * xe_i) + lane / 2) - lane] >> (0 + lane % 2 * 4)), 0), xq_s0);
+            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((64 + 16 * xe_i) + lane / 2) - lane] >> (8 + lane % 2 * 4)), 0), xq_s0);
+            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((64 + 16 * xe_i) + lane / 2) - lane] >> (16 + lane % 2 * 4)), 0), xq_s0);
+            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((64 + 16 * xe_i) + lane / 2) - lane] >> (24 + lane % 2 * 4)), 0), xq_s0);
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(256 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_1_0[1], xe_i), xq_s0);
-        }
-        const uint fb_1_1_t0 = intel_sub_group_shuffle((uint)b0[64], (8 + xe_lane / 2) & 15);
-        const uint fb_1_1_t1 = intel_sub_group_shuffle((uint)b0[80], (8 + xe_lane / 2) & 15);
-        const uint fb_1_1_t2 = intel_sub_group_shuffle((uint)b0[96], (8 + xe_lane / 2) & 15);
-        const uint fb_1_1_t3 = intel_sub_group_shuffle((uint)b0[112], (8 + xe_lane / 2) & 15);
-        const uint2 fb_1_1 = (uint2)((uint)(((fb_1_1_t0 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_1_t0 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_1_t0 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_1_t0 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_1_t1 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_1_t1 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_1_t1 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_1_t1 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)), (uint)(((fb_1_1_t2 >> (xe_lane % 2 * 4)) & 0xfu) | (((fb_1_1_t2 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 4) | (((fb_1_1_t2 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 8) | (((fb_1_1_t2 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 12) | (((fb_1_1_t3 >> (xe_lane % 2 * 4)) & 0xfu) << 16) | (((fb_1_1_t3 >> (8 + xe_lane % 2 * 4)) & 0xfu) << 20) | (((fb_1_1_t3 >> (16 + xe_lane % 2 * 4)) & 0xfu) << 24) | (((fb_1_1_t3 >> (24 + xe_lane % 2 * 4)) & 0xfu) << 28)));
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(16 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[0], xe_i), xq_s1);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(272 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)fb_1_1[1], xe_i), xq_s1);
+        for (int xe_i = 0; xe_i < 4; ++xe_i) {
+            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((72 + 16 * xe_i) + lane / 2) - lane] >> (0 + lane % 2 * 4)), 0), xq_s1);
+            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((72 + 16 * xe_i) + lane / 2) - lane] >> (8 + lane % 2 * 4)), 0), xq_s1);
+            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((72 + 16 * xe_i) + lane / 2) - lane] >> (16 + lane % 2 * 4)), 0), xq_s1);
+            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code(((uint)b0[((72 + 16 * xe_i) + lane / 2) - lane] >> (24 + lane % 2 * 4)), 0), xq_s1);
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1

@@ -782,12 +782,11 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
     local float* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
     /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
-    local uchar xe_reg_a0[2][1024];
-    local uchar* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
-    local uint xe_reg_b0[2][256];
-    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
-    local uint xe_reg_b1[2][256];
-    local uint* const b1 = xe_reg_b1[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uchar xe_reg_a[2][1024];
+    local uchar* const a0 = xe_reg_a[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b[2][512];
+    local uint* const b0 = xe_reg_b[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint* const b1 = xe_reg_b[sub_group_broadcast(get_sub_group_id(), 0)] + lane + 256;
 
     /* the epilogue's rows (render.epilogue_tiles): component i of this lane at [i * 16] */
     local ushort xe_d_ushort_all[2][128];
@@ -847,10 +846,14 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
             xe_copy_u8x32x32_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 128 + 32);
 
         }
-        /* load this k-step's A and B tiles */
+        /* load this k-step's A and B tiles (several tiles of an operand: one call in a loop over them) */
         xe_copy_u8x16x64_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-        xe_copy_u8x32x32_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
-        xe_copy_u8x32x32_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 32, b1);
+        {
+            const short xe_lt[2][2] = { { 0, 0 }, { 0, 32 } };
+#pragma unroll 1
+            for (int xe_l = 0; xe_l < 2; ++xe_l)
+                xe_copy_u8x32x32_ld_v_into_local(B, b_width, b_height, ldb, n0 + xe_lt[xe_l][0], k0 + xe_lt[xe_l][1], b0 + xe_l * 256);
+        }
         /* k-chunk 0: 4 x XE_8x16x16_F32BF16BF16F32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 % 128 == 0 || k0 == k_begin) {  /* a group of 128 starts: its scales */

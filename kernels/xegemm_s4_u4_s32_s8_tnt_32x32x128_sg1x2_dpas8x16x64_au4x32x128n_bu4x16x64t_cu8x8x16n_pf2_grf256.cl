@@ -898,12 +898,11 @@ __kernel void xegemm_s4_u4_s32_s8_tnt_32x32x128_sg1x2_dpas8x16x64_au4x32x128n_bu
     local uint* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
     /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
-    local ushort xe_reg_a0[2][1024];
-    local ushort* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
-    local uint xe_reg_b0[2][128];
-    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
-    local uint xe_reg_b1[2][128];
-    local uint* const b1 = xe_reg_b1[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local ushort xe_reg_a[2][1024];
+    local ushort* const a0 = xe_reg_a[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b[2][256];
+    local uint* const b0 = xe_reg_b[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint* const b1 = xe_reg_b[sub_group_broadcast(get_sub_group_id(), 0)] + lane + 128;
 
     /* the epilogue's rows (render.epilogue_tiles): component i of this lane at [i * 16] */
     local uchar xe_d_uchar_all[2][128];
@@ -955,10 +954,14 @@ __kernel void xegemm_s4_u4_s32_s8_tnt_32x32x128_sg1x2_dpas8x16x64_au4x32x128n_bu
             xe_copy_u4x16x64_pf_n(B, b_width, b_height, ldb, k0 + 256 + 64, n0 + 0);
 
         }
-        /* load this k-step's A and B tiles */
+        /* load this k-step's A and B tiles (several tiles of an operand: one call in a loop over them) */
         xe_copy_u4x32x128_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-        xe_copy_u4x16x64_ld_t_into_local(B, b_width, b_height, ldb, k0 + 0, n0 + 0, b0);
-        xe_copy_u4x16x64_ld_t_into_local(B, b_width, b_height, ldb, k0 + 64, n0 + 0, b1);
+        {
+            const short xe_lt[2][2] = { { 0, 0 }, { 64, 0 } };
+#pragma unroll 1
+            for (int xe_l = 0; xe_l < 2; ++xe_l)
+                xe_copy_u4x16x64_ld_t_into_local(B, b_width, b_height, ldb, k0 + xe_lt[xe_l][0], n0 + xe_lt[xe_l][1], b0 + xe_l * 128);
+        }
         /* k-chunk 0: 4 x XE_8x16x64_S32S4U4S32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
         #pragma unroll 1

@@ -711,12 +711,11 @@ __kernel void xegemm_u8_u8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
     local uint* const sacc = xe_acc_blocks[sub_group_broadcast(get_sub_group_id(), 0)];
     const int lane = get_sub_group_local_id();
     /* the copy registers of the k-step's A and B tiles: component i of this lane at [i * 16] (xegemm.lowering.portable.LocalRegisters) */
-    local ushort xe_reg_a0[2][1024];
-    local ushort* const a0 = xe_reg_a0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
-    local uint xe_reg_b0[2][128];
-    local uint* const b0 = xe_reg_b0[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
-    local uint xe_reg_b1[2][128];
-    local uint* const b1 = xe_reg_b1[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local ushort xe_reg_a[2][1024];
+    local ushort* const a0 = xe_reg_a[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint xe_reg_b[2][256];
+    local uint* const b0 = xe_reg_b[sub_group_broadcast(get_sub_group_id(), 0)] + lane;
+    local uint* const b1 = xe_reg_b[sub_group_broadcast(get_sub_group_id(), 0)] + lane + 128;
 
     /* the epilogue's rows (render.epilogue_tiles): component i of this lane at [i * 16] */
     local uint xe_d_uint_all[2][128];
@@ -768,10 +767,14 @@ __kernel void xegemm_u8_u8_s32_s32_ttt_32x32x64_sg1x2_dpas8x16x32_apu8x32x64n_bu
             xe_copy_u8x32x16_pf_n(B, b_width, b_height, ldb, n0 + 0, k0 + 128 + 32);
 
         }
-        /* load this k-step's A and B tiles */
+        /* load this k-step's A and B tiles (several tiles of an operand: one call in a loop over them) */
         xe_copy_packed_u8x32x64_ld_n_into_local(A, a_width, a_height, lda, k0 + 0, m0 + 0, a0);
-        xe_copy_u8x32x16_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 0, b0);
-        xe_copy_u8x32x16_ld_v_into_local(B, b_width, b_height, ldb, n0 + 0, k0 + 32, b1);
+        {
+            const short xe_lt[2][2] = { { 0, 0 }, { 0, 32 } };
+#pragma unroll 1
+            for (int xe_l = 0; xe_l < 2; ++xe_l)
+                xe_copy_u8x32x16_ld_v_into_local(B, b_width, b_height, ldb, n0 + xe_lt[xe_l][0], k0 + xe_lt[xe_l][1], b0 + xe_l * 128);
+        }
         /* k-chunk 0: 4 x XE_8x16x32_S32U8U8S32_TT */
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
         #pragma unroll 1

@@ -6,8 +6,8 @@ family per bit width, each layout; every operand whose copy atom, operand and ki
 permutation, sub-group-shuffle gather) is new becomes a case.  A case's kernel fills each lane's copy
 registers from a buffer laid out by the copy atom's lane map over a random operand tile, then builds every
 MMA fragment as the GEMM kernels do (the take helper for a contiguous run, the reorder's C otherwise, with the
-copy registers as vectors and, as the portable staged k-step holds them, as arrays of components) and stores
-it.  Each lane's fragment registers must equal, element by element, the operand elements the DPAS lane map
+copy registers as vectors and, as the portable staged k-step holds them, as arrays of components, and in the
+sub-group's local memory, where each element is read from its lane directly) and stores it.  Each lane's fragment registers must equal, element by element, the operand elements the DPAS lane map
 puts there.  All cases are kernels of one program, built once without optimisation (about 6 s; with the
 compiler's optimisation the shuffle-heavy kernels take over a minute, and every GEMM test already runs the
 reorders optimised inside whole kernels).
@@ -26,7 +26,7 @@ from xegemm.config import config_from_text
 from xegemm.dtypes import ctype_shape, dtype
 from xegemm.errors import XegemmError
 from xegemm.lowering import named_lowering
-from xegemm.lowering.reorder import LANE_DECLARATION, fragment_ctype, reorder_lines
+from xegemm.lowering.reorder import LANE_DECLARATION, fragment_ctype, local_reorder_elements, reorder_lines
 from xegemm.operands import Fragment, Reorder, reorder_cost
 from xegemm.plan import plan
 from xegemm.render import fragment_helpers, wide_vector_typedefs
@@ -103,15 +103,16 @@ CASES = enumerate_cases()
 
 
 def _broken(case: Case) -> Case:
-    """The case with one gathered element taken from the wrong lane (the harness must catch it)."""
+    """The case with one gathered element taken from the next lane (source lane + 1) on every lane (the harness
+    must catch it, in each form)."""
     (key, frag), *rest = case.fragments
     sources = [list(row) for row in frag.sources]
-    tile, elem, src = sources[1][0]
-    sources[1][0] = (tile, elem, (src + 1) % len(sources))
+    for row in sources:
+        tile, elem, src = row[0]
+        row[0] = (tile, elem, src + 1)
     return dataclasses.replace(case, fragments=((key, Reorder(tuple(tuple(r) for r in sources))), *rest))
 
 
-BROKEN = _broken(next(c for c in CASES if c.kind == 2 and not c.plan.uses_block1d))
 
 
 # ---- the kernels ------------------------------------------------------------------------------------
@@ -153,20 +154,69 @@ def _body(case: Case, arrays: bool, slot0: int, out_bytes: int) -> list[str]:
     return lines
 
 
+def _local_fragments(case: Case) -> list:
+    """(slot, key, elements) of each reordered fragment the staged k-step reads from local memory
+    (lowering.reorder.local_reorder_elements; None where it falls back to the shuffles)."""
+    sg, bits = case.plan.mma.n, case.plan.mma.element(case.operand).bits
+    out = []
+    for s, (key, frag) in enumerate(case.fragments):
+        if isinstance(frag, Reorder):
+            elements = local_reorder_elements(frag, case.op, bits, sg, sg)
+            if elements is not None:
+                out.append((s, key, elements))
+    return out
+
+
+def _local_body(case: Case, slot0: int, out_bytes: int) -> list[str]:
+    """The copy registers in local memory as the staged k-step keeps them (component i of lane l of tile t at
+    ``<var>0[t * size + i * sg + l - lane]``), every fragment with a direct form built from its elements."""
+    op, sg, var = case.op, case.plan.mma.n, case.operand
+    atom, rb = op.atom, op.atom.register_bytes
+    size = atom.register_length * sg
+    bits = case.plan.mma.element(var).bits
+    lines = ["{"]
+    for t in range(len(op.tiles)):
+        lines.append(f"    union {{ {atom.register_type} v; uchar b[{rb}]; }} u{t};")
+        lines.append(f"    for (int i = 0; i < {rb}; ++i) u{t}.b[i] = in[({t} * {sg} + xe_lane) * {rb} + i];")
+        lines.append(f"    for (int i = 0; i < {atom.register_length}; ++i) {var}0[{t * size} + i * {sg}] = "
+                     f"{'u%d.v[i]' % t if atom.register_length > 1 else 'u%d.v' % t};")
+    lines.append("    sub_group_barrier(CLK_LOCAL_MEM_FENCE);")
+    nwords = _frag_bytes(case, True) // 4
+    for s, _, elements in _local_fragments(case):
+        lines.append(f"    {{ uint w[{nwords}] = {{ 0 }};")
+        for e, value in enumerate(elements):
+            lines.append(f"      w[{e * bits // 32}] |= ({value} & {hex((1 << bits) - 1)}u) << {e * bits % 32};")
+        lines.append(f"      for (int i = 0; i < {nwords * 4}; ++i) out[(({slot0 + s}) * {sg} + xe_lane) * {out_bytes} + i]"
+                     " = ((uchar*)w)[i]; }")
+    lines.append("}")
+    return lines
+
+
 def _out_bytes(case: Case) -> int:
     return max(_frag_bytes(case), _frag_bytes(case, True))
+
+
+BROKEN = _broken(next(c for c in CASES if c.kind == 2 and not c.plan.uses_block1d and _local_fragments(c)
+                      and all(row[0][2] + 1 < c.plan.mma.n for row in c.fragments[0][1].sources)))
 
 
 def _kernel(index: int, case: Case) -> str:
     sg = case.plan.mma.n
     n = len(case.fragments)
     body = _body(case, False, 0, _out_bytes(case))
+    top = []
     if case.arrays:
         body += _body(case, True, n, _out_bytes(case))
+        if _local_fragments(case):
+            atom = case.op.atom
+            top = [f"local {atom.register_elem_ctype} xe_reg[{len(case.op.tiles) * atom.register_length * sg}];",
+                   "const int lane = get_sub_group_local_id();",
+                   f"local {atom.register_elem_ctype}* const {case.operand}0 = xe_reg + lane;"]
+            body += _local_body(case, 2 * n, _out_bytes(case))
     return "\n".join([
         f"__attribute__((intel_reqd_sub_group_size({sg}))) __attribute__((reqd_work_group_size({sg}, 1, 1)))",
         f"__kernel void r{index}(const global uchar* in, global uchar* out)", "{", "    " + LANE_DECLARATION,
-        *("    " + ln for ln in body), "}"])
+        *("    " + ln for ln in top), *("    " + ln for ln in body), "}"])
 
 
 def program_source(cases) -> str:
@@ -246,17 +296,20 @@ def run_case(queue, program, index: int, case: Case, seed: int) -> list[str]:
     cols = max(c for _, c in op.tiles) + op.atom.cols
     image = rng.integers(0, 1 << bits, size=(rows, cols), dtype=np.uint64)
     regs = _registers(case, image, rng)
-    slots = len(case.fragments) * (2 if case.arrays else 1)
+    slots = len(case.fragments) * (3 if case.arrays else 1)
     ob = _out_bytes(case)
     out = to_device(queue, np.zeros(slots * sg * ob, np.uint8))
     launch(queue, program.get_sycl_kernel(f"r{index}"), [to_device(queue, regs.reshape(-1)), out], [sg], [sg]).wait()
     got = from_device(out, np.uint8, (slots, sg, ob))
     elem_bits = case.plan.mma.element(case.operand).bits
     bad = []
-    variants = [("vector registers", 0, False)] + ([("array registers", len(case.fragments), True)] if case.arrays else [])
+    n = len(case.fragments)
+    variants = [("vector registers", 0, False)] + \
+        ([("array registers", n, True), ("local registers", 2 * n, True)] if case.arrays else [])
+    local = {s for s, _, _ in _local_fragments(case)} if case.arrays else set()
     for what, slot0, arrays in variants:
         for s, (key, frag) in enumerate(case.fragments):
-            if arrays and isinstance(frag, Fragment):
+            if arrays and isinstance(frag, Fragment) or what == "local registers" and s not in local:
                 continue
             want = _expected(case, image, key)
             for lane in range(sg):
@@ -278,7 +331,9 @@ def test_reorder_matches_lane_maps(queue, program, index):
 
 
 def test_cases_cover_every_kind_operand_and_sub_group_size():
-    """The enumeration is no token one: all three kinds, both operands, both sub-group sizes, both layouts."""
+    """The enumeration is no token one: all three kinds, both operands, both sub-group sizes, both layouts;
+    and the direct reads from local memory cover both operands and a cross-lane gather."""
+    assert {(c.operand, c.kind) for c in CASES if c.arrays and _local_fragments(c)} >= {("a", 2), ("b", 2)}
     assert {c.kind for c in CASES} == set(KINDS)
     assert {(c.kind, c.operand) for c in CASES} >= {(0, "a"), (0, "b"), (1, "a"), (2, "a"), (2, "b")}
     assert {c.plan.mma.n for c in CASES if c.kind == 2} == {8, 16}
@@ -288,4 +343,7 @@ def test_cases_cover_every_kind_operand_and_sub_group_size():
 def test_a_wrong_source_lane_is_caught(queue, program):
     """The harness can fail: one element of a gather read from the neighbouring lane is reported."""
     bad = run_case(queue, program, len(CASES), BROKEN, 1)
-    assert bad and all(" lane 1 element 0:" in line for line in bad), bad
+    assert bad and all(" element 0:" in line and "fragment " + str(BROKEN.fragments[0][0]) in line
+                       for line in bad), bad
+    assert {line.split("(")[1].split(")")[0] for line in bad} == {"vector registers", "array registers",
+                                                                   "local registers"}, bad

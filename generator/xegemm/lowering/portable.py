@@ -22,7 +22,8 @@ from xegemm.atoms.mma import MmaAtom
 from xegemm.dtypes import UNSIGNED_CTYPE, DType, c_spelling, ctype_shape, sizeof_ctype, vector_ctype
 from xegemm.lowering.dequant import DequantCode, dequant_code
 from xegemm.lowering.loops import reroll
-from xegemm.lowering.reorder import fragment_ctype, plan_reorders, register_unit
+from xegemm.lowering.reorder import fragment_ctype, local_reorder_elements, plan_reorders, register_unit
+from xegemm.operands import Reorder
 
 
 def _component(var: str, width: int, i: int) -> str:
@@ -425,6 +426,19 @@ class LocalRegisters:
         """A sub-group's local memory for them."""
         return sum(n * self.stride * sizeof_ctype(ctype) for _, ctype, n in self.tiles)
 
+    @property
+    def operands(self) -> tuple[tuple[str, str, int, tuple[str, ...]], ...]:
+        """Per operand (a, b): its array, component type, a tile's elements (components x stride) and its tiles'
+        variables.  An operand's tiles lie one after another in one array, so that the loads of several tiles
+        can be one call in a loop (templates/gemm.cl.j2), tile t at ``<first> + t * elements``."""
+        out = []
+        for operand in ("a", "b"):
+            tiles = [(var, ctype, n) for var, ctype, n in self.tiles if var.rstrip("0123456789") == operand]
+            if tiles:
+                out.append((f"xe_reg_{operand}", tiles[0][1], tiles[0][2] * self.stride,
+                            tuple(var for var, _, _ in tiles)))
+        return tuple(out)
+
 
 def local_registers(plan, sub_group: int, used_bytes: int) -> LocalRegisters | None:
     """The staged k-step's copy registers in local memory (:class:`LocalRegisters`), or None (private arrays)
@@ -483,22 +497,34 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
     stride = registers.stride if registers else int(copy_arrays)
     rolls = functools.partial(reroll, indent="    ") if registers else tuple
     reorders = plan_reorders(plan, unsigned=True, arrays=stride)   # the kernel declares xe_lane before its main loop
+    # with the copy registers in local memory, a reordered fragment's elements are read from their lanes there
+    direct = {name: {key: elements for key, frag in operand.fragments.items() if isinstance(frag, Reorder)
+                     and (elements := local_reorder_elements(frag, operand, view.element(name).bits, sub_group,
+                                                             registers.stride)) is not None}
+              for name, operand, view in (("a", plan.a, a_view or atom), ("b", plan.b, b_view))} \
+        if registers else {"a": {}, "b": {}}
     a_stage, b_stage = [], []
     for ki in range(kt):
         lines = list(dequant.chunk_loads[ki]) if dequant else []     # the groups starting here: their scales first
         for i in range(mt):
             frag = plan.a.fragments[(i, ki)]
-            if (i, ki) in reorders["a"]:   # gathered into fa_<i>_<ki> first (xegemm.lowering.reorder)
+            if (i, ki) in direct["a"]:
+                reg = None
+            elif (i, ki) in reorders["a"]:   # gathered into fa_<i>_<ki> first (xegemm.lowering.reorder)
                 lines += reorders["a"][(i, ki)]
                 reg, reg_type, offset, arrays = f"fa_{i}_{ki}", fragment_ctype(a_view or atom, "a", True), 0, False
             else:
                 reg, reg_type, offset, arrays = f"a{frag.tile}", plan.a.atom.register_type, frag.offset, stride
             values, slots = [], [[] for _ in range(sub_group)]
             for e in range(a_view.elements if a_view else a_n * a_per):
-                unit = register_unit(reg, reg_type, a_bits, offset + e // a_per, arrays)
+                if reg is None:           # the element alone in the low bits
+                    unit, index, bits = direct["a"][(i, ki)][e], 0, 32
+                else:
+                    unit, index, bits = register_unit(reg, reg_type, a_bits, offset + e // a_per, arrays), \
+                        e % a_per, a_bits
                 row = next((cells[e][0] for cells in a_cells if cells[e] is not None), 0)
-                values.append(dequant.a_value(unit, e % a_per, i * atom.m + row, sub_group) if a_view else
-                              _decode(atom.a_type, unit, e % a_per, source_bits=a_bits))
+                values.append(dequant.a_value(unit, index, i * atom.m + row, sub_group) if a_view else
+                              _decode(atom.a_type, unit, index, source_bits=bits))
                 for lane in range(sub_group):
                     cell = a_cells[lane][e]
                     real = cell is not None and cell[0] < atom.m
@@ -508,14 +534,18 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
         lines = []
         for j in range(nt):
             frag = plan.b.fragments[(ki, j)]
-            if (ki, j) in reorders["b"]:
-                lines += reorders["b"][(ki, j)]
-                reg, reg_type, offset, arrays = f"fb_{ki}_{j}", fragment_ctype(b_view, "b", True), 0, False
+            if (ki, j) in direct["b"]:     # each element alone in the low bits of its unit
+                units, index, bits = direct["b"][(ki, j)], [0] * k, 32
             else:
-                reg, reg_type, offset, arrays = f"b{frag.tile}", plan.b.atom.register_type, frag.offset, stride
-            units = [register_unit(reg, reg_type, b_bits, offset + kk // b_per, arrays) for kk in range(k)]
-            values = [dequant.value(units[kk], kk % b_per, j) if dequant else
-                      _decode(atom.b_type, units[kk], kk % b_per, source_bits=b_bits) for kk in range(k)]
+                if (ki, j) in reorders["b"]:
+                    lines += reorders["b"][(ki, j)]
+                    reg, reg_type, offset, arrays = f"fb_{ki}_{j}", fragment_ctype(b_view, "b", True), 0, False
+                else:
+                    reg, reg_type, offset, arrays = f"b{frag.tile}", plan.b.atom.register_type, frag.offset, stride
+                units = [register_unit(reg, reg_type, b_bits, offset + kk // b_per, arrays) for kk in range(k)]
+                index, bits = [kk % b_per for kk in range(k)], b_bits
+            values = [dequant.value(units[kk], index[kk], j) if dequant else
+                      _decode(atom.b_type, units[kk], index[kk], source_bits=bits) for kk in range(k)]
             slots = [[(kk * nt + j) * sub_group + lane for kk in range(k)] for lane in range(sub_group)]
             lines += _stage_lines("sb", slots, values, sub_group)
         b_stage.append(tuple(rolls(lines)))

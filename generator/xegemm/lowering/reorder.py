@@ -22,9 +22,11 @@ LANE = "xe_lane"
 LANE_DECLARATION = f"const uint {LANE} = get_sub_group_local_id();"
 
 
-def lane_fit(values: dict[int, int], sub_group: int) -> str | None:
-    """A C expression in ``xe_lane`` equal to ``values[lane]`` on every lane given (any subset), of the form
-    base + hi * (lane / p) + lo * (lane % p), p a power of two; None when no such form fits."""
+def lane_fit(values: dict[int, int], sub_group: int, lane: str = LANE, base_always: bool = False) -> str | None:
+    """A C expression in ``lane`` (default ``xe_lane``) equal to ``values[lane]`` on every lane given (any
+    subset), of the form base + hi * (lane / p) + lo * (lane % p), p a power of two; None when no such form
+    fits.  ``base_always``: the base printed even when 0 (so that expressions differing only in it have one
+    shape, for lowering.loops.reroll)."""
     lanes = sorted(values)
     p = sub_group
     while p >= 1:
@@ -38,8 +40,8 @@ def lane_fit(values: dict[int, int], sub_group: int) -> str | None:
         first = lanes[0]
         base = values[first] - hi * (first // p) - lo * (first % p)
         if all(values[x] == base + hi * (x // p) + lo * (x % p) for x in lanes):
-            terms = [str(base)] if base else []
-            for coef, var in ((hi, f"{LANE} / {p}"), (lo, LANE if p == sub_group else f"{LANE} % {p}")):
+            terms = [str(base)] if base or base_always else []
+            for coef, var in ((hi, f"{lane} / {p}"), (lo, lane if p == sub_group else f"{lane} % {p}")):
                 if coef:
                     terms.append(var if coef == 1 else f"{var} * {coef}")
             return " + ".join(terms) if terms else "0"
@@ -135,6 +137,38 @@ def reorder_lines(name: str, reorder, operand, frag_ctype: str, elem_bits: int, 
         ", ".join(comps) + ")"
     lines.append(f"const {frag_ctype} {name} = {value};")
     return lines
+
+
+def local_reorder_elements(reorder, operand, elem_bits: int, sub_group: int, stride: int) -> list[str] | None:
+    """The elements of the fragment ``reorder`` gathers, read straight from the copy registers in the
+    sub-group's local memory (lowering.portable.LocalRegisters: component i of lane l of tile t at
+    ``<var>0[t * size + i * stride + l - lane]``, the operand's tiles one after another), no shuffles: per
+    fragment element (lowest first, across the fragment's components) a uint expression whose low
+    ``elem_bits`` bits are the element.  The source lane, component and bit offset are written as affine
+    expressions of the int ``lane`` (their bases always printed, so alike elements are one loop,
+    lowering.loops).  None when some element's source is not of that form or is padding on some lanes only
+    (the shuffles of :func:`reorder_lines` then gather it).  The reads come after the k-chunk's sub-group
+    barrier, so every lane's loads have landed."""
+    copy = operand.atom
+    per_comp = copy.register_elem_bits // elem_bits
+    size = copy.register_length * stride
+    var = f"{operand.operand}0"
+    out = []
+    for e in range(len(reorder.sources[0])):
+        sources = [reorder.sources[lane][e] for lane in range(sub_group)]
+        if all(src is None for src in sources):
+            out.append("0u")
+            continue
+        if any(src is None for src in sources):
+            return None
+        at = {lane: tile * size + elem // per_comp * stride + src_lane
+              for lane, (tile, elem, src_lane) in enumerate(sources)}
+        shifts = {lane: elem % per_comp * elem_bits for lane, (_, elem, _) in enumerate(sources)}
+        index, shift = lane_fit(at, sub_group, "lane", True), lane_fit(shifts, sub_group, "lane", True)
+        if index is None or shift is None:
+            return None
+        out.append(f"((uint){var}[({index}) - lane] >> ({shift}))")
+    return out
 
 
 def register_unit(var: str, reg_ctype: str, unit_bits: int, index: int, array: int) -> str:
