@@ -763,18 +763,9 @@ __kernel void xegemm_bf16_s8_f32_bf16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n
             sa[(16 * xe_i) + lane] = as_float((uint)a0[(16 * xe_i)] << 16);
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 0), xq_s0);
-            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 1), xq_s0);
-            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 2), xq_s0);
-            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 3), xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 0), xq_s1);
-            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 1), xq_s1);
-            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 2), xq_s1);
-            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 3), xq_s1);
+        for (int xe_e = 0; xe_e < 32; ++xe_e) {
+            const int xe_j = xe_e / 16;
+            sb[(xe_e % 16 * 2 + xe_j) * 16 + lane] = xe_dequant_b(xe_q_code((uint)b0[(0 + xe_e / 16 * 8 + xe_e % 16 / 4) * 16], xe_e % 4), (xe_j == 0 ? xq_s0 : xq_s1));
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
@@ -805,18 +796,9 @@ __kernel void xegemm_bf16_s8_f32_bf16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n
             sa[(16 * xe_i) + lane] = as_float((uint)a0[(256 + 16 * xe_i)] << 16);
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 0), xq_s0);
-            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 1), xq_s0);
-            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 2), xq_s0);
-            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 3), xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 0), xq_s1);
-            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 1), xq_s1);
-            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 2), xq_s1);
-            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 3), xq_s1);
+        for (int xe_e = 0; xe_e < 32; ++xe_e) {
+            const int xe_j = xe_e / 16;
+            sb[(xe_e % 16 * 2 + xe_j) * 16 + lane] = xe_dequant_b(xe_q_code((uint)b0[(4 + xe_e / 16 * 8 + xe_e % 16 / 4) * 16], xe_e % 4), (xe_j == 0 ? xq_s0 : xq_s1));
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1

@@ -871,18 +871,9 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
             sa[(48 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(64 * xe_i)] | (uint)a0[(16 + 64 * xe_i)] << 8 | (uint)a0[(32 + 64 * xe_i)] << 16 | (uint)a0[(48 + 64 * xe_i)] << 24), 3u), intel_sub_group_shuffle(xa_s0, (3 + 4 * xe_i)));
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 0), xq_s0);
-            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 1), xq_s0);
-            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 2), xq_s0);
-            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 * xe_i)], 3), xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 0), xq_s1);
-            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 1), xq_s1);
-            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 2), xq_s1);
-            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(128 + 16 * xe_i)], 3), xq_s1);
+        for (int xe_e = 0; xe_e < 32; ++xe_e) {
+            const int xe_j = xe_e / 16;
+            sb[(xe_e % 16 * 2 + xe_j) * 16 + lane] = xe_dequant_b(xe_q_code((uint)b0[(0 + xe_e / 16 * 8 + xe_e % 16 / 4) * 16], xe_e % 4), (xe_j == 0 ? xq_s0 : xq_s1));
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
@@ -916,18 +907,9 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
             sa[(48 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(256 + 64 * xe_i)] | (uint)a0[(272 + 64 * xe_i)] << 8 | (uint)a0[(288 + 64 * xe_i)] << 16 | (uint)a0[(304 + 64 * xe_i)] << 24), 3u), intel_sub_group_shuffle(xa_s0, (3 + 4 * xe_i)));
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 0), xq_s0);
-            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 1), xq_s0);
-            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 2), xq_s0);
-            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(64 + 16 * xe_i)], 3), xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 0), xq_s1);
-            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 1), xq_s1);
-            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 2), xq_s1);
-            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[(192 + 16 * xe_i)], 3), xq_s1);
+        for (int xe_e = 0; xe_e < 32; ++xe_e) {
+            const int xe_j = xe_e / 16;
+            sb[(xe_e % 16 * 2 + xe_j) * 16 + lane] = xe_dequant_b(xe_q_code((uint)b0[(4 + xe_e / 16 * 8 + xe_e % 16 / 4) * 16], xe_e % 4), (xe_j == 0 ? xq_s0 : xq_s1));
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
@@ -961,18 +943,9 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
             sa[(48 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(512 + 64 * xe_i)] | (uint)a0[(528 + 64 * xe_i)] << 8 | (uint)a0[(544 + 64 * xe_i)] << 16 | (uint)a0[(560 + 64 * xe_i)] << 24), 3u), intel_sub_group_shuffle(xa_s0, (3 + 4 * xe_i)));
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(16 * xe_i)], 0), xq_s0);
-            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(16 * xe_i)], 1), xq_s0);
-            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(16 * xe_i)], 2), xq_s0);
-            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(16 * xe_i)], 3), xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(128 + 16 * xe_i)], 0), xq_s1);
-            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(128 + 16 * xe_i)], 1), xq_s1);
-            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(128 + 16 * xe_i)], 2), xq_s1);
-            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(128 + 16 * xe_i)], 3), xq_s1);
+        for (int xe_e = 0; xe_e < 32; ++xe_e) {
+            const int xe_j = xe_e / 16;
+            sb[(xe_e % 16 * 2 + xe_j) * 16 + lane] = xe_dequant_b(xe_q_code((uint)b0[(16 + xe_e / 16 * 8 + xe_e % 16 / 4) * 16], xe_e % 4), (xe_j == 0 ? xq_s0 : xq_s1));
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
@@ -1006,18 +979,9 @@ __kernel void xegemm_e4m3_e4m3_f32_bf16_ttt_16x64x64_sg1x2_dpas8x16x16_au8x16x64
             sa[(48 + 64 * xe_i) + lane] = xe_round_once(xe_qa_code(((uint)a0[(768 + 64 * xe_i)] | (uint)a0[(784 + 64 * xe_i)] << 8 | (uint)a0[(800 + 64 * xe_i)] << 16 | (uint)a0[(816 + 64 * xe_i)] << 24), 3u), intel_sub_group_shuffle(xa_s0, (3 + 4 * xe_i)));
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(64 + 16 * xe_i)], 0), xq_s0);
-            sb[(32 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(64 + 16 * xe_i)], 1), xq_s0);
-            sb[(64 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(64 + 16 * xe_i)], 2), xq_s0);
-            sb[(96 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(64 + 16 * xe_i)], 3), xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 4; ++xe_i) {
-            sb[(16 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(192 + 16 * xe_i)], 0), xq_s1);
-            sb[(48 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(192 + 16 * xe_i)], 1), xq_s1);
-            sb[(80 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(192 + 16 * xe_i)], 2), xq_s1);
-            sb[(112 + 128 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[(192 + 16 * xe_i)], 3), xq_s1);
+        for (int xe_e = 0; xe_e < 32; ++xe_e) {
+            const int xe_j = xe_e / 16;
+            sb[(xe_e % 16 * 2 + xe_j) * 16 + lane] = xe_dequant_b(xe_q_code((uint)b0[(20 + xe_e / 16 * 8 + xe_e % 16 / 4) * 16], xe_e % 4), (xe_j == 0 ? xq_s0 : xq_s1));
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1

@@ -721,20 +721,9 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
             sa[(16 * xe_i) + lane] = (float)as_half((ushort)(uint)a0[(16 * xe_i)]);
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[0], xe_i), xq_z0, xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(256 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[16], xe_i), xq_z0, xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(16 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[0], xe_i), xq_z1, xq_s1);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(272 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[16], xe_i), xq_z1, xq_s1);
+        for (int xe_e = 0; xe_e < 32; ++xe_e) {
+            const int xe_j = xe_e / 16;
+            sb[(xe_e % 16 * 2 + xe_j) * 16 + lane] = xe_dequant_b(xe_q_code((uint)b0[(0 + xe_e / 16 * 4 + xe_e % 16 / 8) * 16], xe_e % 8), (xe_j == 0 ? xq_z0 : xq_z1), (xe_j == 0 ? xq_s0 : xq_s1));
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1
@@ -765,20 +754,9 @@ __kernel void xegemm_f16_u4_f32_f16_ttt_16x64x32_sg1x2_dpas8x16x16_au16x16x32n_b
             sa[(16 * xe_i) + lane] = (float)as_half((ushort)(uint)a0[(256 + 16 * xe_i)]);
         }
         #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[32], xe_i), xq_z0, xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(256 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b0[48], xe_i), xq_z0, xq_s0);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(16 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[32], xe_i), xq_z1, xq_s1);
-        }
-        #pragma unroll 1
-        for (int xe_i = 0; xe_i < 8; ++xe_i) {
-            sb[(272 + 32 * xe_i) + lane] = xe_dequant_b(xe_q_code((uint)b1[48], xe_i), xq_z1, xq_s1);
+        for (int xe_e = 0; xe_e < 32; ++xe_e) {
+            const int xe_j = xe_e / 16;
+            sb[(xe_e % 16 * 2 + xe_j) * 16 + lane] = xe_dequant_b(xe_q_code((uint)b0[(2 + xe_e / 16 * 4 + xe_e % 16 / 8) * 16], xe_e % 8), (xe_j == 0 ? xq_z0 : xq_z1), (xe_j == 0 ? xq_s0 : xq_s1));
         }
         sub_group_barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll 1

@@ -40,10 +40,13 @@ class DequantCode:
     chunk_loads: tuple[tuple[str, ...], ...]     # per k-chunk ki of a k-step: the loads of a group starting there
     has_zero: bool
 
-    def value(self, unit: str, element: int, j: int) -> str:
-        """The C of B element ``element`` (lowest first) of the 32-bit ``unit`` of stored codes, in N-fragment j."""
-        zero = f", xq_z{j}" if self.has_zero else ""
-        return f"xe_dequant_b(xe_q_code({unit}, {element}){zero}, xq_s{j})"
+    def value(self, unit: str, element: int | str, j: int, registers=None) -> str:
+        """The C of B element ``element`` (lowest first; a number or a C expression) of the 32-bit ``unit`` of
+        stored codes, in N-fragment j; ``registers(name)``: the C of the fragment's scale (``xq_s``) or zero
+        (``xq_z``) where that is not fragment j's own register (a loop over fragments picks it)."""
+        register = registers or (lambda name: f"{name}{j}")
+        zero = f", {register('xq_z')}" if self.has_zero else ""
+        return f"xe_dequant_b(xe_q_code({unit}, {element}){zero}, {register('xq_s')})"
 
     @staticmethod
     def a_value(unit: str, element: int, row: int, lanes: int) -> str:

@@ -532,8 +532,12 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
             lines += _stage_lines("sa", slots, values, sub_group)
         a_stage.append(tuple(rolls(lines)))
         lines = []
+        if dequant and registers and plan.b.atom.register_elem_bits == b_bits:
+            lines += _dequant_loop(plan, ki, dequant, reorders["b"], k, b_per, sub_group, stride)
         for j in range(nt):
             frag = plan.b.fragments[(ki, j)]
+            if dequant and registers and plan.b.atom.register_elem_bits == b_bits and (ki, j) not in reorders["b"]:
+                continue                   # in the loop above
             if (ki, j) in direct["b"]:     # each element alone in the low bits of its unit
                 units, index, bits = direct["b"][(ki, j)], [0] * k, 32
             else:
@@ -557,6 +561,43 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                        acc_ctype=atom.c_ctype, blocks=register_blocks(atom.m, mt, nt, plan.register_block),
                        round_row=round_row, pack_row=row, dequant=dequant,
                        rolled=rolled, registers=registers)
+
+
+def _dequant_loop(plan, ki: int, dequant: DequantCode, reorders: dict, k: int, per: int, sub_group: int,
+                  stride: int) -> list[str]:
+    """The staged dequantization of k-chunk ki's B fragments read straight from the copy registers in local
+    memory (those not gathered by a reorder), as loops over their elements in the order the stage takes them
+    (fragment by fragment, k increasing): the dequantization, several statements once inlined, is printed once
+    per loop instead of once per rolled run of alike lines.  One loop for all the fragments where each one's
+    first component lies a fixed distance after the previous one's (the operand's tiles are one array,
+    LocalRegisters.operands) and its scale and zero are picked by the fragment's index; one per fragment
+    otherwise.  A GPTQ u4 kernel built in about 0.6x the time of the rolled runs (docs/benchmarks.md)."""
+    nt, length = plan.mma_grid[1], plan.b.atom.register_length
+    frags = [(j, plan.b.fragments[(ki, j)]) for j in range(nt) if (ki, j) not in reorders]
+    first = {j: frag.tile * length + frag.offset for j, frag in frags}   # component index from b0
+
+    def pick(name: str, js: list[int], index: str) -> str:
+        out = f"{name}{js[-1]}"
+        for j in reversed(js[:-1]):
+            out = f"({index} == {j} ? {name}{j} : {out})"
+        return out
+
+    def loop(js: list[int], step: int) -> list[str]:
+        count, j0 = len(js), js[0]
+        jexpr = f"{j0} + xe_e / {k}" if j0 else f"xe_e / {k}"
+        unit = f"(uint)b0[({first[j0]} + xe_e / {k} * {step} + xe_e % {k} / {per}) * {stride}]"
+        # several fragments: each one's own scale and zero, a select on values uniform over the lanes
+        value = dequant.value(unit, f"xe_e % {per}", j0,
+                              (lambda name: pick(name, js, "xe_j")) if count > 1 else None)
+        return ["#pragma unroll 1", f"for (int xe_e = 0; xe_e < {k * count}; ++xe_e) {{",
+                f"    const int xe_j = {jexpr};" if count > 1 else f"    /* fragment {j0} */",
+                f"    sb[(xe_e % {k} * {nt} + {'xe_j' if count > 1 else j0}) * {sub_group} + lane] = {value};", "}"]
+
+    js = [j for j, _ in frags]
+    steps = {first[b] - first[a] for a, b in zip(js, js[1:])}
+    if len(js) > 1 and len(steps) == 1 and js == list(range(js[0], js[0] + len(js))):
+        return loop(js, steps.pop())
+    return [line for j in js for line in loop([j], 0)]
 
 
 def register_blocks(rows: int, mt: int, nt: int, block: tuple[int, int]):
