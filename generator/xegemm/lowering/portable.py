@@ -503,6 +503,8 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                                                              registers.stride)) is not None}
               for name, operand, view in (("a", plan.a, a_view or atom), ("b", plan.b, b_view))} \
         if registers else {"a": {}, "b": {}}
+    # a dequantized B read straight from the local copy registers: its stage is a loop (_dequant_loop)
+    looped = bool(dequant and registers and plan.b.atom.register_elem_bits == b_bits)
     a_stage, b_stage = [], []
     for ki in range(kt):
         lines = list(dequant.chunk_loads[ki]) if dequant else []     # the groups starting here: their scales first
@@ -531,12 +533,10 @@ def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
                     slots[lane].append((i * rm + cell[0]) * k + cell[1] if real else None)
             lines += _stage_lines("sa", slots, values, sub_group)
         a_stage.append(tuple(rolls(lines)))
-        lines = []
-        if dequant and registers and plan.b.atom.register_elem_bits == b_bits:
-            lines += _dequant_loop(plan, ki, dequant, reorders["b"], k, b_per, sub_group, stride)
+        lines = _dequant_loop(plan, ki, dequant, reorders["b"], k, b_per, sub_group, stride) if looped else []
         for j in range(nt):
             frag = plan.b.fragments[(ki, j)]
-            if dequant and registers and plan.b.atom.register_elem_bits == b_bits and (ki, j) not in reorders["b"]:
+            if looped and (ki, j) not in reorders["b"]:
                 continue                   # in the loop above
             if (ki, j) in direct["b"]:     # each element alone in the low bits of its unit
                 units, index, bits = direct["b"][(ki, j)], [0] * k, 32
@@ -571,7 +571,8 @@ def _dequant_loop(plan, ki: int, dequant: DequantCode, reorders: dict, k: int, p
     per loop instead of once per rolled run of alike lines.  One loop for all the fragments where each one's
     first component lies a fixed distance after the previous one's (the operand's tiles are one array,
     LocalRegisters.operands) and its scale and zero are picked by the fragment's index; one per fragment
-    otherwise.  A GPTQ u4 kernel built in about 0.6x the time of the rolled runs (docs/benchmarks.md)."""
+    otherwise.  Against the rolled runs, hand-measured on AVX-512: u8 per channel built in 0.61x the time,
+    GPTQ u4 in 0.84x (docs/benchmarks.md)."""
     nt, length = plan.mma_grid[1], plan.b.atom.register_length
     frags = [(j, plan.b.fragments[(ki, j)]) for j in range(nt) if (ki, j) not in reorders]
     first = {j: frag.tile * length + frag.offset for j, frag in frags}   # component index from b0
