@@ -21,7 +21,7 @@ feature as the commit ``REV`` of this repository renders it (its tree checked ou
 and builds the two sources of a feature alternately in the same child, repeat by repeat (the order swapped
 every repeat), so the load of a shared machine falls on both alike; the table then gives both and their ratio.  The table goes to stdout and, with
 ``--out``, to ``build_times.md`` and ``build_times.json`` there.  Times are measured, never asserted; the
-machine's load is recorded with them (:func:`xegemm.profile.conditions`).
+machine's load is recorded with them (:func:`xegemm.evaluate.timing.conditions`).
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ from bench import REPO
 from bench.code_paths import host_code_paths
 from bench.revision import python_at
 from xegemm.config.reader import config_from_text
-from xegemm.epilogue import ACTIVATIONS, OUTPUT_TYPES
+from xegemm.epilogues.outputs import OUTPUT_TYPES
+from xegemm.epilogues.registry import ACTIVATIONS
 from xegemm.evaluate import plan_variants, render_variant
 from xegemm.evaluate.device import device_build_options
 from xegemm.lowering import named_lowering
-from xegemm.profile import conditions
+from xegemm.evaluate.timing import conditions
 
 # The base kernel: a 64x64x32 work-group tile of 2x2 sub-groups, f16 inputs, f32 accumulation and output.
 BASE = """

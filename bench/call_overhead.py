@@ -23,11 +23,11 @@ import numpy as np
 import xegemm
 from bench.interleave import measure_sides
 from xegemm.api.operands import host_bytes, operand
-from xegemm.dtypes import host_dtype
+from xegemm.library.dtypes import host_dtype
 from xegemm.evaluate.device import submit_in_order
-from xegemm.profile import conditions
+from xegemm.evaluate.timing import conditions
 from xegemm.runtime.program import to_device
-from xegemm.tune.shapes import parse_label
+from xegemm.config.shapes import parse_label
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 DEFAULT_SHAPES = ("32x32x32", "64x64x64", "128x128x128", "256x256x256")

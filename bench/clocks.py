@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xegemm.profile import Timing, warm_up
+from xegemm.evaluate.timing import Timing, warm_up
 
 
 class MeasuredClock:
@@ -31,7 +31,7 @@ class MeasuredClock:
 
     def measure(self, target: Callable[[], float], rounds: int, warmup: int = 0, benchmark=None) -> Timing:
         """Warm ``target`` (which returns the seconds it measured) up as every xegemm timing does
-        (:func:`xegemm.profile.warm_up`: by time and stability, at least ``warmup`` runs), then run it ``rounds``
+        (:func:`xegemm.evaluate.timing.warm_up`: by time and stability, at least ``warmup`` runs), then run it ``rounds``
         times through ``benchmark.pedantic`` (or a plain loop without one); return those rounds' timing, with
         the warm-up used."""
         warm = warm_up(lambda: target() * 1e3, warmup)

@@ -15,7 +15,7 @@ import pytest
 
 from bench.report import comparison_lines
 from bench.selection import cases, problems
-from xegemm.pipeline import DeviceSession, choose_lowering
+from xegemm.jobs.pipeline import DeviceSession, choose_lowering
 from xegemm.runtime import describe, select_sycl_device
 
 LEDGER = pytest.StashKey[dict]()

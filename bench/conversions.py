@@ -24,8 +24,8 @@ import time
 import ml_dtypes
 import numpy as np
 
-from xegemm.build_flags import STANDARD
-from xegemm.render import environment
+from xegemm.library.build_flags import STANDARD
+from xegemm.kernel.render import environment
 
 KERNEL = """
 __kernel void f32_patterns(const global uint* x, global ushort* hf_new, global ushort* hf_old, global ushort* bf)

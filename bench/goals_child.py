@@ -37,7 +37,7 @@ from xegemm.config import load_config
 from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
 from xegemm.lowering import choose_lowering
-from xegemm.profile import conditions, gemm_flops, launch_ms
+from xegemm.evaluate.timing import conditions, gemm_flops, launch_ms
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.tune import Shape, parse_shapes, tune
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xegemm.profile import CV_LIMIT
+from xegemm.evaluate.timing import CV_LIMIT
 
 INPUT_TYPES = ("bf16", "f16")                         # A and B; accumulator and C are f32
 SHAPES = ("1024x1024x1024", "2048x2048x2048", "4096x4096x1024")

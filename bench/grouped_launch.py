@@ -30,19 +30,19 @@ from pathlib import Path
 import numpy as np
 
 from bench.interleave import build_verified, round_robin
-from xegemm.arguments import KernelCall
+from xegemm.kernel.arguments import KernelCall
 from xegemm.config import Variant, load_config
 from xegemm.evaluate import plan_variant, plan_variants, render_variant
 from xegemm.evaluate.device import DeviceSession, EventSpan, device_build_options, epilogue_scalars
 from xegemm.evaluate.grouped import GroupedNumpyReference
 from xegemm.files import write_json_atomic
 from xegemm.grouped.problem import from_config
-from xegemm.grouped.verify import group_config
+from xegemm.verify.grouped import group_config
 from xegemm.lowering import choose_lowering
-from xegemm.profile import conditions, launch_ms
+from xegemm.evaluate.timing import conditions, launch_ms
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.runtime.program import build_program, from_device, launch, to_device
-from xegemm.verify import check, make_operands, poison_c, reference
+from xegemm.verify.dense import check, make_operands, poison_c, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [ROOT / "configs" / "moe.yaml", ROOT / "configs" / "grouped.yaml"]

@@ -29,7 +29,7 @@ from xegemm.config import load_config
 from xegemm.evaluate import Evaluation, plan_variants, render_variant
 from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
 from xegemm.lowering import choose_lowering
-from xegemm.profile import CV_LIMIT, NumpyReference, Timing, conditions, gemm_flops, launch_ms, time_rounds
+from xegemm.evaluate.timing import CV_LIMIT, NumpyReference, Timing, conditions, gemm_flops, launch_ms, time_rounds
 from xegemm.runtime import describe, select_sycl_device
 
 
@@ -70,15 +70,15 @@ RENDER_AT = ("import json, sys; from xegemm.config import load_config; from xege
 
 def round_robin(sides: dict[str, Callable[[], float]], rounds: int, launches: int) -> dict[str, Timing]:
     """Time every side in the same rounds, the way ``xegemm run`` and ``xegemm tune`` time a kernel
-    (:func:`xegemm.profile.time_rounds`): each side warmed up by time and stability first; per round, each side
-    in turn gets a pause of :data:`xegemm.profile.SETTLE_S`, a re-warm to its steady level and at least
-    ``launches`` timed runs (and :data:`xegemm.profile.ROUND_MIN_MS`).  ``sides`` maps a name to a function that
+    (:func:`xegemm.evaluate.timing.time_rounds`): each side warmed up by time and stability first; per round, each side
+    in turn gets a pause of :data:`xegemm.evaluate.timing.SETTLE_S`, a re-warm to its steady level and at least
+    ``launches`` timed runs (and :data:`xegemm.evaluate.timing.ROUND_MIN_MS`).  ``sides`` maps a name to a function that
     runs that side once and returns the run's time in ms; returns each side's timing with its warm-up."""
     return time_rounds(sides, rounds, launches)
 
 
 def measure_sides(sides: dict[str, Callable[[], float]], rounds: int, launches: int) -> dict:
-    """:func:`round_robin`, once more when a side's CV is above :data:`xegemm.profile.CV_LIMIT`; the attempt
+    """:func:`round_robin`, once more when a side's CV is above :data:`xegemm.evaluate.timing.CV_LIMIT`; the attempt
     whose worst CV is lower is kept.  Returns ``{"timings": {name: Timing}, "attempts", "high_cv": [names
     still above the limit]}``."""
     kept = None

@@ -15,7 +15,7 @@ import ctypes
 
 import numpy as np
 
-from xegemm.build_flags import STANDARD
+from xegemm.library.build_flags import STANDARD
 from xegemm.runtime.program import build_program, from_device, launch, to_device
 
 TM, TN, SG = 4, 4, 16

@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.interleave import build_verified, round_robin
-from xegemm.arguments import KernelCall
+from xegemm.kernel.arguments import KernelCall
 from xegemm.config import load_config
 from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
 from xegemm.lowering import choose_lowering
-from xegemm.profile import conditions, gemm_flops, launch_ms
+from xegemm.evaluate.timing import conditions, gemm_flops, launch_ms
 from xegemm.quant import compute_type, dequantize, operand_spec, random_quantized
 from xegemm.runtime import describe, select_sycl_device
 

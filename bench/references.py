@@ -24,7 +24,7 @@ from bench.blas_worker import blas_info, operands, timed_matmul
 from bench.clblast import CALLS, CLBlastGemm, DeviceNotFound, find_clblast
 from bench.plain_sgemm import PlainSgemm
 from bench.provision import DPNP_OPT_IN
-from xegemm.profile import launch_ms
+from xegemm.evaluate.timing import launch_ms
 from xegemm.runtime.devices import dpctl_module
 
 

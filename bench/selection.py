@@ -10,7 +10,7 @@ from pathlib import Path
 
 from xegemm.config import Config, load_config
 from xegemm.evaluate import PlannedVariant, plan_variants
-from xegemm.tune.shapes import Shape, config_shapes, is_problem_axis, parse_shapes
+from xegemm.config.shapes import Shape, config_shapes, is_problem_axis, parse_shapes
 
 from bench import DEFAULT_CONFIG
 

@@ -17,8 +17,8 @@ import pytest
 import xegemm
 from bench.call_overhead import DEFAULT_CONFIG, DEFAULT_SHAPES, sides_for
 from bench.interleave import measure_sides
-from xegemm.profile import conditions
-from xegemm.tune.shapes import parse_label
+from xegemm.evaluate.timing import conditions
+from xegemm.config.shapes import parse_label
 
 ROUNDS, LAUNCHES = 10, 20
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-from xegemm.pipeline import run_variant
-from xegemm.profile import gemm_flops
+from xegemm.jobs.pipeline import run_variant
+from xegemm.evaluate.timing import gemm_flops
 
 from bench.clblast import find_clblast, loaded_library_path
 from bench.clblast_tuning import tuned_parameters

@@ -101,7 +101,7 @@ def run_portable(session, p, staged: bool):
     from xegemm.evaluate import Evaluation, plan_variants
     from xegemm.evaluate.device import DeviceBuilder, VerifyObserver
     from xegemm.lowering import Lowering
-    from xegemm.render import render_kernel
+    from xegemm.kernel.render import render_kernel
     from xegemm.runtime.program import from_device
 
     low = Lowering("portable")
@@ -142,7 +142,7 @@ def break_kernel(monkeypatch, old: str, new: str) -> None:
 
 def assert_verifies(pv, session) -> None:
     """Run a planned variant on the session's device: it must verify, every element within its bound."""
-    from xegemm.pipeline import run_variant
+    from xegemm.jobs.pipeline import run_variant
 
     res = run_variant(pv, session)
     assert res.status == "ok", res.reason
@@ -151,7 +151,7 @@ def assert_verifies(pv, session) -> None:
 
 def assert_fails_verification(monkeypatch, mutation: tuple[str, str], pv, session) -> None:
     """The variant's kernels with ``mutation`` (old, new text; :func:`break_kernel`) must fail verification."""
-    from xegemm.pipeline import run_variant
+    from xegemm.jobs.pipeline import run_variant
 
     break_kernel(monkeypatch, *mutation)
     res = run_variant(pv, session)
@@ -161,7 +161,7 @@ def assert_fails_verification(monkeypatch, mutation: tuple[str, str], pv, sessio
 @pytest.fixture(scope="module")
 def session(sycl_device):
     """A device session (queue, inputs and references) shared by a module's tests."""
-    from xegemm.pipeline import DeviceSession
+    from xegemm.jobs.pipeline import DeviceSession
 
     return DeviceSession(sycl_device)
 

@@ -15,14 +15,14 @@ from xegemm.api import (AlignmentError, DeviceArray, DeviceMemoryError, DTypeMis
                         RankError, ShapeMismatchError)
 from xegemm.api.gemm import load_source
 from xegemm.config import load_config
-from xegemm.dtypes import dtype, host_dtype
-from xegemm.epilogue import EpilogueSpec
+from xegemm.library.dtypes import dtype, host_dtype
+from xegemm.epilogues.fixed import EpilogueSpec
 from xegemm.lowering import named_lowering
 from xegemm.quant import compute_type, dequantize, operand_spec, random_quantized
 from xegemm.runtime.sycl import dpctl, dpmem
 from xegemm.tune.export import best_config
-from xegemm.tune.shapes import Shape
-from xegemm.verify import Operands, reference
+from xegemm.config.shapes import Shape
+from xegemm.verify.dense import Operands, reference
 
 pytestmark = pytest.mark.device
 CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))

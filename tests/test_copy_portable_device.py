@@ -24,7 +24,7 @@ from xegemm.atoms.copy import enumerate_copy_atoms
 from xegemm.config import load_config
 from xegemm.evaluate import plan_variants
 from xegemm.lowering.portable import copy_plan
-from xegemm.render import render_macro, wide_vector_typedefs
+from xegemm.kernel.render import render_macro, wide_vector_typedefs
 from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
 
 pytestmark = pytest.mark.device

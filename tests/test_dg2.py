@@ -17,17 +17,19 @@ import zlib
 import numpy as np
 import pytest
 
-from xegemm import evaluate, pipeline
+from xegemm import evaluate
+
+from xegemm.jobs import pipeline
 from xegemm.aot.isa import parse_instructions
 from xegemm.atoms.block1d import Block1DAtom, Block1DError, enumerate_block1d_atoms
 from xegemm.atoms.mma import MmaAtom, encode, pack_operand
 from xegemm.config import config_from_text
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.lowering.native import count_messages, lower_copy, native_capabilities
-from xegemm.plan import PlanRejected, plan
-from xegemm.surfaces import native_surface_violations
+from xegemm.plan.planner import PlanRejected, plan
+from xegemm.plan.surfaces import native_surface_violations
 from xegemm.lowering import Lowering
-from xegemm.render import render_kernel, render_macro, wide_vector_typedefs
+from xegemm.kernel.render import render_kernel, render_macro, wide_vector_typedefs
 
 DG2 = native_capabilities(DEBIAN_CAPABILITIES, "dg2")
 SG8 = "tile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 8}\n"
@@ -409,7 +411,7 @@ sweep:
 
 @pytest.mark.ocloc
 def test_representative_dg2_variants_issue_the_predicted_machine_code(tmp_path):
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
 
     cfg = tmp_path / "dg2mix.yaml"
     cfg.write_text(MIX)
@@ -441,7 +443,7 @@ def test_representative_dg2_variants_issue_the_predicted_machine_code(tmp_path):
 
 def test_named_1d_atoms_are_planned_and_2d_names_are_refused():
     from xegemm.config import config_from_text
-    from xegemm.plan import PlanRejected, plan
+    from xegemm.plan.planner import PlanRejected, plan
 
     base = "problem: {m: 64, n: 64, k: 64}\ntile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 8}\n"
     p = plan(config_from_text(base + "atoms: {a: XE_1D_U16x8x16_LD_SG8, c: XE_1D_U32x8x8_ST_SG8}\n"))

@@ -5,7 +5,7 @@ import pytest
 
 from xegemm.atoms.mma import BY_CODE, MmaAtom, enumerate_mma_atoms
 from xegemm.config import ConfigError, config_from_text
-from xegemm.dtypes import ALIASES, DTYPES, UnknownDTypeError, by_code, ctype_shape, dtype, sizeof_ctype
+from xegemm.library.dtypes import ALIASES, DTYPES, UnknownDTypeError, by_code, ctype_shape, dtype, sizeof_ctype
 
 FLOATS = [t for t in DTYPES.values() if not t.is_int]
 INTS = [t for t in DTYPES.values() if t.is_int]

@@ -1,7 +1,7 @@
 """The epilogue: D = convert(activation(alpha * acc + beta * C + bias)), in both lowerings.
 
 Every case runs on the real default device (portable lowering) on ragged, batched problems and is verified
-against xegemm.verify's reference, which applies the same operations in float64 and converts each end of the
+against xegemm.verify.dense's reference, which applies the same operations in float64 and converts each end of the
 tolerance interval to the output type; kernels with a deliberately wrong epilogue (truncation instead of
 rounding, wrapping instead of saturating, a dropped bias or beta, the wrong GELU) must fail that check.  The
 conversions themselves are checked bit for bit on the device; the native lowering is built for pvc and dg2.
@@ -14,9 +14,10 @@ import pytest
 from conftest import break_kernel, one_variant
 
 from xegemm.config import ConfigError, config_from_text
-from xegemm.epilogue import ACTIVATIONS, EpilogueSpec, reference_bounds
-from xegemm.pipeline import run_variant
-from xegemm.plan import plan
+from xegemm.epilogues.fixed import EpilogueSpec, reference_bounds
+from xegemm.epilogues.registry import ACTIVATIONS
+from xegemm.jobs.pipeline import run_variant
+from xegemm.plan.planner import plan
 
 FAST = "profile: {warmup: 1, repeats: 2}\n"
 RAGGED = "problem: {m: 45, n: 70, k: 72, batch: 2}\n"
@@ -192,14 +193,14 @@ def test_kernel_name_encodes_the_epilogue():
     assert _plan("epilogue: {beta: 0}\n").c_in is None          # beta = 0 reads nothing
     # reports and profiler CSVs tell the variants apart by it
     from xegemm.evaluate import params_of
-    from xegemm.result import tile_label
+    from xegemm.library.record import tile_label
     params = params_of(full.config)
     assert params["epilogue"] == "alpha_beta_biasrow_gelu_erf" and params_of(plain.config)["epilogue"] == "none"
     assert tile_label(params).endswith(" alpha_beta_biasrow_gelu_erf")
 
 
 def test_kernel_comment_describes_the_epilogue():
-    from xegemm.render import render_kernel
+    from xegemm.kernel.render import render_kernel
     src = render_kernel(plan(config_from_text("problem: {m: 64, n: 64, k: 64}\n" + INT16
                                               + "types: {a: s8, b: s8, acc: s32, c: u8}\n")))
     assert "D = acc, computed in s32 (exact), converted to u8 (saturating)" in src
@@ -225,7 +226,7 @@ def test_bad_epilogue_config_names_the_key(text, message):
 @pytest.mark.ocloc
 @pytest.mark.parametrize("target, tile", [("pvc", SG16), ("dg2", SG8)])
 def test_native_epilogue_builds_with_the_predicted_messages(target, tile, tmp_path):
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
     path = tmp_path / "ep.yaml"
     path.write_text("problem: {m: 64, n: 64, k: 64, batch: 2}\n" + tile +
                     "sweep:\n  types: [{c: bf16}, {c: f32}, {a: s8, b: s8, acc: s32, c: s8}]\n"

@@ -13,14 +13,16 @@ import numpy as np
 import pytest
 from epilogue_examples import bias_gelu, gated, residual, row_stats, scaled_s8
 from xegemm import ops
-from xegemm.dtypes import dtype
-from xegemm.epilogue import ACTIVATIONS, EpilogueSpec, load_float, storage_ctype
-from xegemm.epilogue_graph.emit import element_code, fixup_kernel, partial_layout
-from xegemm.epilogue_graph.fixed import fixed_graph, fixed_inputs
-from xegemm.epilogue_graph.graph import Graph
-from xegemm.epilogue_graph.reference import mismatches, reference
-from xegemm.epilogue_graph.tracer import trace
-from xegemm.render import environment
+from xegemm.library.dtypes import dtype
+from xegemm.epilogues.fixed import EpilogueSpec
+from xegemm.epilogues.outputs import load_float, storage_ctype
+from xegemm.epilogues.registry import ACTIVATIONS
+from xegemm.epilogues.emit import element_code, fixup_kernel, partial_layout
+from xegemm.epilogues.fixed import fixed_graph, fixed_inputs
+from xegemm.epilogues.graph import Graph
+from xegemm.epilogues.reference import mismatches, reference
+from xegemm.epilogues.tracer import trace
+from xegemm.kernel.render import environment
 from xegemm.runtime.program import (
     build_program,
     from_device,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from xegemm.arguments import KernelCall
+from xegemm.kernel.arguments import KernelCall
 from xegemm.config import ConfigError, config_from_text
-from xegemm.kernel_name import parse_kernel_name
-from xegemm.plan import PlanRejected, plan
-from xegemm.pipeline import build_config as build_pvc
-from xegemm.render import render_kernel
+from xegemm.plan.kernel_name import parse_kernel_name
+from xegemm.plan.planner import PlanRejected, plan
+from xegemm.jobs.pipeline import build_config as build_pvc
+from xegemm.kernel.render import render_kernel
 
 BASE = """\
 problem: {{m: 64, n: 64, k: 64}}

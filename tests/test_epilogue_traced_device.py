@@ -1,7 +1,7 @@
 """Traced epilogues in the real GEMM kernel, run on the default device (the Intel OpenCL CPU runtime): each
 documented example (docs/epilogues.md) is planned, rendered in the portable lowering, built, launched on a
 ragged batched problem (M, N, K not multiples of the tile, batch 2) and verified against its numpy reference
-in float64 with the tolerance of each op, D and every auxiliary output (xegemm.verify); and broken kernels of
+in float64 with the tolerance of each op, D and every auxiliary output (xegemm.verify.dense); and broken kernels of
 those graphs (an op dropped, a broadcast along the wrong axis, an auxiliary store lost) fail verification.
 One kernel per case, to keep the suite cheap."""
 
@@ -18,11 +18,11 @@ import xegemm
 from xegemm import evaluate
 from xegemm.config import config_from_text
 from xegemm.evaluate import plan_variants
-from xegemm.dtypes import dtype
-from xegemm.epilogue_graph.reference import mismatches, reference
+from xegemm.library.dtypes import dtype
+from xegemm.epilogues.reference import mismatches, reference
 from xegemm.errors import XegemmError
 from xegemm.evaluate.device import DeviceSession
-from xegemm.pipeline import run_variant
+from xegemm.jobs.pipeline import run_variant
 
 pytestmark = pytest.mark.device
 

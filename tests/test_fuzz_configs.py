@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from xegemm.config import ConfigError, config_from_text
 from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
-from xegemm.pipeline import run_variant
+from xegemm.jobs.pipeline import run_variant
 
 EXAMPLES = int(os.environ.get("XEGEMM_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],

@@ -8,7 +8,7 @@ from xegemm.config import config_from_text
 from xegemm.evaluate import plan_variants
 from xegemm.grouped import schedule
 from xegemm.lowering import named_lowering
-from xegemm.render import render_kernel
+from xegemm.kernel.render import render_kernel
 
 pytestmark = pytest.mark.ocloc
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from xegemm import evaluate
-from xegemm.arguments import KernelCall
+from xegemm.kernel.arguments import KernelCall
 from xegemm.config import config_from_text
 from xegemm.evaluate import Evaluator, plan_variants
 from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
-from xegemm.grouped.launch import grouped_launch, persistent_workgroups
+from xegemm.kernel.grouped_launch import grouped_launch, persistent_workgroups
 from xegemm.grouped.problem import GroupedProblem
-from xegemm.kernel_name import parse_kernel_name
+from xegemm.plan.kernel_name import parse_kernel_name
 from xegemm.lowering import Lowering
 
 # ragged groups (M, N, K not multiples of the 8 x 16 x 16 tile, the smallest: the CPU runtime builds it

@@ -7,9 +7,9 @@ import numpy as np
 import yaml
 import pytest
 
-from xegemm import verify
+from xegemm.verify import dense as verify
 from xegemm.config import ConfigError, config_from_text
-from xegemm.dtypes import dtype
+from xegemm.library.dtypes import dtype
 from xegemm.errors import XegemmError
 from xegemm.grouped.problem import (
     GroupedProblem,
@@ -19,9 +19,9 @@ from xegemm.grouped.problem import (
     moe_from_operands,
 )
 from xegemm.grouped.table import FIELD, FIELDS, packed_offsets, problem_table
-from xegemm.grouped.verify import check_groups, group_operands, group_references
+from xegemm.verify.grouped import check_groups, group_operands, group_references
 from xegemm.tune.api import _shapes as tune_shapes
-from xegemm.tune.shapes import Shape, parse_shapes
+from xegemm.config.shapes import Shape, parse_shapes
 
 
 def test_label_tokens_and_row_offsets():

@@ -14,7 +14,7 @@ from conftest import break_kernel
 from xegemm.api.errors import ShapeMismatchError
 from xegemm.config import config_from_text
 from xegemm.evaluate import plan_variants
-from xegemm.pipeline import run_variant
+from xegemm.jobs.pipeline import run_variant
 from xegemm.quant import compute_type, dequantize, operand_spec, random_quantized
 
 MOE = """\

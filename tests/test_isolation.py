@@ -15,7 +15,7 @@ import pytest
 from xegemm import evaluate
 from xegemm.errors import XegemmError
 from xegemm.evaluate.isolated import TimeLimits
-from xegemm.pipeline import run
+from xegemm.jobs.pipeline import run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = """\

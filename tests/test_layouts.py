@@ -1,7 +1,7 @@
 """Every layout of A and B (CUTLASS RRR, RCR, CRR, CCR; C row-major) with every DPAS type the hardware allows.
 
 - the planner finds each DPAS fragment in the copy registers by lane maps: a contiguous run (no code), a
-  per-lane permutation or a cross-lane gather (xegemm.operands.Reorder); the reorder is checked element by element
+  per-lane permutation or a cross-lane gather (xegemm.plan.operands.Reorder); the reorder is checked element by element
   against the lane maps, and on the device (a kernel that applies it to known registers);
 - on the CPU device (portable lowering), ragged batched problems verify against numpy, and the staged k-step
   is bit for bit the atom-by-atom kernel (which runs the reorder's shuffles literally);
@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from conftest import run_portable
 
-from xegemm.dtypes import ctype_shape
+from xegemm.library.dtypes import ctype_shape
 from xegemm.config import config_from_text
 from xegemm.config.schema import Problem
 from xegemm.evaluate.device import DeviceSession
-from xegemm.layouts import AB_LAYOUTS, from_letters
-from xegemm.operands import Fragment, Reorder, reorder_cost
-from xegemm.plan import PlanRejected, plan
+from xegemm.library.layouts import AB_LAYOUTS, from_letters
+from xegemm.plan.operands import Fragment, Reorder, reorder_cost
+from xegemm.plan.planner import PlanRejected, plan
 
 LAYOUTS = {code.lower(): from_letters(code)[:2] for code in AB_LAYOUTS}   # rrr: (row, row), rcr, crr, ccr
 # (types, SIMD16 work-group tile, SIMD8 work-group tile or None where DG2 has no such DPAS)
@@ -223,7 +223,7 @@ sweep:
 
 def _build(tmp_path, text, target, count):
     from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "c.yaml"

@@ -28,7 +28,7 @@ from xegemm.atoms.mma import (
 from xegemm.aot.toolchain import find_ocloc
 from xegemm.errors import XegemmError
 from xegemm.lowering.portable import mma_plan
-from xegemm.render import render_mma
+from xegemm.kernel.render import render_mma
 
 ALL = list(enumerate_mma_atoms())
 

@@ -22,7 +22,7 @@ from xegemm.atoms.mma import (
     round_to,
     unpack_operand,
 )
-from xegemm.render import render_mma
+from xegemm.kernel.render import render_mma
 from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
 
 pytestmark = pytest.mark.device

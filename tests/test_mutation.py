@@ -14,7 +14,7 @@ from xegemm import evaluate
 from xegemm.config import config_from_text
 from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
-from xegemm.pipeline import run_variant
+from xegemm.jobs.pipeline import run_variant
 
 CONFIG = """\
 problem: {m: 48, n: 40, k: 40, batch: 2}

@@ -14,10 +14,10 @@ from xegemm.config import config_from_text, expand, load_config
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, count_messages, lower_copy, native_capabilities
 from xegemm.lowering import Lowering
-from xegemm.pipeline import build_config, choose_lowering
-from xegemm.plan import plan
-from xegemm.surfaces import native_surface_violations
-from xegemm.render import render_copy_atoms, render_kernel
+from xegemm.jobs.pipeline import build_config, choose_lowering
+from xegemm.plan.planner import plan
+from xegemm.plan.surfaces import native_surface_violations
+from xegemm.kernel.render import render_copy_atoms, render_kernel
 from xegemm.runtime import DeviceInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,7 +171,7 @@ ocloc = pytest.mark.ocloc
 
 @ocloc
 def test_reference_config_builds_for_pvc_with_the_predicted_machine_code(tmp_path):
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
 
     result = build_config(ROOT / "configs" / "xe_reference.yaml", "pvc", out_dir=tmp_path, capabilities_name=DEBIAN_CAPABILITIES)
     on_disk = json.loads((tmp_path / "build.json").read_text())
@@ -190,7 +190,7 @@ def test_reference_config_builds_for_pvc_with_the_predicted_machine_code(tmp_pat
 
 @ocloc
 def test_representative_variants_for_pvc_and_dg2(tmp_path):
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
 
     cfg = tmp_path / "mix.yaml"
     cfg.write_text("""name: mix

@@ -7,12 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xegemm import evaluate, pipeline
+from xegemm import evaluate
+
+from xegemm.jobs import pipeline
 from xegemm.config import ConfigError, config_from_text
-from xegemm.journal import ResultStore
-from xegemm.pipeline import DeviceSession, plan_variants, run, run_variant
-from xegemm.plan import PlanRejected, plan
-from xegemm.result import Evaluation
+from xegemm.results.journal import ResultStore
+from xegemm.jobs.pipeline import DeviceSession, plan_variants, run, run_variant
+from xegemm.plan.planner import PlanRejected, plan
+from xegemm.library.record import Evaluation
 
 pytestmark = pytest.mark.device
 
@@ -207,7 +209,7 @@ def test_shipped_kernels_are_current(tmp_path):
 
 
 def test_numpy_values_are_rounded_like_the_device():
-    from xegemm.verify import make_operands
+    from xegemm.verify.dense import make_operands
 
     ops = make_operands(config_from_text("problem: {m: 8, n: 8, k: 8}\n"))
     assert np.all(ops.a == np.float32(ops.a))  # bf16 values are exact in f32

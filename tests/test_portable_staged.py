@@ -20,7 +20,7 @@ from xegemm.config.schema import Moe, Problem
 from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
 from xegemm.lowering.portable import RolledBlocks, register_blocks, staged_kstep
-from xegemm.plan import PlanRejected, plan
+from xegemm.plan.planner import PlanRejected, plan
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 

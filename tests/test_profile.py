@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from xegemm.profile import (CV_LIMIT, REWARM_MAX_MS, ROUND_MIN_MS, WARMUP_MAX_MS, WARMUP_MAX_RUNS, WARMUP_MIN_MS,
+from xegemm.evaluate.timing import (CV_LIMIT, REWARM_MAX_MS, ROUND_MIN_MS, WARMUP_MAX_MS, WARMUP_MAX_RUNS, WARMUP_MIN_MS,
                              Timing, Warmup, _timed_runs, measure_against_reference, rewarm, time_interleaved,
                              time_rounds, warm_up)
 

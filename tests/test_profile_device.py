@@ -16,7 +16,7 @@ import statistics
 import numpy as np
 import pytest
 
-from xegemm.profile import NumpyReference, launch_ms, measure_against_reference, time_kernel
+from xegemm.evaluate.timing import NumpyReference, launch_ms, measure_against_reference, time_kernel
 from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
 
 SOURCE = """

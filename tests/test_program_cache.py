@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xegemm.pipeline import run
+from xegemm.jobs.pipeline import run
 from xegemm.runtime import program_cache
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from xegemm.config import ConfigError, config_from_text
 from xegemm.config import expand as expand_sweep
-from xegemm.dtypes import dtype
-from xegemm.plan import PlanRejected, plan
+from xegemm.library.dtypes import dtype
+from xegemm.plan.planner import PlanRejected, plan
 from xegemm.quant import (
     FORMATS,
     QuantError,
@@ -30,7 +30,7 @@ from xegemm.quant.packing import AWQ_ORDER, unpack_nibbles, unpack_words
 from xegemm.quant.rules import NOT_LOWERED
 from xegemm.quant.spec import expand
 from xegemm.quant.values import NUMPY_DTYPES, round_to
-from xegemm.verify import Operands, accumulator_reference
+from xegemm.verify.dense import Operands, accumulator_reference
 
 RNG = np.random.default_rng(20261126)
 

@@ -10,18 +10,19 @@ import numpy as np
 import pytest
 
 import xegemm
-from xegemm import dequant, evaluate
+from xegemm import evaluate
+from xegemm.plan import dequant
 from xegemm.api import DTypeMismatchError, ShapeMismatchError
-from xegemm.arguments import KernelCall
+from xegemm.kernel.arguments import KernelCall
 from xegemm.config import config_from_text
 from xegemm.evaluate import plan_variants
 from xegemm.evaluate.device import DeviceSession
-from xegemm.kernel_name import parse_kernel_name
+from xegemm.plan.kernel_name import parse_kernel_name
 from xegemm.lowering import dequant as dequant_c
-from xegemm.pipeline import build_config, run_variant
-from xegemm.plan import PlanRejected, plan
+from xegemm.jobs.pipeline import build_config, run_variant
+from xegemm.plan.planner import PlanRejected, plan
 from xegemm.quant import dequantize, quantize, reference_gemm
-from xegemm.render import render_kernel
+from xegemm.kernel.render import render_kernel
 
 TILE = "tile: {workgroup: [16, 32, 32], subgroups: [1, 2]}\nprofile: {warmup: 0, repeats: 1}\n"
 
@@ -233,7 +234,7 @@ def test_the_call_api_takes_b_as_the_format_stores_it_and_says_what_is_missing(t
     a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
     d = gemm(a, q.qweight, scales=q.scales, zeros=q.zeros)
     want = reference_gemm(a, q, "f16")
-    # the f16 GEMM's tolerance (xegemm.verify): f32 sums of exact products, then D is f32
+    # the f16 GEMM's tolerance (xegemm.verify.dense): f32 sums of exact products, then D is f32
     bound = 2 * (k + 1) * 2.0 ** -24 * (np.abs(a.astype(np.float64)) @ np.abs(dequantize(q, "f16").astype(np.float64)))
     assert d.shape == (m, n) and np.all(np.abs(d - want) <= bound + 1e-30), gemm.last_kernel.name
     assert gemm.last_kernel.name.endswith("_qgptq32sf16zu4")

@@ -6,11 +6,11 @@ rejection, and the CPU code path the runtime generates (xegemm.runtime.cpu_path)
 from xegemm.config import SearchSpace, config_from_text
 from xegemm.lowering import Lowering
 from xegemm.evaluate import params_of
-from xegemm.profile import conditions
+from xegemm.evaluate.timing import conditions
 from xegemm.reporting.model import Group
-from xegemm.result import Evaluation, tile_label
+from xegemm.library.record import Evaluation, tile_label
 from xegemm.runtime.cpu_path import PATHS, cpu_code_path
-from xegemm.tune.shapes import Shape
+from xegemm.config.shapes import Shape
 from xegemm.tune.space import TuneSpace
 
 SWEEP = """

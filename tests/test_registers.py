@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from xegemm.evaluate.spills import SpillCase, debian_lowering, read_table
-from xegemm.plan import PlanRejected, plan
-from xegemm.registers import MAY_SPILL_GRF
-from xegemm.targets import get_target
+from xegemm.plan.planner import PlanRejected, plan
+from xegemm.plan.registers import MAY_SPILL_GRF
+from xegemm.library.targets import get_target
 
 TABLE = Path(__file__).parent / "data" / "register_spills.tsv"
 CASES = read_table(TABLE).cases
@@ -123,7 +123,7 @@ def test_variants_nearest_the_limit_spill_as_recorded_and_as_estimated(verdicts,
 @pytest.mark.ocloc
 def test_a_may_spill_variant_is_built_and_the_isa_decides(tmp_path):
     """32x64x64 bf16 CRR at 256 GRF: the estimate (260 GRF) may spill, the ISA does not; `xegemm build` says both."""
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
 
     (case,) = [c for c in CASES if c.row().startswith("pvc\tbf16,bf16,f32,f32\tCRR\t32x64x64\t1x1\t2\t256\t")]
     path = tmp_path / "c.yaml"

@@ -27,7 +27,7 @@ from xegemm.config.reader import MAX_SWEEP_POINTS
 from xegemm.errors import XegemmError
 from xegemm.files import CONFIG_BYTES, FileRefused, load_yaml, read_text, set_aside, write_text_atomic
 from xegemm.tune.cache import MeasurementCache
-from xegemm.tune.shapes import parse_shapes
+from xegemm.config.shapes import parse_shapes
 from xegemm.tune.study import CACHE_CALLS, StorageError, _transient, open_storage, resumable_url
 
 ONE_POINT = "name: one\nproblem: {m: 32, n: 32, k: 32}\ntile: {workgroup: [32, 32, 32], subgroups: [1, 2]}\n" \

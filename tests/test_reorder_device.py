@@ -23,17 +23,17 @@ import pytest
 
 from xegemm.aot.capabilities import NAMED_CAPABILITIES
 from xegemm.config import config_from_text
-from xegemm.dtypes import ctype_shape, dtype
+from xegemm.library.dtypes import ctype_shape, dtype
 from xegemm.errors import XegemmError
 from xegemm.lowering import named_lowering
 from xegemm.lowering.reorder import LANE_DECLARATION, fragment_ctype, local_reorder_elements, reorder_lines
-from xegemm.operands import Fragment, Reorder, reorder_cost
-from xegemm.plan import plan
-from xegemm.render import fragment_helpers, wide_vector_typedefs
+from xegemm.plan.operands import Fragment, Reorder, reorder_cost
+from xegemm.plan.planner import plan
+from xegemm.kernel.render import fragment_helpers, wide_vector_typedefs
 from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
-from xegemm.layouts import from_letters
-from xegemm.support import LAYOUTS, SUBGROUP_TILES, _config_text, type_combinations
-from xegemm.targets import AOT_TARGETS, TARGETS
+from xegemm.library.layouts import from_letters
+from xegemm.jobs.support import LAYOUTS, SUBGROUP_TILES, _config_text, type_combinations
+from xegemm.library.targets import AOT_TARGETS, TARGETS
 
 pytestmark = pytest.mark.device
 

@@ -18,11 +18,11 @@ from matplotlib import image
 from xegemm import evaluate
 from xegemm.cli import main
 from xegemm.evaluate import STATUSES
-from xegemm.pipeline import build_config, run
+from xegemm.jobs.pipeline import build_config, run
 from xegemm.reporting import load_source, render
 from xegemm.reporting.model import PROFILER_COLUMNS, PROFILER_OUTCOME, Group, groups
 from xegemm.reporting.plots import variant_bars
-from xegemm.result import Evaluation
+from xegemm.library.record import Evaluation
 
 pytestmark = pytest.mark.device
 

@@ -1,4 +1,4 @@
-"""The one record of a result (xegemm.result.Evaluation): every field survives each way it is written down and
+"""The one record of a result (xegemm.library.record.Evaluation): every field survives each way it is written down and
 read back (results.json rows, the journal, a study's user attributes), older spellings still load, and the CSV
 files take their columns from one list."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from xegemm.reporting.formats import results_csv
 from xegemm.reporting.model import PROFILER_SHARED, Group, profiler_rows
-from xegemm.result import COLUMNS, RECORD_FIELDS, STATUSES, DeviceRecord, Evaluation
+from xegemm.library.record import COLUMNS, RECORD_FIELDS, STATUSES, DeviceRecord, Evaluation
 
 PARAMS = {"m": 64, "n": 48, "k": 32, "batch": 1, "a": "bf16", "b": "bf16", "acc": "f32", "c": "f32",
           "layout": "row/row/row", "wg_m": 32, "wg_n": 32, "wg_k": 16, "sg_m": 2, "sg_n": 2, "subgroup_size": 16,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from xegemm.config import ConfigError, config_from_text
-from xegemm.pipeline import generate
+from xegemm.jobs.pipeline import generate
 
 EVIL_NAMES = ["../../outside", "a/b", "/etc/passwd", "..", ".hidden", "x\\..\\y", "name\x00", "~root"]
 

@@ -329,7 +329,7 @@ def test_scope_is_the_calling_function():
 
 
 def test_generated_native_dpas_atoms_check_clean():
-    from xegemm.render import render_mma
+    from xegemm.kernel.render import render_mma
 
     atoms = list(enumerate_mma_atoms())
     for n in (8, 16):

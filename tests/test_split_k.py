@@ -2,7 +2,7 @@
 
 The reduction is a second small kernel, not atomics: the slices are added in slice order every run, so
 results are deterministic and integer GEMMs stay exact; the verifier's f32 bound counts K + S additions and
-a bf16/f16 accumulator's roundings per slice (xegemm.verify.accumulator_reference).
+a bf16/f16 accumulator's roundings per slice (xegemm.verify.dense.accumulator_reference).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from conftest import assert_fails_verification, assert_verifies, one_variant
 
 from xegemm.config import config_from_text
-from xegemm.plan import PlanRejected, plan
+from xegemm.plan.planner import PlanRejected, plan
 
 FAST = "profile: {warmup: 1, repeats: 2}\n"
 TALL_SKINNY = "problem: {m: 24, n: 40, k: 700, batch: 2}\n"      # small M x N, large K: what split K is for
@@ -78,7 +78,7 @@ def test_more_slices_than_k_tiles_is_rejected_with_the_numbers():
 @pytest.mark.ocloc
 @pytest.mark.parametrize("target, sg, bk", [("pvc", 16, 32), ("dg2", 8, 32)])
 def test_split_k_builds_natively_with_the_predicted_messages(target, sg, bk, tmp_path):
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
     path = tmp_path / "split.yaml"
     path.write_text("problem: {m: 64, n: 64, k: 1024, batch: 2}\n" + _tile(4, sg=sg, bk=bk)
                     + "types: {c: bf16}\nepilogue: {beta: 0.5, bias: col, activation: silu}\n")

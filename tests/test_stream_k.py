@@ -3,7 +3,7 @@
 A tile one work-group covers whole is stored by the GEMM kernel's epilogue; the pieces of a tile cut between
 work-groups are stored raw and added in contributor order by a second kernel, which applies the epilogue: no
 atomics, deterministic, exact for integers; the verifier's bound counts K + pieces additions and a bf16/f16
-accumulator's roundings per piece, following each tile's own pieces (xegemm.verify.k_pieces).
+accumulator's roundings per piece, following each tile's own pieces (xegemm.verify.dense.k_pieces).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 from conftest import assert_fails_verification, assert_verifies, one_variant
 
-from xegemm import stream_k
+from xegemm.plan import stream_k
 from xegemm.config import ConfigError, config_from_text
 from xegemm.evaluate import params_of, plan_variants
-from xegemm.plan import PlanRejected, plan
-from xegemm.result import tile_label
+from xegemm.plan.planner import PlanRejected, plan
+from xegemm.library.record import tile_label
 from xegemm.tune.model import Machine, predict
 
 FAST = "profile: {warmup: 1, repeats: 2}\n"
@@ -124,7 +124,7 @@ def test_stream_k_with_split_k_is_rejected_in_the_file_and_in_a_sweep():
 @pytest.mark.ocloc
 @pytest.mark.parametrize("target, sg", [("pvc", 16), ("dg2", 8)])
 def test_stream_k_builds_natively_with_the_predicted_messages(target, sg, tmp_path):
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
     path = tmp_path / "streamk.yaml"
     path.write_text("problem: {m: 64, n: 128, k: 1024, batch: 2}\n" + _tile(6, sg=sg)
                     + "types: {c: bf16}\nepilogue: {beta: 0.5, bias: col, activation: silu}\n")

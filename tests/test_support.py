@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from xegemm.support import check, markdown, type_combinations
+from xegemm.jobs.support import check, markdown, type_combinations
 
 SUPPORT_DOC = Path(__file__).resolve().parent.parent / "docs" / "support.md"
 

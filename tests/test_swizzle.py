@@ -9,12 +9,12 @@ from conftest import break_kernel, one_variant
 
 from xegemm.config import ConfigError, SearchSpace, config_from_text
 from xegemm.lowering import Lowering
-from xegemm.pipeline import run_variant
-from xegemm.plan import plan
-from xegemm.render import render_kernel
-from xegemm.swizzle import c_lines, tile_of
+from xegemm.jobs.pipeline import run_variant
+from xegemm.plan.planner import plan
+from xegemm.kernel.render import render_kernel
+from xegemm.plan.swizzle import c_lines, tile_of
 from xegemm.tune.model import Machine, memory_traffic, predict
-from xegemm.tune.shapes import Shape
+from xegemm.config.shapes import Shape
 from xegemm.tune.space import TuneSpace
 from xegemm.tune.strategies import model_order
 
@@ -79,7 +79,7 @@ def test_a_wrong_remapping_fails_verification(session, monkeypatch):
 @pytest.mark.ocloc
 @pytest.mark.parametrize("target, sg", [("pvc", 16), ("dg2", 8)])
 def test_swizzled_split_kernels_build_natively(target, sg, tmp_path):
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
     path = tmp_path / "swizzle.yaml"
     path.write_text("problem: {m: 256, n: 192, k: 512, batch: 2}\n" + _tile(4, split=2, sg=sg))
     (v,) = build_config(path, target=target, out_dir=tmp_path / "out")["variants"]

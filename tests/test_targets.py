@@ -6,10 +6,10 @@ import pytest
 
 from xegemm.atoms.mma import MmaAtom, MmaAtomError, enumerate_mma_atoms
 from xegemm.config import config_from_text
-from xegemm.dtypes import DTYPES
+from xegemm.library.dtypes import DTYPES
 from xegemm.lowering import device_lowering
-from xegemm.plan import plan
-from xegemm.targets import (
+from xegemm.plan.planner import plan
+from xegemm.library.targets import (
     AOT_TARGETS,
     EXT_2D_BLOCK_IO,
     TARGETS,

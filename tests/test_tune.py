@@ -17,8 +17,8 @@ from xegemm.reporting.model import groups, source_facts
 from xegemm.cli import main, parse_duration
 from xegemm.errors import XegemmError
 from xegemm.evaluate.isolated import TimeLimits
-from xegemm.pipeline import run
-from xegemm.result import COLUMNS
+from xegemm.jobs.pipeline import run
+from xegemm.library.record import COLUMNS
 from xegemm.tune import STRATEGIES, Shape, Strategy, parse_shapes, register, tune
 from xegemm.config import load_config
 from xegemm.tune.api import BAR_FORMAT
@@ -119,7 +119,7 @@ def test_best_yaml_runs_as_it_is_one_variant_per_shape(tiny_tune_config, tmp_pat
     assert "64x64x64: best xegemm_" in printed and "96x64x32: best xegemm_" in printed
     best = json.loads((out / "best.json").read_text())
     rows = (out / "trials.csv").read_text().splitlines()
-    # the trial's shape, point and value, then the columns results.csv has (one list: xegemm.result.COLUMNS)
+    # the trial's shape, point and value, then the columns results.csv has (one list: xegemm.library.record.COLUMNS)
     assert rows[0].startswith("shape,tile,pipeline.prefetch,value,retry_of,worker,"
                               + ",".join(c.name for c in COLUMNS) + ",")
     for label, entry in best["shapes"].items():

@@ -17,15 +17,15 @@ from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.aot.call_check import check_calls
 from xegemm.config import config_from_text
 from xegemm.config.schema import Problem
-from xegemm.dtypes import dtype
+from xegemm.library.dtypes import dtype
 from xegemm.evaluate import Evaluation, plan_variants
 from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
 from xegemm.lowering import Lowering
 from xegemm.lowering.native import native_capabilities
-from xegemm.plan import PlanRejected, plan
-from xegemm.render import render_kernel
+from xegemm.plan.planner import PlanRejected, plan
+from xegemm.kernel.render import render_kernel
 from xegemm.runtime.program import from_device
-from xegemm.verify import check
+from xegemm.verify.dense import check
 
 INT8 = [(a, b, "s32") for a in ("s8", "u8") for b in ("s8", "u8")]
 INT4 = [(a, b, "s32") for a in ("s4", "u4") for b in ("s4", "u4")]
@@ -146,7 +146,7 @@ def _sweep_config(tmp_path, name, sg, combos):
 @pytest.mark.ocloc
 @pytest.mark.parametrize("target, sg", [("pvc", 16), ("dg2", 8)])
 def test_aot_builds_issue_the_predicted_dpas_and_block_loads(target, sg, tmp_path):
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
 
     every = SG16_TYPES if sg == 16 else SG8_TYPES + [("tf32", "tf32", "f32"), ("bf16", "bf16", "bf16")]
     result = build_config(_sweep_config(tmp_path, f"types_{target}", sg, every), target, out_dir=tmp_path / "out",

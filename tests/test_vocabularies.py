@@ -14,14 +14,14 @@ from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.copy import CopyAtom
 from xegemm.config import config_from_text
 from xegemm.config.checks import LAYOUTS as CONFIG_LAYOUTS
-from xegemm.dtypes import C_SPELLINGS, DTYPES, ML_DTYPES, c_spelling
+from xegemm.library.dtypes import C_SPELLINGS, DTYPES, ML_DTYPES, c_spelling
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variants
-from xegemm.kernel_name import KernelName, KernelNameError, parse_kernel_name
-from xegemm.layouts import AB_LAYOUTS, LAYOUTS, from_letters, from_name_letters, letters, name_letters
+from xegemm.plan.kernel_name import KernelName, KernelNameError, parse_kernel_name
+from xegemm.library.layouts import AB_LAYOUTS, LAYOUTS, from_letters, from_name_letters, letters, name_letters
 from xegemm.lowering import LOWERINGS, Lowering, NativeLowering, PortableLowering
 from xegemm.lowering.native import native_capabilities
-from xegemm.support import LAYOUTS as SUPPORT_LAYOUTS
+from xegemm.jobs.support import LAYOUTS as SUPPORT_LAYOUTS
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 

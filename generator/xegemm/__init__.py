@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # Looked up on first use (PEP 562), so that `import xegemm` (and `xegemm --version`) loads nothing heavy and does
 # not start the SYCL runtime: name -> (the module that holds it, the attribute; None: the module itself).
-_LAZY = {"ops": ("xegemm.epilogue_graph.ops", None), "epilogue": ("xegemm.epilogue", None),
+_LAZY = {"ops": ("xegemm.epilogues.ops", None), "epilogue": ("xegemm.epilogues.tracer", "epilogue"),
          "load": ("xegemm.api", "load"), "Gemm": ("xegemm.api", "Gemm"), "DeviceArray": ("xegemm.api", "DeviceArray")}
 
 

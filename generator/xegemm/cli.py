@@ -129,7 +129,7 @@ def cmd_atoms_coopmatrix(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from xegemm.pipeline import generate
+    from xegemm.jobs.pipeline import generate
     written = 0
     for config in args.configs:
         manifest = generate(config, args.out, lowering=args.lowering, capabilities_name=args.capabilities)
@@ -151,8 +151,8 @@ def cmd_generate(args) -> int:
 
 def cmd_run(args) -> int:
     from xegemm.evaluate.isolated import TimeLimits
-    from xegemm.pipeline import run
-    from xegemm.tune.shapes import parse_shapes
+    from xegemm.jobs.pipeline import run
+    from xegemm.config.shapes import parse_shapes
     limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
     results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering, limits=limits,
                   command=args.command_line, progress=sys.stderr,      # this sys.stderr, not the one at import
@@ -176,7 +176,7 @@ def _interrupt(signum, frame):
 
 
 def cmd_build(args) -> int:
-    from xegemm.pipeline import build_config
+    from xegemm.jobs.pipeline import build_config
     result = build_config(args.config, target=args.target, grf=args.grf, out_dir=args.out,
                           capabilities_name=args.capabilities, progress=sys.stderr)
     ok = sum(v["status"] == "ok" for v in result["variants"])
@@ -250,7 +250,8 @@ _positive = _checked(int, lambda v: 0 < v <= MAX_COUNT, f"a positive integer (at
 def cmd_tune(args) -> int:
     from xegemm.config import load_config
     from xegemm.evaluate.isolated import TimeLimits
-    from xegemm.tune import export, tune
+    from xegemm.tune import tune
+    from xegemm.tune.export import export
     from xegemm.tune.study import default_url, mask_url, open_storage
     config_name = args.study or load_config(args.config).name
     out = Path(args.out) if args.out else None
@@ -302,7 +303,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_support(args) -> int:
-    from xegemm.support import markdown as support_markdown
+    from xegemm.jobs.support import markdown as support_markdown
     print(support_markdown(), end="")
     return 0
 
@@ -359,7 +360,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="compile every variant ahead of time with ocloc for a real Xe GPU and "
                                      "count its machine code (build.json)")
     if wanted("build"):
-        from xegemm.targets import AOT_TARGETS, GRF_MODES
+        from xegemm.library.targets import AOT_TARGETS, GRF_MODES
         p.add_argument("config")
         p.add_argument("--target", choices=AOT_TARGETS, default="pvc")
         p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
@@ -405,7 +406,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                     "resumable, shared by workers); write best.yaml, best.json, trials.csv")
     if wanted("tune"):
         from xegemm.evaluate.isolated import TimeLimits
-        from xegemm.targets import AOT_TARGETS
+        from xegemm.library.targets import AOT_TARGETS
         from xegemm.tune import STRATEGIES
         from xegemm.tune.study import HEARTBEAT_S
         p.add_argument("config")

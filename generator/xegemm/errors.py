@@ -14,4 +14,4 @@ class DeviceNotFoundError(XegemmError):
 
 
 class PlanRejected(XegemmError):
-    """A variant that cannot work (xegemm.plan); the message names the rule and the numbers."""
+    """A variant that cannot work (xegemm.plan.planner); the message names the rule and the numbers."""

@@ -28,7 +28,7 @@ from xegemm.aot.capabilities import (
     probe_compiler_capabilities,
 )
 from xegemm.aot.toolchain import CompilerVersion, aot_target, compiler_version, find_ocloc
-from xegemm.targets import UnknownTargetError
+from xegemm.library.targets import UnknownTargetError
 
 __all__ = [
     "AotBuild", "AotError", "Block2DBuiltin", "BuiltinNameError", "CompilerCapabilities", "CompilerVersion",

@@ -19,8 +19,8 @@ from pathlib import Path
 from xegemm.aot.errors import IgaMissingError, OclocToolError
 from xegemm.aot.isa import KERNEL_HEADER, IsaStats, isa_stats
 from xegemm.aot.toolchain import OCLOC_TIMEOUT, aot_target, run_ocloc
-from xegemm.build_flags import LARGE_GRF, ocloc_options
-from xegemm.targets import UnknownTargetError
+from xegemm.library.build_flags import LARGE_GRF, ocloc_options
+from xegemm.library.targets import UnknownTargetError
 
 SOURCE_NAME = "kernel.cl"
 

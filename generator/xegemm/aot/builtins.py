@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from xegemm.aot.errors import BuiltinNameError
 from xegemm.atoms.copy import Message, message_violations
-from xegemm.dtypes import CTYPE_BYTES, UNSIGNED_CTYPE
+from xegemm.library.dtypes import CTYPE_BYTES, UNSIGNED_CTYPE
 
 SUB_GROUP = 16  # 2D block messages need a full sub-group of 16 (docs/atoms.md §2)
 

@@ -24,7 +24,7 @@ from xegemm.aot.prototypes import (
     documented_names,
     documented_overloads,
 )
-from xegemm.dtypes import vector_ctype
+from xegemm.library.dtypes import vector_ctype
 
 # ---------------------------------------------------------------------------------------------------
 # A small OpenCL C scanner: comments, functions, declarations, expression types

@@ -31,7 +31,7 @@ from xegemm.aot.isa import block2d_shapes, parse_instructions
 from xegemm.aot.probes import Probe, ProbeProgram, catalog_digest, probe_catalog, probe_program
 from xegemm.aot.toolchain import aot_target, compiler_version
 from xegemm.files import CONFIG_BYTES, FileRefused, read_text
-from xegemm.targets import EXT_2D_BLOCK_IO, Target
+from xegemm.library.targets import EXT_2D_BLOCK_IO, Target
 
 CAPABILITIES_ENV = "XEGEMM_COMPILER_CAPABILITIES"
 MODERN_CAPABILITIES = EXT_2D_BLOCK_IO   # a driver with the extension: every documented function

@@ -26,7 +26,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from xegemm.targets import target_for_platform
+from xegemm.library.targets import target_for_platform
 
 # The symbol-table stub ocloc adds when a program calls an external function: not a kernel.
 SYMBOL_TABLE_KERNEL = "Intel_Symbol_Table_Void_Program"

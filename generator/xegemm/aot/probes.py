@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from xegemm.dtypes import CTYPE_BYTES, UNSIGNED_CTYPE
+from xegemm.library.dtypes import CTYPE_BYTES, UNSIGNED_CTYPE
 from xegemm.aot.builtins import SUB_GROUP, declare_block2d_builtin, parse_block2d_builtin
 
 PLAIN_READ_HEIGHTS = (1, 2, 4, 8, 16, 32)

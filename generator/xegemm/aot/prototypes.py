@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from xegemm.aot.errors import BuiltinNameError
-from xegemm.dtypes import CTYPE_BYTES as SCALAR_BYTES
-from xegemm.dtypes import UNSIGNED_CTYPE, vector_ctype
-from xegemm.targets import EXT_2D_BLOCK_IO as EXT_2D
-from xegemm.targets import EXT_DPAS as EXT_MMA
-from xegemm.targets import EXT_DPAS_TF32 as EXT_TF32
+from xegemm.library.dtypes import CTYPE_BYTES as SCALAR_BYTES
+from xegemm.library.dtypes import UNSIGNED_CTYPE, vector_ctype
+from xegemm.library.targets import EXT_2D_BLOCK_IO as EXT_2D
+from xegemm.library.targets import EXT_DPAS as EXT_MMA
+from xegemm.library.targets import EXT_DPAS_TF32 as EXT_TF32
 
 # ---------------------------------------------------------------------------------------------------
 # The documented rules

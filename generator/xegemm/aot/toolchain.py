@@ -3,7 +3,7 @@
 Facts used here (docs/compilers.md, "ocloc"): Debian 12's ``intel-opencl-icd`` gives
 ``/usr/bin/ocloc`` (compute runtime 22.43, IGC 1.0.12504); ``-device pvc`` builds for Xe-HPC and
 ``-device dg2-g10`` (also ``acm-g10``, ``dg2``) for Xe-HPG.  What each target is (its ``-device`` spelling,
-GRF width, DPAS width) lives in the target registry, :mod:`xegemm.targets`.
+GRF width, DPAS width) lives in the target registry, :mod:`xegemm.library.targets`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from xegemm.aot.errors import OclocMissingError, OclocToolError
-from xegemm.targets import AOT_TARGETS, Target, UnknownTargetError, get_target
+from xegemm.library.targets import AOT_TARGETS, Target, UnknownTargetError, get_target
 
 OCLOC_TIMEOUT = 900.0   # seconds an ocloc run may take before it is killed (a spilling dg2 build takes minutes)
 
 
 def aot_target(name: str) -> Target:
-    """The registry's :class:`xegemm.targets.Target` called ``name``, if ocloc can build for it."""
+    """The registry's :class:`xegemm.library.targets.Target` called ``name``, if ocloc can build for it."""
     target = get_target(name)
     if target.ocloc_device is None:
         raise UnknownTargetError(f"ocloc here cannot build for {name} ({target.arch}); ahead-of-time targets: "

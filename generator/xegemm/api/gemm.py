@@ -9,16 +9,14 @@ program cache (:mod:`xegemm.runtime.program_cache`), and a shape's choice and ar
 its first call only.  Every check runs before anything is launched and before ``out`` is touched
 (:mod:`xegemm.api.errors`).
 
-Arguments are bound through :class:`xegemm.arguments.KernelCall`, the description the exporter prints too:
+Arguments are bound through :class:`xegemm.kernel.arguments.KernelCall`, the description the exporter prints too:
 a new kernel argument is one entry there and one name in the buffers or scalars handed to ``bind``.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -28,10 +26,10 @@ from xegemm.api.errors import (AlignmentError, DeviceMemoryError, DTypeMismatchE
 from xegemm.api import traced
 from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
 from xegemm.api.quantized import QuantizedB, quantized_a_scales, quantized_b
-from xegemm.arguments import KernelCall
-from xegemm.config import Config, ConfigError, Variant, expand, load_config
-from xegemm.dtypes import dtype
-from xegemm.epilogue import BIAS_KINDS
+from xegemm.kernel.arguments import KernelCall
+from xegemm.config import Config, ConfigError, Variant, expand
+from xegemm.library.dtypes import dtype
+from xegemm.epilogues.fixed import BIAS_KINDS
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.evaluate.device import device_build_options, submit_in_order
@@ -40,9 +38,9 @@ from xegemm.quant import operand_spec
 from xegemm.runtime.devices import describe, select_sycl_device
 from xegemm.runtime.program import BuildError, build_program, from_device, make_queue, read_into, to_device, write_async
 from xegemm.runtime.sycl import dpmem
-from xegemm.tune.shapes import Shape
+from xegemm.config.shapes import Shape
+from xegemm.config.sources import load_source
 
-BEST_CONFIG, BEST_JSON = "best.yaml", "best.json"
 ML_NAMES = ("bfloat16", "int4", "uint4")
 MAX_BOUND = 16             # argument lists kept per shape (one per alpha, beta pair)
 DEVICE_ALIGNMENT = 64      # bytes: the base of every device operand (the Xe 2D block surface rule, docs/use.md)
@@ -119,18 +117,6 @@ class _Pool:
         self.bound: dict[tuple, list] = {}
 
 
-def _read_best(directory: Path) -> dict:
-    path = directory / BEST_JSON
-    if not path.is_file():
-        return {}
-    if path.stat().st_size > 64 << 20:
-        raise XegemmError(f"{path} is larger than 64 MiB: not a best.json of xegemm tune")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise XegemmError(f"cannot read {path}: {exc}") from None
-
-
 def _candidates(config: Config, best: dict) -> list[Candidate]:
     measured = {}
     for entry in (best.get("shapes") or {}).values():
@@ -146,21 +132,6 @@ def _candidates(config: Config, best: dict) -> list[Candidate]:
     if not out:
         raise XegemmError(f"{config.source}: every variant of the sweep is rejected by its constraints")
     return out
-
-
-def load_source(source) -> tuple[Config, dict, str]:
-    """(config, best.json data or {}, a label) of a config file, a tune output directory or a Config."""
-    if isinstance(source, Config):
-        return source, {}, source.name
-    path = Path(source)
-    if path.is_dir():
-        if not (path / BEST_CONFIG).is_file():
-            raise XegemmError(f"{path} holds no {BEST_CONFIG}: pass a config file or a directory `xegemm tune` "
-                              "wrote (best.yaml, best.json)")
-        return load_config(path / BEST_CONFIG), _read_best(path), str(path)
-    if not path.is_file():
-        raise XegemmError(f"no such config file or tune directory: {path}")
-    return load_config(path), _read_best(path.parent) if path.name == BEST_CONFIG else {}, str(path)
 
 
 def load(source, *, device=None, epilogue=None) -> Gemm:

@@ -14,12 +14,12 @@ import numpy as np
 from xegemm.api.errors import CallError, LayoutError, NoKernelError, ShapeMismatchError
 from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
 from xegemm.api.quantized import quantized_b
-from xegemm.arguments import KernelCall
+from xegemm.kernel.arguments import KernelCall
 from xegemm.config import ConfigError, Variant
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.evaluate.device import device_build_options
-from xegemm.grouped.launch import grouped_launch
+from xegemm.kernel.grouped_launch import grouped_launch
 from xegemm.grouped.problem import (GroupedProblem, GroupedProblemError, config_overrides, grouped_from_operands,
                                     moe_from_operands)
 from xegemm.runtime.program import from_device, launch, to_device

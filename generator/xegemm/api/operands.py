@@ -1,7 +1,7 @@
 """A call's arrays: what they hold (shape, element type, layout) and their bytes as the kernel reads them.
 
 Host arrays are numpy arrays, one element per numpy item; element types numpy lacks are ml_dtypes' (bfloat16,
-int4, uint4: :func:`xegemm.dtypes.host_dtype`).  A row-major operand is a C-contiguous array, a column-major
+int4, uint4: :func:`xegemm.library.dtypes.host_dtype`).  A row-major operand is a C-contiguous array, a column-major
 one an F-contiguous array (a transposed view); batch is a leading dimension, and a batched column-major
 operand is a C-contiguous (batch, cols, rows) array with its last two axes swapped.  An array that is neither
 is copied into the layout the kernel takes, as every host array is copied to the device anyway.
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from xegemm.api.errors import LayoutError, RankError
-from xegemm.dtypes import HOST_DTYPES, dtype
-from xegemm.verify import pack_nibbles
+from xegemm.library.dtypes import HOST_DTYPES, dtype
+from xegemm.verify.dense import pack_nibbles
 
 USM_INTERFACE = "__sycl_usm_array_interface__"
 # Device arrays of types neither numpy nor dpctl spell natively travel as their bit patterns.

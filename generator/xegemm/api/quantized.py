@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xegemm.api.errors import DTypeMismatchError, RankError, ShapeMismatchError
-from xegemm.dtypes import dtype
+from xegemm.library.dtypes import dtype
 from xegemm.quant import FORMATS, QuantSpec
 
 

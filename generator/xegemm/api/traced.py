@@ -2,7 +2,7 @@
 dict of D (``"d"``) and the extra outputs.
 
 A named input's kind is the config's (``epilogue.inputs``, or the function's ``xegemm.epilogue(inputs=...)``)
-or, undeclared, the array's (:func:`xegemm.epilogue_graph.tracer.input_kind`: a number is a scalar, (M, 1) a row
+or, undeclared, the array's (:func:`xegemm.epilogues.tracer.input_kind`: a number is a scalar, (M, 1) a row
 vector, (N,) or (1, N) a column vector, (M, N) or (batch, M, N) a matrix); each kind is a kernel of its own, so
 the kinds are part of the call's dispatch key.  Vectors and scalars are f32; a matrix is of its declared type
 (default C's).  Arrays are host (numpy) arrays, copied to the device per call.
@@ -17,10 +17,10 @@ import numpy as np
 from xegemm.api.errors import DTypeMismatchError, ShapeMismatchError
 from xegemm.api.operands import expected_dtype, is_device_array
 from xegemm.config import Config
-from xegemm.epilogue_graph.config import function_of, graph_of
-from xegemm.epilogue_graph.graph import RESERVED
-from xegemm.epilogue_graph.tracer import EpilogueFunction, input_kind
-from xegemm.epilogue_stage import input_param
+from xegemm.epilogues.config import function_of, graph_of
+from xegemm.epilogues.graph import RESERVED
+from xegemm.epilogues.tracer import EpilogueFunction, input_kind
+from xegemm.epilogues.plan import input_param
 from xegemm.errors import XegemmError
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from xegemm.dtypes import c_byte_offset
+from xegemm.library.dtypes import c_byte_offset
 
 OPS = ("LD", "ST", "PF")        # load, store, prefetch: the op part of every copy atom's name
 
@@ -37,7 +37,7 @@ class CopyAtomBase(ABC):
     @property
     @abstractmethod
     def short_name(self) -> str:
-        """The atom's part of a kernel name (``u16x32x32n``, ``u16x8x16s8``: xegemm.kernel_name)."""
+        """The atom's part of a kernel name (``u16x32x32n``, ``u16x8x16s8``: xegemm.plan.kernel_name)."""
 
     @property
     @abstractmethod

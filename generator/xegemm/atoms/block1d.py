@@ -12,7 +12,7 @@ type (the lane map's granularity), the rows and the columns of the tile as it li
 lane l holds ``(r, 2l), (r, 2l + 1)`` of every row r.
 
 4-bit elements (``U4``: packed s4/u4) lie two to a byte, the lower column in the low nibble (xegemm's
-storage of 4-bit data, xegemm.verify; the little-endian packing of every lane map, xegemm.atoms.lanemap).
+storage of 4-bit data, xegemm.verify.dense; the little-endian packing of every lane map, xegemm.atoms.lanemap).
 The messages move bytes, so a chunk of 8 to 64 bits holds 2 to 16 whole nibbles in memory order:
 ``XE_1D_U4x8x64_LD_SG8`` = 8 rows of 64 nibbles, each row one uint block read, lane l holding columns
 8l .. 8l + 7 of every row, which is the SIMD8 int4 DPAS A operand (OCLMMA: 32 bits of each row per lane).
@@ -41,9 +41,9 @@ from functools import cached_property
 
 from xegemm.atoms.base import OPS, CopyAtomBase
 from xegemm.atoms.lanemap import LaneMap
-from xegemm.dtypes import UNSIGNED_CTYPE
+from xegemm.library.dtypes import UNSIGNED_CTYPE
 from xegemm.errors import XegemmError
-from xegemm.targets import SUBGROUP_BLOCK_EXTENSIONS
+from xegemm.library.targets import SUBGROUP_BLOCK_EXTENSIONS
 
 TYPE_BITS = {f"U{bits}": bits for bits in (4, *UNSIGNED_CTYPE)}   # U4 U8 U16 U32 U64: element containers
 READ_BUILTIN = {8: "intel_sub_group_block_read_uc", 16: "intel_sub_group_block_read_us",

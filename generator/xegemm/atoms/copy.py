@@ -29,7 +29,7 @@ from xegemm.atoms.base import OPS, CopyAtomBase
 from xegemm.atoms.block1d import TYPE_BITS as BLOCK1D_TYPE_BITS
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.lanemap import LaneMap
-from xegemm.dtypes import UNSIGNED_CTYPE, dtype, vector_ctype
+from xegemm.library.dtypes import UNSIGNED_CTYPE, dtype, vector_ctype
 from xegemm.errors import XegemmError
 
 SUB_GROUP = 16  # 2D block messages need a full sub-group of 16 (OCL2D, SPV2D)

@@ -27,8 +27,8 @@ from typing import Iterator
 import numpy as np
 
 from xegemm.atoms.lanemap import LaneMap
-from xegemm.dtypes import BY_CODE, CODE_PATTERN, DTYPES, DType, by_code, sizeof_ctype, vector_ctype
-from xegemm.targets import dpas_widths, names_at, targets_at
+from xegemm.library.dtypes import BY_CODE, CODE_PATTERN, DTYPES, DType, by_code, sizeof_ctype, vector_ctype
+from xegemm.library.targets import dpas_widths, names_at, targets_at
 from xegemm.errors import XegemmError
 
 
@@ -37,7 +37,7 @@ class MmaAtomError(XegemmError, ValueError):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Element types: the registry in xegemm.dtypes (DType.code is the code in atom names)
+# Element types: the registry in xegemm.library.dtypes (DType.code is the code in atom names)
 
 # Accumulator types per DPAS input type, by atom-name code (from the dtype registry's ``accumulators``).
 ACCUMULATORS: dict[str, tuple[str, ...]] = {
@@ -84,7 +84,7 @@ class MmaAtom:
     c: str
 
     # B elements along K per element of B's storage: 1 for every DPAS atom (a dequantized GPTQ B's view,
-    # xegemm.dequant.StoredB, holds several K per 32-bit word)
+    # xegemm.plan.dequant.StoredB, holds several K per 32-bit word)
     k_per_element = 1
 
     def __post_init__(self):
@@ -378,7 +378,7 @@ def _lane_map(atom: MmaAtom, operand: str) -> LaneMap:
 
 
 def round_to(code: str, values) -> np.ndarray:
-    """``values`` rounded to element type ``code`` as DPAS reads them (xegemm.dtypes.DType.round)."""
+    """``values`` rounded to element type ``code`` as DPAS reads them (xegemm.library.dtypes.DType.round)."""
     return by_code(code).round(values)
 
 

@@ -42,7 +42,7 @@ except ``problem`` has a default; this is the complete list with the defaults::
       seed: 0                         # seed of the random inputs
     profile:
       warmup: 10                      # untimed launches before timing, at least; the warm-up goes on until the
-                                      # kernel's time is steady (xegemm.profile.warm_up), whatever this says
+                                      # kernel's time is steady (xegemm.evaluate.timing.warm_up), whatever this says
       repeats: 100                    # timed launches (at least)
       min_time_ms: 0.0                # keep launching until this much time is measured (0 = off)
     sweep: {}                         # dotted key -> list of values; cartesian product

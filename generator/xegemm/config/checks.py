@@ -2,7 +2,7 @@
 
 A check takes a plain value and returns it canonical (lists become tuples, aliases their canonical name) or
 raises :class:`Invalid` saying what was expected; the reader adds where.  The type and atom checks ask the
-registries (:mod:`xegemm.dtypes`) and the atom models, so a name is accepted here only when the rest of
+registries (:mod:`xegemm.library.dtypes`) and the atom models, so a name is accepted here only when the rest of
 xegemm can use it.
 """
 
@@ -21,16 +21,18 @@ from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.copy import NAME_RE as COPY_ATOM_NAME
 from xegemm.atoms.copy import CopyAtom
 from xegemm.atoms.mma import MmaAtom
-from xegemm.dtypes import ALIASES, CODE_PATTERN, DTYPES as DTYPE_REGISTRY
-from xegemm.dtypes import dtype
-from xegemm.epilogue import ACTIVATIONS, BIAS_KINDS, OUTPUT_TYPES
+from xegemm.library.dtypes import ALIASES, CODE_PATTERN, DTYPES as DTYPE_REGISTRY
+from xegemm.library.dtypes import dtype
+from xegemm.epilogues.fixed import BIAS_KINDS
+from xegemm.epilogues.outputs import OUTPUT_TYPES
+from xegemm.epilogues.registry import ACTIVATIONS
 from xegemm.errors import XegemmError
 from xegemm.grouped.problem import GroupedProblem, GroupedProblemError
 from xegemm.grouped.schedule import MODES as WALK_MODES
 from xegemm.quant.formats import FORMATS as QUANT_FORMATS
 from xegemm.quant.spec import COMPUTE_TYPES, FP8, GROUP_WORDS, SCALE_LAYOUTS, SCALE_TYPES, WEIGHT_TYPES, ZERO_TYPES
-from xegemm.layouts import ALIASES as LAYOUT_ALIASES
-from xegemm.layouts import LAYOUTS as LAYOUT_REGISTRY
+from xegemm.library.layouts import ALIASES as LAYOUT_ALIASES
+from xegemm.library.layouts import LAYOUTS as LAYOUT_REGISTRY
 
 # --------------------------------------------------------------------------------------------------------
 # Errors

@@ -36,7 +36,7 @@ from xegemm.config.sections import (
     tile_conflict,
 )
 from xegemm.grouped.problem import config_conflict
-from xegemm.epilogue_graph.config import config_violations as traced_epilogue_violations
+from xegemm.epilogues.config import config_violations as traced_epilogue_violations
 from xegemm.quant import config_violations as quant_violations
 
 KeyPath = tuple[Any, ...]

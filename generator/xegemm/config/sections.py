@@ -43,7 +43,7 @@ from xegemm.config.checks import (
     walk_mode,
     zero_dtype,
 )
-from xegemm.targets import GRF_MODES
+from xegemm.library.targets import GRF_MODES
 
 
 def _key(check: Check, default: Any = MISSING) -> Any:
@@ -99,7 +99,7 @@ class Moe:
 @dataclass(frozen=True)
 class Types:
     """Element types of A, B, the accumulator and C (= D, the output; canonical names from ``DTYPES``).
-    C may differ from the accumulator: the epilogue converts (xegemm.epilogue).  A quantized B (``quant:``: s8 u8
+    C may differ from the accumulator: the epilogue converts (xegemm.epilogues.fixed).  A quantized B (``quant:``: s8 u8
     s4 u4 e4m3 e5m2 e2m1) or FP8 A (``quant_a:``) is converted to ``compute`` (f16 | bf16; null: types.a), the
     DPAS input type (xegemm.quant)."""
 
@@ -139,8 +139,8 @@ class Tile:
     """Work-group tile [BM, BN, BK], its sub-group grid [SG_M, SG_N], the sub-group size, ``split_k``: K cut
     into that many slices computed by separate work-groups, whose partial sums a second kernel adds in order,
     ``stream_k`` G: the G work-groups of a batch share its tiles x k-tiles MAC-loop iterations in even ranges,
-    tiles cut between work-groups finished by a second kernel (0: off; xegemm.stream_k; not with split_k),
-    ``swizzle``: work-groups walk groups of that many tile rows column-major (1: row by row; xegemm.swizzle),
+    tiles cut between work-groups finished by a second kernel (0: off; xegemm.plan.stream_k; not with split_k),
+    ``swizzle``: work-groups walk groups of that many tile rows column-major (1: row by row; xegemm.plan.swizzle),
     and ``register_block`` [R, J]: the portable lowering runs each DPAS k-chunk's k loop once per block of R
     accumulator rows x J N-fragments of the sub-group tile, so a CPU keeps that block in vector registers
     ([0, 0]: the lowering's default, blocks of 4 x 2 where they can run as a loop, else the whole tile; the
@@ -170,7 +170,7 @@ def tile_conflict(split_k: int, stream_k: int) -> str | None:
 
 @dataclass(frozen=True)
 class Epilogue:
-    """D = activation(alpha * acc + beta * C + bias), converted to the C type (xegemm.epilogue): beta = 0 reads
+    """D = activation(alpha * acc + beta * C + bias), converted to the C type (xegemm.epilogues.fixed): beta = 0 reads
     no C; ``bias`` adds an f32 vector per ``row`` (length M) or ``col`` (length N); ``clamp`` bounds the
     ``clamp`` activation.  Or a traced epilogue (docs/epilogues.md): ``function`` names a Python function of
     named tensors ("package.module:function_name"), ``inputs`` the kinds of its named inputs, ``outputs`` the
@@ -218,7 +218,7 @@ class Target:
 @dataclass(frozen=True)
 class Verify:
     """Verification against a numpy reference: always on, with a tolerance derived from the types and K
-    (xegemm.verify); the seed of the random inputs is the one setting."""
+    (xegemm.verify.dense); the seed of the random inputs is the one setting."""
 
     seed: int = _key(non_negative_int, 0)
 
@@ -226,7 +226,7 @@ class Verify:
 @dataclass(frozen=True)
 class Profile:
     """Timing: at least ``warmup`` untimed launches (a minimum: the warm-up goes on by time and stability until
-    the kernel's time is steady, :func:`xegemm.profile.warm_up`), at least ``repeats`` timed launches, and at
+    the kernel's time is steady, :func:`xegemm.evaluate.timing.warm_up`), at least ``repeats`` timed launches, and at
     least ``min_time_ms`` of measured time."""
 
     warmup: int = _key(non_negative_int, 10)

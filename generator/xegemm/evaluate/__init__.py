@@ -14,7 +14,7 @@
   manner of Kernel Tuner's observers.
 
 Every outcome is one of :data:`STATUSES`; a variant that is not ``ok``/``generated`` carries a reason.  The record of
-an outcome, :class:`Evaluation`, and the status words live in :mod:`xegemm.result` (re-exported here).
+an outcome, :class:`Evaluation`, and the status words live in :mod:`xegemm.library.record` (re-exported here).
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from xegemm.config import Config, Variant, expand
-from xegemm.epilogue import EpilogueSpec
-from xegemm.epilogue_graph.config import graph_of
+from xegemm.epilogues.fixed import EpilogueSpec
+from xegemm.epilogues.config import graph_of
 from xegemm.errors import XegemmError
 from xegemm.grouped.problem import from_config
-from xegemm.kernel_name import KernelName
+from xegemm.plan.kernel_name import KernelName
 from xegemm.lowering import Lowering
-from xegemm.plan import Plan, PlanRejected, plan
-from xegemm.render import render_kernel
+from xegemm.plan.planner import Plan, PlanRejected, plan
+from xegemm.kernel.render import render_kernel
 from xegemm.files import write_text_atomic
-from xegemm.result import PASSED, STATUSES, Evaluation  # noqa: F401 - re-exported: the evaluation layer's words
+from xegemm.library.record import PASSED, STATUSES, Evaluation  # noqa: F401 - re-exported: the evaluation layer's words
 
 
 @dataclass

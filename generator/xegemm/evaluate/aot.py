@@ -5,7 +5,7 @@ A build that succeeds proves little on an old compiler (it may drop or mangle me
 dpas and 2D block loads (for the SIMD8 plans of dg2: the 1D sub-group block reads, one per tile row); stores
 and prefetches are reported beside their predictions, spills in the reason.  :class:`AotBuilder` admits a
 plan only for a target that has its DPAS width (pvc: SIMD16, dg2: SIMD8) and, for 2D block copies, 2D block
-messages (:mod:`xegemm.targets`).
+messages (:mod:`xegemm.library.targets`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from xegemm.aot.toolchain import aot_target
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.lowering import Lowering
 from xegemm.lowering.native import NativeCapabilities, count_messages, lower_copy
-from xegemm.plan import Plan
+from xegemm.plan.planner import Plan
 
 GATED = ("dpas", "load_block2d")                       # must match: the main loop, once
 GATED_BLOCK1D = ("load_block1d",)                        # ... and, for 1D block plans, their block reads

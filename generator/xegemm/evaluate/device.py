@@ -12,27 +12,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xegemm.arguments import KernelCall
+from xegemm.kernel.arguments import KernelCall
 from xegemm.config import Config
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.evaluate.grouped import grouped_setup, grouped_submit, verify_grouped
 from xegemm.lowering import Lowering
-from xegemm.profile import NumpyReference, gemm_flops, launch_ms, measure_against_reference
+from xegemm.evaluate.timing import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
 from xegemm.errors import XegemmError
-from xegemm.epilogue_graph.config import graph_of
-from xegemm.epilogue_stage import input_param
-from xegemm.plan import plan
-from xegemm.verify import check, check_fits, make_operands, poison_c, reference, reference_key
+from xegemm.epilogues.config import graph_of
+from xegemm.epilogues.plan import input_param
+from xegemm.plan.planner import plan
+from xegemm.verify.dense import check, check_fits, make_operands, poison_c, reference, reference_key
 
 def device_build_options(lowering: Lowering, config: Config) -> str:
-    """The OpenCL build options of a variant on a device (xegemm.build_flags; native: with its GRF mode)."""
+    """The OpenCL build options of a variant on a device (xegemm.library.build_flags; native: with its GRF mode)."""
     return lowering.build_options(config.target.grf)
 
 
 def workspace_bytes(config: Config) -> int:
-    """Bytes of the workspace of split K (the partial sums) or stream-K (xegemm.stream_k), else 0: the formula of
-    :class:`xegemm.arguments.KernelCall`."""
+    """Bytes of the workspace of split K (the partial sums) or stream-K (xegemm.plan.stream_k), else 0: the formula of
+    :class:`xegemm.kernel.arguments.KernelCall`."""
     call, p = KernelCall.of(plan(config, check_registers=False)), config.problem
     return call.sizes(p.m, p.n, p.k, p.batch)["workspace_bytes"]
 
@@ -72,7 +72,7 @@ class DeviceSession:
                              "workspace": to_device(self.queue, np.zeros(max(4, workspace_bytes(config)), np.uint8))}
             self._buffers.update(traced_buffers(self.queue, config, ops))
             quant = ops.quant or {}
-            for name in ("scales", "zeros", "a_scales"):    # a quantized B's and an FP8 A's (xegemm.verify)
+            for name in ("scales", "zeros", "a_scales"):    # a quantized B's and an FP8 A's (xegemm.verify.dense)
                 data = quant.get(name)
                 self._buffers[name] = to_device(self.queue, nothing if data is None else data)
             self._problem_key = key
@@ -136,7 +136,7 @@ class DeviceBuilder(Builder):
 
 
 def device_buffers(bufs) -> dict:
-    """A session's buffers under the names of :data:`xegemm.arguments.BUFFERS` (C is where D goes; its input
+    """A session's buffers under the names of :data:`xegemm.kernel.arguments.BUFFERS` (C is where D goes; its input
     is ``c_in``)."""
     return {"A": bufs["a"], "B": bufs["b"], "D": bufs["c"], "C": bufs["c_in"], "bias": bufs["bias"],
             "workspace": bufs["workspace"], "scales": bufs["scales"], "zeros": bufs["zeros"], "a_scales": bufs["a_scales"],
@@ -190,7 +190,7 @@ def submit_in_order(queue, launches):
 
 
 class VerifyObserver(Observer):
-    """Runs the kernel once on poisoned C and compares C with the numpy reference (xegemm.verify)."""
+    """Runs the kernel once on poisoned C and compares C with the numpy reference (xegemm.verify.dense)."""
 
     def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel: DeviceKernel) -> None:
         bufs = kernel.buffers
@@ -237,9 +237,9 @@ class TimingObserver(Observer):
     """Times a verified kernel with device profiling events: GFLOP/s and GB/s from the median.
 
     By default each launch alternates with a run of numpy's float32 matmul of the same problem
-    (:func:`xegemm.profile.measure_against_reference`): the reference lands in ``extra["reference"]``,
+    (:func:`xegemm.evaluate.timing.measure_against_reference`): the reference lands in ``extra["reference"]``,
     measured under the same conditions as the kernel.  ``timer(submit, warmup, repeats, min_time_ms)``
-    returning a :class:`xegemm.profile.Timing` replaces that (a benchmark harness passes its own and measures
+    returning a :class:`xegemm.evaluate.timing.Timing` replaces that (a benchmark harness passes its own and measures
     its references itself).
     """
 

@@ -14,16 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xegemm.arguments import KernelCall
+from xegemm.kernel.arguments import KernelCall
 from xegemm.config import Config
-from xegemm.grouped.launch import GroupedLaunch, grouped_launch
+from xegemm.kernel.grouped_launch import GroupedLaunch, grouped_launch
 from xegemm.grouped.problem import GroupedProblem, from_config
 from xegemm.grouped.table import FIELD
-from xegemm.grouped.verify import GroupedVerdict, check_groups, group_operands, group_references
-from xegemm.plan import Plan
-from xegemm.profile import NumpyReference
+from xegemm.verify.grouped import GroupedVerdict, check_groups, group_operands, group_references
+from xegemm.plan.planner import Plan
+from xegemm.evaluate.timing import NumpyReference
 from xegemm.runtime.program import from_device, launch, to_device
-from xegemm.verify import GUARD_BYTE, GUARD_BYTES
+from xegemm.verify.dense import GUARD_BYTE, GUARD_BYTES
 
 
 class GroupedNumpyReference(NumpyReference):
@@ -51,7 +51,7 @@ class GroupedSetup:
     config: Config
     problem: GroupedProblem
     layout: GroupedLaunch
-    buffers: dict                   # xegemm.arguments.BUFFERS names -> device buffers
+    buffers: dict                   # xegemm.kernel.arguments.BUFFERS names -> device buffers
     poison: np.ndarray              # D's bytes before every verified run, then guard bytes
     references: list
     zero: np.ndarray

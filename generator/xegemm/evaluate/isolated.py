@@ -28,7 +28,7 @@ from xegemm.evaluate.device import DeviceBuilder, DeviceSession, TimingObserver,
 from xegemm.evaluate.peak import measure_peak
 from xegemm.evaluate.gate import DeviceGate, GateHandle
 from xegemm.lowering import Lowering
-from xegemm.profile import WARMUP_BOUND_MS, gemm_flops
+from xegemm.evaluate.timing import WARMUP_BOUND_MS, gemm_flops
 from xegemm.runtime.devices import select_sycl_device
 
 WORKER_START_S = 120.0     # importing dpctl and opening the device

@@ -12,8 +12,8 @@ import ctypes
 
 import numpy as np
 
-from xegemm.build_flags import STANDARD
-from xegemm.profile import time_kernel
+from xegemm.library.build_flags import STANDARD
+from xegemm.evaluate.timing import time_kernel
 from xegemm.runtime.program import build_program, launch, to_device
 
 CHAINS = 8            # independent multiply-add chains per work-item (hides the FMA latency)

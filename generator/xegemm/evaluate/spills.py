@@ -26,14 +26,14 @@ from xegemm.aot.toolchain import OCLOC_TIMEOUT
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.aot.toolchain import compiler_version
 from xegemm.config import Config, config_from_text
-from xegemm.dtypes import dtype
+from xegemm.library.dtypes import dtype
 from xegemm.errors import PlanRejected, XegemmError
-from xegemm.layouts import AB_LAYOUTS, from_letters
+from xegemm.library.layouts import AB_LAYOUTS, from_letters
 from xegemm.lowering import Lowering, named_lowering
-from xegemm.plan import Plan, plan
-from xegemm.registers import REGISTER_VERDICTS
-from xegemm.render import render_kernel
-from xegemm.targets import get_target
+from xegemm.plan.planner import Plan, plan
+from xegemm.plan.registers import REGISTER_VERDICTS
+from xegemm.kernel.render import render_kernel
+from xegemm.library.targets import get_target
 
 COLUMNS = ("target", "types", "layout", "subgroup_tile", "subgroups", "prefetch", "grf", "spill_bytes")
 PROBLEM = 1024          # M = N = K: meets the 2D block surface rules; registers do not depend on it

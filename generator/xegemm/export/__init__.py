@@ -5,7 +5,7 @@ built ahead of time with ocloc) and per kernel of the source (a config, its swee
 best.yaml): the OpenCL C source and, ahead of time, the device binary.  Beside them:
 
 - ``manifest.json``: per kernel its entries (the GEMM kernel and, for split K and stream-K, its second kernel),
-  each entry's arguments in order with type, meaning and value (:class:`xegemm.arguments.KernelCall`, the
+  each entry's arguments in order with type, meaning and value (:class:`xegemm.kernel.arguments.KernelCall`, the
   description the call API binds through), global sizes as formulas of M, N, K and batch, the local size and
   the required sub-group size, the workspace size formula, the pitch and alignment rules, the build options,
   and for binaries the ISA statistics;
@@ -25,18 +25,19 @@ from pathlib import Path
 import numpy as np
 
 from xegemm.aot.build import compile_kernel, compose_options
-from xegemm.api.gemm import load_source
-from xegemm.arguments import KernelCall
+from xegemm.config.sources import load_source
+from xegemm.kernel.arguments import KernelCall
 from xegemm.config import expand
-from xegemm.dtypes import dtype
-from xegemm.epilogue import ACTIVATIONS, EpilogueSpec
+from xegemm.library.dtypes import dtype
+from xegemm.epilogues.fixed import EpilogueSpec
+from xegemm.epilogues.registry import ACTIVATIONS
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.evaluate.aot import AotBuilder
-from xegemm.build_flags import STANDARD as BUILD_OPTIONS
+from xegemm.library.build_flags import STANDARD as BUILD_OPTIONS
 from xegemm.lowering import named_lowering
-from xegemm.plan import BLOCK2D_SUB_GROUP
-from xegemm.render import environment
+from xegemm.plan.planner import BLOCK2D_SUB_GROUP
+from xegemm.kernel.render import environment
 from xegemm.files import write_json_atomic, write_text_atomic
 from xegemm.runtime.environment import find_cpu_runtime
 
@@ -187,7 +188,7 @@ def _manifest(label: str, exported: list[Exported], skipped: list[dict]) -> dict
                         for launch in call.launches],
             "rules": _rules(config, e.target), "build_options": e.options, "isa": e.isa,
             "example": "runs" if e.example is None else f"left out: {e.example}"})
-    return {"source": label, "formulas_are": "C integer arithmetic over M, N, K, batch (xegemm.formula)",
+    return {"source": label, "formulas_are": "C integer arithmetic over M, N, K, batch (xegemm.library.formula)",
             "kernels": kernels, "skipped": skipped}
 
 

@@ -15,7 +15,7 @@ Two walks (docs/grouped.md):
 - ``dynamic``: a finished work-group takes the next tile from a global counter with ``atomic_inc``, as vLLM's
   MoE kernels do (https://github.com/vllm-project/vllm-xpu-kernels); the counter must be 0 at launch.
 
-The search and the tile's coordinates are formulas (xegemm.formula): :func:`walk_lines` prints them as C for
+The search and the tile's coordinates are formulas (xegemm.library.formula): :func:`walk_lines` prints them as C for
 both lowerings, :func:`locate` and :func:`static_walk` evaluate the same text in Python.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from xegemm.formula import evaluate, substitute
+from xegemm.library.formula import evaluate, substitute
 from xegemm.grouped.problem import GroupedProblem
 from xegemm.grouped.table import FIELD, FIELDS, group_tiles, tile_begins
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xegemm.formula import evaluate
+from xegemm.library.formula import evaluate
 from xegemm.grouped.problem import GroupedProblem, GroupedProblemError
 
 FIELDS = ("m", "n", "k", "tiles_m", "tiles_n", "tile_begin", "a_offset", "b_offset", "c_offset",

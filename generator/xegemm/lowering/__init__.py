@@ -16,13 +16,13 @@ from typing import ClassVar
 
 from xegemm.aot.call_check import check_calls
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES, MODERN_CAPABILITIES
-from xegemm.build_flags import STANDARD, native_device_options
+from xegemm.library.build_flags import STANDARD, native_device_options
 from xegemm.errors import PlanRejected, XegemmError
 from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, lower_copy, native_capabilities
 from xegemm.lowering.portable import copy_plan, mma_plan
-from xegemm.surfaces import native_surface_violations
-from xegemm.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ
-from xegemm.templating import render_macro
+from xegemm.plan.surfaces import native_surface_violations
+from xegemm.library.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ
+from xegemm.lowering.templating import render_macro
 
 
 class Lowering:

@@ -1,10 +1,10 @@
-"""The C of a dequantizing k-step (a quantized B, xegemm.dequant): decoding stored codes, loading scales and zero
+"""The C of a dequantizing k-step (a quantized B, xegemm.plan.dequant): decoding stored codes, loading scales and zero
 points once per group, and each B element's value ``w = round_to_compute((q - z) * s)``.
 
 The portable staged k-step (:func:`xegemm.lowering.portable.staged_kstep`) stages, for every element of a B
 fragment (k-chunk ki, N-fragment j), ``xe_dequant_b(xe_q_code(unit, e), xq_z<j>, xq_s<j>)`` instead of the
 element itself: the unit is the 32 bits of the copy registers holding it (located by the planner through
-:class:`xegemm.dequant.StoredB`), ``xq_s<j>``/``xq_z<j>`` the scale and zero point of this lane's column
+:class:`xegemm.plan.dequant.StoredB`), ``xq_s<j>``/``xq_z<j>`` the scale and zero point of this lane's column
 ``n0 + 16 j + lane`` in the current group.  They are loaded from the ``S`` and ``Z`` arrays once per group:
 before the main loop for ``channel`` and ``tensor`` groups; for an integer group g at the first k-chunk of
 each group (g a multiple of the work-group K tile: at k-tiles with k0 % g == 0, and at the first k-tile of
@@ -17,18 +17,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xegemm.dequant import QuantPlan
-from xegemm.dtypes import c_spelling, ctype_shape, dtype
+from xegemm.plan.dequant import QuantPlan
+from xegemm.library.dtypes import c_spelling, ctype_shape, dtype
 from xegemm.lowering.reorder import fragment_ctype, register_unit
-from xegemm.operands import Reorder
+from xegemm.plan.operands import Reorder
 from xegemm.quant import QuantSpec
 from xegemm.quant.formats import GPTQ_ZERO_OFFSET
 from xegemm.quant.spec import BLOCK, FLOAT_ZEROS
-from xegemm.templating import environment
+from xegemm.lowering.templating import environment
 
 SCALE_POINTER = {8: "uchar", 16: "ushort", 32: "uint"}
 ZERO_POINTER = {"u4": "uchar", "u8": "uchar", "s8": "char"}      # plain zeros: one per byte
-AWQ_SLOT_C = "((({n}) & 7) >> 1) + ((({n}) & 1) << 2)"           # the AWQ word slot of column n (xegemm.dequant)
+AWQ_SLOT_C = "((({n}) & 7) >> 1) + ((({n}) & 1) << 2)"           # the AWQ word slot of column n (xegemm.plan.dequant)
 
 
 @dataclass(frozen=True)

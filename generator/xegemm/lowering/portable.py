@@ -19,11 +19,11 @@ from xegemm.atoms.copy import SUB_GROUP, AtomError, CopyAtom
 from xegemm.atoms.lanemap import lane_affine as _lane_affine
 from xegemm.atoms.lanemap import lane_expr as _lane_expr
 from xegemm.atoms.mma import MmaAtom
-from xegemm.dtypes import UNSIGNED_CTYPE, DType, c_spelling, ctype_shape, sizeof_ctype, vector_ctype
+from xegemm.library.dtypes import UNSIGNED_CTYPE, DType, c_spelling, ctype_shape, sizeof_ctype, vector_ctype
 from xegemm.lowering.dequant import DequantCode, dequant_code
 from xegemm.lowering.loops import reroll
 from xegemm.lowering.reorder import fragment_ctype, local_reorder_elements, plan_reorders, register_unit
-from xegemm.operands import Reorder
+from xegemm.plan.operands import Reorder
 
 
 def _component(var: str, width: int, i: int) -> str:
@@ -178,7 +178,7 @@ def _decode(t: DType, x: str, j: int, *, source_bits: int = 32, n: int = 0) -> s
     float or an int (``n`` > 0: of every component of an n-component uint vector ``x``, as a float vector or
     for integers a uint vector of the sign- or zero-extended values).  ``source_bits`` is how many low bits
     of x are meaningful (16 for a zero-extended SIMD16 A component).  The spellings are the dtype registry's
-    (:class:`xegemm.dtypes.CSpelling`)."""
+    (:class:`xegemm.library.dtypes.CSpelling`)."""
     shift, c = j * t.bits, t.c
     width = n if n > 1 else ""
     if c.decode_low and shift == 0:
@@ -473,7 +473,7 @@ def _stage_lines(stage: str, slots: list[list], values: list[list], sub_group: i
 
 
 def staged_kstep(plan, copy_arrays: bool) -> StagedKstep:
-    """The portable k-step of a :class:`xegemm.plan.Plan`, from its fragments and the DPAS atom's lane maps;
+    """The portable k-step of a :class:`xegemm.plan.planner.Plan`, from its fragments and the DPAS atom's lane maps;
     ``copy_arrays``: the copy registers a<i>, b<i> are arrays of their components (portable 2D copies)."""
     atom: MmaAtom = plan.mma
     mt, nt, kt = plan.mma_grid

@@ -1,4 +1,4 @@
-"""The C of a reorder: an MMA fragment gathered from copy registers (xegemm.operands.Reorder), in both lowerings.
+"""The C of a reorder: an MMA fragment gathered from copy registers (xegemm.plan.operands.Reorder), in both lowerings.
 
 Per fragment component, per element: the copy register word and bit offset holding it, read in the lane
 itself or fetched with ``intel_sub_group_shuffle`` (cl_intel_subgroups, which shuffles 32- and 64-bit
@@ -15,8 +15,8 @@ spilled 736 B with one shuffle per component).
 
 from __future__ import annotations
 
-from xegemm.dtypes import UNSIGNED_CTYPE, ctype_shape, vector_ctype
-from xegemm.operands import Reorder
+from xegemm.library.dtypes import UNSIGNED_CTYPE, ctype_shape, vector_ctype
+from xegemm.plan.operands import Reorder
 
 LANE = "xe_lane"
 LANE_DECLARATION = f"const uint {LANE} = get_sub_group_local_id();"
@@ -196,7 +196,7 @@ def register_unit(var: str, reg_ctype: str, unit_bits: int, index: int, array: i
 def plan_reorders(plan, unsigned: bool = False, arrays: int = 0) -> dict:
     """The reorders of a plan's A and B fragments as C: ``{"a": {(i, ki): lines}, "b": {(ki, j): lines},
     "lane": the lane declaration}``, the fragments named ``fa_<i>_<ki>`` and ``fb_<ki>_<j>``, of the DPAS
-    operand types (a quantized B: its stored bits, xegemm.dequant.StoredB) (``unsigned``: of the unsigned integer vectors of the same shape, see :func:`fragment_ctype`)."""
+    operand types (a quantized B: its stored bits, xegemm.plan.dequant.StoredB) (``unsigned``: of the unsigned integer vectors of the same shape, see :func:`fragment_ctype`)."""
     out = {"lane": LANE_DECLARATION}
     for operand in (plan.a, plan.b):
         name = operand.operand

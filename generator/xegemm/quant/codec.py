@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xegemm.dtypes import dtype
+from xegemm.library.dtypes import dtype
 from xegemm.errors import XegemmError
 from xegemm.quant.formats import FORMATS, Unpacked
 from xegemm.quant.rules import shape_violations, spec_violations

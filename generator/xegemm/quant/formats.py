@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xegemm.dtypes import dtype
+from xegemm.library.dtypes import dtype
 from xegemm.quant.packing import (
     AWQ_ORDER,
     pack_nibbles,

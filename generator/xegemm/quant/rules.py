@@ -13,7 +13,7 @@ group / BK), vLLM's XPU kernels need group >= BK and were silently wrong with a 
 
 from __future__ import annotations
 
-from xegemm.dtypes import dtype
+from xegemm.library.dtypes import dtype
 from xegemm.quant.formats import FORMATS
 from xegemm.quant.spec import (
     COMPUTE_TYPES,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from xegemm.dtypes import ML_DTYPES, dtype
+from xegemm.library.dtypes import ML_DTYPES, dtype
 
 # numpy dtypes of stored values, by xegemm type name (4-bit ones one per byte; packing is xegemm.quant.formats')
 NUMPY_DTYPES = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": np.dtype(np.float32),

@@ -1,6 +1,6 @@
 """The report as text for tools and terminals: the CSV files, JSON and Markdown, one writer per format.
 
-- CSV: :func:`results_csv` writes results as :data:`xegemm.result.COLUMNS` plus one column per parameter
+- CSV: :func:`results_csv` writes results as :data:`xegemm.library.record.COLUMNS` plus one column per parameter
   (``run``'s results.csv, ``tune``'s trials.csv); :func:`render_csv` writes the same values under
   cutlass_profiler's headings, one row per variant and per reference
   (:data:`xegemm.reporting.model.PROFILER_COLUMNS`).
@@ -19,7 +19,7 @@ from xegemm import __version__
 from xegemm.reporting.model import (CV_LIMIT, PROFILER_COLUMNS, Group, best_overall, compare, profiler_rows,
                                     reference_detail, source_facts)
 from xegemm.reporting.sources import Source
-from xegemm.result import COLUMNS, STATUSES, Evaluation
+from xegemm.library.record import COLUMNS, STATUSES, Evaluation
 
 FORMATS = ("html", "csv", "json", "md")
 
@@ -35,7 +35,7 @@ def _csv(rows: list[dict], columns) -> str:
 
 def results_csv(results: list[Evaluation], leading: list[dict] | None = None) -> str:
     """Results as CSV: ``leading[i]``'s columns first if given (a tuner's shape, point and value), then
-    :data:`xegemm.result.COLUMNS`, then every parameter any result has (sorted)."""
+    :data:`xegemm.library.record.COLUMNS`, then every parameter any result has (sorted)."""
     rows = [{**(leading[i] if leading else {}), **r.columns()} for i, r in enumerate(results)]
     first = [k for row in leading or [] for k in row]
     params = sorted({k for r in results for k in r.params})

@@ -11,13 +11,13 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from xegemm.dtypes import UnknownDTypeError, dtype
-from xegemm.kernel_name import KernelNameError, parse_kernel_name
-from xegemm.profile import CV_LIMIT
-from xegemm.profile import gemm_flops
+from xegemm.library.dtypes import UnknownDTypeError, dtype
+from xegemm.plan.kernel_name import KernelNameError, parse_kernel_name
+from xegemm.evaluate.timing import CV_LIMIT
+from xegemm.evaluate.timing import gemm_flops
 from xegemm.reporting.sources import Source
-from xegemm.result import COLUMNS, PROBLEM_KEYS, STATUSES, TYPE_KEYS, Evaluation, joined
-# xegemm.profile.CV_LIMIT, the one limit of a timing's coefficient of variation: above it a measurement is taken
+from xegemm.library.record import COLUMNS, PROBLEM_KEYS, STATUSES, TYPE_KEYS, Evaluation, joined
+# xegemm.evaluate.timing.CV_LIMIT, the one limit of a timing's coefficient of variation: above it a measurement is taken
 # again and then flagged, the reports draw it as noisy (amber), and a ratio is headlined only when both sides are
 # within it
 
@@ -118,7 +118,7 @@ class Group:
 
     @property
     def quant(self) -> str | None:
-        """How the kernels' operands are quantized (the kernel-name token, xegemm.dequant.QuantPlan.name_part, e.g.
+        """How the kernels' operands are quantized (the kernel-name token, xegemm.plan.dequant.QuantPlan.name_part, e.g.
         ``qmx32se8m0``), or None."""
         for v in self.variants:
             try:
@@ -211,7 +211,7 @@ def _percent(x) -> str:
 @dataclass
 class Headline:
     """A problem's best variant against its numpy reference, and whether the ratio may be headlined: only when
-    both the kernel's and the reference's timings kept a CV within xegemm.profile.CV_LIMIT."""
+    both the kernel's and the reference's timings kept a CV within xegemm.evaluate.timing.CV_LIMIT."""
 
     group: Group
     best: Evaluation
@@ -332,7 +332,7 @@ def _measures(p: dict, median_ms: float | None) -> dict:
 
 
 # the profiler's headings of values results.csv has too (one value, two headings): the result's columns
-# (xegemm.result.COLUMNS) and its parameters
+# (xegemm.library.record.COLUMNS) and its parameters
 PROFILER_SHARED = {**{c.profiler: c.name for c in COLUMNS if c.profiler},
                    "m": "m", "n": "n", "k": "k", "batch_count": "batch", "accum": "acc", "cta_m": "wg_m",
                    "cta_n": "wg_n", "cta_k": "wg_k", "warps_m": "sg_m", "warps_n": "sg_n",

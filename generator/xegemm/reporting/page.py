@@ -18,7 +18,7 @@ from xegemm import __version__
 from xegemm.reporting import plots
 from xegemm.reporting.model import (CV_LIMIT, Group, best_overall, compare, k_decomposition, noisy,
                                     source_facts)
-from xegemm.result import PASSED, STATUSES, Evaluation
+from xegemm.library.record import PASSED, STATUSES, Evaluation
 from xegemm.reporting.sources import Source
 
 

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from xegemm.reporting.model import CV_LIMIT, Group, gflops_range, noisy
-from xegemm.result import STATUSES, Evaluation
+from xegemm.library.record import STATUSES, Evaluation
 
 MAX_BARS = 40            # bars drawn per chart; the tables list every variant
 STATUS_COLOURS = {"ok": "#2e7d32", "generated": "#607d8b", "rejected": "#9e9e9e", "failed_build": "#c62828",

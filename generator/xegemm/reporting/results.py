@@ -1,7 +1,7 @@
 """The documents of a run, made from its journal: ``results.json``, ``results.csv`` and ``report.md``.
 
 results.json holds the run's facts (device, problem, conditions, versions, the references) and one row per
-variant (:meth:`xegemm.result.Evaluation.to_row`); results.csv is the plain CSV writer's rows of the same
+variant (:meth:`xegemm.library.record.Evaluation.to_row`); results.csv is the plain CSV writer's rows of the same
 results (:func:`xegemm.reporting.formats.results_csv`); report.md is the Markdown writer's page of results.json
 as ``xegemm report --format md`` would print it, so the files never disagree.
 """
@@ -17,12 +17,12 @@ import numpy
 
 from xegemm import __version__
 from xegemm.files import write_json_atomic, write_text_atomic
-from xegemm.journal import ResultStore
-from xegemm.profile import conditions
+from xegemm.results.journal import ResultStore
+from xegemm.evaluate.timing import conditions
 from xegemm.reporting.formats import render_markdown, results_csv
 from xegemm.reporting.model import PROBLEM_KEYS, groups, pooled_reference
 from xegemm.reporting.sources import load_sources
-from xegemm.result import Evaluation
+from xegemm.library.record import Evaluation
 
 
 def versions() -> dict:

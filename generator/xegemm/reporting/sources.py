@@ -2,7 +2,7 @@
 
 A loader turns what a job wrote into a :class:`Source`: what ran where (``meta``), one row per variant
 (``variants``: each row of results.json / trials.json / build.json read back as an
-:class:`xegemm.result.Evaluation`, with its ``source``), the references measured
+:class:`xegemm.library.record.Evaluation`, with its ``source``), the references measured
 in the same run, and ``missing``: every part that could not be read, said in words, so a report of a broken
 or partial directory still renders and tells the reader what is absent.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from xegemm.errors import XegemmError
 from xegemm.files import RESULTS_BYTES, FileRefused, read_bytes
-from xegemm.result import DeviceRecord, Evaluation
+from xegemm.library.record import DeviceRecord, Evaluation
 
 
 @dataclass

@@ -17,9 +17,9 @@ from xegemm.lowering import device_lowering
 from xegemm.runtime.environment import find_cpu_runtime
 from xegemm.runtime.opencl_query import opencl_devices
 from xegemm.runtime.sycl import dpctl, dpmem, dpprog
-from xegemm.targets import CAPABILITY_EXTENSIONS as TARGET_EXTENSIONS
-from xegemm.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ, EXT_FP16, EXT_SUBGROUPS
-from xegemm.targets import SUBGROUP_BLOCK_EXTENSIONS
+from xegemm.library.targets import CAPABILITY_EXTENSIONS as TARGET_EXTENSIONS
+from xegemm.library.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ, EXT_FP16, EXT_SUBGROUPS
+from xegemm.library.targets import SUBGROUP_BLOCK_EXTENSIONS
 
 CAPABILITY_EXTENSIONS = (*TARGET_EXTENSIONS, SUBGROUP_BLOCK_EXTENSIONS[16], EXT_FP16)   # shown by `devices`
 

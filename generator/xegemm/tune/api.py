@@ -30,18 +30,18 @@ from xegemm.evaluate.aot import AotBuilder
 from xegemm.evaluate.isolated import TimeLimits
 from xegemm.lowering import choose_lowering, named_lowering
 from xegemm.evaluate.peak import ceiling_gflops
-from xegemm.pipeline import RunInterrupted, shielded
+from xegemm.jobs.pipeline import RunInterrupted, shielded
 from xegemm.evaluate.grouped import GroupedNumpyReference
 from xegemm.grouped.problem import GroupedProblem
-from xegemm.profile import time_numpy_reference, time_reference
-from xegemm.journal import writable_dir
+from xegemm.evaluate.timing import time_numpy_reference, time_reference
+from xegemm.results.journal import writable_dir
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.tune.cache import MeasurementCache, default_cache_path
 from xegemm.tune.export import META, export, study_space as _study_space
 from xegemm.tune.model import Machine
 from xegemm.tune.objective import AotObjective, DeviceObjective
 from xegemm.tune.runner import ShapeRun, Tally
-from xegemm.tune.shapes import Shape, config_shapes, grouped_shape, parse_shapes
+from xegemm.config.shapes import Shape, config_shapes, grouped_shape, parse_shapes
 from xegemm.tune.space import TuneSpace
 from xegemm.tune.strategies import get_strategy
 from xegemm.tune.study import (
@@ -58,7 +58,7 @@ from xegemm.tune.study import (
     study_definition,
     study_name,
 )
-from xegemm.verify import check_fits
+from xegemm.verify.dense import check_fits
 
 JOBS_PER_CPU = 4        # --jobs at most this many workers per usable CPU
 
@@ -146,7 +146,7 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
         admit = None
         machine = Machine.of_device(info)
         ceiling = ceiling_gflops(info.compute_units)
-        # the device record results.json has too (xegemm.result.DeviceRecord reads both)
+        # the device record results.json has too (xegemm.library.record.DeviceRecord reads both)
         meta_common.update(device=info.as_dict(), objective="GFLOP/s")
     # capabilities: the set the kernels were spelled for; capabilities_named: how to get it again for the
     # export (None = probe the installed ocloc again, as the tuning run did)

@@ -27,7 +27,7 @@ from pathlib import Path
 from xegemm.config import Config
 from xegemm.errors import XegemmError
 from xegemm.files import create_sqlite, set_aside, sqlite_problem
-from xegemm.profile import TIMING_METHOD, gemm_flops
+from xegemm.evaluate.timing import TIMING_METHOD, gemm_flops
 from xegemm.runtime.program_cache import code_generation_settings
 
 CACHED_STATUSES = ("ok", "failed_build", "failed_verify")

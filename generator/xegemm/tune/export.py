@@ -35,8 +35,8 @@ from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic,
 from xegemm.reporting import write_report
 from xegemm.reporting.formats import results_csv
 from xegemm.reporting.results import problem_references, set_ratios, utc, versions
-from xegemm.result import Evaluation
-from xegemm.tune.shapes import Shape, is_problem_axis
+from xegemm.library.record import Evaluation
+from xegemm.config.shapes import Shape, is_problem_axis
 from xegemm.tune.space import TuneSpace
 from xegemm.tune.study import ClaimBook
 
@@ -60,7 +60,7 @@ def owned_trials(study: optuna.Study, storage) -> list[optuna.trial.FrozenTrial]
 
 
 def trial_result(trial: optuna.trial.FrozenTrial, meta: dict) -> Evaluation | None:
-    """A finished trial's result, read back through :meth:`xegemm.result.Evaluation.from_user_attrs`, with its
+    """A finished trial's result, read back through :meth:`xegemm.library.record.Evaluation.from_user_attrs`, with its
     trial number, finish time and strategy (and an ahead-of-time study's score); None when it holds no result."""
     try:
         result = Evaluation.from_user_attrs(trial.user_attrs)

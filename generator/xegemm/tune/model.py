@@ -28,10 +28,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from xegemm import stream_k
-from xegemm.dtypes import dtype
-from xegemm.plan import Plan, k_slice
-from xegemm.targets import HW_THREADS, get_target
+from xegemm.plan import stream_k
+from xegemm.library.dtypes import dtype
+from xegemm.plan.planner import Plan, k_slice
+from xegemm.library.targets import HW_THREADS, get_target
 
 RIDGE_FLOPS_PER_BYTE = 32.0
 MEMORY_RIDGE_FLOPS_PER_BYTE = 32.0
@@ -80,7 +80,7 @@ class Prediction:
 
 def memory_traffic(plan: Plan, cache_bytes: int) -> float:
     """Bytes a problem fetches from beyond a cache of ``cache_bytes``, walking the work-groups in their swizzled
-    order (xegemm.swizzle; split-K slices and batches one after another, as work-group z enumerates them).
+    order (xegemm.plan.swizzle; split-K slices and batches one after another, as work-group z enumerates them).
 
     Per group of G tile rows (the last one may have fewer), walked column-major: the group's A panels
     (BM x K each) are fetched once if they fit in the cache beside one B panel (K x BN), else once per tile;

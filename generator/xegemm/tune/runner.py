@@ -25,7 +25,7 @@ from typing import Callable
 import optuna
 from optuna.trial import TrialState
 
-from xegemm.result import Evaluation
+from xegemm.library.record import Evaluation
 from xegemm.tune.model import Machine
 from xegemm.tune.objective import failure
 from xegemm.tune.space import Candidate, TuneSpace
@@ -153,7 +153,7 @@ class ShapeRun:
 
     def _record(self, trial: optuna.Trial, candidate: Candidate, result: Evaluation) -> None:
         """The trial's point and worker, then the result through its own user attributes
-        (:meth:`xegemm.result.Evaluation.to_user_attrs`; the export reads them back with ``from_user_attrs``)."""
+        (:meth:`xegemm.library.record.Evaluation.to_user_attrs`; the export reads them back with ``from_user_attrs``)."""
         attrs = {"shape": candidate.shape.label, "point": candidate.key, "worker": self.worker,
                  **result.to_user_attrs()}
         for key, value in attrs.items():

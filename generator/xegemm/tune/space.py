@@ -22,8 +22,8 @@ from xegemm.config import Config, SearchSpace
 from xegemm.config.schema import plain_data
 from xegemm.evaluate import PlannedVariant, plan_variant, render_variant
 from xegemm.lowering import Lowering
-from xegemm.plan import PlanRejected
-from xegemm.tune.shapes import Shape, is_problem_axis
+from xegemm.plan.planner import PlanRejected
+from xegemm.config.shapes import Shape, is_problem_axis
 
 Label = Any   # int | float | str | bool | None: what Optuna stores for a categorical choice
 

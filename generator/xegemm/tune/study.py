@@ -46,7 +46,7 @@ from sqlalchemy.exc import (
 from xegemm.errors import XegemmError
 from xegemm.files import create_sqlite, sqlite_problem
 
-from xegemm.tune.shapes import Shape
+from xegemm.config.shapes import Shape
 
 CREATE_ATTEMPTS = 5
 HEARTBEAT_S = 10          # a running trial's heartbeat; one silent for 3 heartbeats is stale (its worker died)
