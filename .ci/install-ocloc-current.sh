@@ -132,7 +132,7 @@ EOF
 # Try it where it was unpacked before putting it in place.
 write_wrapper "$stage/root" "$stage/ocloc-try"
 version="$("$stage/ocloc-try" --version 2>>"$log")" || fail "the unpacked ocloc does not run"
-echo "ocloc --version=$(echo "$version" | tr '\n' ' ' | sed 's/ *$//')" >>"$stage/versions.txt"
+echo "ocloc-version=$(echo "$version" | tr '\n' ' ' | sed 's/ *$//')" >>"$stage/versions.txt"
 rm -f "$stage/ocloc-try"
 
 # Put it in place: the new folder replaces the old one by two renames; the wrapper is written beside it and
