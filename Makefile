@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-goals bench-tune kernels clean tools
+.PHONY: demo test bench bench-goals bench-tune kernels clean tools ocloc-current
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,11 +20,13 @@ $(STAMP): pyproject.toml
 # install and those tests are skipped with the reason.  Only `make test` needs them; `make demo` installs nothing
 # but .venv.  (grep without -q below: it reads all of ldconfig's output, so ldconfig never dies of SIGPIPE.)
 tools:
-	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh && bash .ci/install-chromium.sh && bash .ci/install-postgresql.sh \
-	    && bash .ci/install-clblast.sh && bash .ci/install-opencl-dev.sh; \
+	@if [ "$$(id -u)" -eq 0 ]; then bash .ci/install-ocloc.sh && bash .ci/install-ocloc-current.sh && bash .ci/install-chromium.sh \
+	    && bash .ci/install-postgresql.sh && bash .ci/install-clblast.sh && bash .ci/install-opencl-dev.sh; \
 	else \
 	  if ! command -v ocloc >/dev/null 2>&1; then echo "note: ocloc is not installed and this is not root: the ahead-of-time tests will be skipped;" \
 	     "install it with: sudo bash .ci/install-ocloc.sh"; fi; \
+	  if ! [ -x "$${XEGEMM_TOOLS_DIR:-.tools}/bin/ocloc-current" ]; then echo "note: the current Intel GPU compiler (Debian unstable's ocloc)" \
+	     "is not installed and this is not root: its tests will be skipped; install it with: sudo make ocloc-current"; fi; \
 	  if ! command -v chromedriver >/dev/null 2>&1; then echo "note: chromium is not installed and this is not root: the browser tests will be skipped;" \
 	     "install it with: sudo bash .ci/install-chromium.sh"; fi; \
 	  if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
@@ -36,6 +38,12 @@ tools:
 	     "or a C compiler are missing and this is not root: the exported example's test will be skipped;" \
 	     "install them with: sudo bash .ci/install-opencl-dev.sh"; fi; \
 	fi
+
+# Debian unstable's ocloc 26.x / IGC 2.x, unpacked into .tools/ocloc-current (never installed system-wide: it needs
+# a newer glibc), run through the wrapper .tools/bin/ocloc-current (docs/compilers.md "The current compiler").
+# A failed download leaves the old compiler in use and exits 0.
+ocloc-current:
+	bash .ci/install-ocloc-current.sh
 
 demo: $(STAMP)
 	$(VENV)/bin/xegemm devices

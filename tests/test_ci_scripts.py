@@ -47,8 +47,8 @@ def _make_dry_run(target: str) -> str:
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_demo_installs_no_system_tools_and_test_does():
     assert "install-" not in _make_dry_run("demo")
-    assert all(f"install-{tool}.sh" in _make_dry_run("tools") for tool in ("ocloc", "chromium", "postgresql",
-                                                                            "clblast", "opencl-dev"))
+    assert all(f"install-{tool}.sh" in _make_dry_run("tools") for tool in ("ocloc", "ocloc-current", "chromium",
+                                                                            "postgresql", "clblast", "opencl-dev"))
 
 
 INSTALLED = {
@@ -58,6 +58,8 @@ INSTALLED = {
         Path("/usr/lib/postgresql").glob("*/bin/initdb")),
     "install-clblast.sh": lambda: shutil.which("clblast_tuner_xgemm") is not None and "libclblast.so.1 " in
         subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout,
+    "install-ocloc-current.sh": lambda: os.access(Path(os.environ.get("XEGEMM_TOOLS_DIR") or ROOT / ".tools",
+                                                       "bin", "ocloc-current"), os.X_OK),
     "install-opencl-dev.sh": lambda: Path("/usr/include/CL/cl.h").is_file() and shutil.which("cc") is not None,
 }
 

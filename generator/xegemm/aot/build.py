@@ -67,12 +67,18 @@ def _fresh_dir(path: Path) -> Path:
     return path
 
 
-def disassemble(binary: Path, device: str, out_dir: Path) -> tuple[dict[str, str], str]:
+# How ``ocloc disasm -dump DIR`` names each kernel's disassembly: ocloc 22.43 (a patchtoken binary)
+# ``<kernel>_KernelHeap.asm``; ocloc 26.x (a zebin ELF) ``.text.<kernel>.asm``, a hidden file beside
+# ``sections.txt`` and the other sections (and it warns "unexpected padding at end of kernel", harmlessly).
+_DISASM_NAMES = (("", "_KernelHeap.asm"), (".text.", ".asm"))
+
+
+def disassemble(binary: Path, device: str, out_dir: Path, compiler: str | None = None) -> tuple[dict[str, str], str]:
     """``ocloc disasm`` a binary: (kernel name -> IGA asm, log); raise if IGA could not be loaded."""
     done = run_ocloc(["disasm", "-file", str(binary), "-device", device, "-dump", str(_fresh_dir(out_dir))],
-                     cwd=out_dir.parent)
-    kernels = {p.name[: -len("_KernelHeap.asm")]: p.read_text(errors="replace")
-               for p in sorted(out_dir.glob("*_KernelHeap.asm"))}
+                     cwd=out_dir.parent, compiler=compiler)
+    kernels = {p.name[len(prefix): -len(suffix)]: p.read_text(errors="replace")
+               for prefix, suffix in _DISASM_NAMES for p in sorted(out_dir.glob(f"{prefix}*{suffix}"))}
     if "couldn't load iga" in done.stdout.lower() or (not kernels and any(out_dir.glob("*_KernelHeap.dat"))):
         raise IgaMissingError(done.stdout)
     if done.returncode != 0 or not kernels:
@@ -86,13 +92,15 @@ def read_dumps(dump_dir: Path) -> dict[str, str]:
 
 
 def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
-                   workdir: Path | None = None, *, dumps: bool = True, timeout: float = OCLOC_TIMEOUT) -> AotBuild:
+                   workdir: Path | None = None, *, dumps: bool = True, timeout: float = OCLOC_TIMEOUT,
+                   compiler: str | None = None) -> AotBuild:
     """Compile OpenCL C for ``target`` ("pvc"/"dg2") in GRF mode 128/256 and read back its ISA.
 
     ``workdir`` keeps the source, binary, disassembly and dumps (a new temporary folder if None, left in
     place for inspection).  ``dumps=False`` skips IGC's shader dumps (faster; no numGRF/spill data).  A compile
-still running after ``timeout`` seconds is killed: status "timed_out", ``dumps`` what IGC had written."""
-    t = aot_target(target)
+still running after ``timeout`` seconds is killed: status "timed_out", ``dumps`` what IGC had written.
+    ``compiler``: ``"system"``, ``"current"`` or a path (:func:`xegemm.aot.toolchain.find_ocloc`)."""
+    t = aot_target(target, compiler)
     full_options = compose_options(grf, options)
     # absolute: ocloc runs in `work`, so a relative dump or output path would resolve against it instead
     work = (Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="xegemm-aot-"))).resolve()
@@ -107,7 +115,8 @@ still running after ``timeout`` seconds is killed: status "timed_out", ``dumps``
     start = time.perf_counter()
     try:
         done = run_ocloc(["compile", "-file", SOURCE_NAME, "-device", t.ocloc_device, "-out_dir", str(bin_dir),
-                          "-output", "kernel", "-options", full_options], cwd=work, env=env, timeout=timeout)
+                          "-output", "kernel", "-options", full_options], cwd=work, env=env, timeout=timeout,
+                         compiler=compiler)
     except subprocess.TimeoutExpired as exc:
         done = None
         log = exc.output if isinstance(exc.output, str) else (exc.output or b"").decode(errors="replace")
@@ -127,7 +136,7 @@ still running after ``timeout`` seconds is killed: status "timed_out", ``dumps``
         build.seconds = time.perf_counter() - start
         return build
     build.binary = binaries[0]
-    build.kernel_asm, disasm_log = disassemble(build.binary, t.ocloc_device, work / "disasm")
+    build.kernel_asm, disasm_log = disassemble(build.binary, t.ocloc_device, work / "disasm", compiler)
     build.log += disasm_log
     build.dumps = read_dumps(dump_dir) if dumps else {}
     build.stats = isa_stats(build.kernel_asm, build.dumps, target=t.name, grf=grf)

@@ -15,11 +15,23 @@ class AotError(XegemmError):
     """Base class of the ahead-of-time build errors."""
 
 
-class OclocMissingError(AotError):
-    """Intel's offline compiler ``ocloc`` is not on PATH (nor at ``$XEGEMM_OCLOC``)."""
+CURRENT_INSTALL_HINT = (
+    "install it with `make ocloc-current` (as root: `.ci/install-ocloc-current.sh` downloads Debian unstable's "
+    "ocloc and IGC into the project's .tools folder, never system-wide)"
+)
 
-    def __init__(self, detail: str = "Intel's offline compiler `ocloc` was not found on PATH"):
-        super().__init__(f"{detail}: {INSTALL_HINT}")
+
+class OclocMissingError(AotError):
+    """Intel's offline compiler ``ocloc`` is not on PATH (nor at ``$XEGEMM_OCLOC``), or the current one is
+    not installed."""
+
+    def __init__(self, detail: str = "Intel's offline compiler `ocloc` was not found on PATH", *,
+                 current: bool = False):
+        super().__init__(f"{detail}: {CURRENT_INSTALL_HINT if current else INSTALL_HINT}")
+
+
+class CompilerNameError(AotError):
+    """A compiler name that is neither ``system``, ``current`` nor a path."""
 
 
 class IgaMissingError(AotError):

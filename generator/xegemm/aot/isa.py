@@ -94,7 +94,18 @@ class Instruction:
 
 
 def parse_instructions(asm: str) -> list[Instruction]:
-    """Every instruction of one kernel's IGA disassembly (labels, comments and blank lines skipped)."""
+    """Every instruction of one kernel's IGA disassembly (labels, comments and blank lines skipped).
+
+    A zebin kernel (ocloc 26.x) is padded with zero bytes after its last instruction, which IGA decodes as
+    ``illegal`` instructions (ten after a 389-instruction kernel, whose dump says ``//.instCount 389``):
+    those trailing ones are not code and are dropped."""
+    out = _parse_lines(asm)
+    while out and out[-1].opcode == "illegal":
+        out.pop()
+    return out
+
+
+def _parse_lines(asm: str) -> list[Instruction]:
     out = []
     for line in asm.splitlines():
         if not line.strip() or line.lstrip().startswith("//") or _LABEL.match(line):
