@@ -35,6 +35,7 @@ from xegemm.tune.model import Features, features, throughput
 DATA = Path(__file__).resolve().parent / "published_gemm.csv"
 DATA_BYTES = 1 << 20
 USABLE = ("clear", "assumed")
+LARGE_M = 256           # the subsets reported apart: below it the published rows are bound by DRAM bandwidth
 
 # The sweep for rows whose source names no tile: work-group BM x BN and sub-groups SG_M x SG_N (BK is two DPAS
 # k-steps); the CUTLASS-style tiles of the sources (sycl-tla examples, vLLM's by rows per expert) and smaller ones.
@@ -222,6 +223,8 @@ def report(rows: list[Row], constants: Constants = CALIBRATED) -> dict:
             "heldout_median_error": held_stats["median_error"], "predicted_rows": len(predicted),
             "calibration": _stats(calib, constants), "heldout_clear": _stats(
                 [r for r in held if r.data["status"] == "clear"], constants),
+            "heldout_large_m": _stats([r for r in held if int(r.data["m"]) >= LARGE_M], constants),
+            "heldout_small_m": _stats([r for r in held if int(r.data["m"]) < LARGE_M], constants),
             "by_device_heldout": {d: _stats([r for r in held if r.data["device"] == d], constants)
                                   for d in sorted({r.data["device"] for r in held})},
             "constants": constants.as_dict(), "table": table}
@@ -240,6 +243,10 @@ def _print_table(result: dict) -> None:
     print(f"held-out rows {result['heldout_rows']}: median |pred/pub - 1| = {result['heldout_median_error']}, "
           f"Spearman = {result['heldout_spearman']}; calibration rows {result['calibration']['rows']}: "
           f"median error {result['calibration']['median_error']}, Spearman {result['calibration']['spearman']}")
+    for key in ("heldout_large_m", "heldout_small_m", "heldout_clear"):
+        print(f"{key}: {result[key]}")
+    for device, stats in result["by_device_heldout"].items():
+        print(f"held-out on {device}: {stats}")
 
 
 def main(argv=None) -> int:

@@ -79,7 +79,7 @@ class Part:
 # github.com/intel/intel-xpu-backend-for-triton), torchtitan's get_peak_flops (github.com/pytorch/torchtitan,
 # torchtitan/tools/utils.py), glennklockwood.com/garden/processors/pvc (stacks, Xe-cores), Intel's B580
 # launch figures (233 INT8 TOPS, 456 GB/s); the Arc Pro B60: 98.3 TFLOP/s fp16, 197 INT8 TOPS, 456 GB/s
-# (github.com/ai-dynamo/aiconfigurator pull 246).
+# (github.com/ai-dynamo/aiconfigurator/pull/246).
 PARTS: dict[str, Part] = {p.name: p for p in (
     Part("max1550", "pvc", xe_cores=64, bf16_tflops=419.43, memory_gbs=1638.4, l2_bytes=204 << 20,
          source="Max 1550, one stack of two: 419.43 TFLOP/s bf16 (512 XMX x 512 flop/clk x 1.6 GHz), "
@@ -91,7 +91,7 @@ PARTS: dict[str, Part] = {p.name: p for p in (
          source="Arc B580: 116.74 TFLOP/s bf16 (160 XMX x 256 flop/clk x 2.85 GHz), 456 GB/s; "
                 "intel-xpu-backend-for-triton gpu_info.json, Intel's launch figures"),
     Part("b60", "bmg", xe_cores=20, bf16_tflops=98.3, memory_gbs=456.0, l2_bytes=18 << 20,
-         source="Arc Pro B60: 98.3 TFLOP/s fp16, 197 INT8 TOPS, 456 GB/s; ai-dynamo/aiconfigurator pull 246"),
+         source="Arc Pro B60: 98.3 TFLOP/s fp16, 197 INT8 TOPS, 456 GB/s; github.com/ai-dynamo/aiconfigurator/pull/246"),
 )}
 
 
