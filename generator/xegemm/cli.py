@@ -284,10 +284,17 @@ def _print_best(best: dict) -> None:
         if winner is None:
             print(f"{label}: no kernel passed ({entry['trials']} trials, {entry['pruned']} pruned)")
             continue
-        speed = (f"{winner['gflops']:.1f} GFLOP/s" if winner.get("gflops") is not None
-                 else f"static score {winner['value']:.4f} (no unit: the static model's predicted efficiency "
-                      f"in (0, 1], higher is better, of a build whose machine code issues the plan's DPAS and block "
-                      f"loads without spilling; not a measured speed)")
+        predicted = (winner.get("extra") or {}).get("predicted")
+        if winner.get("gflops") is not None:
+            speed = f"{winner['gflops']:.1f} GFLOP/s"
+        elif predicted:
+            speed = (f"predicted {predicted['tflops']:.1f} TFLOP/s on {predicted['part']} ({predicted['bound']}-bound; "
+                     f"the static model calibrated against published figures, docs/benchmarks.md, of a build whose "
+                     f"machine code issues the plan's DPAS and block loads without spilling; not a measured speed)")
+        else:
+            speed = (f"static score {winner['value']:.4f} (no unit: the static model's predicted efficiency "
+                     f"in (0, 1], higher is better, of a build whose machine code issues the plan's DPAS and block "
+                     f"loads without spilling; not a measured speed)")
         noisy = (winner.get("reference") or {}).get("high_cv")
         ratio = (f" ({winner['ratio_to_reference']:.2f}x numpy" + (", uncertain: the CV stayed above 10 %, the "
                  "machine was busy" if noisy else "") + ")" if winner.get("ratio_to_reference") else "")

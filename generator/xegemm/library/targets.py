@@ -54,6 +54,45 @@ class Target:
     max_subgroups_per_workgroup: int = 32   # Xe: up to 32 sub-groups (threads) per work-group
     l2_bytes: int = 16 << 20       # the L2 the work-groups share (the static model's cache, xegemm.tune.model)
     grf_modes: tuple[int, ...] = GRF_MODES
+    part: str | None = None        # the product (:data:`PARTS`) the calibrated model predicts for by default
+
+
+@dataclass(frozen=True)
+class Part:
+    """One product of a target, as the calibrated static model (xegemm.tune.model.predict_tflops) needs it:
+    Xe-cores, the dense 16-bit DPAS peak (8-bit and 4-bit DPAS do 2x and 4x the operations per instruction,
+    tf32 half: the atoms' K, docs/atoms.md §3.1), the DRAM bandwidth and the L2.  Every figure is a
+    published one with its source (docs/benchmarks.md, "The static model against published numbers")."""
+
+    name: str
+    target: str
+    xe_cores: int                  # compute units the work-groups spread over (8 vector engines each)
+    bf16_tflops: float             # dense bf16/f16 XMX peak, TFLOP/s
+    memory_gbs: float              # DRAM bandwidth, GB/s
+    l2_bytes: int
+    source: str
+
+
+# Peaks: 419.43 TFLOP/s = 512 XMX x 512 flop/clk x 1.6 GHz is one stack of a Max 1550 (two stacks, 128 Xe-cores
+# and 3276.8 GB/s per card; 64 Xe-cores, 1638.4 GB/s and 204 MB of L2 per stack); 116.74 = 160 XMX x 256 flop/clk
+# x 2.85 GHz for the B580.  Sources: the Intel XPU Triton backend's benchmark GPU table (gpu_info.json:
+# github.com/intel/intel-xpu-backend-for-triton), torchtitan's get_peak_flops (github.com/pytorch/torchtitan,
+# torchtitan/tools/utils.py), glennklockwood.com/garden/processors/pvc (stacks, Xe-cores), Intel's B580
+# launch figures (233 INT8 TOPS, 456 GB/s); the Arc Pro B60: 98.3 TFLOP/s fp16, 197 INT8 TOPS, 456 GB/s
+# (github.com/ai-dynamo/aiconfigurator/pull/246).
+PARTS: dict[str, Part] = {p.name: p for p in (
+    Part("max1550", "pvc", xe_cores=64, bf16_tflops=419.43, memory_gbs=1638.4, l2_bytes=204 << 20,
+         source="Max 1550, one stack of two: 419.43 TFLOP/s bf16 (512 XMX x 512 flop/clk x 1.6 GHz), "
+                "3276.8 GB/s per card / 2; intel-xpu-backend-for-triton gpu_info.json, pytorch/torchtitan"),
+    Part("max1100", "pvc", xe_cores=56, bf16_tflops=355.53, memory_gbs=1228.8, l2_bytes=108 << 20,
+         source="Max 1100: 355.53 TFLOP/s bf16, 1228.8 GB/s (intel-xpu-backend-for-triton gpu_info.json), "
+                "108 MB L2 (Intel's product page)"),
+    Part("b580", "bmg", xe_cores=20, bf16_tflops=116.74, memory_gbs=456.0, l2_bytes=18 << 20,
+         source="Arc B580: 116.74 TFLOP/s bf16 (160 XMX x 256 flop/clk x 2.85 GHz), 456 GB/s; "
+                "intel-xpu-backend-for-triton gpu_info.json, Intel's launch figures"),
+    Part("b60", "bmg", xe_cores=20, bf16_tflops=98.3, memory_gbs=456.0, l2_bytes=18 << 20,
+         source="Arc Pro B60: 98.3 TFLOP/s fp16, 197 INT8 TOPS, 456 GB/s; github.com/ai-dynamo/aiconfigurator/pull/246"),
+)}
 
 
 _SIMD16_INPUTS = ("bf16", "f16", "tf32", "s8", "u8", "s4", "u4")
@@ -61,12 +100,12 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("pvc", "Xe-HPC", simd=16, grf_bytes=64, block2d=True, dpas_inputs=_SIMD16_INPUTS,
            half_accumulators=True, ocloc_device="pvc", platform_prefix="PVC",
            extensions=(EXT_2D_BLOCK_IO, EXT_DPAS, EXT_DPAS_TF32, EXT_SUBGROUPS, EXT_REQD_SUBGROUP),
-           l2_bytes=204 << 20),   # one stack of a Max 1550 (408 MB over two stacks)
+           l2_bytes=204 << 20, part="max1550"),   # one stack of a Max 1550 (408 MB over two stacks)
     # Xe2 (Battlemage, Lunar Lake): same DPAS width and 2D block IO as pvc; Debian's ocloc 22.43 predates it.
     Target("bmg", "Xe2", simd=16, grf_bytes=64, block2d=True, dpas_inputs=_SIMD16_INPUTS,
            half_accumulators=True, ocloc_device=None, platform_prefix="BMG",
            extensions=(EXT_2D_BLOCK_IO, EXT_DPAS, EXT_DPAS_TF32, EXT_SUBGROUPS, EXT_REQD_SUBGROUP),
-           l2_bytes=18 << 20),    # Arc B580
+           l2_bytes=18 << 20, part="b580"),    # Arc B580
     # ocloc 22.43 accepts dg2-g10, acm-g10 and the deprecated dg2 (all the same binary, *_XE_HPG_COREdg2.bin).
     # SIMD8 DPAS without tf32 and with float accumulators only (OCLMMA, OCLTF32); no 2D block messages.
     Target("dg2", "Xe-HPG", simd=8, grf_bytes=32, block2d=False, dpas_inputs=("bf16", "f16", "s8", "u8", "s4", "u4"),
@@ -82,6 +121,14 @@ def get_target(name: str) -> Target:
         return TARGETS[name]
     except KeyError:
         raise UnknownTargetError(f"unknown target {name!r}; known: {', '.join(TARGETS)}") from None
+
+
+def get_part(name: str) -> Part:
+    """The :class:`Part` called ``name``."""
+    try:
+        return PARTS[name]
+    except KeyError:
+        raise UnknownTargetError(f"unknown part {name!r}; known: {', '.join(PARTS)}") from None
 
 
 def targets_at(simd: int) -> tuple[Target, ...]:

@@ -6,9 +6,11 @@ Both go through :mod:`xegemm.evaluate` and the measurement cache (:mod:`xegemm.t
   process with time limits), sharing the device gate with every other worker; the value is GFLOP/s (0 for
   a kernel that fails to build or verify, errs or times out).
 - :class:`AotObjective` (``--target pvc|dg2``, no device): ocloc builds the kernel and its machine code is
-  checked against the plan; the value is the static model's score (:mod:`xegemm.tune.model`) for a
-  spill-free kernel whose machine code matches the plan, minus the spilled bytes for one that spills, and 0
-  for one that fails.
+  checked against the plan; the value is the calibrated static model's predicted TFLOP/s on the target's
+  product (:func:`xegemm.tune.model.predict_tflops`; pvc: one stack of a Max 1550) for a spill-free kernel
+  whose machine code matches the plan, minus the spilled bytes for one that spills, and 0 for one that fails.
+  A target without a product in :data:`xegemm.library.targets.PARTS` (dg2: no published peak recorded) keeps the
+  uncalibrated score, a unitless product of the model's factors.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering
 from xegemm.runtime.devices import DeviceInfo
 from xegemm.tune.cache import MeasurementCache, measurement_key
-from xegemm.tune.model import Machine, predict
+from xegemm.library.targets import get_target
+from xegemm.tune.model import Machine, predict, predict_tflops
 from xegemm.tune.space import Candidate
 
 
@@ -85,7 +88,8 @@ class DeviceObjective(_CachedObjective):
 
 
 class AotObjective(_CachedObjective):
-    """The static score of an ahead-of-time build for ``target`` (ocloc; no device)."""
+    """The static score of an ahead-of-time build for ``target`` (ocloc; no device): predicted TFLOP/s on the
+    target's product, or the uncalibrated model score for a target without one."""
 
     def __init__(self, target: str, lowering: Lowering, out_dir: Path, cache: MeasurementCache | None,
                  retime: bool = False):
@@ -108,7 +112,16 @@ class AotObjective(_CachedObjective):
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         result = super().evaluate(candidate)
-        result.extra["score"] = predict(candidate.planned.plan, Machine.of_target(self.target)).score
+        planned = candidate.planned.plan
+        model = predict(planned, Machine.of_target(self.target))
+        result.extra["model"] = model.as_dict()
+        part = get_target(self.target).part
+        if part is None:
+            result.extra["score"] = model.score
+        else:
+            speed = predict_tflops(planned, part)
+            result.extra["predicted"] = {"part": part, **speed.as_dict()}
+            result.extra["score"] = speed.tflops
         return result
 
 
