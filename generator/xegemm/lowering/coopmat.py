@@ -21,12 +21,13 @@ What this module knows (docs/lowerings.md "coopmat"):
 
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from xegemm.errors import PlanRejected
+from xegemm.errors import PlanRejected, XegemmError
 from xegemm.templating import environment
 
 TEMPLATE = "spirv/gemm.spvasm.j2"
@@ -35,7 +36,7 @@ TEMPLATE = "spirv/gemm.spvasm.j2"
 TYPES = {
     "bf16": ("f32", 16, 2, 0x40, 32, 16),      # MatrixAAndBBFloat16ComponentsINTEL
     "s8": ("s32", 8, 4, 0x1 | 0x2 | 0x4 | 0x8, 64, 32),   # Matrix{A,B,C,Result}SignedComponentsKHR
-    "u8": ("s32", 8, 4, 0x4 | 0x8, 64, 32),
+    "u8": ("s32", 8, 4, 0x0, 64, 32),       # no signed bits (with C/Result signed 0xC: wrong sums, measured)
 }
 LAYOUT_ROW_MAJOR, LAYOUT_PACKED_INTEL = 0, 2      # SPV_KHR_cooperative_matrix / SPV_INTEL_joint_matrix
 CAP_BFLOAT16_COMPONENTS = 6437                    # CooperativeMatrixBFloat16ComponentTypeINTEL
@@ -225,3 +226,50 @@ def packed_b_batch_stride(k: int, ldb: int, ab: str) -> int:
     """Bytes between two batches of :func:`pack_b`'s output (K rounded up to a multiple of v)."""
     v = TYPES[ab][2]
     return -(-k // v) * v * ldb
+
+
+_NOT_WIRED = ("the coopmat lowering renders a whole SPIR-V kernel (xegemm.lowering.coopmat.render_coopmat, built "
+              "with xegemm.runtime.spirv.build_spirv), not OpenCL C atoms; render, evaluate and the call API do not "
+              "take it yet")
+
+
+def make_lowering_class(base):
+    """The coopmat Lowering class on ``base`` (xegemm.lowering.Lowering), registered by the package."""
+
+    class CoopmatLowering(base):
+        """SPIR-V cooperative matrices (this module): the whole kernel is one template, so the atom hooks refuse
+        with what to call instead."""
+
+        name = "coopmat"
+        stages_kstep = False
+        rolls_epilogue = False
+
+        def render_copies(self, atoms) -> str:
+            raise XegemmError(_NOT_WIRED)
+
+        @classmethod
+        def render_mma(cls, atoms) -> str:
+            raise XegemmError(_NOT_WIRED)
+
+        def check_surfaces(self, plan) -> None:
+            why = plan_violation(plan)
+            if why:
+                raise PlanRejected(why)
+
+        def render(self, plan) -> str:
+            """SPIR-V assembly of the plan's kernel (:func:`render_coopmat`)."""
+            return render_coopmat(plan)
+
+    return CoopmatLowering
+
+
+def kernel_arguments(m: int, n: int, k: int, batch: int, ab: str, buffers: dict, alpha: float = 1.0,
+                     beta: float = 0.0) -> list:
+    """The kernel's argument values in :data:`PARAMETERS` order for a compact problem (as xegemm.arguments
+    computes them, B's batch stride that of :func:`pack_b`); ``buffers``: A, B (packed), D, C, bias."""
+    eb, acc_bytes = TYPES[ab][1] // 8, 4
+    lda, ldb, ldc = k * eb, n * eb, n * acc_bytes
+    i, l_, f = ctypes.c_int, ctypes.c_long, ctypes.c_float
+    return [buffers["A"], buffers["B"], buffers["D"], i(m), i(n), i(k), i(lda), i(ldb), i(ldc), l_(lda * m),
+            l_(packed_b_batch_stride(k, ldb, ab)), l_(ldc * m), buffers["C"], buffers["bias"], f(alpha), f(beta),
+            f(0.0), f(0.0)]

@@ -27,7 +27,12 @@ from importlib import metadata
 from pathlib import Path
 
 from xegemm.errors import RuntimeSetupError, XegemmError
+from xegemm.files import read_text, write_json_atomic
+from xegemm.lowering.coopmat import CoopmatKernel, render_kernel
 from xegemm.runtime.cpu_path import TARGET_ARCH_VARIABLE, host_flags
+from xegemm.runtime.devices import select_sycl_device
+from xegemm.runtime.opencl import OpenCLBuildFailure, OpenCLContext, OpenCLError, find_device, program_from_il
+from xegemm.runtime.program_cache import cache_dir
 
 SPIRV_ENV = "spv1.2"            # the SPIR-V version the modules are assembled for (the CPU runtime reads 1.0-1.4)
 VALIDATE_ENV = "opencl2.2"
@@ -199,9 +204,6 @@ def build_in_child(il: bytes, device_filter: str, options: str = "", env: dict |
 
 def _child() -> None:
     """The child of :func:`build_in_child`: build the module in argv[1] on the device of the stdin request."""
-    from xegemm.runtime import select_sycl_device
-    from xegemm.runtime.opencl import OpenCLBuildFailure, OpenCLContext, OpenCLError, find_device, program_from_il
-
     request = json.loads(sys.stdin.read())
     il = Path(sys.argv[1]).read_bytes()
     try:
@@ -229,8 +231,6 @@ def build_spirv(module: str | bytes, queue, options: str = ""):
     """Build a SPIR-V module (assembly text or binary) for an OpenCL queue's device: in a child process first
     (remembered per module, device, driver and target), then in this process.  Returns an OpenCLProgram
     (``get_sycl_kernel(name)``); SpirvError with the reason when the module cannot be built here."""
-    from xegemm.runtime.opencl import OpenCLBuildFailure, program_from_il
-
     il = assemble(module) if isinstance(module, str) else bytes(module)
     device = queue.device
     key = _key(il, device, options)
@@ -269,8 +269,6 @@ class Probe:
 
 
 def _probe_file(identity: str) -> Path | None:
-    from xegemm.runtime.program_cache import cache_dir
-
     root = cache_dir()
     return None if root is None else root / "coopmat-probe" / (hashlib.sha256(identity.encode()).hexdigest() + ".json")
 
@@ -278,9 +276,6 @@ def _probe_file(identity: str) -> Path | None:
 def probe_coopmat(queue) -> Probe:
     """Build the smallest coopmat kernel (bf16, one 8x16x16 tile) on an OpenCL queue's device in a child
     process; remembered per device, driver, target and host flags in the program cache directory."""
-    from xegemm.files import read_text, write_json_atomic
-    from xegemm.lowering.coopmat import CoopmatKernel, render_kernel
-
     device = queue.device
     if device.kind.lower() == "cpu" and amx_target() is None:
         return Probe(False, "the CPU has no AMX (amx_tile, amx_bf16, amx_int8): the Intel CPU runtime refuses "
