@@ -19,14 +19,18 @@ import time
 
 import numpy as np
 
-from xegemm.runtime.spirv import prepare_environment
+from xegemm.config import config_from_text
+from xegemm.lowering.coopmat import coopmat_kernel, kernel_arguments, pack_b, render_kernel
+from xegemm.plan import plan
+from xegemm.runtime import select_sycl_device
+from xegemm.runtime.opencl import OpenCLBuffer, OpenCLQueue
+from xegemm.runtime.spirv import build_spirv, prepare_environment
+from xegemm.verify import check, make_operands, poison_c, reference
 
-WHY = prepare_environment()    # first: before the CPU runtime starts
+WHY = prepare_environment()    # before the CPU runtime starts (importing the modules above does not start it)
 
 
 def _config(size: int):
-    from xegemm.config import config_from_text
-
     return config_from_text(f"problem: {{m: {size}, n: {size}, k: {size}}}\n"
                             "types: {a: bf16, b: bf16, acc: f32, c: f32}\n"
                             "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n")
@@ -37,13 +41,6 @@ def _cv(xs):
 
 
 def measure(size: int, rounds: int, launches: int) -> dict:
-    from xegemm.lowering.coopmat import coopmat_kernel, kernel_arguments, pack_b, render_kernel
-    from xegemm.plan import plan
-    from xegemm.runtime import select_sycl_device
-    from xegemm.runtime.opencl import OpenCLBuffer, OpenCLQueue
-    from xegemm.runtime.spirv import build_spirv
-    from xegemm.verify import check, make_operands, poison_c, reference
-
     config = _config(size)
     kernel = coopmat_kernel(plan(config))
     queue = OpenCLQueue(select_sycl_device())
