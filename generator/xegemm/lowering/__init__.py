@@ -5,6 +5,9 @@
   device with sub-groups (the Intel OpenCL CPU runtime in tests and CI).
 - ``native`` (:mod:`xegemm.lowering.native`): the Xe builtins (2D block read/write/prefetch, DPAS), spelled
   as the compiler's capability set allows (:mod:`xegemm.aot.capabilities`).
+- ``coopmat`` (:mod:`xegemm.lowering.coopmat`): the whole kernel as SPIR-V cooperative matrices
+  (SPV_KHR_cooperative_matrix + SPV_INTEL_joint_matrix), built through ``clCreateProgramWithIL``
+  (:mod:`xegemm.runtime.spirv`); on the CPU runtime it runs on Intel AMX.  Not yet taken by render/evaluate.
 
 The atom models describe; the lowerings emit; the templates print (templates/copy/, templates/mma/).
 """
@@ -18,6 +21,7 @@ from xegemm.aot.call_check import check_calls
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES, MODERN_CAPABILITIES
 from xegemm.library.build_flags import STANDARD, native_device_options
 from xegemm.errors import PlanRejected, XegemmError
+from xegemm.lowering.coopmat import make_lowering_class
 from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, lower_copy, native_capabilities
 from xegemm.lowering.portable import copy_plan, mma_plan
 from xegemm.plan.surfaces import native_surface_violations
@@ -161,7 +165,8 @@ class NativeLowering(Lowering):
         return []
 
 
-_CLASSES: dict[str, type[Lowering]] = {cls.name: cls for cls in (PortableLowering, NativeLowering)}
+CoopmatLowering = make_lowering_class(Lowering)
+_CLASSES: dict[str, type[Lowering]] = {cls.name: cls for cls in (PortableLowering, NativeLowering, CoopmatLowering)}
 LOWERINGS = tuple(_CLASSES)
 
 
@@ -201,6 +206,8 @@ def choose_lowering(info, forced: str | None = None) -> Lowering:
     if forced is not None and forced not in LOWERINGS:
         raise XegemmError(f"lowering must be one of {', '.join(LOWERINGS)}, not {forced!r}")
     own = device_lowering(info.extensions, info.sub_group_sizes)
+    if forced == "coopmat":         # whether the device runs it: xegemm.runtime.spirv.probe_coopmat
+        return Lowering("coopmat")
     if forced == "portable" or forced is None:
         return own if forced is None else Lowering("portable")
     if own.name != "native":

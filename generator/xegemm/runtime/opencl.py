@@ -70,6 +70,7 @@ _SIGNATURES = {
     "clEnqueueReadBuffer": (i32, [vp, vp, u32, sz, sz, vp, u32, vp, vp]),
     "clCreateProgramWithSource": (vp, [vp, u32, P(ctypes.c_char_p), P(sz), P(i32)]),
     "clCreateProgramWithBinary": (vp, [vp, u32, P(vp), P(sz), P(P(ctypes.c_ubyte)), P(i32), P(i32)]),
+    "clCreateProgramWithIL": (vp, [vp, vp, sz, P(i32)]),
     "clBuildProgram": (i32, [vp, u32, P(vp), ctypes.c_char_p, vp, vp]),
     "clGetProgramBuildInfo": (i32, [vp, vp, u32, sz, vp, P(sz)]),
     "clGetProgramInfo": (i32, [vp, u32, sz, vp, P(sz)]),
@@ -406,3 +407,18 @@ def program_from_binary(context: OpenCLContext, binary: bytes, options: str) -> 
         raise OpenCLError("clCreateProgramWithBinary", err.value or status.value)
     _build(context, handle, options)
     return OpenCLProgram(context, handle, from_cache=True)
+
+
+def program_from_il(context: OpenCLContext, il: bytes, options: str = "") -> OpenCLProgram:
+    """Build a SPIR-V module (``clCreateProgramWithIL``); raises :class:`OpenCLBuildFailure` with the log.  Some
+    runtimes abort the whole process on modules they cannot lower (xegemm.runtime.spirv builds in a child
+    process first)."""
+    lib, err = library(), i32()
+    data = ctypes.create_string_buffer(bytes(il), len(il))
+    handle = lib.clCreateProgramWithIL(context.handle, ctypes.cast(data, vp), len(il), ctypes.byref(err))
+    if err.value:
+        if handle:
+            lib.clReleaseProgram(handle)
+        raise OpenCLError("clCreateProgramWithIL", err.value)
+    _build(context, handle, options)
+    return OpenCLProgram(context, handle, from_cache=False)

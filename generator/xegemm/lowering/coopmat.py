@@ -1,0 +1,275 @@
+"""The ``coopmat`` lowering: a plan as a SPIR-V kernel of cooperative matrices (SPV_KHR_cooperative_matrix with
+Intel's SPV_INTEL_joint_matrix additions, the form SYCL's joint_matrix compiles to), rendered as SPIR-V assembly
+from templates/spirv/gemm.spvasm.j2.
+
+What this module knows (docs/lowerings.md "coopmat"):
+
+- which coop-matrix tiles a plan's sub-group tile is made of (:func:`coopmat_kernel`): accumulator tiles of
+  ``tm`` x 16 (``tm`` = 16 where the sub-group tile's rows allow, else 8) and k-steps of ``tk`` = 32 (bf16) or
+  64 (8-bit) where the work-group's k-tile allows, else 16 / 32: the Intel AMX shapes (bf16 -> f32 up to
+  16x16x32, 8-bit -> s32 up to 16x16x64; intel/llvm sycl_ext_oneapi_matrix.asciidoc, "Intel AMX Supported
+  Combinations");
+- the operand rules: A row-major, B VNNI-packed in memory (layout PackedINTEL = 2: ``[ceil(K/v)][N*v]``, v = 2
+  for 16-bit, 4 for 8-bit elements; :func:`pack_b`), accumulators and C/D row-major in the accumulator type;
+- the SPIR-V words: bf16 is carried as 16-bit integers with the multiply-add operand
+  MatrixAAndBBFloat16ComponentsINTEL (0x40, capability 6437); signed 8-bit with Matrix{A,B,C,Result}
+  SignedComponentsKHR; the capability PackedCooperativeMatrixINTEL (6434) is NOT declared (the Intel CPU runtime
+  refuses modules that declare it, and accepts layout 2 without it);
+- the kernel's arguments (:data:`PARAMETERS`): those of xegemm.kernel.arguments' plain GEMM, in its order and meaning,
+  except that B's buffer holds B VNNI-packed (``ldb`` still counts the bytes of a row of B as a K x N matrix).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from xegemm.errors import PlanRejected, XegemmError
+from xegemm.lowering.templating import environment
+
+TEMPLATE = "spirv/gemm.spvasm.j2"
+
+# (A/B type) -> (accumulator, SPIR-V bits of A/B, VNNI factor v, multiply-add operands, preferred tk, smaller tk)
+TYPES = {
+    "bf16": ("f32", 16, 2, 0x40, 32, 16),      # MatrixAAndBBFloat16ComponentsINTEL
+    "s8": ("s32", 8, 4, 0x1 | 0x2 | 0x4 | 0x8, 64, 32),   # Matrix{A,B,C,Result}SignedComponentsKHR
+    "u8": ("s32", 8, 4, 0x0, 64, 32),       # no signed bits (with C/Result signed 0xC: wrong sums, measured)
+}
+LAYOUT_ROW_MAJOR, LAYOUT_PACKED_INTEL = 0, 2      # SPV_KHR_cooperative_matrix / SPV_INTEL_joint_matrix
+CAP_BFLOAT16_COMPONENTS = 6437                    # CooperativeMatrixBFloat16ComponentTypeINTEL
+TILE_N = 16
+MAX_TILE_M = 16
+
+# The kernel's parameters, as xegemm.kernel.arguments' plain GEMM (KernelCall.of): name -> SPIR-V type id
+PARAMETERS = (("A", "%pcw_ab"), ("B", "%pcw_ab"), ("C", "%pcw_acc"), ("M", "%u32"), ("N", "%u32"), ("K", "%u32"),
+              ("lda", "%u32"), ("ldb", "%u32"), ("ldc", "%u32"), ("batch_stride_a", "%u64"),
+              ("batch_stride_b", "%u64"), ("batch_stride_c", "%u64"), ("Cin", "%pcw_acc"), ("bias", "%pcw_f32"),
+              ("alpha", "%f32"), ("beta", "%f32"), ("clamp_lo", "%f32"), ("clamp_hi", "%f32"))
+
+
+@dataclass(frozen=True)
+class CoopmatKernel:
+    """One coop-matrix GEMM kernel: types, the work-group and sub-group tiles, and the coop-matrix tiles."""
+
+    name: str
+    ab: str                 # A and B element type: bf16, s8, u8
+    sg: int                 # sub-group size
+    sg_m: int               # sub-groups along M and N
+    sg_n: int
+    sgm: int                # sub-group block (elements)
+    sgn: int
+    tm: int                 # coop-matrix tiles: accumulator tm x tn, A tm x tk, B tk x tn
+    tn: int
+    tk: int
+    b_layout: int = LAYOUT_PACKED_INTEL
+
+    def __post_init__(self):
+        if self.ab not in TYPES:
+            raise PlanRejected(f"coopmat: A and B of type {self.ab!r}: the lowering takes {', '.join(TYPES)}")
+        if self.sgm % self.tm or self.sgn % self.tn or self.tm > MAX_TILE_M or self.tn != TILE_N:
+            raise PlanRejected(f"coopmat: sub-group block {self.sgm}x{self.sgn} is not made of {self.tm}x{self.tn} "
+                               f"accumulator tiles (tiles: M <= {MAX_TILE_M}, N = {TILE_N})")
+        if self.tk not in TYPES[self.ab][4:]:
+            raise PlanRejected(f"coopmat: k-step {self.tk} for {self.ab}: one of {TYPES[self.ab][4:]}")
+
+    # -- derived --------------------------------------------------------------------------------------------
+    @property
+    def acc(self) -> str:
+        return TYPES[self.ab][0]
+
+    @property
+    def float_acc(self) -> bool:
+        return self.acc == "f32"
+
+    @property
+    def bf16(self) -> bool:
+        return self.ab == "bf16"
+
+    @property
+    def ab_bits(self) -> int:
+        return TYPES[self.ab][1]
+
+    @property
+    def ab_bytes(self) -> int:
+        return self.ab_bits // 8
+
+    @property
+    def v(self) -> int:
+        """The VNNI factor: K rows of B per 32-bit packed element."""
+        return TYPES[self.ab][2]
+
+    @property
+    def mad_operands(self) -> str:
+        return hex(TYPES[self.ab][3])
+
+    @property
+    def cap_bf16(self) -> int:
+        return CAP_BFLOAT16_COMPONENTS
+
+    @property
+    def mt(self) -> int:
+        return self.sgm // self.tm
+
+    @property
+    def nt(self) -> int:
+        return self.sgn // self.tn
+
+    @property
+    def bm(self) -> int:
+        return self.sgm * self.sg_m
+
+    @property
+    def bn(self) -> int:
+        return self.sgn * self.sg_n
+
+    @property
+    def subgroups(self) -> int:
+        return self.sg_m * self.sg_n
+
+    @property
+    def local(self) -> tuple[int, int, int]:
+        """OpenCL local size, as Plan.workgroup_size: (SG_N * sub-group size, SG_M, 1)."""
+        return (self.sg_n * self.sg, self.sg_m, 1)
+
+    @property
+    def parameters(self) -> tuple[tuple[str, str], ...]:
+        return PARAMETERS
+
+    @property
+    def local_bytes(self) -> int:
+        """Local memory of a work-group: each sub-group's A and B k-step and its accumulators."""
+        return self.subgroups * (self.sgm * self.tk * self.ab_bytes + self.tk * self.sgn * self.ab_bytes
+                                 + self.sgm * self.sgn * 4)
+
+    def global_size(self, m: int, n: int, batch: int = 1) -> tuple[int, int, int]:
+        """OpenCL global size covering an M x N problem (edges included), as Plan.global_size."""
+        lx, ly, _ = self.local
+        return (math.ceil(n / self.bn) * lx, math.ceil(m / self.bm) * ly, batch)
+
+
+def choose_tiles(ab: str, sgm: int, sgn: int, bk: int) -> tuple[int, int, int]:
+    """(tm, tn, tk) of a sub-group block sgm x sgn with work-group k-tile bk: the largest AMX tiles that divide
+    it (tm 16 or 8; tn 16; tk the type's larger k-step if bk allows, else its smaller one)."""
+    if ab not in TYPES:
+        raise PlanRejected(f"coopmat: A and B of type {ab!r}: the lowering takes {', '.join(TYPES)}")
+    tm = next((t for t in (16, 8) if sgm % t == 0), None)
+    if tm is None or sgn % TILE_N:
+        raise PlanRejected(f"coopmat: sub-group tile {sgm}x{sgn} must be a multiple of 8x16 (coop-matrix "
+                           "accumulator tiles of 8 or 16 rows, 16 columns)")
+    big, small = TYPES[ab][4:]
+    tk = big if bk % big == 0 else small if bk % small == 0 else None
+    if tk is None:
+        raise PlanRejected(f"coopmat: the work-group k-tile {bk} must be a multiple of {small} for {ab}")
+    return tm, TILE_N, tk
+
+
+def plan_violation(plan) -> str | None:
+    """Why the coopmat lowering cannot render a plan, or None."""
+    config = plan.config
+    t, lay, e = config.types, config.layout, plan.epilogue
+    if t.a != t.b or t.a not in TYPES:
+        return f"coopmat: A and B must be one of {', '.join(TYPES)} alike (got A={t.a}, B={t.b})"
+    if t.acc != TYPES[t.a][0] or t.c != t.acc:
+        return (f"coopmat: {t.a} accumulates in {TYPES[t.a][0]} and stores D in that type (got acc={t.acc}, "
+                f"c={t.c}); other output types are not done")
+    if lay.a != "row" or lay.b != "row" or lay.c != "row":
+        return ("coopmat: A, B and C must be row-major (layout: row); B is passed VNNI-packed (pack_b): the CPU "
+                "runtime takes A row-major and B packed only")
+    if plan.split_k > 1 or plan.stream_k or plan.grouped or plan.quant or plan.graph is not None:
+        return "coopmat: split K, stream-K, grouped problems, quantized operands and traced epilogues are not done"
+    if e is not None and (e.bias != "none" or e.activation != "none"):
+        return "coopmat: the epilogue is D = alpha * acc + beta * C; bias and activations are not done"
+    return None
+
+
+def coopmat_kernel(plan, name: str | None = None) -> CoopmatKernel:
+    """The coop-matrix kernel of a plan (PlanRejected with the reason when the lowering cannot render it)."""
+    why = plan_violation(plan)
+    if why:
+        raise PlanRejected(why)
+    tile = plan.config.tile
+    sgm, sgn = plan.subgroup_tile
+    tm, tn, tk = choose_tiles(plan.config.types.a, sgm, sgn, tile.workgroup[2])
+    sg_m, sg_n = tile.subgroups
+    return CoopmatKernel(name or plan.name, plan.config.types.a, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk)
+
+
+def render_kernel(kernel: CoopmatKernel) -> str:
+    """SPIR-V assembly text of one kernel (for spirv-as)."""
+    return environment().get_template(TEMPLATE).render(k=kernel)
+
+
+def render_coopmat(plan) -> str:
+    """SPIR-V assembly text of a plan's kernel (its entry point is ``plan.name``)."""
+    return render_kernel(coopmat_kernel(plan))
+
+
+def pack_b(b_bytes: np.ndarray, k: int, n: int, ab: str) -> np.ndarray:
+    """B's storage as the kernel reads it: row-major K x N bytes (batch, K, N * element bytes, as
+    xegemm.verify.dense's operands) VNNI-packed, per batch ``[ceil(K/v)][N*v]`` elements, zero rows padding K to a
+    multiple of v: packed[r][v*c + i] = B[v*r + i][c] (intel/llvm sycl_ext_intel_matrix.asciidoc,
+    ext_intel_packed).  Returns uint8 (batch, ceil(K/v), N * v * element bytes)."""
+    _, bits, v, *_ = TYPES[ab]
+    eb = bits // 8
+    view = np.ascontiguousarray(b_bytes).reshape(-1, k, n, eb)
+    batch, kp = view.shape[0], -(-k // v) * v
+    padded = np.zeros((batch, kp, n, eb), np.uint8)
+    padded[:, :k] = view
+    packed = padded.reshape(batch, kp // v, v, n, eb).transpose(0, 1, 3, 2, 4)
+    return np.ascontiguousarray(packed).reshape(batch, kp // v, n * v * eb)
+
+
+def packed_b_batch_stride(k: int, ldb: int, ab: str) -> int:
+    """Bytes between two batches of :func:`pack_b`'s output (K rounded up to a multiple of v)."""
+    v = TYPES[ab][2]
+    return -(-k // v) * v * ldb
+
+
+_NOT_WIRED = ("the coopmat lowering renders a whole SPIR-V kernel (xegemm.lowering.coopmat.render_coopmat, built "
+              "with xegemm.runtime.spirv.build_spirv), not OpenCL C atoms; render, evaluate and the call API do not "
+              "take it yet")
+
+
+def make_lowering_class(base):
+    """The coopmat Lowering class on ``base`` (xegemm.lowering.Lowering), registered by the package."""
+
+    class CoopmatLowering(base):
+        """SPIR-V cooperative matrices (this module): the whole kernel is one template, so the atom hooks refuse
+        with what to call instead."""
+
+        name = "coopmat"
+        stages_kstep = False
+        rolls_epilogue = False
+
+        def render_copies(self, atoms) -> str:
+            raise XegemmError(_NOT_WIRED)
+
+        @classmethod
+        def render_mma(cls, atoms) -> str:
+            raise XegemmError(_NOT_WIRED)
+
+        def check_surfaces(self, plan) -> None:
+            why = plan_violation(plan)
+            if why:
+                raise PlanRejected(why)
+
+        def render(self, plan) -> str:
+            """SPIR-V assembly of the plan's kernel (:func:`render_coopmat`)."""
+            return render_coopmat(plan)
+
+    return CoopmatLowering
+
+
+def kernel_arguments(m: int, n: int, k: int, batch: int, ab: str, buffers: dict, alpha: float = 1.0,
+                     beta: float = 0.0) -> list:
+    """The kernel's argument values in :data:`PARAMETERS` order for a compact problem (as xegemm.kernel.arguments
+    computes them, B's batch stride that of :func:`pack_b`); ``buffers``: A, B (packed), D, C, bias."""
+    eb, acc_bytes = TYPES[ab][1] // 8, 4
+    lda, ldb, ldc = k * eb, n * eb, n * acc_bytes
+    i, l_, f = ctypes.c_int, ctypes.c_long, ctypes.c_float
+    return [buffers["A"], buffers["B"], buffers["D"], i(m), i(n), i(k), i(lda), i(ldb), i(ldc), l_(lda * m),
+            l_(packed_b_batch_stride(k, ldb, ab)), l_(ldc * m), buffers["C"], buffers["bias"], f(alpha), f(beta),
+            f(0.0), f(0.0)]
