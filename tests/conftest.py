@@ -166,6 +166,14 @@ def session(sycl_device):
     return DeviceSession(sycl_device)
 
 
+@pytest.fixture(scope="module")
+def queue(sycl_device):
+    """An in-order queue on the default device, without event profiling (the atom tests time nothing)."""
+    from xegemm.runtime.program import make_queue
+
+    return make_queue(sycl_device, profiling=False)
+
+
 POSTGRES_MISSING = ("PostgreSQL's initdb/pg_ctl are not installed: as root, `make test` installs them "
                     "(.ci/install-postgresql.sh: Debian's postgresql); otherwise run "
                     "`sudo bash .ci/install-postgresql.sh`")

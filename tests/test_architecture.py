@@ -27,7 +27,7 @@ LAYERS = (
     ("xegemm.plan", "xegemm.epilogues.plan"),                 # the planner and the epilogue's planning pass
     ("xegemm.aot",),                                          # Intel's offline compiler, ISA statistics, capabilities
     ("xegemm.lowering",),                                     # how atoms become code
-    ("xegemm.kernel", "xegemm.epilogues.stage"),              # a plan rendered into a kernel, its arguments
+    ("xegemm.kernel", "xegemm.epilogues.stage", "xegemm.epilogues.tiles"),   # a plan rendered into a kernel
     ("xegemm.runtime",),                                      # devices, builds, launches
     ("xegemm.verify",),                                       # numpy references and verdicts
     ("xegemm.evaluate",),                                     # evaluator, builders, observers, timing
@@ -232,3 +232,15 @@ def test_version_and_help_import_no_heavy_library(words):
     done = subprocess.run([sys.executable, "-c", code, *words], capture_output=True, text=True)
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
     assert "xegemm" in done.stdout
+
+
+def test_no_fixture_is_defined_twice():
+    """Fixtures shared by several test files live once, in tests/conftest.py (a second definition in a test file
+    would silently shadow it there and drift from it)."""
+    tests = Path(__file__).resolve().parent
+    defined: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list):
+                defined.setdefault(node.name, []).append(str(path.relative_to(tests)))
+    assert {name: files for name, files in defined.items() if len(files) > 1} == {}

@@ -25,7 +25,7 @@ from xegemm.config import load_config
 from xegemm.evaluate import plan_variants
 from xegemm.lowering.portable import copy_plan
 from xegemm.kernel.render import render_macro, wide_vector_typedefs
-from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
+from xegemm.runtime.program import build_program, from_device, launch, to_device
 
 pytestmark = pytest.mark.device
 
@@ -127,10 +127,6 @@ def _cases(atom):
     if atom.is_load and copy_plan(atom)["align"]:
         yield full, 1, 2
 
-
-@pytest.fixture(scope="module")
-def queue(sycl_device):
-    return make_queue(sycl_device)
 
 
 @pytest.fixture(scope="module")

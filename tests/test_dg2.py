@@ -354,10 +354,6 @@ NATIVE_GEMMS = {"bf16_edges": GEMMS["bf16_edges"], "s8_u8": GEMMS["s8_u8"],
                                  "tile: {workgroup: [16, 32, 64], subgroups: [1, 2], subgroup_size: 8}\n"}
 
 
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return pipeline.DeviceSession(sycl_device)
-
 
 def _one(text):
     variants = pipeline.plan_variants(config_from_text(text + "profile: {warmup: 1, repeats: 2}\n"))

@@ -141,8 +141,11 @@ def test_bounds_pin_round_to_nearest_even():
     # off the ties a single value is allowed: the nearest; truncation would give 1.0 for the first and third
     assert b.expected.tolist() == [[[1.0 + 2 ** -7, 1.0, 1.0 + 2 ** -7]]]
     assert np.array_equal(b.low, b.expected) and np.array_equal(b.high, b.expected)
-    # at a tie (within the compute error of one) either neighbour is allowed, the even one expected
-    tie = reference_bounds(_spec(out="bf16"), np.array([[[1.0 + 2 ** -8]]]), 0.0, None, None)
+    # at a tie with an exact accumulator D = acc computes nothing that rounds: only the even neighbour is allowed;
+    # within the accumulator's error of a tie either neighbour is, the even one expected
+    exact = reference_bounds(_spec(out="bf16"), np.array([[[1.0 + 2 ** -8]]]), 0.0, None, None)
+    assert (exact.low.item(), exact.expected.item(), exact.high.item()) == (1.0, 1.0, 1.0)
+    tie = reference_bounds(_spec(out="bf16"), np.array([[[1.0 + 2 ** -8]]]), 2.0 ** -20, None, None)
     assert (tie.low.item(), tie.expected.item(), tie.high.item()) == (1.0, 1.0, 1.0 + 2 ** -7)
 
 

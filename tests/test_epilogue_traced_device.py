@@ -21,7 +21,6 @@ from xegemm.evaluate import plan_variants
 from xegemm.library.dtypes import dtype
 from xegemm.epilogues.reference import mismatches, reference
 from xegemm.errors import XegemmError
-from xegemm.evaluate.device import DeviceSession
 from xegemm.jobs.pipeline import run_variant
 
 pytestmark = pytest.mark.device
@@ -53,10 +52,6 @@ def planned(name: str, n: int = 45, **replace):
     assert pv.plan is not None, pv.reason
     return pv
 
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

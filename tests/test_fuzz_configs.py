@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from xegemm.config import ConfigError, config_from_text
 from xegemm.evaluate import plan_variants
-from xegemm.evaluate.device import DeviceSession
 from xegemm.jobs.pipeline import run_variant
 
 EXAMPLES = int(os.environ.get("XEGEMM_FUZZ_EXAMPLES", "150"))
@@ -142,10 +141,6 @@ def test_corpus(path):
     """Hostile seeds and inputs that once broke the reader or the planner, kept as regression tests."""
     check_outcome(path.read_text(encoding="utf-8"))
 
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
 
 
 @settings(max_examples=max(3, EXAMPLES // 50), deadline=None, derandomize=True,

@@ -11,7 +11,7 @@ from xegemm import evaluate
 from xegemm.kernel.arguments import KernelCall
 from xegemm.config import config_from_text
 from xegemm.evaluate import Evaluator, plan_variants
-from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
+from xegemm.evaluate.device import DeviceBuilder, VerifyObserver
 from xegemm.kernel.grouped_launch import grouped_launch, persistent_workgroups
 from xegemm.grouped.problem import GroupedProblem
 from xegemm.plan.kernel_name import parse_kernel_name
@@ -36,10 +36,6 @@ tile: {workgroup: [8, 16, 16], subgroups: [1, 1], walk: dynamic}
 epilogue: {bias: col, activation: silu}
 """
 
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
 
 
 def verified(session, text: str, overrides=None, mutate=None, monkeypatch=None):

@@ -19,7 +19,6 @@ from conftest import run_portable
 from xegemm.library.dtypes import ctype_shape
 from xegemm.config import config_from_text
 from xegemm.config.schema import Problem
-from xegemm.evaluate.device import DeviceSession
 from xegemm.library.layouts import AB_LAYOUTS, from_letters
 from xegemm.plan.operands import Fragment, Reorder, reorder_cost
 from xegemm.plan.planner import PlanRejected, plan
@@ -149,10 +148,6 @@ def test_explicit_atom_that_cannot_feed_the_operand_names_the_rule():
 
 
 # ---- on the CPU device (portable lowering) --------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
 
 
 

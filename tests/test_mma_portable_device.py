@@ -23,7 +23,7 @@ from xegemm.atoms.mma import (
     unpack_operand,
 )
 from xegemm.kernel.render import render_mma
-from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
+from xegemm.runtime.program import build_program, from_device, launch, to_device
 
 pytestmark = pytest.mark.device
 
@@ -65,10 +65,6 @@ def random_operand(rng, atom: MmaAtom, operand: str) -> np.ndarray:
         return rng.integers(lo, hi, size=shape)          # the full range: sign/zero extension matters
     return round_to(t.code, rng.standard_normal(shape) * 2.0)
 
-
-@pytest.fixture(scope="module")
-def queue(sycl_device):
-    return make_queue(sycl_device, profiling=False)
 
 
 # Every atom is built without optimisation (-cl-opt-disable: about 4-5 s for all 184 instead of about 30 s),

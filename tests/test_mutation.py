@@ -13,7 +13,6 @@ import pytest
 from xegemm import evaluate
 from xegemm.config import config_from_text
 from xegemm.evaluate import plan_variants
-from xegemm.evaluate.device import DeviceSession
 from xegemm.jobs.pipeline import run_variant
 
 CONFIG = """\
@@ -58,10 +57,6 @@ MUTANTS = {
                                 _sub(r"float acc_0_0_0 = 0", "float acc_0_0_0 = 1")),
 }
 
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
 
 
 @pytest.fixture(scope="module")

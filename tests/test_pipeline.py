@@ -12,7 +12,7 @@ from xegemm import evaluate
 from xegemm.jobs import pipeline
 from xegemm.config import ConfigError, config_from_text
 from xegemm.results.journal import ResultStore
-from xegemm.jobs.pipeline import DeviceSession, plan_variants, run, run_variant
+from xegemm.jobs.pipeline import plan_variants, run, run_variant
 from xegemm.plan.planner import PlanRejected, plan
 from xegemm.library.record import Evaluation
 
@@ -26,10 +26,6 @@ def _one(text: str):
     assert len(variants) == 1
     return variants[0]
 
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
 
 
 GEMMS = {

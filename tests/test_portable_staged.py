@@ -18,7 +18,6 @@ from conftest import run_portable
 from xegemm.config import config_from_text, load_config
 from xegemm.config.schema import Moe, Problem
 from xegemm.evaluate import plan_variants
-from xegemm.evaluate.device import DeviceSession
 from xegemm.lowering.portable import RolledBlocks, register_blocks, staged_kstep
 from xegemm.plan.planner import PlanRejected, plan
 
@@ -83,10 +82,6 @@ TYPED = {
 VARIANTS = _variants() + [pytest.param(_ragged(config_from_text(f"problem: {{m: 8, n: 8, k: 8}}\n{text}\n")), id=name)
                           for name, text in TYPED.items()]
 
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
 
 
 

@@ -16,7 +16,6 @@ from xegemm.api import DTypeMismatchError, ShapeMismatchError
 from xegemm.kernel.arguments import KernelCall
 from xegemm.config import config_from_text
 from xegemm.evaluate import plan_variants
-from xegemm.evaluate.device import DeviceSession
 from xegemm.plan.kernel_name import parse_kernel_name
 from xegemm.lowering import dequant as dequant_c
 from xegemm.jobs.pipeline import build_config, run_variant
@@ -99,10 +98,6 @@ MUTANTS = {
                                         r"S)[k0 / 128 * ((N + 127) / 128) + xq_n\1 / 128]")),
 }
 
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
 
 
 def _planned(name: str):

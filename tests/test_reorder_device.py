@@ -30,7 +30,7 @@ from xegemm.lowering.reorder import LANE_DECLARATION, fragment_ctype, local_reor
 from xegemm.plan.operands import Fragment, Reorder, reorder_cost
 from xegemm.plan.planner import plan
 from xegemm.kernel.render import fragment_helpers, wide_vector_typedefs
-from xegemm.runtime.program import build_program, from_device, launch, make_queue, to_device
+from xegemm.runtime.program import build_program, from_device, launch, to_device
 from xegemm.library.layouts import from_letters
 from xegemm.jobs.support import LAYOUTS, SUBGROUP_TILES, _config_text, type_combinations
 from xegemm.library.targets import AOT_TARGETS, TARGETS
@@ -227,10 +227,6 @@ def program_source(cases) -> str:
     return "\n".join(["#pragma OPENCL EXTENSION cl_khr_fp16 : enable", wide_vector_typedefs(types), *helpers,
                       *(_kernel(i, c) for i, c in enumerate(cases))])
 
-
-@pytest.fixture(scope="module")
-def queue(sycl_device):
-    return make_queue(sycl_device, profiling=False)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from xegemm.config import config_from_text
 from xegemm.config.schema import Problem
 from xegemm.library.dtypes import dtype
 from xegemm.evaluate import Evaluation, plan_variants
-from xegemm.evaluate.device import DeviceBuilder, DeviceSession, VerifyObserver
+from xegemm.evaluate.device import DeviceBuilder, VerifyObserver
 from xegemm.lowering import Lowering
 from xegemm.lowering.native import native_capabilities
 from xegemm.plan.planner import PlanRejected, plan
@@ -60,10 +60,6 @@ SUPPORTED = [pytest.param(t, 16, id=_id(t, 16)) for t in SG16_TYPES] + \
 
 
 # ---- on the CPU device: verified, and the verifier can fail -----------------------------------------------
-
-@pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
 
 
 def _corrupt(config, c_raw: np.ndarray, ref) -> np.ndarray:

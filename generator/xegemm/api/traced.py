@@ -18,7 +18,7 @@ from xegemm.api.errors import DTypeMismatchError, ShapeMismatchError
 from xegemm.api.operands import expected_dtype, is_device_array
 from xegemm.config import Config
 from xegemm.epilogues.config import function_of, graph_of
-from xegemm.epilogues.graph import RESERVED
+from xegemm.epilogues.graph import RESERVED, kind_shape
 from xegemm.epilogues.tracer import EpilogueFunction, input_kind
 from xegemm.epilogues.plan import input_param
 from xegemm.errors import XegemmError
@@ -93,5 +93,5 @@ def outputs_of(config: Config, d_shape: tuple) -> list[tuple[str, str, tuple]]:
     """(kernel parameter, type, shape) of each extra output: an auxiliary matrix is shaped as D, a row reduction
     (batch, M), a column reduction (batch, N), a sum (batch,) (without the batch for an unbatched call)."""
     graph, (*batch, m, n) = graph_of(config), d_shape
-    shapes = {"matrix": d_shape, "row": (*batch, m), "col": (*batch, n), "scalar": tuple(batch)}
-    return [(f"out_{o.name}", o.type, shapes[graph.nodes[o.node].kind]) for o in graph.outputs[1:]]
+    return [(f"out_{o.name}", o.type, kind_shape(graph.nodes[o.node].kind, m, n, tuple(batch)))
+            for o in graph.outputs[1:]]

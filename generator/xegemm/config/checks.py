@@ -25,6 +25,7 @@ from xegemm.library.dtypes import ALIASES, CODE_PATTERN, DTYPES as DTYPE_REGISTR
 from xegemm.library.dtypes import dtype
 from xegemm.epilogues.fixed import BIAS_KINDS
 from xegemm.epilogues.outputs import OUTPUT_TYPES
+from xegemm.epilogues.graph import KINDS
 from xegemm.epilogues.registry import ACTIVATIONS
 from xegemm.errors import XegemmError
 from xegemm.grouped.problem import GroupedProblem, GroupedProblemError
@@ -317,7 +318,7 @@ mma_atom = _atom_name("an MMA", _MMA_ATOM, "XE_<M>x<N>x<K>_<D><A><B><C>_TT", "XE
 
 # ---- traced epilogues (docs/epilogues.md) -----------------------------------------------------------------------
 FUNCTION_REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.]*")
-INPUT_KINDS = ("row", "col", "matrix", "scalar")
+INPUT_KINDS = KINDS     # the kinds of a named input (xegemm.epilogues.graph, their one home)
 
 
 def epilogue_function(value: Any) -> Any:

@@ -25,13 +25,15 @@ as the kernels leave them out.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from xegemm.epilogues import ops
 from xegemm.epilogues.graph import Graph
-from xegemm.epilogues.outputs import U32, Bounds, round_to
+from xegemm.epilogues.outputs import Bounds
+from xegemm.epilogues.reference import reference
 from xegemm.epilogues.registry import ACTIVATIONS
 from xegemm.epilogues.tracer import trace
 from xegemm.library.dtypes import dtype
@@ -101,38 +103,18 @@ class EpilogueSpec:
 def reference_bounds(spec: EpilogueSpec, acc: np.ndarray, acc_tol, c_in: np.ndarray | None,
                      bias: np.ndarray | None) -> Bounds:
     """What D may be, given the exact accumulator ``acc`` (float64/int64, batch x M x N) and how far the
-    device's accumulator may be from it (``acc_tol``).
+    device's accumulator may be from it (``acc_tol``): the fixed epilogue's graph (:func:`fixed_graph`) through
+    the one reference of every epilogue, :func:`xegemm.epilogues.reference.reference`.
 
     The compute error: the device's accumulator is within acc_tol; each of the f32 operations alpha * acc,
-    + beta * C, + bias and the conversion of an s32 accumulator to f32 rounds once (4 u_f32 of the terms'
-    magnitudes); the activation carries that through its slope and adds its own error.  That gives an
-    interval [y - tol, y + tol] around the exact result y; as every output conversion is monotone, D must lie
-    between the conversions of its two ends.  So a kernel that truncates instead of rounding to nearest even,
-    or wraps instead of saturating, fails wherever tol is smaller than half a unit of the output type: almost
-    everywhere for bf16, f16, s8 and u8.
+    + beta * C, + bias and the conversion of an s32 accumulator to f32 rounds once; the activation carries that
+    through its slope and adds its own error (the op registry's rules).  That gives an interval around the exact
+    result y; as every output conversion is monotone, D must lie between the conversions of its two ends.  So a
+    kernel that truncates instead of rounding to nearest even, or wraps instead of saturating, fails wherever
+    the tolerance is smaller than half a unit of the output type: almost everywhere for bf16, f16, s8 and u8.
+    The exact integer path (s32 to an integer C, nothing that needs floats) has no tolerance at all.
     """
-    out = dtype(spec.out)
-    if spec.exact_integer:
-        act = ACTIVATIONS[spec.activation].reference(acc.astype(np.float64), *spec.clamp)
-        expected = round_to(out, act)
-        return Bounds(expected, expected, expected)
-    alpha, beta = np.float64(np.float32(spec.alpha)), np.float64(np.float32(spec.beta))
-    z = alpha * acc.astype(np.float64)
-    magnitude = np.abs(z) + abs(alpha) * acc_tol
-    if spec.reads_c:
-        z = z + beta * c_in
-        magnitude = magnitude + np.abs(beta * c_in)
-    if spec.bias != "none":
-        b = bias[None, :, None] if spec.bias == "row" else bias[None, None, :]
-        z = z + b
-        magnitude = magnitude + np.abs(b)
-    activation = ACTIVATIONS[spec.activation]
-    lo, hi = (float(np.float32(v)) for v in spec.clamp)
-    y = activation.reference(z, lo, hi)
-    tol = activation.lipschitz * (abs(alpha) * acc_tol + 4 * U32 * magnitude) \
-        + activation.error_units * U32 * (np.abs(y) + 1.0)
-    tol = tol + np.finfo(np.float32).tiny
-    return Bounds(round_to(out, y), round_to(out, y - tol), round_to(out, y + tol))
+    return reference(fixed_graph(spec), acc, acc_tol, fixed_inputs(spec, c_in, bias))["d"]
 
 
 ACTIVATION_OPS = {"none": lambda x, lo, hi: x, "relu": lambda x, lo, hi: ops.relu(x),
@@ -156,8 +138,9 @@ def fixed_function(spec: EpilogueSpec):
     return fixed
 
 
+@functools.lru_cache(maxsize=256)
 def fixed_graph(spec: EpilogueSpec) -> Graph:
-    """The graph of a fixed epilogue."""
+    """The graph of a fixed epilogue (traced once per spec)."""
     inputs = {"bias": "row" if spec.bias == "none" else spec.bias, "alpha": "scalar", "beta": "scalar",
               "clamp_lo": "scalar", "clamp_hi": "scalar"}
     return trace(fixed_function(spec), inputs, out=spec.out, acc=spec.acc, c=spec.out)

@@ -29,6 +29,16 @@ HASH_CHARS = 8
 STORE_TYPES = OUTPUT_TYPES                   # what D and auxiliary outputs can be stored as
 
 
+def kind_shape(kind: str, m: int, n: int, batch: tuple = ()) -> tuple:
+    """The shape of a value of ``kind`` over a D of M x N (``batch``: the leading dimensions it carries): a
+    matrix is (*batch, M, N), a row vector (one value per row of D) (*batch, M), a column vector (*batch, N), a
+    scalar (*batch,).  The one home of what the kinds mean in memory."""
+    shapes = {"matrix": (*batch, m, n), "row": (*batch, m), "col": (*batch, n), "scalar": tuple(batch)}
+    if kind not in shapes:
+        raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+    return shapes[kind]
+
+
 def broadcast(a: str, b: str) -> str:
     """The kind of a value computed from values of kinds ``a`` and ``b`` (a row and a column make a matrix)."""
     if a == b or b == "scalar":

@@ -7,6 +7,7 @@ verified kernels with device profiling events.  :func:`device_evaluator` chains 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from xegemm.epilogues.config import graph_of
 from xegemm.epilogues.plan import input_param
 from xegemm.plan.planner import plan
 from xegemm.verify.dense import check, check_fits, make_operands, poison_c, reference, reference_key
+from xegemm.epilogues.graph import kind_shape
 
 def device_build_options(lowering: Lowering, config: Config) -> str:
     """The OpenCL build options of a variant on a device (xegemm.library.build_flags; native: with its GRF mode)."""
@@ -158,7 +160,7 @@ def traced_buffers(queue, config: Config, ops) -> dict:
             named[input_param(name)] = to_device(queue, data)
     p = config.problem
     for o in graph.outputs[1:] if graph else ():     # auxiliary matrices, then reductions (per row, column, batch)
-        elements = p.batch * {"matrix": p.m * p.n, "row": p.m, "col": p.n, "scalar": 1}[graph.nodes[o.node].kind]
+        elements = p.batch * math.prod(kind_shape(graph.nodes[o.node].kind, p.m, p.n))
         poison = poison_c(config, o.type, elements)
         outputs[f"out_{o.name}"] = (to_device(queue, poison), poison, o.name)
     return {"named": named, "named_scalars": scalars, "aux_outputs": outputs}

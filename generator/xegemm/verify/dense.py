@@ -25,6 +25,7 @@ from xegemm.epilogues.reference import reference as graph_reference
 from xegemm.plan.planner import k_slice
 from xegemm.quant import compute_type, dequantize, operand_spec, random_quantized
 from xegemm.plan.stream_k import tile_pieces
+from xegemm.epilogues.graph import kind_shape
 
 GUARD_BYTES = 4096
 GUARD_BYTE = 0xA5
@@ -101,7 +102,7 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
     named = {}
     for i in graph.inputs if graph else ():
         if i.name not in ("acc", "c"):     # vectors and scalars f32 in [-1, 1), matrices as A's values
-            shape = {"row": p.m, "col": p.n, "scalar": (), "matrix": (p.batch, p.m, p.n)}[i.kind]
+            shape = kind_shape(i.kind, p.m, p.n, (p.batch,) if i.kind == "matrix" else ())
             named[i.name] = _values(rng, i.type, shape)
     return Operands(a, b, a_bytes, b_bytes, lda=a_bytes.shape[2], ldb=b_bytes.shape[2],
                     ldc=p.n * dtype(t.c).bits // 8, c_in=c_in,
