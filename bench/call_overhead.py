@@ -22,6 +22,7 @@ import numpy as np
 
 import xegemm
 from bench.interleave import measure_sides
+from xegemm.api.kinds import scalars
 from xegemm.api.operands import host_bytes, operand
 from xegemm.library.dtypes import host_dtype
 from xegemm.evaluate.device import submit_in_order
@@ -52,8 +53,8 @@ def sides_for(gemm, shape, rng) -> tuple[dict, list]:
     bufs = {"A": to_device(q, host_bytes(opa, choice.layout_a, t.a)), "B": to_device(q, host_bytes(opb, choice.layout_b, t.b)),
             "D": to_device(q, np.zeros(max(4, choice.sizes["stride_c"]), np.uint8)), "C": to_device(q, nothing),
             "bias": to_device(q, nothing), "workspace": to_device(q, np.zeros(max(4, choice.sizes["workspace_bytes"]), np.uint8))}
-    kernels = gemm._kernels_for(q, choice)
-    bound = choice.call.bind(choice.sizes, bufs, gemm._scalars(choice, 1.0, 0.0))
+    kernels = gemm.programs.of(q, choice)
+    bound = choice.call.bind(choice.sizes, bufs, scalars(choice.config, 1.0, 0.0))
     launches = [(k, args, g, l_) for k, (_, args, g, l_) in zip(kernels, bound)]
     device_ms: list[float] = []
 

@@ -1,7 +1,7 @@
 """One grouped or MoE launch laid out for a planned kernel: its problem table, the bytes of its operand
 buffers, the persistent grid, and the groups' operands packed into one buffer per operand (docs/grouped.md).
 
-The evaluator (xegemm.evaluate.grouped) and the call API (xegemm.api.grouped) both lay a launch out here, so
+The evaluator (xegemm.evaluate.grouped) and the call API (xegemm.api.kinds.grouped) both lay a launch out here, so
 the table's offsets, the buffers' sizes and where each group's bytes go have one home.
 """
 

@@ -1,0 +1,212 @@
+"""The plain call: ``gemm(a, b, c=None, *, alpha=None, beta=None, bias=None, out=None)`` with the fixed epilogue,
+A and B as they are, on host (numpy) or device (USM) arrays.
+
+Host arrays go up into the shape's device buffers, kept between calls with the argument lists bound to them per
+(alpha, beta) (a launch with the same list sets no argument again); device arrays are read where they are, on
+their own queue.  :class:`xegemm.api.kinds.quantized.QuantizedCall` is this call with B as a format stores it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from xegemm.api.checks import bias_kind, check_aligned, check_bias, check_output_like, dims, operand_types, shape_text
+from xegemm.api.dispatch import Choice, Request, check_memory
+from xegemm.api.errors import ShapeMismatchError
+from xegemm.api.kinds.base import CallKind, scalars
+from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
+from xegemm.errors import XegemmError
+from xegemm.runtime.program import from_device, read_into, to_device, write_async
+from xegemm.runtime.sycl import dpmem
+
+MAX_BOUND = 16             # argument lists kept per shape (one per alpha, beta pair)
+
+
+class Pool:
+    """A shape's device buffers on one queue (A, B, D, C, bias, workspace; a quantized operand's scales and
+    zeros) and the argument lists bound to them per (alpha, beta)."""
+
+    def __init__(self, queue, choice: Choice):
+        s, batch = choice.sizes, choice.config.problem.batch
+        reads_c = choice.config.epilogue.beta != 0.0
+        bias = choice.config.epilogue.bias
+        length = {"none": 1, "row": choice.config.problem.m, "col": choice.config.problem.n}[bias]
+        self.buffers = {"A": to_device(queue, np.zeros(max(4, s["stride_a"] * batch), np.uint8)),
+                        "B": to_device(queue, np.zeros(max(4, s["stride_b"] * batch), np.uint8)),
+                        "D": to_device(queue, np.zeros(max(4, s["stride_c"] * batch), np.uint8)),
+                        "C": to_device(queue, np.zeros(max(4, s["stride_c"] * batch if reads_c else 4), np.uint8)),
+                        "bias": to_device(queue, np.zeros(max(4, 4 * length), np.uint8)),
+                        "workspace": to_device(queue, np.zeros(max(4, s["workspace_bytes"]), np.uint8))}
+        for name, stride in (("scales", "stride_s"), ("zeros", "stride_z"),     # a quantized B's (else unused)
+                             ("a_scales", "stride_sa")):                             # an FP8 A's (W8A8)
+            self.buffers[name] = to_device(queue, np.zeros(max(4, s.get(stride, 0) * batch), np.uint8))
+        self.bound: dict[tuple, list] = {}
+        self.lock = threading.Lock()
+
+
+class PlainCall(CallKind):
+    """``gemm(a, b, c=None, *, alpha=None, beta=None, bias=None, out=None)``: D, or ``out`` written."""
+
+    entries = ("call",)
+
+    def __init__(self, gemm):
+        super().__init__(gemm)
+        self._pools: dict[tuple, Pool] = {}       # (the shape's dispatch key, queue) -> its buffers
+        self._lock = threading.Lock()
+
+    # -- what differs for a quantized B (QuantizedCall overrides these) ------------------------------------------
+    def operand_b(self, opa: Operand, b, scales, zeros, a_scales) -> Operand:
+        if scales is not None or zeros is not None or a_scales is not None:
+            raise ShapeMismatchError("scales, zeros and a_scales are for quantized operands; the loaded kernels "
+                                     "take A and B as they are (no quant: section)")
+        return operand("B", b, "K x N")
+
+    def types(self, opa: Operand, opb: Operand) -> tuple[str, str]:
+        return operand_types(self.gemm.host_types, opa, opb)
+
+    def uploads(self, buffers: dict, choice: Choice, opa: Operand, opb: Operand) -> list:
+        """A's and B's bytes written into the pool's buffers (without waiting); the host arrays written."""
+        t = choice.config.types
+        return [write_async(buffers["A"], host_bytes(opa, choice.layout_a, t.a)),
+                write_async(buffers["B"], host_bytes(opb, choice.layout_b, t.b))]
+
+    # -- the call ---------------------------------------------------------------------------------------------
+    def call(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
+             out=None, **named):
+        if named:
+            raise XegemmError(f"input {sorted(named)[0]!r}: the loaded kernels have the fixed epilogue, which takes "
+                              "alpha, beta and bias; named inputs are a traced epilogue's (load(..., epilogue=fn))")
+        gemm = self.gemm
+        opa = operand("A", a, "M x K")
+        opb = self.operand_b(opa, b, scales, zeros, a_scales)
+        (ba, m, k), (bb, k2, n) = opa.shape, opb.shape
+        if k != k2:
+            raise ShapeMismatchError(f"A is {dims(opa)} and B is {dims(opb)}: A's columns (K = {k}) must equal "
+                                     f"B's rows ({k2})")
+        if opa.batched != opb.batched or ba != bb:
+            raise ShapeMismatchError(f"A is {dims(opa)} and B is {dims(opb)}: both must have the same batch "
+                                     "(a leading dimension on both, or on neither)")
+        batch, batched = ba, opa.batched
+        type_a, type_b = self.types(opa, opb)
+        first = gemm.candidates[0].config
+        alpha = first.epilogue.alpha if alpha is None else float(alpha)
+        beta = first.epilogue.beta if beta is None else float(beta)
+        kind = bias_kind(gemm.candidates, bias, m, n)
+        on_device = opa.device or opb.device
+        key = ("call", m, n, k, batch, type_a, type_b, opa.layouts, opb.layouts, alpha != 1.0, beta != 0.0, kind,
+               on_device)
+        choice = gemm.choices.get(key)
+        if choice is None:
+            choice = gemm.dispatcher.choose(gemm.lowering, Request(m, n, k, batch, type_a, type_b, opa.layouts,
+                                                                   opb.layouts, alpha, beta, kind))
+            check_memory(choice, gemm.info, gemm.sycl_device, on_device)
+            gemm.choices[key] = choice
+        config = choice.config
+        d_shape = (batch, m, n) if batched else (m, n)
+        c_type = expected_dtype(config.types.c, False)
+        reads_c = beta != 0.0
+        if reads_c and c is None:
+            raise ShapeMismatchError(f"beta = {beta} reads C, but no c was given: pass c ({shape_text(d_shape)} of "
+                                     f"{c_type}) or beta=0")
+        for name, arr in (("c", c if reads_c else None), ("out", out)):
+            if arr is not None:
+                check_output_like(name, arr, d_shape, config.types.c)
+        if bias is not None:
+            check_bias(bias, m if kind == "row" else n, kind)
+        if on_device:
+            return self._run_device(choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
+        return self._run_host(key, choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
+
+    def _pool(self, key: tuple, queue, choice: Choice) -> Pool:
+        pool = self._pools.get((key, id(queue)))
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get((key, id(queue)))
+                if pool is None:
+                    pool = self._pools[(key, id(queue))] = Pool(queue, choice)
+        return pool
+
+    def _run_host(self, key, choice, opa, opb, c, bias, out, d_shape, alpha, beta):
+        """Host arrays: copied into the shape's device buffers (kept between calls, like the argument list bound
+        to them: a launch with the same list sets no argument again), launched, D read back."""
+        q, t = self.gemm.queue, choice.config.types
+        pool = self._pool(key, q, choice)
+        with pool.lock:
+            bufs = pool.buffers
+            # written without waiting on the in-order queue; kept alive until the blocking read of D below
+            written = self.uploads(bufs, choice, opa, opb)
+            if c is not None:
+                written.append(write_async(bufs["C"], c))
+            if bias is not None:
+                written.append(write_async(bufs["bias"], np.asarray(bias, np.float32)))
+            pair = (alpha, beta)
+            if pair not in pool.bound and len(pool.bound) >= MAX_BOUND:
+                pool.bound.clear()
+            bound = pool.bound.get(pair) or self.bind(q, choice, bufs, scalars(choice.config, alpha, beta))
+            self.launch(q, choice, bound, wait=False)
+            pool.bound[pair] = bound
+            host_out = isinstance(out, np.ndarray)
+            result = out if host_out else np.empty(d_shape, expected_dtype(t.c, False))
+            read_into(bufs["D"], result)
+            del written
+        if out is None or host_out:
+            return result
+        _usm_memory(out).copy_from_host(result.reshape(-1).view(np.uint8))
+        return out
+
+    def _run_device(self, choice, opa, opb, c, bias, out, d_shape, alpha, beta):
+        """Operands on the device: launched on their own queue, where they are (no host round trip)."""
+        gemm, queue = self.gemm, None
+        for op in (opa, opb):
+            if op.device:
+                queue = _usm_queue(op)
+                if queue.sycl_device != gemm.sycl_device:
+                    raise XegemmError(f"{op.name} lives on {queue.sycl_device.filter_string} but this Gemm was loaded "
+                                      f"for {gemm.info.filter_string}: load(..., device=...) on the arrays' device")
+        t, s = choice.config.types, choice.sizes
+        layouts = {"A": choice.layout_a, "B": choice.layout_b}
+        types = {"A": t.a, "B": t.b}
+        bufs = {}
+        for op in (opa, opb):
+            if op.device:
+                mem = _usm_memory(op.array)
+                check_aligned(op.name, op.usm["data"][0])
+                bufs[op.name] = mem
+            else:
+                bufs[op.name] = to_device(queue, host_bytes(op, layouts[op.name], types[op.name]))
+        nothing = np.zeros(4, np.uint8)
+        device_out = out is not None and not isinstance(out, np.ndarray)
+        if device_out:
+            check_aligned("out", getattr(out, "__sycl_usm_array_interface__")["data"][0])
+            bufs["D"] = _usm_memory(out)
+        else:
+            bufs["D"] = to_device(queue, np.empty(max(4, s["stride_c"] * choice.config.problem.batch), np.uint8))
+        if c is not None and not isinstance(c, np.ndarray):
+            check_aligned("c", getattr(c, "__sycl_usm_array_interface__")["data"][0])
+            bufs["C"] = _usm_memory(c)
+        else:
+            bufs["C"] = to_device(queue, nothing if c is None else np.ascontiguousarray(c))
+        bufs["bias"] = _usm_memory(bias) if bias is not None and not isinstance(bias, np.ndarray) else \
+            to_device(queue, nothing if bias is None else np.ascontiguousarray(bias, np.float32))
+        bufs["workspace"] = to_device(queue, np.zeros(max(4, s["workspace_bytes"]), np.uint8))
+        self.launch(queue, choice, self.bind(queue, choice, bufs, scalars(choice.config, alpha, beta)))
+        if device_out:
+            return out
+        result = from_device(bufs["D"], expected_dtype(t.c, False), d_shape)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+
+
+def _usm_memory(array):
+    return dpmem.as_usm_memory(array)
+
+
+def _usm_queue(op: Operand):
+    syclobj = op.usm.get("syclobj")
+    if hasattr(syclobj, "submit"):
+        return syclobj
+    return _usm_memory(op.array).sycl_queue
