@@ -82,7 +82,9 @@ def _reference_line(r: dict) -> str:
     return (f"{reference_detail(r)}, {how}: median {_num(times.get('median'), '.3f')} ms = "
             f"{_num(r.get('gflops'), '.1f')} GFLOP/s (CV {_num(times.get('cv'), '.1%')}, load average "
             f"{_num(load, '.2f')}, {cond.get('affinity_cpus', '?')} CPUs"
-            + (f", CPU code path {cond['cpu_code_path']}" if cond.get("cpu_code_path") else "") + ")")
+            + (f", CPU code path {cond['cpu_code_path']}" if cond.get("cpu_code_path") else "")
+            + (f", governor {cond['cpu_governor']}" if cond.get("cpu_governor") else "")
+            + (f"; timed by {cond['timing_method']}" if cond.get("timing_method") else "") + ")")
 
 
 def headline_lines(group_list: list[Group]) -> list[str]:

@@ -43,6 +43,9 @@ def _conditions(src: Source) -> list[tuple[str, str]]:
             ("CPUs (online / this process may use)", f"{c.get('cpu_count', '?')} / {c.get('affinity_cpus', '?')}"
              if c else "not recorded"),
             ("CPU runtime code path", c.get("cpu_code_path") or "not recorded"),
+            ("CPU frequency governor", c.get("cpu_governor") or ("not readable here (no cpufreq: a VM or "
+             "container)" if "cpu_governor" in c else "not recorded")),
+            ("timing method", c.get("timing_method") or "not recorded"),
             ("thread settings", ", ".join(f"{k}={v}" for k, v in (c.get("threads_env") or {}).items())
              or ("none set" if c else "not recorded")),
             ("CV of the timings", f"{min(cvs):.1%} to {max(cvs):.1%} (each over one variant's timed launches)" if cvs else "-")]
