@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from xegemm.aot.toolchain import find_ocloc
+from xegemm.runtime.environment import find_cpu_runtime
 
 ONE = """name: one
 problem: {m: 100, n: 96, k: 64, batch: 2}
@@ -51,16 +53,33 @@ def test_exported_kernels_build_and_pass_with_make_run(tmp_path):
     assert [e["kernel"] for e in split["entries"]] == [split["name"], split["name"] + "_reduce"]
     assert split["workspace_bytes"] == "batch * 2 * M * N * 4" and split["sub_group_size"] == 16
     assert [a["name"] for a in split["entries"][0]["arguments"]][:3] == ["A", "B", "C"]
-    done = subprocess.run(["make", "-C", str(out), "run"], capture_output=True, text=True, timeout=1200)
+    # relocatable: the folder copied elsewhere builds with the system C compiler and runs; the Makefile names
+    # no path of this machine, and finds the runtime when it runs (from $VIRTUAL_ENV's package metadata, or the
+    # OPENCL_RUNTIME override)
+    makefile = (out / "Makefile").read_text()
+    assert str(ROOT) not in makefile and ".venv" not in makefile and sys.prefix not in makefile
+    moved = tmp_path / "elsewhere" / "kernels"
+    shutil.copytree(out, moved)
+    shutil.rmtree(out)
+    runtime = find_cpu_runtime()
+    assert runtime is not None
+    env = {k: v for k, v in os.environ.items() if k not in ("OCL_ICD_FILENAMES", "VIRTUAL_ENV")}
+    found = subprocess.run(["make", "-C", str(moved), "run"], capture_output=True, text=True, timeout=1200,
+                           env={**env, "VIRTUAL_ENV": sys.prefix})
+    assert found.returncode == 0, found.stdout[-2000:] + found.stderr[-2000:]
+    done = subprocess.run(["make", "-C", str(moved), "run", f"OPENCL_RUNTIME={runtime}"], capture_output=True,
+                          text=True, timeout=1200, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "2 passed, 0 failed" in done.stdout
-    # a wrong kernel fails the example: relu replaced by the identity
-    src = out / manifest["kernels"][0]["source"]
+    # each kernel compact, then as strided sub-matrices of larger buffers (an offset, wider pitches)
+    assert "4 passed, 0 failed" in done.stdout and done.stdout.count("passed strided ") == 2, done.stdout
+    # a wrong kernel fails the example: relu replaced by the identity (its strided call is then not made)
+    src = moved / manifest["kernels"][0]["source"]
     text = src.read_text()
     assert "fmax(x, 0.0f)" in text
     src.write_text(text.replace("fmax(x, 0.0f)", "x"))
-    done = subprocess.run(["make", "-C", str(out), "run"], capture_output=True, text=True, timeout=1200)
-    assert done.returncode != 0 and "1 passed, 1 failed" in done.stdout
+    done = subprocess.run(["make", "-C", str(moved), "run", f"OPENCL_RUNTIME={runtime}"], capture_output=True,
+                          text=True, timeout=1200, env=env)
+    assert done.returncode != 0 and "2 passed, 1 failed" in done.stdout
 
 
 @pytest.mark.ocloc

@@ -184,3 +184,14 @@ def test_a_noisy_measurement_is_taken_again_and_flagged_if_it_stays_noisy():
 
     timing, record = measure_against_reference(lambda: 1.0, FakeReference(alternating), warmup=0, repeats=8)
     assert record["attempts"] == 2 and record["high_cv"] and record["time_ms"]["cv"] > CV_LIMIT
+
+
+def test_conditions_record_the_cpu_governor_where_readable_and_the_timing_method(monkeypatch, tmp_path):
+    from xegemm.evaluate import timing
+    governor = tmp_path / "scaling_governor"
+    governor.write_text("performance\n")
+    monkeypatch.setattr(timing, "GOVERNOR", str(governor))
+    assert timing.conditions()["cpu_governor"] == "performance"
+    monkeypatch.setattr(timing, "GOVERNOR", str(tmp_path / "absent"))     # a VM without cpufreq, as here
+    recorded = timing.conditions()
+    assert recorded["cpu_governor"] is None and recorded["timing_method"] == timing.TIMING_METHOD

@@ -70,9 +70,19 @@ def test_exhaustive_covers_the_space_prunes_without_building_and_a_second_tune_b
     tally = first.tallies["64x64x64"]
     assert (tally.evaluated, tally.pruned, tally.cached) == (TINY_LEGAL, TINY_PRUNED, 0)
 
-    second = tune(tiny_tune_config, out=tmp_path / "b", cache=cache, seed=0, progress=False)
-    assert second.tallies["64x64x64"].cached == TINY_LEGAL          # nothing built, nothing timed
-    assert second.best["shapes"]["64x64x64"]["best"]["kernel"] == first.best["shapes"]["64x64x64"]["best"]["kernel"]
+    second = tune(tiny_tune_config, out=tmp_path / "b", cache=cache, seed=0, progress=False, leaders=0)
+    assert second.tallies["64x64x64"].cached == TINY_LEGAL          # nothing built, nothing timed (no re-timing)
+    # without re-timing, the winner is the best of the cached single measurements: the first study's argmax
+    argmax = max((t for t in study.get_trials(states=[TrialState.COMPLETE]) if t.user_attrs["status"] == "ok"),
+                 key=lambda t: (t.value, -t.number))
+    assert second.best["shapes"]["64x64x64"]["best"]["kernel"] == argmax.user_attrs["name"]
+    assert second.best["shapes"]["64x64x64"]["confidence"]["retimed"] is False
+    # the first re-timed its leaders: every one measured in at least two rounds, interleaved with numpy
+    sure = first.best["shapes"]["64x64x64"]["confidence"]
+    assert sure["retimed"] and len(sure["leaders"]) == 3 and sure["rounds"] >= 2
+    assert all(len(leader["ratios"]) == sure["rounds"] and all(r > 0 for r in leader["ratios"])
+               and len(leader["cvs"]) == sure["rounds"] for leader in sure["leaders"])
+    assert first.best["shapes"]["64x64x64"]["best"]["trial"] == sure["winner_trial"] == sure["order"][0]
     retimed = tune(tiny_tune_config, out=tmp_path / "c", cache=cache, seed=0, budget=2, retime=True,
                    progress=False)
     assert retimed.tallies["64x64x64"].cached == 0 and retimed.tallies["64x64x64"].evaluated == 2

@@ -245,6 +245,7 @@ def _checked(convert, ok, what: str):
 _seconds = _checked(float, lambda v: math.isfinite(v) and v > 0, "a positive number of seconds")
 _seed = _checked(int, lambda v: 0 <= v < 2**32, f"a seed (an integer from 0 to {2**32 - 1})")
 _positive = _checked(int, lambda v: 0 < v <= MAX_COUNT, f"a positive integer (at most {MAX_COUNT})")
+_count = _checked(int, lambda v: 0 <= v <= 20, "an integer from 0 to 20")
 
 
 def cmd_tune(args) -> int:
@@ -268,7 +269,8 @@ def cmd_tune(args) -> int:
     result = tune(args.config, shapes=args.shapes, strategy=args.strategy, budget=args.budget, time_s=args.time,
                   jobs=args.jobs, storage=args.storage, study=args.study, seed=args.seed, device=args.device,
                   target=args.target, out=out, cache=False if args.no_cache else args.cache, retime=args.retime,
-                  limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat, command=args.command_line)
+                  limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat, command=args.command_line,
+                  leaders=args.leaders, leader_time_s=args.leader_time)
     for label, tally in result.tallies.items():
         print(f"{label}: {tally.evaluated} evaluated ({tally.cached} from the cache, {tally.failed} failed), "
               f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped")
@@ -299,6 +301,11 @@ def _print_best(best: dict) -> None:
         ratio = (f" ({winner['ratio_to_reference']:.2f}x numpy" + (", uncertain: the CV stayed above 10 %, the "
                  "machine was busy" if noisy else "") + ")" if winner.get("ratio_to_reference") else "")
         print(f"{label}: best {winner['kernel']}: {speed}{ratio}, trial {winner['trial']}")
+        sure = entry.get("confidence") or {}
+        if sure.get("retimed"):
+            print(f"{label}: the {len(sure['leaders'])} leaders timed again in {sure['rounds']} rounds: the order "
+                  + ("held" if sure["order_held"] else "did not settle") + ("; the winner's lead exceeds the noise"
+                  if sure["separated"] else "; the winner's lead is within the noise (the leaders are as fast)"))
 
 
 def cmd_export(args) -> int:
@@ -449,6 +456,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help=f"seconds one build may take (default {TimeLimits.build_s:.0f})")
         p.add_argument("--run-timeout", type=_seconds, metavar="S",
                        help="seconds one trial's verification and timing may take (default: from the problem size)")
+        from xegemm.tune.leaders import BUDGET_S, LEADERS
+        p.add_argument("--leaders", type=_count, default=LEADERS, metavar="N",
+                       help=f"time the N best candidates of each shape again, interleaved, before naming a winner "
+                            f"(0 or 1: off; default {LEADERS})")
+        p.add_argument("--leader-time", type=_seconds, default=BUDGET_S, metavar="S",
+                       help=f"seconds the leaders' re-timing may take per shape (default {BUDGET_S:.0f})")
         p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("export", help="write kernels a C/C++/SYCL program can launch: sources, ocloc binaries, "

@@ -257,12 +257,26 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
                     "CL_CONFIG_CPU_TARGET_ARCH", "ONEAPI_DEVICE_SELECTOR")
 
 
+GOVERNOR = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"   # Linux cpufreq: powersave, performance...
+
+
+def cpu_governor() -> str | None:
+    """The CPU frequency governor of CPU 0 where Linux exposes it (None in a VM or container without cpufreq)."""
+    try:
+        with open(GOVERNOR, encoding="ascii") as f:
+            return f.read(64).strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def conditions() -> dict:
     """What else ran and how many threads could run, now: load average, CPUs, the CPU runtime's code path
-    (xegemm.runtime.cpu_path), thread and CPU-target settings."""
+    (xegemm.runtime.cpu_path), thread and CPU-target settings, the CPU frequency governor (None: not readable
+    here) and the timing method (:data:`TIMING_METHOD`)."""
     return {"loadavg": list(os.getloadavg()), "cpu_count": os.cpu_count(), "cpu_code_path": cpu_code_path().name,
             "affinity_cpus": len(os.sched_getaffinity(0)), "machine": platform.machine(),
-            "threads_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ}}
+            "threads_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ},
+            "cpu_governor": cpu_governor(), "timing_method": TIMING_METHOD}
 
 
 class NumpyReference:

@@ -9,10 +9,13 @@ best.yaml): the OpenCL C source and, ahead of time, the device binary.  Beside t
   description the call API binds through), global sizes as formulas of M, N, K and batch, the local size and
   the required sub-group size, the workspace size formula, the pitch and alignment rules, the build options,
   and for binaries the ISA statistics;
-- ``xegemm_kernels.h``: a launcher per kernel (``xegemm_<name>_launch``) that sets the arguments in that order
-  and enqueues, returning the OpenCL status, and ``xegemm_<name>_workspace_bytes``;
+- ``xegemm_kernels.h``: per kernel a launcher of compact operands (``xegemm_<name>_launch``) and one taking each
+  operand's offset, pitch and batch stride (``xegemm_<name>_launch_strided``: a strided sub-matrix of a larger
+  buffer) that set the arguments in that order and enqueue, returning the OpenCL status, the compact pitches
+  (``xegemm_<name>_compact``) and the buffers' sizes (``xegemm_<name>_buffer_bytes``);
 - ``example.c`` and a ``Makefile``: ``make -C DIR run`` builds the example against the OpenCL ICD loader and
-  runs every ``cpu`` kernel on generated data against a plain C reference (``N passed, 0 failed``).
+  runs every ``cpu`` kernel on generated data against a plain C reference, compact and as strided sub-matrices
+  (``N passed, 0 failed``); the Makefile names no path of this machine (the runtime is found when it runs).
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ from xegemm.lowering import named_lowering
 from xegemm.plan.planner import BLOCK2D_SUB_GROUP
 from xegemm.kernel.render import environment
 from xegemm.files import write_json_atomic, write_text_atomic
-from xegemm.runtime.environment import find_cpu_runtime
 
 TARGETS = ("cpu", "pvc", "dg2")
 EXAMPLE_TYPES = {"f16", "bf16", "tf32", "f32", "s8", "u8", "s4", "u4"}     # inputs example.c generates
@@ -138,7 +140,7 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None) -> dict
         _c_kernel(e) for e in cpu if e.example is None], "left_out": [(e.call.plan.name, e.example) for e in cpu
                                                                       if e.example is not None],
         "values": VALUES.tolist(), "f16_bits": VALUES.astype(np.float16).view(np.uint16).tolist(),
-        "icd": str(find_cpu_runtime() or ""), "u32": 2.0 ** -24}
+        "u32": 2.0 ** -24}
     write_text_atomic(out / "xegemm_kernels.h", env.get_template("export/xegemm_kernels.h.j2").render(**context))
     write_text_atomic(out / "example.c", env.get_template("export/example.c.j2").render(**context))
     write_text_atomic(out / "Makefile", env.get_template("export/Makefile.j2").render(**context))

@@ -16,8 +16,9 @@ import io
 import json
 
 from xegemm import __version__
-from xegemm.reporting.model import (CV_LIMIT, PROFILER_COLUMNS, Group, best_overall, compare, profiler_rows,
+from xegemm.reporting.model import (CV_LIMIT, PROFILER_COLUMNS, Group, best_overall, profiler_rows,
                                     reference_detail, source_facts)
+from xegemm.reporting.comparison import MIN_CHANGE, compare
 from xegemm.reporting.sources import Source
 from xegemm.library.record import COLUMNS, STATUSES, Evaluation
 
@@ -81,7 +82,9 @@ def _reference_line(r: dict) -> str:
     return (f"{reference_detail(r)}, {how}: median {_num(times.get('median'), '.3f')} ms = "
             f"{_num(r.get('gflops'), '.1f')} GFLOP/s (CV {_num(times.get('cv'), '.1%')}, load average "
             f"{_num(load, '.2f')}, {cond.get('affinity_cpus', '?')} CPUs"
-            + (f", CPU code path {cond['cpu_code_path']}" if cond.get("cpu_code_path") else "") + ")")
+            + (f", CPU code path {cond['cpu_code_path']}" if cond.get("cpu_code_path") else "")
+            + (f", governor {cond['cpu_governor']}" if cond.get("cpu_governor") else "")
+            + (f"; timed by {cond['timing_method']}" if cond.get("timing_method") else "") + ")")
 
 
 def headline_lines(group_list: list[Group]) -> list[str]:
@@ -139,9 +142,15 @@ def render_markdown(sources: list[Source], group_list: list[Group], baseline: li
                   "|---|---|---|---|---|---|---|---|---|"]
         lines += [_variant_row(g, v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))]
     if baseline is not None:
-        lines += ["", "## B against A", "", "| change | tile | types | GFLOP/s A | GFLOP/s B | B/A | variant |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "## B against A", "", "B/A compares each run's ratio to its own interleaved numpy reference "
+                  "(GFLOP/s when a run has none); a change is called only beyond 2 sqrt(CV_A^2 + CV_B^2) of the "
+                  f"ratios (at least {MIN_CHANGE:.0%}); within it, 'no reliable difference' when either run's CV was "
+                  f"above {CV_LIMIT:.0%}.", "",
+                  "| change | tile | types | GFLOP/s A | GFLOP/s B | vs numpy A | vs numpy B | CV A | CV B | B/A "
+                  "| noise | variant |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['change']} | {r['label']} | {r['types']} | {_num(r['gflops_a'], '.1f')} | "
-                  f"{_num(r['gflops_b'], '.1f')} | {_num(r['speedup'], '.2f')} | `{r['name']}` |"
+                  f"{_num(r['gflops_b'], '.1f')} | {_num(r['ratio_a'], '.2f')} | {_num(r['ratio_b'], '.2f')} | "
+                  f"{_num(r['cv_a'], '.1%')} | {_num(r['cv_b'], '.1%')} | {_num(r['speedup'], '.2f')} | "
+                  f"{_num(r['noise'], '.0%')} | `{r['name']}` |"
                   for r in compare(baseline, sources)]
     return "\n".join(lines) + "\n"

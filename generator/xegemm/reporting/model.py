@@ -1,5 +1,6 @@
 """What a report says, as plain data: variants grouped per problem and type combination, their best against
-the references of the same run, the swept parameters, cutlass_profiler-style rows, and run B against run A.
+the references of the same run, the swept parameters and cutlass_profiler-style rows (run B against run A is
+xegemm.reporting.comparison).
 
 Every renderer (HTML, CSV, JSON) reads this model; none computes its own numbers.
 """
@@ -371,40 +372,7 @@ def profiler_rows(group_list: list[Group]) -> list[dict]:
     return rows
 
 
-# ---- run B against run A ----------------------------------------------------------------------------------
-
-def compare(base: list[Source], new: list[Source]) -> list[dict]:
-    """Each variant of either side, matched by name and problem: its GFLOP/s in A and B, B/A, and the change
-    (``faster``, ``slower``, ``same`` within the noise, ``new failure``, ``fixed``, ``vanished``, ``new``,
-    ``still failing``)."""
-    def index(sources) -> dict[tuple, Evaluation]:
-        return {(v.name, v.problem): v for s in sources for v in s.variants}
-
-    a, b = index(base), index(new)
-    rows = []
-    for key in sorted(set(a) | set(b), key=lambda k: (k[0], str(k[1]))):
-        va, vb = a.get(key), b.get(key)
-        speedup = vb.gflops / va.gflops if va and vb and va.gflops and vb.gflops else None
-        if va is None:
-            change = "new"
-        elif vb is None:
-            change = "vanished"
-        elif va.status == "ok" and vb.status != "ok":
-            change = "new failure"
-        elif va.status != "ok" and vb.status == "ok":
-            change = "fixed"
-        elif speedup is None:
-            change = "still failing"
-        else:
-            noise = max(2 * (va.cv or 0), 2 * (vb.cv or 0), 0.05)
-            change = "faster" if speedup > 1 + noise else "slower" if speedup < 1 - noise else "same"
-        either = vb or va
-        rows.append({"name": key[0], "problem": dict(zip(PROBLEM_KEYS, key[1])), "label": either.label,
-                     "types": "/".join(str(either.params.get(k)) for k in ("a", "b", "acc", "c")),
-                     "status_a": va.status if va else None, "status_b": vb.status if vb else None,
-                     "gflops_a": va.gflops if va else None, "gflops_b": vb.gflops if vb else None,
-                     "speedup": speedup, "change": change, "reason_b": vb.reason if vb else None})
-    return rows
+# ---- run B against run A: xegemm.reporting.comparison (through each run's own reference) ----------------
 
 
 # ---- what ran ----------------------------------------------------------------------------------------------

@@ -16,9 +16,10 @@ from markupsafe import Markup
 
 from xegemm import __version__
 from xegemm.reporting import plots
-from xegemm.reporting.model import (CV_LIMIT, Group, best_overall, compare, k_decomposition, noisy,
+from xegemm.reporting.model import (CV_LIMIT, Group, best_overall, k_decomposition, noisy,
                                     source_facts)
 from xegemm.library.record import PASSED, STATUSES, Evaluation
+from xegemm.reporting.comparison import CHANGES, MIN_CHANGE, compare
 from xegemm.reporting.sources import Source
 
 
@@ -42,6 +43,9 @@ def _conditions(src: Source) -> list[tuple[str, str]]:
             ("CPUs (online / this process may use)", f"{c.get('cpu_count', '?')} / {c.get('affinity_cpus', '?')}"
              if c else "not recorded"),
             ("CPU runtime code path", c.get("cpu_code_path") or "not recorded"),
+            ("CPU frequency governor", c.get("cpu_governor") or ("not readable here (no cpufreq: a VM or "
+             "container)" if "cpu_governor" in c else "not recorded")),
+            ("timing method", c.get("timing_method") or "not recorded"),
             ("thread settings", ", ".join(f"{k}={v}" for k, v in (c.get("threads_env") or {}).items())
              or ("none set" if c else "not recorded")),
             ("CV of the timings", f"{min(cvs):.1%} to {max(cvs):.1%} (each over one variant's timed launches)" if cvs else "-")]
@@ -115,7 +119,7 @@ def _group_view(n: int, g: Group) -> dict:
 
 
 # the order of the comparison table: what needs a look first
-CHANGE_ORDER = ("new failure", "vanished", "slower", "fixed", "new", "faster", "still failing", "same")
+CHANGE_ORDER = CHANGES
 
 
 def _comparison_view(baseline: list[Source], sources: list[Source]) -> dict:
@@ -124,6 +128,7 @@ def _comparison_view(baseline: list[Source], sources: list[Source]) -> dict:
     for r in rows:
         counts[r["change"]] = counts.get(r["change"], 0) + 1
     return {"a": ", ".join(s.label for s in baseline), "b": ", ".join(s.label for s in sources), "rows": rows,
+            "through_reference": any(r["basis"] == "numpy" for r in rows), "min_change": MIN_CHANGE,
             "counts": sorted(counts.items(), key=lambda kv: CHANGE_ORDER.index(kv[0])),
             "plot": Markup(plots.speedups(rows, "compare-speedups")) if any(r["speedup"] for r in rows) else ""}
 

@@ -28,7 +28,8 @@ assert set(STATUS_COLOURS) == set(STATUSES)
 NOISY_COLOUR = "#f9a825"
 UNRELIABLE_COLOUR = "#bdbdbd"      # a reference whose ratio is not headlined (xegemm.reporting.model.Headline)
 CHANGE_COLOURS = {"faster": "#2e7d32", "slower": "#c62828", "same": "#9e9e9e", "new failure": "#ad1457",
-                  "fixed": "#1565c0", "vanished": "#6a1b9a", "new": "#607d8b", "still failing": "#bdbdbd"}
+                  "fixed": "#1565c0", "vanished": "#6a1b9a", "new": "#607d8b", "still failing": "#bdbdbd",
+                  "no reliable difference": "#ffb300"}
 SERIES_COLOURS = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
 
 
@@ -231,23 +232,28 @@ def roofline(group_list: list[Group], plot_id: str, peaks: dict[str, dict]) -> s
 
 
 def speedups(rows: list[dict], plot_id: str) -> str:
-    """Run B against run A: B/A GFLOP/s per common timed variant (1 = unchanged), coloured by the change."""
+    """Run B against run A: B/A per common timed variant (1 = unchanged; of the ratios to each run's own numpy
+    reference, xegemm.reporting.comparison), with the noise bound as a whisker, coloured by the change."""
     timed = sorted((r for r in rows if r["speedup"]), key=lambda r: -r["speedup"])[:MAX_BARS]
     fig = _figure(9, 1.0 + 0.28 * max(len(timed), 2))
     ax = fig.add_subplot()
     titles = {}
     for i, r in enumerate(timed):
         y = len(timed) - 1 - i
-        ax.barh(y, r["speedup"] - 1, left=1, color=CHANGE_COLOURS[r["change"]], height=0.7)[0] \
+        ax.barh(y, r["speedup"] - 1, left=1, color=CHANGE_COLOURS[r["change"]], height=0.7,
+                xerr=r.get("noise"), error_kw={"ecolor": "#616161", "capsize": 2, "linewidth": 0.8})[0] \
             .set_gid(f"{plot_id}-bar-{i}")
         ax.annotate(f"{r['speedup']:.2f}x", (max(r["speedup"], 1), y), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)
-        titles[f"{plot_id}-bar-{i}"] = (f"{r['name']}: {r['gflops_a']:.2f} -> {r['gflops_b']:.2f} GFLOP/s "
+        titles[f"{plot_id}-bar-{i}"] = (f"{r['name']}: {r['gflops_a']:.2f} -> {r['gflops_b']:.2f} GFLOP/s, "
+                                        f"B/A {r['speedup']:.2f} per {r['basis']} within +-{r['noise']:.0%} "
                                         f"({r['change']})")
     ax.axvline(1, color="#212121", linewidth=1)
     names = [f"{r['problem']['m']}x{r['problem']['n']}x{r['problem']['k']} {r['types']} {r['label']}" for r in timed]
     ax.set_yticks(range(len(timed)), names[::-1], fontsize=8)
-    ax.set_xlabel("speedup B / A (GFLOP/s)")
+    basis = {r["basis"] for r in timed}
+    ax.set_xlabel("B / A of the ratios to each run's own numpy reference" if basis == {"numpy"}
+                  else "B / A (GFLOP/s; a run has no reference)")
     ax.margins(x=0.2)
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig, plot_id, titles)

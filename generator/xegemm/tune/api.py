@@ -37,7 +37,8 @@ from xegemm.evaluate.timing import time_numpy_reference, time_reference
 from xegemm.results.journal import writable_dir
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.tune.cache import MeasurementCache, default_cache_path
-from xegemm.tune.export import META, export, study_space as _study_space
+from xegemm.tune.export import META, export, owned_trials, trial_result, study_space as _study_space
+from xegemm.tune.leaders import ATTR as LEADERS_ATTR, BUDGET_S, LEADERS, Leader, not_retimed, retime
 from xegemm.tune.model import Machine
 from xegemm.tune.objective import AotObjective, DeviceObjective
 from xegemm.tune.runner import ShapeRun, Tally
@@ -108,7 +109,8 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
          seed: int | None = None, device: str | None = None, target: str | None = None,
          out: str | Path | None = None, cache: str | Path | None = None, retime: bool = False,
          limits: TimeLimits = TimeLimits(), heartbeat_s: int = HEARTBEAT_S, progress: bool | None = None,
-         capabilities: str | None = None, command: str | None = None) -> TuneResult:
+         capabilities: str | None = None, command: str | None = None, leaders: int = LEADERS,
+         leader_time_s: float = BUDGET_S) -> TuneResult:
     """Tune ``config_path`` (its sweep and constraints) for each shape; see the module docstring.
 
     ``strategy``: a name in :data:`xegemm.tune.strategies.STRATEGIES`; ``budget``: evaluated points per shape
@@ -116,7 +118,9 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     processes building side by side (timing stays serial); ``storage``: an SQLAlchemy URL (default an SQLite
     file in ``out``); ``target``: ``pvc``/``dg2`` scores ahead-of-time builds instead of timing on a device;
     ``cache``: the measurement cache file (False: none); ``retime``: ignore cache hits; ``command``: the command
-    line that started it, recorded in the study for the report."""
+    line that started it, recorded in the study for the report; ``leaders``: how many of the best candidates of
+    a device study are timed again before a winner is named (:mod:`xegemm.tune.leaders`; 0 or 1: none),
+    ``leader_time_s``: the time budget of that re-timing per shape."""
     config = load_config(config_path)
     chosen = get_strategy(strategy)
     check_jobs(jobs)
@@ -126,7 +130,8 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     out_dir = writable_dir(Path(out) if out else Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
     url = storage or default_url(out_dir)
     resume = resume_command(config_path, shape_list, strategy, budget, time_s, jobs, storage, study, seed, device,
-                            target, capabilities, out_dir, cache, retime, limits, heartbeat_s)
+                            target, capabilities, out_dir, cache, retime, limits, heartbeat_s, leaders,
+                            leader_time_s)
     name = study or config.name
     meta_common: dict = {"config": config.to_dict(), "strategy": strategy, "command": command}
     if target is not None:
@@ -184,16 +189,24 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
                            lambda summary: _advance(bar, tallies, summary), heartbeat_s)
             tallies[shape.label] = run.tally
             run.run(objectives)
+            if target is None:
+                retime_leaders(s, rdb, space, objectives[0], leaders, leader_time_s)
             studies[shape.label] = s
             unused = plan - min(plan, book.evaluated())
             if unused and run.done():     # the space ran out first (its pruned points): the total shrinks
                 bar.total -= unused
                 bar.refresh()
+        _close(bar, objectives, measurements)
+        best = export(rdb, name, out_dir)
     except KeyboardInterrupt:
+        # at any moment (a build, a timing, the leaders' re-timing, the export's writing): the workers are
+        # stopped, what the study holds is exported again (every file is written atomically) with a second
+        # Ctrl-C ignored, and the message says what was kept and how to resume
         with shielded():
             _close(bar, objectives, measurements)
-        raise RunInterrupted(f"interrupted: every finished trial is in the study at {mask_url(url)}; the "
-                             f"interrupted ones are retried on resume: {resume}") from None
+            kept = _export_interrupted(rdb, name, out_dir)
+        raise RunInterrupted(f"interrupted: every finished trial is in the study at {mask_url(url)}; {kept}; the "
+                             f"interrupted trials are retried on resume: {resume}") from None
     except (StorageInternalError, SQLAlchemyError) as exc:
         _close(bar, objectives, measurements)
         raise StorageError(f"the study database {mask_url(url)} failed: {describe_failure(exc, url)}; every "
@@ -201,17 +214,77 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     except BaseException:
         _close(bar, objectives, measurements)
         raise
-    _close(bar, objectives, measurements)
-    best = export(rdb, name, out_dir)
     return TuneResult(studies, best, out_dir, mask_url(url), tallies)
 
 
+def retime_leaders(study: optuna.Study, rdb, space: TuneSpace, objective: DeviceObjective, count: int,
+                   budget_s: float) -> dict:
+    """Time the ``count`` best passing trials of ``study`` again (:func:`xegemm.tune.leaders.retime`, each
+    re-timing a full evaluation by ``objective``'s worker, never from the cache, interleaved with numpy) and keep
+    the verdict in the study (:data:`xegemm.tune.leaders.ATTR`), where the export reads it."""
+    meta = study.user_attrs.get(META, {})
+    trials = owned_trials(study, rdb)
+    results = {t.number: r for t in trials if (r := trial_result(t, meta)) is not None}
+    passing = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.number in results
+                      and results[t.number].status == "ok"), key=lambda t: (-t.value, t.number))
+    old = study.user_attrs.get(LEADERS_ATTR)
+    if isinstance(old, dict) and old.get("retimed") and old.get("complete_trials") == len(passing):
+        return old                        # nothing new since the last re-timing (a resume of a finished study)
+    if count < 2 or len(passing) < 2:
+        record = not_retimed("only one candidate passed" if len(passing) == 1 else
+                             "no candidate passed" if not passing else f"--leaders {count}: re-timing is off",
+                             len(passing))
+        study.set_user_attr(LEADERS_ATTR, record)
+        return record
+    by_trial = {t.number: t for t in passing}
+    chosen = [Leader(t.number, results[t.number].name, t.value, results[t.number].vs_numpy or _ratio(results[t.number]))
+              for t in passing[:count]]
+
+    def measure(leader: Leader) -> tuple[float, float, float | None]:
+        candidate = space.candidate(by_trial[leader.trial].params)
+        result = objective.evaluator.evaluate(candidate.planned, candidate.source)
+        ratio = _ratio(result)
+        if result.status != "ok" or ratio is None:
+            return 0.0, 0.0, None
+        ref_cv = ((result.reference or {}).get("time_ms") or {}).get("cv")
+        return ratio, float(result.gflops), max(x for x in (result.cv, ref_cv, 0.0) if x is not None)
+
+    verdict = retime(chosen, measure, budget_s)
+    verdict.complete_trials = len(passing)
+    record = verdict.as_dict()
+    study.set_user_attr(LEADERS_ATTR, record)
+    return record
+
+
+def _ratio(result) -> float | None:
+    """A result's GFLOP/s over the numpy run timed interleaved with it."""
+    ref = result.reference or {}
+    return result.gflops / ref["gflops"] if result.gflops and ref.get("gflops") else None
+
+
+def _export_interrupted(rdb, name: str, out_dir: Path) -> str:
+    """Export what an interrupted tune's study holds; what was written (or why nothing), in words."""
+    try:
+        best = export(rdb, name, out_dir)
+    except XegemmError as exc:            # interrupted before the first study was made
+        return f"nothing to export yet ({exc})"
+    except (StorageInternalError, SQLAlchemyError) as exc:
+        return f"the export failed: {describe_failure(exc, '')}"
+    found = [f"{label}: {entry['best']['gflops']:.4g} GFLOP/s ({entry['best']['kernel']})"
+             if entry["best"] and entry["best"].get("gflops") else f"{label}: no kernel passed yet"
+             for label, entry in best["shapes"].items()]
+    return (f"the best so far ({'; '.join(found)}) and the report are in {out_dir} (best.json, best.yaml, "
+            "trials.json, trials.csv, report.html)")
+
+
 def _close(bar, objectives, measurements) -> None:
+    """Close the bar, the objectives' workers and the cache (a second call: a no-op)."""
     bar.close()
     for objective in objectives:
         objective.close()
-    if measurements is not None:
+    if measurements is not None and not getattr(measurements, "_xegemm_closed", False):
         measurements.close()
+        measurements._xegemm_closed = True
 
 
 def usable_cpus() -> int:
@@ -260,10 +333,11 @@ def _check_resumable(rdb, name: str, meta_common: dict, shapes: list[Shape], spa
 
 def resume_command(config_path, shapes: list[Shape], strategy: str, budget, time_s, jobs: int, storage, study,
                    seed, device, target, capabilities, out_dir, cache, retime: bool, limits: TimeLimits,
-                   heartbeat_s: int) -> str:
-    """The ``xegemm tune`` command that resumes this run: every option it was given, the password of a storage
-    URL as ``$XEGEMM_DB_PASSWORD`` (in double quotes, so the shell expands it)."""
-    words = ["xegemm", "tune", str(config_path), "--out", str(out_dir),
+                   heartbeat_s: int, leaders: int = LEADERS, leader_time_s: float = BUDGET_S) -> str:
+    """The ``xegemm tune`` command that resumes this run, started as this process was (:func:`program_words`),
+    with every option it was given, shell-quoted; the password of a storage URL as ``$XEGEMM_DB_PASSWORD`` (in
+    double quotes, so the shell expands it)."""
+    words = [*program_words(), "tune", str(config_path), "--out", str(out_dir),
              "--shapes", ",".join(shape.label for shape in shapes), "--strategy", strategy]
     options = [("--budget", budget), ("--time", f"{time_s:g}s" if time_s else None),
                ("--jobs", jobs if jobs != 1 else None), ("--study", study), ("--seed", seed),
@@ -271,7 +345,9 @@ def resume_command(config_path, shapes: list[Shape], strategy: str, budget, time
                ("--cache", cache if cache not in (None, False) else None),
                ("--build-timeout", f"{limits.build_s:g}" if limits.build_s != TimeLimits.build_s else None),
                ("--run-timeout", f"{limits.run_s:g}" if limits.run_s is not None else None),
-               ("--heartbeat", heartbeat_s if heartbeat_s != HEARTBEAT_S else None)]
+               ("--heartbeat", heartbeat_s if heartbeat_s != HEARTBEAT_S else None),
+               ("--leaders", leaders if leaders != LEADERS else None),
+               ("--leader-time", f"{leader_time_s:g}" if leader_time_s != BUDGET_S else None)]
     words += [str(w) for option, value in options if value is not None for w in (option, value)]
     words += (["--no-cache"] if cache is False else []) + (["--retime"] if retime else [])
     text = shlex.join(words)
@@ -279,6 +355,19 @@ def resume_command(config_path, shapes: list[Shape], strategy: str, budget, time
         url = resumable_url(storage).replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
         text += f' --storage "{url}"'
     return text
+
+
+def program_words() -> list[str]:
+    """How to start this program again: ``sys.argv[0]`` as it was run (``.venv/bin/xegemm``, a path relative to
+    the directory it was run from), ``python -m xegemm`` with this interpreter when it was run as a module, and
+    ``xegemm`` (the installed command) when it runs inside another program (the Python API)."""
+    first = sys.argv[0] if sys.argv else ""
+    path = Path(first)
+    if path.name == "__main__.py" and path.parent.name == "xegemm":
+        return [sys.executable, "-m", "xegemm"]
+    if path.name.startswith("xegemm"):
+        return [first]
+    return ["xegemm"]
 
 
 def _advance(bar, tallies: dict[str, Tally], summary: dict) -> None:

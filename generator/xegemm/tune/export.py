@@ -37,6 +37,7 @@ from xegemm.reporting.formats import results_csv
 from xegemm.reporting.results import problem_references, set_ratios, utc, versions
 from xegemm.library.record import Evaluation
 from xegemm.config.shapes import Shape, is_problem_axis
+from xegemm.tune import leaders
 from xegemm.tune.space import TuneSpace
 from xegemm.tune.study import ClaimBook
 
@@ -170,8 +171,13 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
         results += recorded.values()
         shape = Shape(**meta["shape"])
         winner = best_trial(trials, recorded)
+        passing = sorted(t.number for t in trials if t.state == TrialState.COMPLETE and t.number in recorded
+                         and recorded[t.number].status == "ok")
+        retimed, confident = leaders.confidence(study.user_attrs.get(leaders.ATTR), passing)
+        if retimed is not None:      # the leaders timed again named another winner than one measurement did
+            winner = next(t for t in trials if t.number == retimed)
         entry = {"shape": shape.as_dict(), "trials": len(trials),
-                 "pruned": sum(t.state == TrialState.PRUNED for t in trials), "best": None}
+                 "pruned": sum(t.state == TrialState.PRUNED for t in trials), "best": None, "confidence": confident}
         # the numpy runs measured interleaved with every trial, pooled; else the study's, taken when the study
         # was created (an AOT study, or trials from before interleaved references)
         problem = (shape.m, shape.n, shape.k, shape.batch)
