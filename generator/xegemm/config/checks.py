@@ -33,6 +33,7 @@ from xegemm.quant.formats import FORMATS as QUANT_FORMATS
 from xegemm.quant.spec import COMPUTE_TYPES, FP8, GROUP_WORDS, SCALE_LAYOUTS, SCALE_TYPES, WEIGHT_TYPES, ZERO_TYPES
 from xegemm.library.layouts import ALIASES as LAYOUT_ALIASES
 from xegemm.library.layouts import LAYOUTS as LAYOUT_REGISTRY
+from xegemm.library.targets import LOWERING_NAMES
 
 # --------------------------------------------------------------------------------------------------------
 # Errors
@@ -304,6 +305,7 @@ scale_layout = _word("scale layout", SCALE_LAYOUTS, {})
 accumulator_dtype = _usable_dtype("accumulator")
 layout = _word("layout", LAYOUTS, LAYOUT_ALIASES)
 walk_mode = _word("tile walk", WALK_MODES, {"atomic": "dynamic"})
+lowering_name = _word("lowering", LOWERING_NAMES, {})
 bias_kind = _word("bias", BIAS_KINDS, {"per_row": "row", "per_col": "col", "column": "col", "per_column": "col"})
 activation = _word("activation", tuple(ACTIVATIONS), {"gelu": "gelu_erf", "swish": "silu", "identity": "none"})
 output_dtype = _word("C data type", OUTPUT_TYPES, DTYPE_ALIASES)

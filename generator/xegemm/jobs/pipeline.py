@@ -28,6 +28,7 @@ from xegemm.evaluate import (
     ProgressObserver,
     SourceWriter,
     params_of,
+    lowering_of,
     plan_variants,
     render_variant,
 )
@@ -63,7 +64,7 @@ def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "port
     low = named_lowering(lowering, capabilities_name)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    evaluator = Evaluator(low, SourceWriter(out))
+    evaluator = Evaluator(low, SourceWriter(out, low))
     entries = []
     for pv in plan_variants(config, low):
         ev = evaluator.evaluate(pv)
@@ -150,8 +151,9 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     for damage in store.damaged:
         say(f"warning: {damage}")
     progress_observer = ProgressObserver(progress, len(planned))
+    spirv = any(lowering_of(pv, low).source_kind == "spirv" for pv in planned if pv.plan is not None)
     evaluator = isolated_device_evaluator(info.filter_string, low, log_dir=out / "logs", limits=limits,
-                                          observers=(progress_observer,), on_stage=on_stage)
+                                          observers=(progress_observer,), on_stage=on_stage, spirv=spirv)
     say(f"xegemm run {config.source}: {len(planned)} variants on {info.filter_string} ({info.name}), "
         f"lowering {low.name}, results in {out}")
     keys: list[str] = []

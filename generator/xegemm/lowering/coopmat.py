@@ -228,9 +228,9 @@ def packed_b_batch_stride(k: int, ldb: int, ab: str) -> int:
     return -(-k // v) * v * ldb
 
 
-_NOT_WIRED = ("the coopmat lowering renders a whole SPIR-V kernel (xegemm.lowering.coopmat.render_coopmat, built "
-              "with xegemm.runtime.spirv.build_spirv), not OpenCL C atoms; render, evaluate and the call API do not "
-              "take it yet")
+_NOT_WIRED = ("the coopmat lowering renders a whole SPIR-V kernel (Lowering.render_plan: "
+              "xegemm.lowering.coopmat.render_coopmat, built with xegemm.runtime.spirv.build_spirv), not OpenCL C "
+              "atoms")
 
 
 def make_lowering_class(base):
@@ -243,6 +243,9 @@ def make_lowering_class(base):
         name = "coopmat"
         stages_kstep = False
         rolls_epilogue = False
+        source_kind = "spirv"
+        source_suffix = ".spvasm"
+        pinned = True
 
         def render_copies(self, atoms) -> str:
             raise XegemmError(_NOT_WIRED)
@@ -259,6 +262,20 @@ def make_lowering_class(base):
         def render(self, plan) -> str:
             """SPIR-V assembly of the plan's kernel (:func:`render_coopmat`)."""
             return render_coopmat(plan)
+
+        def render_plan(self, plan, opencl_c, **options) -> str:
+            if options.get("mma_lowering") or options.get("staged") is False:
+                raise XegemmError("the coopmat lowering renders its kernel whole: no mma_lowering, no unstaged form")
+            return render_coopmat(plan)
+
+        def b_pack_factor(self, plan) -> int | None:
+            return TYPES[plan.config.types.b][2] if plan.config.types.b in TYPES else None
+
+        def pack_b(self, plan, b_bytes, k: int, n: int):
+            return pack_b(b_bytes, k, n, plan.config.types.b)
+
+        def build_options(self, grf: int) -> str:
+            return ""        # a SPIR-V module: no OpenCL C options
 
     return CoopmatLowering
 
