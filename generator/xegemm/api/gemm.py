@@ -33,10 +33,11 @@ from xegemm.epilogues.fixed import BIAS_KINDS
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.evaluate.device import device_build_options, submit_in_order
-from xegemm.lowering import Lowering, choose_lowering
+from xegemm.lowering import Lowering, choose_lowering, variant_lowering
+from xegemm.runtime.spirv import prepare_environment
 from xegemm.quant import operand_spec
 from xegemm.runtime.devices import describe, select_sycl_device
-from xegemm.runtime.program import BuildError, build_program, from_device, make_queue, read_into, to_device, write_async
+from xegemm.runtime.program import BuildError, build_program, build_source, from_device, make_queue, read_into, to_device, write_async
 from xegemm.runtime.sycl import dpmem
 from xegemm.config.shapes import Shape
 from xegemm.config.sources import load_source
@@ -134,14 +135,18 @@ def _candidates(config: Config, best: dict) -> list[Candidate]:
     return out
 
 
-def load(source, *, device=None, epilogue=None) -> Gemm:
+def load(source, *, device=None, epilogue=None, lowering: str | None = None) -> Gemm:
     """A callable GEMM from a config file, a tune output directory (its best.yaml and best.json) or a Config,
     on ``device`` (a dpctl filter string, a dpctl device, or None for xegemm's default device); ``epilogue``: a
-    Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md)."""
+    Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md);
+    ``lowering``: portable, native or coopmat instead of the device's own (coopmat: B is VNNI-packed on the
+    host at each call; the CPU runtime needs its AMX target, set here when the runtime has not started yet)."""
+    if lowering is not None and Lowering(lowering).source_kind == "spirv":
+        prepare_environment()
     config, best, label = load_source(source)
     if epilogue is not None:
         config = config.with_overrides({"epilogue.function": epilogue})
-    return Gemm(_candidates(config, best), device=device, label=label)
+    return Gemm(_candidates(config, best), device=device, label=label, lowering=lowering)
 
 
 class Gemm:
@@ -151,12 +156,12 @@ class Gemm:
     ``scales`` and ``zeros`` (xegemm.api.quantized); B is then ``dequantize(b)`` in the compute type.  An FP8 A
     (W8A8, a ``quant_a:`` section) is ``a`` as ml_dtypes float8 values with its scales ``a_scales``."""
 
-    def __init__(self, candidates: list[Candidate], device=None, label: str = ""):
+    def __init__(self, candidates: list[Candidate], device=None, label: str = "", lowering: str | None = None):
         self.candidates = candidates
         self.label = label
         self.sycl_device = device if hasattr(device, "filter_string") else select_sycl_device(device)
         self.info = describe(self.sycl_device)
-        self.lowering: Lowering = choose_lowering(self.info)
+        self.lowering: Lowering = choose_lowering(self.info, lowering)
         self.queue = make_queue(self.sycl_device, profiling=True)
         self.last_kernel: LastKernel | None = None
         self._choices: dict[tuple, _Choice] = {}
@@ -433,7 +438,8 @@ class Gemm:
         if kernels is None:
             with self._lock:
                 try:
-                    program = build_program(queue, choice.source, choice.options)
+                    kind = variant_lowering(self.lowering, choice.config.target.lowering).source_kind
+                    program = build_source(queue, choice.source, choice.options, kind)
                 except BuildError as exc:
                     raise XegemmError(f"{choice.call.plan.name}: {exc}") from exc
                 kernels = [program.get_sycl_kernel(launch.kernel) for launch in choice.call.launches]
@@ -468,8 +474,13 @@ class Gemm:
             bufs = pool.buffers
             # written without waiting on the in-order queue; kept alive until the blocking read of D below
             quantized = opb.array if isinstance(opb.array, QuantizedB) else None
+            b_bytes = quantized.qweight if quantized else host_bytes(opb, choice.layout_b, t.b)
+            low = variant_lowering(self.lowering, choice.config.target.lowering)
+            if low.b_pack_factor(choice.call.plan):     # the coopmat kernels read B VNNI-packed: packed per call
+                p = choice.config.problem
+                b_bytes = low.pack_b(choice.call.plan, b_bytes, p.k, p.n)
             written = [write_async(bufs["A"], host_bytes(opa, choice.layout_a, t.a)),
-                       write_async(bufs["B"], quantized.qweight if quantized else host_bytes(opb, choice.layout_b, t.b))]
+                       write_async(bufs["B"], b_bytes)]
             if quantized:
                 written.append(write_async(bufs["scales"], quantized.scales))
                 if quantized.zeros is not None:
@@ -503,6 +514,10 @@ class Gemm:
                 if queue.sycl_device != self.sycl_device:
                     raise XegemmError(f"{op.name} lives on {queue.sycl_device.filter_string} but this Gemm was loaded "
                                       f"for {self.info.filter_string}: load(..., device=...) on the arrays' device")
+        if opb.device and variant_lowering(self.lowering, choice.config.target.lowering).b_pack_factor(
+                choice.call.plan):
+            raise XegemmError("the coopmat lowering reads B VNNI-packed (xegemm.lowering.coopmat.pack_b): pass B as a "
+                              "host array (packed at each call), not a device array")
         t, s = choice.config.types, choice.sizes
         layouts = {"A": choice.layout_a, "B": choice.layout_b}
         types = {"A": t.a, "B": t.b}

@@ -80,6 +80,9 @@ class Lowering:
     def __hash__(self) -> int:
         return hash(tuple(self))
 
+    def __reduce__(self):        # pickled by name (to worker processes): a class made by a factory has no path
+        return (Lowering, (self.name, self.capabilities))
+
     def __repr__(self) -> str:
         return f"Lowering({self.name!r}, {self.capabilities!r})"
 
