@@ -328,3 +328,25 @@ def test_call_api_in_a_process_started_without_the_target_says_how(sycl_device):
     a = np.ones((16, 32), ml_dtypes.bfloat16)
     with pytest.raises(xegemm.errors.XegemmError, match=TARGET_ARCH_VARIABLE):
         g(a, np.ones((32, 16), ml_dtypes.bfloat16), alpha=1.0, beta=0.0)
+
+
+# -- ahead of time for Intel GPUs ------------------------------------------------------------------------------
+@pytest.mark.ocloc
+@pytest.mark.parametrize("target", ["pvc", "bmg"])
+def test_gpu_build_with_the_current_compiler_issues_the_kernels_dpas(target, tmp_path):
+    """`xegemm build --lowering coopmat`: the SPIR-V in the GPU's tiles (8-row A), built by the current compiler,
+    one dpas per coop-matrix multiply-add of the three k-step bodies, 2D block loads for the direct k-step's
+    global tiles, no spill; the gate fails a kernel whose dpas count differs."""
+    from xegemm.aot.toolchain import find_ocloc
+    from xegemm.jobs.pipeline import build_config
+    if find_ocloc("current") is None:
+        pytest.skip("the current compiler is not installed: make ocloc-current")
+    config = tmp_path / "c.yaml"
+    config.write_text("name: gpu\nproblem: {m: 256, n: 256, k: 256}\ntypes: {a: bf16, b: bf16, acc: f32, c: f32}\n"
+                      "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n")
+    result = build_config(config, target=target, out_dir=tmp_path / "b", lowering="coopmat")
+    (v,) = result["variants"]
+    assert v["status"] == "ok", v["reason"]
+    assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 3 * 4 * 2   # 32 x 32 per sub-group: 4 x 2 tiles of 8 x 16
+    assert v["measured_messages"]["load_block2d"] == v["predicted"]["load_block2d"]
+    assert v["isa"]["spill_bytes"] in (0, None)

@@ -240,13 +240,16 @@ def _set_aside_foreign_reports(out: Path, config) -> list[str]:
 # ---- build (ahead of time) -------------------------------------------------------------------------------
 
 def build_config(config_path, target: str = "pvc", grf: int | None = None, out_dir=None,
-                 capabilities_name: str | None = None, progress=None) -> dict:
+                 capabilities_name: str | None = None, progress=None, lowering: str = "native") -> dict:
     """Compile every variant of a config for ``target`` with ocloc; write ``build.json`` (and per-variant
     artefacts).  A variant is ``ok`` when its machine code issues exactly the predicted dpas and block loads
-    per k-step; stores and prefetches are reported beside their predictions, spills in the reason."""
+    per k-step; stores and prefetches are reported beside their predictions, spills in the reason.
+    ``lowering`` coopmat: the SPIR-V kernels in the GPU's tiles, built by the current compiler
+    (xegemm.evaluate.aot.AotBuilder)."""
     require_ocloc()
     config = load_config(config_path)
-    low = named_lowering("native", capabilities_name, target)
+    low = Lowering("coopmat").for_xe() if lowering == "coopmat" else named_lowering(lowering, capabilities_name,
+                                                                                      target)
     out = Path(out_dir or Path("runs") / f"build-{config.name}-{target}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     planned = plan_variants(config, low)
