@@ -52,9 +52,11 @@ demo: $(STAMP)
 # regenerate the kernels of the shipped configs (a test checks kernels/ is current)
 kernels: $(STAMP)
 	rm -f kernels/*.cl kernels/manifest.json kernels/native/*.cl kernels/native/manifest.json
+	rm -f kernels/coopmat/*.spvasm kernels/coopmat/manifest.json
 	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels
 	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels/native --lowering native \
 		--capabilities cl_intel_subgroup_2d_block_io
+	$(VENV)/bin/xegemm generate configs/*.yaml --out kernels/coopmat --lowering coopmat
 
 # The suite runs in TEST_JOBS processes (pytest-xdist; default: the machine's cores plus one, at most 5), one test
 # file per process at a time, so a file's module fixtures are set up once.  Most of its time is single-threaded

@@ -1,8 +1,20 @@
 """The coopmat lowering (xegemm.lowering.coopmat, xegemm.runtime.spirv): SPIR-V cooperative-matrix GEMM kernels
-rendered from a plan, assembled, built in a child process and then here, run on the Intel OpenCL CPU runtime
-(Intel AMX) and verified element by element against numpy with xegemm.verify.dense's tolerance; mutants must fail."""
+rendered from a plan, assembled, built in a child process and then there, run on the Intel OpenCL CPU runtime
+(Intel AMX) and verified element by element against numpy with xegemm.verify.dense's tolerance; mutants must fail.
+
+The CPU runtime needs CL_CONFIG_CPU_TARGET_ARCH naming an AMX target before it starts, and that changes the code it
+generates for every kernel.  This process (pytest's, shared with every other test file) is left alone: each kernel
+of this file runs in a worker process that starts the runtime with the AMX target (a spawned process pool here,
+the run's isolated device workers for ``xegemm run``, a subprocess for the call API)."""
 
 from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,12 +24,10 @@ from xegemm.errors import PlanRejected
 from xegemm.lowering import Lowering
 from xegemm.lowering.coopmat import coopmat_kernel, kernel_arguments, pack_b, plan_violation, render_kernel
 from xegemm.plan.planner import plan
-from xegemm.runtime.spirv import (amx_target, assemble, build_in_child, build_spirv, prepare_environment,
-                                  probe_coopmat, validate)
-from xegemm.verify.dense import check, make_operands, poison_c, reference
+from xegemm.runtime.cpu_path import TARGET_ARCH_VARIABLE
+from xegemm.runtime.spirv import amx_target, assemble, build_in_child, prepare_environment, validate
 
-READY = prepare_environment()     # before the CPU runtime starts: CL_CONFIG_CPU_TARGET_ARCH with AMX
-
+ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {   # name: (types, problem, tile)
     "bf16_64": ("{a: bf16, b: bf16, acc: f32, c: f32}", "{m: 64, n: 64, k: 64}", "[64, 64, 32], subgroups: [2, 2]"),
     "bf16_ragged": ("{a: bf16, b: bf16, acc: f32, c: f32}", "{m: 77, n: 45, k: 70}", "[64, 32, 32], subgroups: [2, 1]"),
@@ -37,34 +47,35 @@ def _config(name: str, epilogue: str = ""):
                             + epilogue)
 
 
-@pytest.fixture(scope="module")
-def cpu_queue(sycl_device):
-    if amx_target() is None:
-        pytest.skip("this CPU has no AMX (amx_tile, amx_bf16, amx_int8): the Intel CPU runtime refuses cooperative "
-                    "matrices without it")
-    if READY:
-        pytest.skip(f"cannot build cooperative matrices in this process: {READY}")
+def _queue():
+    """The OpenCL CPU queue of a worker (the runtime started with the AMX target by prepare_environment)."""
+    from xegemm.runtime import select_sycl_device
     from xegemm.runtime.opencl import OpenCLQueue
-    if sycl_device.device_type.name != "cpu":
-        pytest.skip(f"the coopmat tests run on the Intel OpenCL CPU runtime, not {sycl_device.name}")
-    queue = OpenCLQueue(sycl_device)
-    probe = probe_coopmat(queue)
-    if not probe.runs:
-        pytest.skip(f"{sycl_device.name} does not run the coopmat lowering: {probe.reason}")
-    return queue
+    return OpenCLQueue(select_sycl_device())
 
 
-def _run(queue, config, text: str, b_storage=None):
-    """Run a rendered kernel on the config's problem; the verdict of xegemm.verify.dense."""
+def _run(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storage: str = "packed",
+         b_layout: int | None = None):
+    """In a worker: render the config's kernel (with a text ``edit``, another B layout word), run it on B as
+    ``b_storage`` says (``packed``, or ``plain``: row-major where the kernel reads PackedINTEL); (ok, reason)."""
     from xegemm.runtime.opencl import OpenCLBuffer
+    from xegemm.runtime.spirv import build_spirv
+    from xegemm.verify.dense import check, make_operands, poison_c, reference
 
+    queue = _queue()
+    config = _config(name, EPILOGUES[epilogue])
     p, t = config.problem, config.types
     ops = make_operands(config)
     k = coopmat_kernel(plan(config))
-    b = pack_b(ops.b_bytes, p.k, p.n, t.a) if b_storage is None else b_storage(ops)
-    c_raw = poison_c(config)
+    if b_layout is not None:
+        k = type(k)(**{**k.__dict__, "b_layout": b_layout})
+    text = render_kernel(k)
+    if edit is not None:
+        assert edit[0] in text, "the mutant no longer applies"
+        text = text.replace(*edit)
+    b = pack_b(ops.b_bytes, p.k, p.n, t.a) if b_storage == "packed" else ops.b_bytes
     bufs = {}
-    for key, data in (("A", ops.a_bytes), ("B", b), ("D", c_raw),
+    for key, data in (("A", ops.a_bytes), ("B", b), ("D", poison_c(config)),
                       ("C", ops.c_in_bytes if ops.c_in_bytes is not None else np.zeros(4, np.uint8)),
                       ("bias", np.zeros(4, np.uint8))):
         data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -74,15 +85,47 @@ def _run(queue, config, text: str, b_storage=None):
     e = config.epilogue
     args = kernel_arguments(p.m, p.n, p.k, p.batch, t.a, bufs, e.alpha, e.beta)
     program.get_sycl_kernel(k.name).launch(queue, args, k.global_size(p.m, p.n, p.batch), k.local).wait()
-    return check(config, bufs["D"].copy_to_host(), reference(config, ops))
+    verdict = check(config, bufs["D"].copy_to_host(), reference(config, ops))
+    return verdict.ok, verdict.reason
+
+
+def _probe():
+    from xegemm.runtime.spirv import in_process_ready, probe_coopmat
+    why = in_process_ready()
+    if why:
+        return False, why
+    probe = probe_coopmat(_queue())
+    return probe.runs, probe.reason
+
+
+@pytest.fixture(scope="module")
+def amx_worker(sycl_device):
+    """A worker process whose CPU runtime starts with the AMX target; skips with the reason where it cannot."""
+    if amx_target() is None:
+        pytest.skip("this CPU has no AMX (amx_tile, amx_bf16, amx_int8): the Intel CPU runtime refuses cooperative "
+                    "matrices without it")
+    if sycl_device.device_type.name != "cpu":
+        pytest.skip(f"the coopmat tests run on the Intel OpenCL CPU runtime, not {sycl_device.name}")
+    pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=prepare_environment)
+    try:
+        runs, reason = pool.submit(_probe).result(timeout=600)
+        if not runs:
+            pytest.skip(f"{sycl_device.name} does not run the coopmat lowering: {reason}")
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _in_worker(pool, *args, **kwargs):
+    return pool.submit(_run, *args, **kwargs).result(timeout=600)
 
 
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_coopmat_gemm_verifies_on_the_cpu(name, epilogue, cpu_queue):
-    config = _config(name, EPILOGUES[epilogue])
-    verdict = _run(cpu_queue, config, render_kernel(coopmat_kernel(plan(config))))
-    assert verdict.ok, verdict.reason
+def test_coopmat_gemm_verifies_on_the_cpu(name, epilogue, amx_worker):
+    ok, reason = _in_worker(amx_worker, name, epilogue)
+    assert ok, reason
 
 
 MUTANTS = {   # rendered-text edits that must break the result: (shape, old, new)
@@ -94,28 +137,45 @@ MUTANTS = {   # rendered-text edits that must break the result: (shape, old, new
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_a_broken_kernel_fails_verification(mutant, cpu_queue):
+def test_a_broken_kernel_fails_verification(mutant, amx_worker):
     name, old, new = MUTANTS[mutant]
-    config = _config(name, EPILOGUES["alpha_beta"])
-    text = render_kernel(coopmat_kernel(plan(config)))
-    assert old in text, "the mutant no longer applies"
-    verdict = _run(cpu_queue, config, text.replace(old, new))
-    assert not verdict.ok
+    ok, _ = _in_worker(amx_worker, name, "alpha_beta", edit=(old, new))
+    assert not ok
 
 
-def test_b_not_vnni_packed_fails_verification(cpu_queue):
-    config = _config("bf16_64")
-    verdict = _run(cpu_queue, config, render_kernel(coopmat_kernel(plan(config))),
-                   b_storage=lambda ops: ops.b_bytes)          # row-major B where the kernel reads PackedINTEL
-    assert not verdict.ok
+def test_b_not_vnni_packed_fails_verification(amx_worker):
+    ok, _ = _in_worker(amx_worker, "bf16_64", "plain", b_storage="plain")   # row-major B read as PackedINTEL
+    assert not ok
 
 
-def test_row_major_b_layout_does_not_build_and_cannot_hurt_the_caller(cpu_queue):
+def test_row_major_b_layout_does_not_build_and_cannot_hurt_the_caller(sycl_device):
     """B declared RowMajor: the CPU runtime aborts its compiler (measured); the child process takes the blow."""
+    if amx_target() is None:
+        pytest.skip("this CPU has no AMX: the Intel CPU runtime refuses cooperative matrices without it")
     k = coopmat_kernel(plan(_config("bf16_64")))
     text = render_kernel(type(k)(**{**k.__dict__, "b_layout": 0}))
-    child = build_in_child(assemble(text), cpu_queue.sycl_device.filter_string)
+    child = build_in_child(assemble(text), sycl_device.filter_string)
     assert not child.ok and child.reason
+
+
+def test_this_process_is_left_on_its_own_target():
+    """Importing this file sets nothing: the CPU runtime of the pytest process keeps the target it started with."""
+    assert os.environ.get(TARGET_ARCH_VARIABLE) == _started_with()
+
+
+def _started_with() -> str | None:
+    raw = Path("/proc/self/environ").read_bytes().decode(errors="replace").split("\0")
+    return next((item.split("=", 1)[1] for item in raw if item.startswith(TARGET_ARCH_VARIABLE + "=")), None)
+
+
+def test_in_process_builds_are_refused_with_the_reason(sycl_device):
+    """This process's runtime started without the AMX target: building here is refused, saying how to start."""
+    from xegemm.runtime.opencl import OpenCLQueue
+    from xegemm.runtime.spirv import SpirvError, build_spirv, in_process_ready
+    if sycl_device.device_type.name != "cpu" or amx_target() is None or in_process_ready() is None:
+        pytest.skip("this process's runtime can build cooperative matrices (started with the AMX target)")
+    with pytest.raises(SpirvError, match=f"{TARGET_ARCH_VARIABLE}=sapphirerapids"):
+        build_spirv(render_kernel(coopmat_kernel(plan(_config("bf16_64")))), OpenCLQueue(sycl_device))
 
 
 def test_pack_b_is_the_documented_vnni_layout():
@@ -150,3 +210,143 @@ def test_spirv_val_judges_the_khr_parts_and_says_when_it_cannot():
     assert s8.ok is True, s8.message
     bf16 = validate(assemble(render_kernel(coopmat_kernel(plan(_config("bf16_64"))))))
     assert bf16.ok is None and "6437" in bf16.message
+
+
+# -- the lowering wired in: run, sweep, generate, the call API ------------------------------------------------
+RAGGED = """\
+name: coop_wired
+problem: {m: 77, n: 45, k: 70}
+types: {a: bf16, b: bf16, acc: f32, c: f32}
+tile: {workgroup: [64, 32, 32], subgroups: [2, 1], subgroup_size: 16}
+epilogue: {alpha: 0.5, beta: -1.5}
+profile: {warmup: 1, repeats: 3}
+"""
+
+
+def _needs_amx(sycl_device):
+    if amx_target() is None:
+        pytest.skip("this CPU has no AMX (amx_tile, amx_bf16, amx_int8): the coopmat lowering is unavailable")
+    if sycl_device.device_type.name != "cpu":
+        pytest.skip(f"the coopmat runs are on the Intel OpenCL CPU runtime, not {sycl_device.name}")
+
+
+def test_run_with_the_coopmat_lowering_verifies_and_times(tmp_path, sycl_device):
+    """`xegemm run --lowering coopmat`: the run's workers start the runtime with the AMX target, B is packed in
+    the launch path (its time recorded), the kernel verified and timed; this process stays on its target."""
+    from xegemm.jobs.pipeline import run
+    _needs_amx(sycl_device)
+    config = tmp_path / "c.yaml"
+    config.write_text(RAGGED)
+    results = run(config, out_dir=tmp_path / "out", lowering="coopmat", progress=None, reference_repeats=1)
+    (variant,) = results["variants"]
+    assert variant["status"] == "ok", variant["reason"]
+    assert variant["name"].endswith("_coopmat")
+    assert os.environ.get(TARGET_ARCH_VARIABLE) == _started_with()
+
+
+def test_a_sweep_over_lowerings_compares_them_on_the_device(tmp_path, sycl_device):
+    from xegemm.jobs.pipeline import run
+    _needs_amx(sycl_device)
+    config = tmp_path / "c.yaml"
+    config.write_text(RAGGED + "sweep:\n  target.lowering: [portable, coopmat]\n")
+    results = run(config, out_dir=tmp_path / "out", progress=None, reference_repeats=1)
+    by_lowering = {v["name"].rsplit("_", 1)[1]: v for v in results["variants"]}
+    assert set(by_lowering) == {"portable", "coopmat"}
+    for v in by_lowering.values():
+        assert v["status"] == "ok", v["reason"]
+
+
+def test_a_broken_coopmat_kernel_fails_the_runs_verification(tmp_path, sycl_device):
+    """The evaluator's own verification (not this file's helper) catches a wrong kernel: the mutant source is
+    handed to the same isolated evaluator a run uses."""
+    from xegemm.evaluate import Evaluator, plan_variants, render_variant
+    from xegemm.evaluate.isolated import isolated_device_evaluator
+    _needs_amx(sycl_device)
+    low = Lowering("coopmat")
+    config = config_from_text(RAGGED)
+    (pv,) = plan_variants(config, low)
+    source = render_variant(pv, low)
+    old, new = "%c_v = OpConstant %u32 2", "%c_v = OpConstant %u32 1"
+    assert old in source
+    evaluator: Evaluator = isolated_device_evaluator(sycl_device.filter_string, low)
+    try:
+        good = evaluator.evaluate(pv, source)
+        bad = evaluator.evaluate(pv, source.replace(old, new))
+    finally:
+        evaluator.builder.close()
+    assert good.status == "ok", good.reason
+    assert good.extra["pack_b_ms"] >= 0
+    assert bad.status == "failed_verify", bad.reason
+
+
+def test_generate_writes_spirv_assembly(tmp_path):
+    from xegemm.jobs.pipeline import generate
+    config = tmp_path / "c.yaml"
+    config.write_text(RAGGED)
+    manifest = generate(config, tmp_path / "out", lowering="coopmat")
+    (entry,) = manifest["kernels"]
+    assert entry["status"] == "generated" and entry["path"].endswith("_coopmat.spvasm")
+    text = (tmp_path / "out" / entry["path"]).read_text()
+    assert "OpCooperativeMatrixMulAddKHR" in text
+    assert manifest["lowering"] == "coopmat"
+
+
+def test_the_call_api_takes_the_lowering(tmp_path, sycl_device):
+    """xegemm.load(..., lowering="coopmat") in a fresh process (it sets the AMX target before the runtime
+    starts): B packed at the call, D verified against numpy."""
+    _needs_amx(sycl_device)
+    config = tmp_path / "c.yaml"
+    config.write_text(RAGGED)
+    script = f"""
+import numpy as np, ml_dtypes, xegemm
+g = xegemm.load({str(config)!r}, lowering="coopmat")
+rng = np.random.default_rng(1)
+a = rng.standard_normal((2, 50, 70)).astype(ml_dtypes.bfloat16)
+b = rng.standard_normal((2, 70, 33)).astype(ml_dtypes.bfloat16)
+d = g(a, b, alpha=1.0, beta=0.0)
+ref = np.matmul(a.astype(np.float32), b.astype(np.float32))
+print(g.last_kernel.name, float(np.abs(d - ref).max() / max(1.0, float(np.abs(ref).max()))))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env={k: v for k, v in os.environ.items() if k != TARGET_ARCH_VARIABLE})
+    assert done.returncode == 0, done.stderr[-2000:]
+    name, err = done.stdout.split()
+    assert name.endswith("_coopmat")
+    assert float(err) < 1e-5
+
+
+def test_call_api_in_a_process_started_without_the_target_says_how(sycl_device):
+    """This process's runtime has started: loading the coopmat lowering here fails at the first call with
+    what to do, not with a crash."""
+    import xegemm
+    import ml_dtypes
+    from xegemm.runtime.spirv import in_process_ready
+    _needs_amx(sycl_device)
+    if in_process_ready() is None:
+        pytest.skip("this process's runtime started with the AMX target")
+    g = xegemm.load(config_from_text(RAGGED), lowering="coopmat")
+    a = np.ones((16, 32), ml_dtypes.bfloat16)
+    with pytest.raises(xegemm.errors.XegemmError, match=TARGET_ARCH_VARIABLE):
+        g(a, np.ones((32, 16), ml_dtypes.bfloat16), alpha=1.0, beta=0.0)
+
+
+# -- ahead of time for Intel GPUs ------------------------------------------------------------------------------
+@pytest.mark.ocloc
+@pytest.mark.parametrize("target", ["pvc", "bmg"])
+def test_gpu_build_with_the_current_compiler_issues_the_kernels_dpas(target, tmp_path):
+    """`xegemm build --lowering coopmat`: the SPIR-V in the GPU's tiles (8-row A), built by the current compiler,
+    one dpas per coop-matrix multiply-add of the three k-step bodies, 2D block loads for the direct k-step's
+    global tiles, no spill; the gate fails a kernel whose dpas count differs."""
+    from xegemm.aot.toolchain import find_ocloc
+    from xegemm.jobs.pipeline import build_config
+    if find_ocloc("current") is None:
+        pytest.skip("the current compiler is not installed: make ocloc-current")
+    config = tmp_path / "c.yaml"
+    config.write_text("name: gpu\nproblem: {m: 256, n: 256, k: 256}\ntypes: {a: bf16, b: bf16, acc: f32, c: f32}\n"
+                      "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n")
+    result = build_config(config, target=target, out_dir=tmp_path / "b", lowering="coopmat")
+    (v,) = result["variants"]
+    assert v["status"] == "ok", v["reason"]
+    assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 3 * 4 * 2   # 32 x 32 per sub-group: 4 x 2 tiles of 8 x 16
+    assert v["measured_messages"]["load_block2d"] == v["predicted"]["load_block2d"]
+    assert v["isa"]["spill_bytes"] in (0, None)

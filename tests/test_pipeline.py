@@ -196,9 +196,11 @@ def test_shipped_kernels_are_current(tmp_path):
     for config in sorted((root / "configs").glob("*.yaml")):
         pipeline.generate(config, tmp_path / "portable")
         pipeline.generate(config, tmp_path / "native", lowering="native", capabilities_name="cl_intel_subgroup_2d_block_io")
-    for sub, shipped in (("portable", root / "kernels"), ("native", root / "kernels" / "native")):
+        pipeline.generate(config, tmp_path / "coopmat", lowering="coopmat")
+    for sub, shipped in (("portable", root / "kernels"), ("native", root / "kernels" / "native"),
+                         ("coopmat", root / "kernels" / "coopmat")):
         want = {p.name: p.read_bytes() for p in (tmp_path / sub).iterdir()}
-        have = {p.name: p.read_bytes() for p in shipped.iterdir() if p.suffix in (".cl", ".json")}
+        have = {p.name: p.read_bytes() for p in shipped.iterdir() if p.suffix in (".cl", ".spvasm", ".json")}
         assert sorted(have) == sorted(want), f"{shipped} is stale: run `make kernels`"
         for name in want:
             assert have[name] == want[name], f"{shipped / name} is stale: run `make kernels`"

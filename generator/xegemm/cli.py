@@ -178,7 +178,7 @@ def _interrupt(signum, frame):
 def cmd_build(args) -> int:
     from xegemm.jobs.pipeline import build_config
     result = build_config(args.config, target=args.target, grf=args.grf, out_dir=args.out,
-                          capabilities_name=args.capabilities, progress=sys.stderr)
+                          capabilities_name=args.capabilities, progress=sys.stderr, lowering=args.lowering)
     ok = sum(v["status"] == "ok" for v in result["variants"])
     print(f"{ok} of {len(result['variants'])} variants built for {args.target} with compiler capabilities "
           f"{result['capabilities']}; see build.json in {args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")
@@ -376,11 +376,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if wanted("build"):
         from xegemm.library.targets import AOT_TARGETS, GRF_MODES
         p.add_argument("config")
-        p.add_argument("--target", choices=AOT_TARGETS, default="pvc")
+        p.add_argument("--target", choices=tuple(dict.fromkeys((*AOT_TARGETS, "bmg"))), default="pvc",
+                       help="bmg: with the current compiler (make ocloc-current)")
         p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
         p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
         p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, cl_intel_subgroup_2d_block_io, a .json "
                                          "file; default: probe the installed ocloc")
+        p.add_argument("--lowering", choices=("native", "coopmat"), default="native",
+                       help="native (OpenCL C with the Xe builtins) or coopmat (SPIR-V cooperative matrices, built "
+                            "by the current compiler: make ocloc-current)")
         p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
         p.set_defaults(func=cmd_build)
 

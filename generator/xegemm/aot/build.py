@@ -93,19 +93,27 @@ def read_dumps(dump_dir: Path) -> dict[str, str]:
 
 def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
                    workdir: Path | None = None, *, dumps: bool = True, timeout: float = OCLOC_TIMEOUT,
-                   compiler: str | None = None) -> AotBuild:
+                   compiler: str | None = None, il: bytes | None = None) -> AotBuild:
     """Compile OpenCL C for ``target`` ("pvc"/"dg2") in GRF mode 128/256 and read back its ISA.
 
     ``workdir`` keeps the source, binary, disassembly and dumps (a new temporary folder if None, left in
     place for inspection).  ``dumps=False`` skips IGC's shader dumps (faster; no numGRF/spill data).  A compile
 still running after ``timeout`` seconds is killed: status "timed_out", ``dumps`` what IGC had written.
-    ``compiler``: ``"system"``, ``"current"`` or a path (:func:`xegemm.aot.toolchain.find_ocloc`)."""
+    ``compiler``: ``"system"``, ``"current"`` or a path (:func:`xegemm.aot.toolchain.find_ocloc`).  ``il``: a
+    SPIR-V module to compile instead (``ocloc compile -spirv_input``; ``source`` is then its assembly text, kept
+    beside it)."""
     t = aot_target(target, compiler)
     full_options = compose_options(grf, options)
     # absolute: ocloc runs in `work`, so a relative dump or output path would resolve against it instead
     work = (Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="xegemm-aot-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    (work / SOURCE_NAME).write_text(source)
+    inputs = ["-file", SOURCE_NAME]
+    if il is None:
+        (work / SOURCE_NAME).write_text(source)
+    else:
+        (work / "kernel.spvasm").write_text(source)
+        (work / "kernel.spv").write_bytes(il)
+        inputs = ["-spirv_input", "-file", "kernel.spv"]
     bin_dir, dump_dir = _fresh_dir(work / "bin"), _fresh_dir(work / "dumps")
     # IGC names its dumps <dir>/OCL_asm<hash>_<stage>_<kernel name>...: with long kernel names (epilogue and
     # split-K suffixes) a deep directory pushes the path past what IGC takes (ocloc dies with
@@ -114,7 +122,7 @@ still running after ``timeout`` seconds is killed: status "timed_out", ``dumps``
     env = {"IGC_ShaderDumpEnable": "1", "IGC_DumpToCustomDir": str(igc_dumps)} if dumps else {}
     start = time.perf_counter()
     try:
-        done = run_ocloc(["compile", "-file", SOURCE_NAME, "-device", t.ocloc_device, "-out_dir", str(bin_dir),
+        done = run_ocloc(["compile", *inputs, "-device", t.ocloc_device, "-out_dir", str(bin_dir),
                           "-output", "kernel", "-options", full_options], cwd=work, env=env, timeout=timeout,
                          compiler=compiler)
     except subprocess.TimeoutExpired as exc:

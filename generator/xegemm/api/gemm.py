@@ -23,19 +23,24 @@ from xegemm.config.sources import load_source
 from xegemm.epilogues.fixed import BIAS_KINDS
 from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering, choose_lowering
+from xegemm.runtime.spirv import prepare_environment
 from xegemm.quant import operand_spec
 from xegemm.runtime.devices import describe, select_sycl_device
 from xegemm.runtime.program import make_queue
 
 
-def load(source, *, device=None, epilogue=None) -> Gemm:
+def load(source, *, device=None, epilogue=None, lowering: str | None = None) -> Gemm:
     """A callable GEMM from a config file, a tune output directory (its best.yaml and best.json) or a Config,
     on ``device`` (a dpctl filter string, a dpctl device, or None for xegemm's default device); ``epilogue``: a
-    Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md)."""
+    Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md);
+    ``lowering``: portable, native or coopmat instead of the device's own (coopmat: B is VNNI-packed on the
+    host at each call; the CPU runtime needs its AMX target, set here when the runtime has not started yet)."""
+    if lowering is not None and Lowering(lowering).source_kind == "spirv":
+        prepare_environment()
     config, best, label = load_source(source)
     if epilogue is not None:
         config = config.with_overrides({"epilogue.function": epilogue})
-    return Gemm(candidates(config, best), device=device, label=label)
+    return Gemm(candidates(config, best), device=device, label=label, lowering=lowering)
 
 
 class Gemm:
@@ -45,12 +50,12 @@ class Gemm:
     ``scales`` and ``zeros`` (xegemm.api.quantized); B is then ``dequantize(b)`` in the compute type.  An FP8 A
     (W8A8, a ``quant_a:`` section) is ``a`` as ml_dtypes float8 values with its scales ``a_scales``."""
 
-    def __init__(self, candidates: list[Candidate], device=None, label: str = ""):
+    def __init__(self, candidates: list[Candidate], device=None, label: str = "", lowering: str | None = None):
         self.candidates = candidates
         self.label = label
         self.sycl_device = device if hasattr(device, "filter_string") else select_sycl_device(device)
         self.info = describe(self.sycl_device)
-        self.lowering: Lowering = choose_lowering(self.info)
+        self.lowering: Lowering = choose_lowering(self.info, lowering)
         self.queue = make_queue(self.sycl_device, profiling=True)
         self.last_kernel: LastKernel | None = None
         self.dispatcher = Dispatcher(candidates, label)

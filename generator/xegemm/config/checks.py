@@ -34,6 +34,7 @@ from xegemm.quant.formats import FORMATS as QUANT_FORMATS
 from xegemm.quant.spec import COMPUTE_TYPES, FP8, GROUP_WORDS, SCALE_LAYOUTS, SCALE_TYPES, WEIGHT_TYPES, ZERO_TYPES
 from xegemm.library.layouts import ALIASES as LAYOUT_ALIASES
 from xegemm.library.layouts import LAYOUTS as LAYOUT_REGISTRY
+from xegemm.library.targets import LOWERING_NAMES
 
 # --------------------------------------------------------------------------------------------------------
 # Errors
@@ -305,6 +306,12 @@ scale_layout = _word("scale layout", SCALE_LAYOUTS, {})
 accumulator_dtype = _usable_dtype("accumulator")
 layout = _word("layout", LAYOUTS, LAYOUT_ALIASES)
 walk_mode = _word("tile walk", WALK_MODES, {"atomic": "dynamic"})
+_lowering_word = _word("lowering", LOWERING_NAMES, {})
+
+
+def lowering_name(value: Any) -> str | None:
+    """A lowering's name, or None (null): the one the command chooses."""
+    return None if value is None else _lowering_word(value)
 bias_kind = _word("bias", BIAS_KINDS, {"per_row": "row", "per_col": "col", "column": "col", "per_column": "col"})
 activation = _word("activation", tuple(ACTIVATIONS), {"gelu": "gelu_erf", "swish": "silu", "identity": "none"})
 output_dtype = _word("C data type", OUTPUT_TYPES, DTYPE_ALIASES)

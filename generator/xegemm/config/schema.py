@@ -134,6 +134,8 @@ class Config:
             del data["problem"][name]
         if self.moe == Moe():
             del data["moe"]
+        if self.target.lowering is None:  # the run's lowering: results keys and names as before the key existed
+            del data["target"]["lowering"]
         epilogue = data["epilogue"]
         if self.epilogue.traced:          # the function form's keys as the YAML spells them
             fn = self.epilogue.function

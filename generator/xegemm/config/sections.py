@@ -25,6 +25,7 @@ from xegemm.config.checks import (
     group_list,
     int_choice,
     layout,
+    lowering_name,
     mma_atom,
     non_negative_int,
     non_negative_ints,
@@ -210,9 +211,13 @@ class Pipeline:
 
 @dataclass(frozen=True)
 class Target:
-    """Compilation target knobs: registers per thread (``-cl-intel-<grf>-GRF-per-thread``)."""
+    """Compilation target knobs: registers per thread (``-cl-intel-<grf>-GRF-per-thread``), and ``lowering``: the
+    lowering this variant is rendered in (portable, native, coopmat; None: the one the command chose, ``--lowering``
+    or the device's own).  Sweeping it (``sweep: {target.lowering: [portable, coopmat]}``) compares lowerings on one
+    device; a variant whose lowering is pinned has it in its kernel name (``_coopmat``)."""
 
     grf: int = _key(int_choice("GRF count", GRF_MODES), 256)
+    lowering: str | None = _key(lowering_name, None)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from xegemm.epilogues.config import graph_of
 from xegemm.errors import XegemmError
 from xegemm.grouped.problem import from_config
 from xegemm.plan.kernel_name import KernelName
-from xegemm.lowering import Lowering
+from xegemm.lowering import Lowering, variant_lowering
 from xegemm.plan.planner import Plan, PlanRejected, plan
 from xegemm.kernel.render import render_kernel
 from xegemm.files import write_text_atomic
@@ -64,6 +64,10 @@ def plan_variant(variant: Variant, lowering: Lowering | None = None) -> PlannedV
     if variant.rejected:
         return PlannedVariant(variant, None, variant.rejected)
     try:
+        if lowering is not None:       # the variant's own (target.lowering), written in when the lowering is pinned
+            lowering = variant_lowering(lowering, variant.config.target.lowering)
+            if lowering.pinned and variant.config.target.lowering is None:
+                variant = replace(variant, config=variant.config.with_overrides({"target.lowering": lowering.name}))
         return PlannedVariant(variant, plan(variant.config, lowering.issues if lowering else None), None)
     except XegemmError as exc:   # PlanRejected, or an atom the model rejects (AtomError, MmaAtomError, ...)
         return PlannedVariant(variant, None, str(exc))
@@ -113,11 +117,17 @@ def _epilogue_param(config: Config) -> str:
         return f"epi_{fn if isinstance(fn, str) else getattr(fn, '__qualname__', 'function')}"
 
 
+def lowering_of(pv: PlannedVariant, lowering: Lowering) -> Lowering:
+    """The lowering a variant is rendered and built in: the command's, or the one its config pins."""
+    return variant_lowering(lowering, pv.config.target.lowering)
+
+
 def render_variant(pv: PlannedVariant, lowering: Lowering) -> str:
-    """The OpenCL C of one planned variant (PlanRejected when the lowering cannot express it)."""
+    """The source of one planned variant in its lowering (:func:`lowering_of`; PlanRejected when the lowering
+    cannot express it)."""
     if pv.plan is None:
         raise XegemmError(f"variant {pv.name} was rejected: {pv.reason}")
-    return render_kernel(pv.plan, lowering)
+    return render_kernel(pv.plan, lowering_of(pv, lowering))
 
 
 class Observer:
@@ -142,17 +152,20 @@ class Builder:
 
 
 class SourceWriter(Builder):
-    """``generate``'s builder: writes ``<name>.cl`` into a directory; nothing is compiled.
+    """``generate``'s builder: writes ``<name>.cl`` (``.spvasm`` in the coopmat lowering) into a directory;
+    nothing is compiled.
 
     A kernel takes M, N and K at run time, so the variants of a problem sweep share one file per kernel: the
     first variant writes it (its header names that variant's problem), the others record the same path."""
 
-    def __init__(self, out_dir: Path | str):
+    def __init__(self, out_dir: Path | str, lowering: Lowering | None = None):
         self.out = Path(out_dir)
+        self.lowering = lowering
         self.written: set[str] = set()
 
     def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> Path:
-        path = self.out / f"{pv.name}.cl"
+        suffix = lowering_of(pv, self.lowering).source_suffix if self.lowering is not None else ".cl"
+        path = self.out / f"{pv.name}{suffix}"
         if pv.name not in self.written:
             write_text_atomic(path, source)
             self.written.add(pv.name)

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from xegemm.aot.build import AotBuild, compile_kernel
 from xegemm.aot.isa import CONVERSIONS, MESSAGE_KINDS, IsaStats
-from xegemm.aot.toolchain import aot_target
+from xegemm.aot.toolchain import aot_target, find_ocloc
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.lowering import Lowering
 from xegemm.lowering.native import NativeCapabilities, count_messages, lower_copy
 from xegemm.plan.planner import Plan
+from xegemm.runtime.spirv import assemble
 
 GATED = ("dpas", "load_block2d")                       # must match: the main loop, once
 GATED_BLOCK1D = ("load_block1d",)                        # ... and, for 1D block plans, their block reads
@@ -93,8 +94,13 @@ class AotBuilder(Builder):
     """Compiles each variant with ocloc for ``target`` into ``out_dir/<name>/`` (GRF mode: ``grf`` or the
     config's)."""
 
-    def __init__(self, target: str, out_dir: Path | str, grf: int | None = None):
-        self.target = aot_target(target)
+    def __init__(self, target: str, out_dir: Path | str, grf: int | None = None, lowering: Lowering | None = None):
+        self.lowering = lowering
+        # SPIR-V cooperative matrices (the coopmat lowering) need the current compiler: Debian 12's IGC
+        # 1.0.12504 knows no SPV_KHR_cooperative_matrix opcode (docs/lowerings.md "coopmat")
+        self.spirv = lowering is not None and lowering.source_kind == "spirv"
+        self.compiler = ("current" if find_ocloc("current") else None) if self.spirv else None
+        self.target = aot_target(target, self.compiler)
         self.out = Path(out_dir).resolve()
         self.grf = grf
 
@@ -112,7 +118,17 @@ class AotBuilder(Builder):
     def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> AotBuild | None:
         grf = self.grf or pv.config.target.grf
         work = self.out / pv.name
-        build = compile_kernel(source, self.target.name, grf=grf, workdir=work)
+        il = None
+        if self.spirv:
+            if self.compiler is None:
+                evaluation.fail("failed_build", "the coopmat lowering's SPIR-V (SPV_KHR_cooperative_matrix) needs the "
+                                "current compiler (`make ocloc-current`): Debian 12's ocloc 22.43 / IGC 1.0.12504 "
+                                "refuses its opcodes (\"IGC SPIRV Consumer does not support the following opcode: "
+                                "4456\"); its legacy SPV_INTEL_joint_matrix dialect is not rendered")
+                return None
+            il = assemble(source)
+            evaluation.extra["compiler"] = self.compiler
+        build = compile_kernel(source, self.target.name, grf=grf, workdir=work, compiler=self.compiler, il=il)
         evaluation.extra.update(target=self.target.name, grf=grf, artefacts=str(work))
         if not build.ok:
             evaluation.fail("failed_build", "ocloc rejected the kernel: " +
@@ -128,8 +144,12 @@ class IsaObserver(Observer):
 
     def __init__(self, lowering: Lowering):
         self.caps = lowering.capabilities
+        self.lowering = lowering
 
     def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel: AotBuild) -> None:
+        if self.lowering.source_kind == "spirv":
+            self._coopmat(pv, evaluation, kernel)
+            return
         predicted = predicted_counts(pv.plan, self.caps)
         measured = measured_counts(kernel.stats)
         must = gated(pv.plan)
@@ -153,8 +173,29 @@ class IsaObserver(Observer):
             evaluation.reason = "; ".join(([evaluation.reason] if evaluation.reason else []) + notes)
 
 
+    def _coopmat(self, pv: PlannedVariant, evaluation: Evaluation, kernel: AotBuild) -> None:
+        """A coopmat kernel's gates: one dpas per coop-matrix multiply-add of its three k-step bodies (direct,
+        staged at the edges, the K tail: 3 x mt x nt), no spill; the 2D block loads the compiler issued for the
+        direct body's global tiles are reported beside the mt + nt it could (staged tiles come from local memory)."""
+        k = self.lowering.kernel_of(pv.plan)
+        stats = kernel.stats
+        predicted = {"dpas": 3 * k.mt * k.nt, "load_block2d": k.mt + k.nt, "spill_bytes": 0}
+        evaluation.extra.update(isa=stats.to_dict(), predicted=predicted,
+                                measured_messages={"dpas": stats.dpas, "load_block2d": stats.load_block2d,
+                                                   "store_block2d": stats.store_block2d})
+        wrong = [f"dpas: ISA has {stats.dpas}, the kernel's multiply-adds are {predicted['dpas']}"] \
+            if stats.dpas != predicted["dpas"] else []
+        if stats.spill_bytes:
+            wrong.append(f"spills {stats.spill_bytes} bytes in {evaluation.extra['grf']}-GRF mode")
+        if wrong:
+            evaluation.fail("failed_build", "machine code does not match the coopmat kernel: " + "; ".join(wrong))
+            return
+        evaluation.reason = (f"{stats.dpas} dpas, {stats.load_block2d} 2D block loads (the direct k-step's "
+                             f"{predicted['load_block2d']} global tiles), no spill")
+
+
 def aot_evaluator(lowering: Lowering, target: str, out_dir: Path | str, grf: int | None = None,
                   observers: tuple[Observer, ...] = ()) -> Evaluator:
     """Compile with ocloc, check the ISA against the plan, save failed builds' logs next to their artefacts."""
-    builder = AotBuilder(target, out_dir, grf)
+    builder = AotBuilder(target, out_dir, grf, lowering)
     return Evaluator(lowering, builder, [IsaObserver(lowering), LogObserver(builder.out), *observers])

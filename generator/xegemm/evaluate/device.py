@@ -15,11 +15,11 @@ import numpy as np
 
 from xegemm.kernel.arguments import KernelCall
 from xegemm.config import Config
-from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
+from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant, lowering_of
 from xegemm.evaluate.grouped import grouped_setup, grouped_submit, verify_grouped
 from xegemm.lowering import Lowering
 from xegemm.evaluate.timing import NumpyReference, gemm_flops, launch_ms, measure_against_reference
-from xegemm.runtime.program import BuildError, build_program, from_device, launch, make_queue, to_device
+from xegemm.runtime.program import BuildError, build_source, from_device, source_unavailable, launch, make_queue, to_device
 from xegemm.errors import XegemmError
 from xegemm.epilogues.config import graph_of
 from xegemm.epilogues.plan import input_param
@@ -80,6 +80,18 @@ class DeviceSession:
             self._problem_key = key
         return self._buffers
 
+    def packed_b(self, config: Config, lowering: Lowering, plan) -> tuple[object, float]:
+        """B as a lowering that reads it packed takes it (the coopmat lowering: VNNI, lowering.coopmat.pack_b),
+        on the device, and the milliseconds the host spent packing it (once per problem and packing; the
+        kernel's timing does not include it, the evaluation records it as ``extra["pack_b_ms"]``)."""
+        bufs = self.buffers(config)
+        key = ("b_packed", lowering.b_pack_factor(plan))
+        if key not in bufs:
+            p, t0 = config.problem, time.perf_counter()
+            packed = lowering.pack_b(plan, bufs["ops"].b_bytes, p.k, p.n)
+            bufs[key] = (to_device(self.queue, packed), (time.perf_counter() - t0) * 1e3)
+        return bufs[key]
+
     def numpy_reference(self, config: Config) -> NumpyReference:
         """numpy's float32 matmul of the config's problem (kept while the problem stays the same)."""
         p = config.problem
@@ -107,11 +119,15 @@ class DeviceBuilder(Builder):
         self.lowering = lowering
         self.options = options
 
+    def admit(self, pv: PlannedVariant) -> str | None:
+        return source_unavailable(self.session.queue, lowering_of(pv, self.lowering).source_kind)
+
     def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> DeviceKernel | None:
-        options = self.options or device_build_options(self.lowering, pv.config)
+        low = lowering_of(pv, self.lowering)
+        options = self.options or device_build_options(low, pv.config)
         t0 = time.perf_counter()
         try:
-            program = build_program(self.session.queue, source, options)
+            program = build_source(self.session.queue, source, options, low.source_kind)
             names = [launch.kernel for launch in KernelCall.of(pv.plan).launches]
             for name in names:
                 if not program.has_sycl_kernel(name):    # dpctl would crash the process looking it up
@@ -131,7 +147,10 @@ class DeviceBuilder(Builder):
             return DeviceKernel(self.session, config, {"grouped": setup},
                                 grouped_submit(queue, call, kernels[0], setup, epilogue_scalars(config)))
         bufs = self.session.buffers(config)
-        bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), device_buffers(bufs),
+        buffers = device_buffers(bufs)
+        if low.b_pack_factor(pv.plan):       # B as the kernel reads it: packed on the host, once per problem
+            buffers["B"], evaluation.extra["pack_b_ms"] = self.session.packed_b(config, low, pv.plan)
+        bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), buffers,
                           epilogue_scalars(config) | bufs["named_scalars"])
         launches = [(kernel, args, gsize, lsize) for kernel, (_, args, gsize, lsize) in zip(kernels, bound)]
         return DeviceKernel(self.session, config, bufs, lambda: submit_in_order(queue, launches))

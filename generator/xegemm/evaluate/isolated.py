@@ -30,6 +30,7 @@ from xegemm.evaluate.gate import DeviceGate, GateHandle
 from xegemm.lowering import Lowering
 from xegemm.evaluate.timing import WARMUP_BOUND_MS, gemm_flops
 from xegemm.runtime.devices import select_sycl_device
+from xegemm.runtime.spirv import prepare_environment
 
 WORKER_START_S = 120.0     # importing dpctl and opening the device
 PEAK_S = 120.0             # measuring the device's peak (two small kernels)
@@ -70,9 +71,13 @@ class _StageReporter(Observer):
         self.conn.send(("stage", "run"))
 
 
-def _worker_main(conn, filter_string: str | None, gate: DeviceGate | None = None) -> None:
-    """The worker process: open the device once, then evaluate each variant it is sent."""
+def _worker_main(conn, filter_string: str | None, gate: DeviceGate | None = None, spirv: bool = False) -> None:
+    """The worker process: open the device once, then evaluate each variant it is sent.  ``spirv``: the run has
+    SPIR-V (coopmat) variants, so the CPU runtime is started with the AMX target they need
+    (xegemm.runtime.spirv.prepare_environment), for every variant of the run alike."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if spirv:
+        prepare_environment()
     handle = gate.open() if gate is not None else None
     try:
         session = DeviceSession(select_sycl_device(filter_string))
@@ -126,11 +131,11 @@ def _signal_text(exitcode: int | None) -> str:
 class _Worker:
     """One worker process and its end of the pipe."""
 
-    def __init__(self, filter_string: str | None, gate: DeviceGate | None = None):
+    def __init__(self, filter_string: str | None, gate: DeviceGate | None = None, spirv: bool = False):
         ctx = multiprocessing.get_context("spawn")
         self._stopping = threading.Lock()
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, filter_string, gate), daemon=True,
+        self.process = ctx.Process(target=_worker_main, args=(child, filter_string, gate, spirv), daemon=True,
                                    name="xegemm-device-worker")
         self.process.start()
         child.close()
@@ -166,8 +171,10 @@ class IsolatedDeviceBuilder(Builder):
     several builders share one device: timings are serial, and on a CPU no build overlaps a timing."""
 
     def __init__(self, filter_string: str | None, lowering: Lowering, limits: TimeLimits = TimeLimits(),
-                 timer=None, on_stage=None, gate: DeviceGate | None = None):
+                 timer=None, on_stage=None, gate: DeviceGate | None = None, spirv: bool | None = None):
         self.filter_string = filter_string
+        # workers start the CPU runtime with the AMX target when the run has SPIR-V variants (see _worker_main)
+        self.spirv = lowering.source_kind == "spirv" if spirv is None else spirv
         self.gate = gate
         self.lowering = lowering
         self.limits = limits
@@ -179,7 +186,7 @@ class IsolatedDeviceBuilder(Builder):
         if self.worker is None or not self.worker.process.is_alive():
             if self.worker is not None:
                 self.worker.stop()
-            self.worker = _Worker(self.filter_string, self.gate)
+            self.worker = _Worker(self.filter_string, self.gate, self.spirv)
         return self.worker
 
     def close(self) -> None:
@@ -251,9 +258,10 @@ class IsolatedDeviceBuilder(Builder):
 def isolated_device_evaluator(filter_string: str | None, lowering: Lowering, log_dir=None,
                               limits: TimeLimits = TimeLimits(), timer=None,
                               observers: tuple[Observer, ...] = (), on_stage=None,
-                              gate: DeviceGate | None = None) -> Evaluator:
+                              gate: DeviceGate | None = None, spirv: bool | None = None) -> Evaluator:
     """Like :func:`xegemm.evaluate.device.device_evaluator`, with every build and launch in a worker process;
-    call ``evaluator.builder.close()`` when done."""
+    call ``evaluator.builder.close()`` when done.  ``spirv``: the variants include SPIR-V (coopmat) ones
+    (default: when ``lowering`` is coopmat)."""
     chain: list[Observer] = [LogObserver(log_dir)] if log_dir is not None else []
-    builder = IsolatedDeviceBuilder(filter_string, lowering, limits, timer, on_stage, gate)
+    builder = IsolatedDeviceBuilder(filter_string, lowering, limits, timer, on_stage, gate, spirv)
     return Evaluator(lowering, builder, [*chain, *observers])

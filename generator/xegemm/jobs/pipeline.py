@@ -28,6 +28,7 @@ from xegemm.evaluate import (
     ProgressObserver,
     SourceWriter,
     params_of,
+    lowering_of,
     plan_variants,
     render_variant,
 )
@@ -63,7 +64,7 @@ def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "port
     low = named_lowering(lowering, capabilities_name)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    evaluator = Evaluator(low, SourceWriter(out))
+    evaluator = Evaluator(low, SourceWriter(out, low))
     entries = []
     for pv in plan_variants(config, low):
         ev = evaluator.evaluate(pv)
@@ -150,8 +151,9 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     for damage in store.damaged:
         say(f"warning: {damage}")
     progress_observer = ProgressObserver(progress, len(planned))
+    spirv = any(lowering_of(pv, low).source_kind == "spirv" for pv in planned if pv.plan is not None)
     evaluator = isolated_device_evaluator(info.filter_string, low, log_dir=out / "logs", limits=limits,
-                                          observers=(progress_observer,), on_stage=on_stage)
+                                          observers=(progress_observer,), on_stage=on_stage, spirv=spirv)
     say(f"xegemm run {config.source}: {len(planned)} variants on {info.filter_string} ({info.name}), "
         f"lowering {low.name}, results in {out}")
     keys: list[str] = []
@@ -238,13 +240,16 @@ def _set_aside_foreign_reports(out: Path, config) -> list[str]:
 # ---- build (ahead of time) -------------------------------------------------------------------------------
 
 def build_config(config_path, target: str = "pvc", grf: int | None = None, out_dir=None,
-                 capabilities_name: str | None = None, progress=None) -> dict:
+                 capabilities_name: str | None = None, progress=None, lowering: str = "native") -> dict:
     """Compile every variant of a config for ``target`` with ocloc; write ``build.json`` (and per-variant
     artefacts).  A variant is ``ok`` when its machine code issues exactly the predicted dpas and block loads
-    per k-step; stores and prefetches are reported beside their predictions, spills in the reason."""
+    per k-step; stores and prefetches are reported beside their predictions, spills in the reason.
+    ``lowering`` coopmat: the SPIR-V kernels in the GPU's tiles, built by the current compiler
+    (xegemm.evaluate.aot.AotBuilder)."""
     require_ocloc()
     config = load_config(config_path)
-    low = named_lowering("native", capabilities_name, target)
+    low = Lowering("coopmat").for_xe() if lowering == "coopmat" else named_lowering(lowering, capabilities_name,
+                                                                                      target)
     out = Path(out_dir or Path("runs") / f"build-{config.name}-{target}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     planned = plan_variants(config, low)

@@ -21,6 +21,7 @@ from xegemm.plan import stream_k
 from xegemm.library.dtypes import dtype
 from xegemm.epilogues.plan import input_param, workspace_floats
 from xegemm.library.formula import evaluate, substitute
+from xegemm.lowering import Lowering
 from xegemm.plan.planner import Plan
 
 BUFFERS = ("A", "B", "D", "C", "bias", "workspace", "scales", "zeros", "a_scales", "table",
@@ -87,6 +88,12 @@ class KernelCall:
         b_rows = "K" if lay.b == "row" else "N"
         if plan.quant and plan.quant.b_view.k_per_element > 1:    # GPTQ: words of several K, [K / per, N]
             b_bits, b_rows = plan.quant.b_view.b_type.bits, f"K / {plan.quant.b_view.k_per_element}"
+        b_meaning = "B's elements, batch after batch"
+        vnni = Lowering(config.target.lowering).b_pack_factor(plan) if config.target.lowering else None
+        if vnni:     # the coopmat lowering's B: VNNI-packed, K padded to a multiple of v (lowering.coopmat.pack_b)
+            b_rows = f"((K + {vnni - 1}) / {vnni} * {vnni})"
+            b_meaning = (f"B VNNI-packed by {vnni} (per batch [ceil(K/{vnni})][N*{vnni}] elements: packed[r][{vnni}*c+i] "
+                         f"= B[{vnni}*r+i][c]), batch after batch")
         steps = [("lda", _pitch("K" if lay.a == "row" else "M", a_bits)),
                  ("ldb", _pitch("N" if lay.b == "row" else "K", b_bits)),
                  ("ldc", _pitch("N", c_bits)),
@@ -117,7 +124,7 @@ class KernelCall:
                           (f"xe_{r.name}_slots", r.slots)]
         stride_out = "stride_w" if plan.split_k > 1 else "stride_c"
         gemm = [Argument("A", "const global uchar*", "A's elements, batch after batch", "A"),
-                Argument("B", "const global uchar*", "B's elements, batch after batch", "B"),
+                Argument("B", "const global uchar*", b_meaning, "B"),
                 Argument("C", "global uchar*", "D, the result (split K: the workspace of partial sums)", out),
                 Argument("M", "int", "rows of A and D", "M"), Argument("N", "int", "columns of B and D", "N"),
                 Argument("K", "int", "columns of A, rows of B", "K"),

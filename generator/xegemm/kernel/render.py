@@ -28,7 +28,8 @@ from xegemm.epilogues.tiles import epilogue_tiles, local_buffers, reduction
 from xegemm.plan.swizzle import c_lines as swizzle_c_lines
 from xegemm.lowering.templating import environment, render_macro, wide_vector_typedefs
 
-__all__ = ["environment", "render_copy_atoms", "render_kernel", "render_macro", "render_mma", "wide_vector_typedefs"]
+__all__ = ["environment", "render_copy_atoms", "render_kernel", "render_macro", "render_mma", "render_opencl",
+           "wide_vector_typedefs"]
 
 
 def render_mma(atoms, lowering: str) -> str:
@@ -114,7 +115,16 @@ def _row_bytes(bits: int) -> str:
 
 def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowering: str | None = None,
                   staged: bool = True) -> str:
-    """The OpenCL C source of one planned kernel in the given lowering (deterministic for a plan).
+    """The source of one planned kernel in the given lowering (deterministic for a plan): the lowering renders
+    it (:meth:`xegemm.lowering.Lowering.render_plan`), the OpenCL C lowerings through :func:`render_opencl`,
+    the coopmat lowering as SPIR-V assembly (its ``source_kind``)."""
+    if isinstance(lowering, str):
+        lowering = named_lowering(lowering)
+    return lowering.render_plan(plan, render_opencl, mma_lowering=mma_lowering, staged=staged)
+
+
+def render_opencl(plan: Plan, lowering: Lowering, mma_lowering: str | None = None, staged: bool = True) -> str:
+    """The OpenCL C source of one planned kernel in an OpenCL C lowering (deterministic for a plan).
 
     ``lowering`` is a :class:`xegemm.lowering.Lowering` (or a lowering name: native then uses the default
     compiler capabilities).  ``mma_lowering`` renders the DPAS atoms in another lowering than the copies
@@ -125,8 +135,6 @@ def render_kernel(plan: Plan, lowering: Lowering | str = "portable", mma_lowerin
     Raises PlanRejected when the native lowering cannot express the plan: the problem
     breaks a surface rule of the block messages, or the compiler has no way to issue one of its atoms.
     """
-    if isinstance(lowering, str):
-        lowering = named_lowering(lowering)
     lowering.check_surfaces(plan)
     cfg = plan.config
     bm, bn, bk = cfg.tile.workgroup

@@ -30,6 +30,8 @@ SUBGROUP_BLOCK_EXTENSIONS = {8: "cl_intel_subgroups_char", 16: "cl_intel_subgrou
                              64: "cl_intel_subgroups_long"}
 
 GRF_MODES = (128, 256)                          # registers per thread: small and large GRF mode
+# the lowerings' names (xegemm.lowering defines each one; a config may pin one: target.lowering)
+LOWERING_NAMES = ("portable", "native", "coopmat")
 HW_THREADS = {128: 8, 256: 4}                    # hardware threads per vector engine in each GRF mode
 
 

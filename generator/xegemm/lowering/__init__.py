@@ -7,7 +7,11 @@
   as the compiler's capability set allows (:mod:`xegemm.aot.capabilities`).
 - ``coopmat`` (:mod:`xegemm.lowering.coopmat`): the whole kernel as SPIR-V cooperative matrices
   (SPV_KHR_cooperative_matrix + SPV_INTEL_joint_matrix), built through ``clCreateProgramWithIL``
-  (:mod:`xegemm.runtime.spirv`); on the CPU runtime it runs on Intel AMX.  Not yet taken by render/evaluate.
+  (:mod:`xegemm.runtime.spirv`); on the CPU runtime it runs on Intel AMX.
+
+Each lowering renders a whole plan (:meth:`Lowering.render_plan`): portable and native through the OpenCL C
+kernel template (the kernel layer's renderer, handed in), coopmat as SPIR-V; ``source_kind`` says which builder
+takes the result.
 
 The atom models describe; the lowerings emit; the templates print (templates/copy/, templates/mma/).
 """
@@ -25,7 +29,7 @@ from xegemm.lowering.coopmat import make_lowering_class
 from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, lower_copy, native_capabilities
 from xegemm.lowering.portable import copy_plan, mma_plan
 from xegemm.plan.surfaces import native_surface_violations
-from xegemm.library.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ
+from xegemm.library.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ, LOWERING_NAMES
 from xegemm.lowering.templating import render_macro
 
 
@@ -43,6 +47,12 @@ class Lowering:
     # per tile (see render.epilogue_tiles): the CPU runtime's build time grows with every inlined copy of a
     # store and its conversions, while a GPU would put a dynamically indexed private array in scratch memory.
     rolls_epilogue: ClassVar[bool]
+    # what render_plan returns, for the builders: "opencl-c" (a .cl source) or "spirv" (SPIR-V assembly)
+    source_kind: ClassVar[str] = "opencl-c"
+    source_suffix: ClassVar[str] = ".cl"
+    # whether a variant rendered in this lowering has it written into its config (target.lowering), so that its
+    # plan, name and arguments know it: the coopmat lowering's kernels take B VNNI-packed
+    pinned: ClassVar[bool] = False
 
     def __new__(cls, name: str | None = None, capabilities: NativeCapabilities | None = None):
         if cls is Lowering:
@@ -70,12 +80,30 @@ class Lowering:
     def __hash__(self) -> int:
         return hash(tuple(self))
 
+    def __reduce__(self):        # pickled by name (to worker processes): a class made by a factory has no path
+        return (Lowering, (self.name, self.capabilities))
+
     def __repr__(self) -> str:
         return f"Lowering({self.name!r}, {self.capabilities!r})"
 
     @property
     def capabilities_name(self) -> str | None:
         return self.capabilities.name if self.capabilities is not None else None
+
+    def render_plan(self, plan, opencl_c, **options) -> str:
+        """The whole kernel of a plan in this lowering.  ``opencl_c(plan, lowering, **options)`` is the kernel
+        layer's OpenCL C renderer (xegemm.kernel.render, above this package): the OpenCL C lowerings hand the
+        plan to it; a lowering with its own kernel form renders it itself."""
+        return opencl_c(plan, self, **options)
+
+    def b_pack_factor(self, plan) -> int | None:
+        """K rows per VNNI group of B's storage when this lowering reads B packed (pack_b), else None."""
+        return None
+
+    def pack_b(self, plan, b_bytes, k: int, n: int):
+        """B's storage as this lowering's kernel reads it, from the plain one (uint8 bytes, batch x K x N row
+        bytes); the OpenCL C lowerings read it as it is."""
+        return b_bytes
 
     def issues(self, atom) -> bool:
         """Whether this lowering can issue a copy atom (portable: every atom; native: its capabilities)."""
@@ -168,6 +196,20 @@ class NativeLowering(Lowering):
 CoopmatLowering = make_lowering_class(Lowering)
 _CLASSES: dict[str, type[Lowering]] = {cls.name: cls for cls in (PortableLowering, NativeLowering, CoopmatLowering)}
 LOWERINGS = tuple(_CLASSES)
+assert LOWERINGS == LOWERING_NAMES, "xegemm.library.targets.LOWERING_NAMES lists the lowerings defined here"
+
+
+def variant_lowering(default: Lowering, name: str | None) -> Lowering:
+    """The lowering of one variant: the command's ``default``, unless the variant's config pins another
+    (``target.lowering``).  A pinned native lowering needs the command's (its compiler capabilities)."""
+    if name is None or name == default.name:
+        return default
+    if name not in _CLASSES:
+        raise XegemmError(f"lowering must be one of {', '.join(LOWERINGS)}, not {name!r}")
+    if name == "native":
+        raise XegemmError("target.lowering: native needs the native lowering's compiler capabilities: run with "
+                          "--lowering native (on a device with Xe 2D block IO and DPAS) instead of pinning it")
+    return Lowering(name)
 
 
 def lowering_class(name: str) -> type[Lowering]:

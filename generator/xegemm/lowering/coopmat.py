@@ -150,17 +150,25 @@ class CoopmatKernel:
         return (math.ceil(n / self.bn) * lx, math.ceil(m / self.bm) * ly, batch)
 
 
-def choose_tiles(ab: str, sgm: int, sgn: int, bk: int) -> tuple[int, int, int]:
-    """(tm, tn, tk) of a sub-group block sgm x sgn with work-group k-tile bk: the largest AMX tiles that divide
-    it (tm 16 or 8; tn 16; tk the type's larger k-step if bk allows, else its smaller one)."""
+# the tile shapes each compiler takes: AMX (the CPU runtime) up to 16 x 16 x 32 (bf16) / 64 (8-bit); Xe GPUs
+# through IGC 2.x: A 8 x 16 (bf16) / 8 x 32 (8-bit) only ("unsupported number of rows: 16, supported values: lower
+# or equal 8", measured with ocloc 26.27; intel/llvm sycl_ext_oneapi_matrix.asciidoc, "Intel XMX Supported
+# Combinations")
+TILE_FAMILIES = {"amx": (16, 8), "xe": (8,)}
+
+
+def choose_tiles(ab: str, sgm: int, sgn: int, bk: int, family: str = "amx") -> tuple[int, int, int]:
+    """(tm, tn, tk) of a sub-group block sgm x sgn with work-group k-tile bk: the largest tiles of ``family``
+    (:data:`TILE_FAMILIES`) that divide it (AMX: tm 16 or 8, tk the type's larger k-step if bk allows, else its
+    smaller one; Xe: tm 8 and the smaller k-step; tn 16)."""
     if ab not in TYPES:
         raise PlanRejected(f"coopmat: A and B of type {ab!r}: the lowering takes {', '.join(TYPES)}")
-    tm = next((t for t in (16, 8) if sgm % t == 0), None)
+    tm = next((t for t in TILE_FAMILIES[family] if sgm % t == 0), None)
     if tm is None or sgn % TILE_N:
         raise PlanRejected(f"coopmat: sub-group tile {sgm}x{sgn} must be a multiple of 8x16 (coop-matrix "
                            "accumulator tiles of 8 or 16 rows, 16 columns)")
     big, small = TYPES[ab][4:]
-    tk = big if bk % big == 0 else small if bk % small == 0 else None
+    tk = big if bk % big == 0 and family == "amx" else small if bk % small == 0 else None
     if tk is None:
         raise PlanRejected(f"coopmat: the work-group k-tile {bk} must be a multiple of {small} for {ab}")
     return tm, TILE_N, tk
@@ -185,14 +193,15 @@ def plan_violation(plan) -> str | None:
     return None
 
 
-def coopmat_kernel(plan, name: str | None = None) -> CoopmatKernel:
-    """The coop-matrix kernel of a plan (PlanRejected with the reason when the lowering cannot render it)."""
+def coopmat_kernel(plan, name: str | None = None, family: str = "amx") -> CoopmatKernel:
+    """The coop-matrix kernel of a plan in the tiles of ``family`` (amx: the CPU runtime; xe: Intel GPUs ahead of
+    time), PlanRejected with the reason when the lowering cannot render it."""
     why = plan_violation(plan)
     if why:
         raise PlanRejected(why)
     tile = plan.config.tile
     sgm, sgn = plan.subgroup_tile
-    tm, tn, tk = choose_tiles(plan.config.types.a, sgm, sgn, tile.workgroup[2])
+    tm, tn, tk = choose_tiles(plan.config.types.a, sgm, sgn, tile.workgroup[2], family)
     sg_m, sg_n = tile.subgroups
     return CoopmatKernel(name or plan.name, plan.config.types.a, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk)
 
@@ -202,9 +211,9 @@ def render_kernel(kernel: CoopmatKernel) -> str:
     return environment().get_template(TEMPLATE).render(k=kernel)
 
 
-def render_coopmat(plan) -> str:
-    """SPIR-V assembly text of a plan's kernel (its entry point is ``plan.name``)."""
-    return render_kernel(coopmat_kernel(plan))
+def render_coopmat(plan, family: str = "amx") -> str:
+    """SPIR-V assembly text of a plan's kernel (its entry point is ``plan.name``) in the tiles of ``family``."""
+    return render_kernel(coopmat_kernel(plan, family=family))
 
 
 def pack_b(b_bytes: np.ndarray, k: int, n: int, ab: str) -> np.ndarray:
@@ -228,9 +237,9 @@ def packed_b_batch_stride(k: int, ldb: int, ab: str) -> int:
     return -(-k // v) * v * ldb
 
 
-_NOT_WIRED = ("the coopmat lowering renders a whole SPIR-V kernel (xegemm.lowering.coopmat.render_coopmat, built "
-              "with xegemm.runtime.spirv.build_spirv), not OpenCL C atoms; render, evaluate and the call API do not "
-              "take it yet")
+_NOT_WIRED = ("the coopmat lowering renders a whole SPIR-V kernel (Lowering.render_plan: "
+              "xegemm.lowering.coopmat.render_coopmat, built with xegemm.runtime.spirv.build_spirv), not OpenCL C "
+              "atoms")
 
 
 def make_lowering_class(base):
@@ -243,6 +252,9 @@ def make_lowering_class(base):
         name = "coopmat"
         stages_kstep = False
         rolls_epilogue = False
+        source_kind = "spirv"
+        source_suffix = ".spvasm"
+        pinned = True
 
         def render_copies(self, atoms) -> str:
             raise XegemmError(_NOT_WIRED)
@@ -259,6 +271,32 @@ def make_lowering_class(base):
         def render(self, plan) -> str:
             """SPIR-V assembly of the plan's kernel (:func:`render_coopmat`)."""
             return render_coopmat(plan)
+
+        tiles = "amx"     # the tile family (TILE_FAMILIES): amx for the CPU runtime, xe for GPU builds (for_xe)
+
+        @classmethod
+        def for_xe(cls):
+            """The lowering as Intel GPUs' compiler takes it (8-row A tiles): ``xegemm build --lowering coopmat``."""
+            lowering = cls()
+            lowering.tiles = "xe"
+            return lowering
+
+        def render_plan(self, plan, opencl_c, **options) -> str:
+            if options.get("mma_lowering") or options.get("staged") is False:
+                raise XegemmError("the coopmat lowering renders its kernel whole: no mma_lowering, no unstaged form")
+            return render_coopmat(plan, self.tiles)
+
+        def kernel_of(self, plan) -> CoopmatKernel:
+            return coopmat_kernel(plan, family=self.tiles)
+
+        def b_pack_factor(self, plan) -> int | None:
+            return TYPES[plan.config.types.b][2] if plan.config.types.b in TYPES else None
+
+        def pack_b(self, plan, b_bytes, k: int, n: int):
+            return pack_b(b_bytes, k, n, plan.config.types.b)
+
+        def build_options(self, grf: int) -> str:
+            return ""        # a SPIR-V module: no OpenCL C options
 
     return CoopmatLowering
 

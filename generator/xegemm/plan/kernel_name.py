@@ -5,13 +5,15 @@ A kernel name is CUTLASS-style and is the key of everything (results, reports, c
     xegemm_<A>_<B>_<acc>_<C>_<layouts>_<BM>x<BN>x<BK>_sg<SGM>x<SGN>_dpas<M>x<N>x<K>_a<atom>_b<atom>_c<atom>
         _pf<prefetch>_grf<GRF>[_swz<S>][_rb<R>x<J>][_alpha][_beta][_bias<row|col>][_<activation>]
         [_epi_<tag>_<key>][_splitk<S>][_streamk<G>][_grouped<static|dynamic>][_q<format><group>s<scale>[z<zero>][nk]]
+        [_<lowering>]
 
 with the types' config names (xegemm.library.dtypes), the layouts' kernel-name letters (xegemm.library.layouts: ``t`` =
 row-major, ``n`` = column-major, for A, B and C), the copy atoms' short names (``short_name`` of
 xegemm.atoms: ``u16x32x32n``, ``pu8x32x32n``, ``u16x8x16s8``) and the epilogue's parts
 (:meth:`xegemm.epilogues.fixed.EpilogueSpec.name_parts`), or a traced epilogue's readable tag and the short hash of
 its graph (:meth:`xegemm.epilogues.graph.Graph.name_suffix`); a quantized B adds its description
-(:attr:`xegemm.plan.dequant.QuantPlan.name_part`, e.g. ``_qplain32sf16zu4``).  A variant the planner rejected has no atoms; its name
+(:attr:`xegemm.plan.dequant.QuantPlan.name_part`, e.g. ``_qplain32sf16zu4``); a config that pins its lowering
+(``target.lowering``) ends with it (``_coopmat``).  A variant the planner rejected has no atoms; its name
 ends ``_pf<prefetch>_rejected_<digest>`` after the sub-groups.  :class:`KernelName` is the one place that
 writes the grammar; :func:`parse_kernel_name` reads it (the reports take a name's parts from it).
 """
@@ -27,6 +29,7 @@ from xegemm.epilogues.registry import ACTIVATIONS
 from xegemm.epilogues.graph import HASH_CHARS
 from xegemm.errors import XegemmError
 from xegemm.library.layouts import LAYOUTS, from_name_letters, name_letters
+from xegemm.library.targets import LOWERING_NAMES
 
 
 class KernelNameError(XegemmError):
@@ -44,7 +47,7 @@ _PATTERN = re.compile(
     rf"_pf(?P<pf>{_N})_grf(?P<grf>{_N})(?:_swz(?P<swz>{_N}))?(?:_rb(?P<rbr>{_N})x(?P<rbj>{_N}))?"
     rf"(?P<epilogue>(?:_(?:{'|'.join(_EPILOGUE_PARTS)}))*)(?:_epi_(?P<traced>[a-z0-9_]+?_[0-9a-f]{{{HASH_CHARS}}}))?"
     rf"(?:_splitk(?P<splitk>{_N}))?(?:_streamk(?P<streamk>{_N}))?(?:_grouped(?P<walk>static|dynamic))?"
-    rf"(?:_(?P<quant>q[a-z0-9]+))?)$")
+    rf"(?:_(?P<quant>q[a-z0-9]+?))?(?:_(?P<lowering>{'|'.join(LOWERING_NAMES)}))?)$")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class KernelName:
     walk: str = ""                              # grouped / MoE: the persistent walk (xegemm.grouped.schedule)
     rejected: str | None = None
     quant: str = ""                             # a quantized B: q<format><group>s<scale>[z<zero>][nk][a<group>s<scale>[nk]]
+    lowering: str = ""                          # the config's pinned lowering (target.lowering), '' for none
 
     @classmethod
     def of_config(cls, config, **parts) -> "KernelName":
@@ -78,7 +82,8 @@ class KernelName:
         planned = {} if "rejected" in parts else {
             "grf": config.target.grf, "swizzle": tile.swizzle, "register_block": tuple(tile.register_block),
             "split_k": tile.split_k, "stream_k": tile.stream_k,
-            "walk": tile.walk if config.problem.groups or config.moe.experts else ""}
+            "walk": tile.walk if config.problem.groups or config.moe.experts else "",
+            "lowering": config.target.lowering or ""}
         return cls((t.a, t.b, t.acc, t.c), (lay.a, lay.b, lay.c), tuple(tile.workgroup), tuple(tile.subgroups),
                    config.pipeline.prefetch, **planned, **parts)
 
@@ -110,7 +115,8 @@ class KernelName:
                 + (f"_splitk{self.split_k}" if self.split_k > 1 else "")
                 + (f"_streamk{self.stream_k}" if self.stream_k else "")
                 + (f"_grouped{self.walk}" if self.walk else "")
-                + (f"_{self.quant}" if self.quant else ""))
+                + (f"_{self.quant}" if self.quant else "")
+                + (f"_{self.lowering}" if self.lowering else ""))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -134,4 +140,5 @@ def parse_kernel_name(name: str) -> KernelName:
                       swizzle=int(g["swz"] or 1),
                       register_block=(int(g["rbr"]), int(g["rbj"])) if g["rbr"] is not None else (0, 0),
                       epilogue=epilogue, traced=g["traced"], split_k=int(g["splitk"] or 1),
-                      stream_k=int(g["streamk"] or 0), walk=g["walk"] or "", quant=g["quant"] or "")
+                      stream_k=int(g["streamk"] or 0), walk=g["walk"] or "", quant=g["quant"] or "",
+                      lowering=g["lowering"] or "")

@@ -16,8 +16,9 @@ import numpy as np
 
 from xegemm.errors import RuntimeSetupError
 from xegemm.runtime.backends import BuildError, backend_for, queue_backend
+from xegemm.runtime.spirv import SpirvError, build_spirv, probe_coopmat
 
-__all__ = ["BuildError", "build_program", "from_device", "launch", "make_queue", "scalar", "source_key", "to_device",
+__all__ = ["BuildError", "build_program", "build_source", "from_device", "source_unavailable", "launch", "make_queue", "scalar", "source_key", "to_device",
            "uses_opencl"]
 
 _PROGRAMS: dict[tuple[int, str], object] = {}     # this process's programs, by context and key
@@ -58,6 +59,37 @@ def build_program(queue, source: str, options: str = ""):
     program = queue_backend(queue).compile(queue, source, options)
     with _PROGRAMS_LOCK:
         return _PROGRAMS.setdefault(key, program)
+
+
+def _build_spirv(queue, source: str, options: str):
+    if not uses_opencl(queue.sycl_device):
+        raise BuildError(f"SPIR-V modules are built through OpenCL (clCreateProgramWithIL); "
+                         f"{queue.sycl_device.filter_string} is not an OpenCL device", "")
+    try:
+        return build_spirv(source, queue, options)
+    except SpirvError as exc:
+        raise BuildError(str(exc), str(exc)) from None
+
+
+# a lowering's source_kind (xegemm.lowering.Lowering) -> how its sources are built
+BUILDERS = {"opencl-c": build_program, "spirv": _build_spirv}
+
+
+def source_unavailable(queue, kind: str = "opencl-c") -> str | None:
+    """Why a queue's device cannot build sources of ``kind`` at all, or None (``spirv``: whether it runs the coopmat
+    lowering, :func:`xegemm.runtime.spirv.probe_coopmat`, remembered per device)."""
+    if kind != "spirv":
+        return None
+    if not uses_opencl(queue.sycl_device):
+        return f"the coopmat lowering needs an OpenCL device; {queue.sycl_device.filter_string} is not one"
+    probe = probe_coopmat(queue)
+    return None if probe.runs else f"the coopmat lowering is unavailable on {queue.device.name}: {probe.reason}"
+
+
+def build_source(queue, source: str, options: str = "", kind: str = "opencl-c"):
+    """Build a kernel source of a lowering's ``kind`` (``opencl-c``: :func:`build_program`; ``spirv``: SPIR-V
+    assembly through :func:`xegemm.runtime.spirv.build_spirv`, a child process first); BuildError with why."""
+    return BUILDERS[kind](queue, source, options)
 
 
 def to_device(queue, array: np.ndarray):

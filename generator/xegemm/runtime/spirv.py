@@ -31,7 +31,10 @@ from xegemm.files import read_text, write_json_atomic
 from xegemm.lowering.coopmat import CoopmatKernel, render_kernel
 from xegemm.runtime.cpu_path import TARGET_ARCH_VARIABLE, host_flags
 from xegemm.runtime.devices import select_sycl_device
-from xegemm.runtime.opencl import OpenCLBuildFailure, OpenCLContext, OpenCLError, find_device, program_from_il
+from xegemm.runtime.opencl import (OpenCLBuildFailure, OpenCLContext, OpenCLError, find_device, program_from_binary,
+                                   program_from_il)
+from xegemm.runtime import program_cache
+from xegemm.runtime.environment import find_cpu_runtime
 from xegemm.runtime.program_cache import cache_dir
 
 SPIRV_ENV = "spv1.2"            # the SPIR-V version the modules are assembled for (the CPU runtime reads 1.0-1.4)
@@ -217,6 +220,7 @@ def _child() -> None:
 
 
 _KNOWN_GOOD: dict[str, ChildBuild] = {}
+_PROGRAMS: dict[tuple[int, str], object] = {}     # this process's built modules, by context and cache key
 _LOCK = threading.Lock()
 
 
@@ -228,11 +232,32 @@ def _key(il: bytes, device, options: str) -> str:
 
 
 def build_spirv(module: str | bytes, queue, options: str = ""):
-    """Build a SPIR-V module (assembly text or binary) for an OpenCL queue's device: in a child process first
-    (remembered per module, device, driver and target), then in this process.  Returns an OpenCLProgram
+    """Build a SPIR-V module (assembly text or binary) for an OpenCL queue's device: from this process's
+    programs or the persistent program cache (xegemm.runtime.program_cache: a module built here before), else in
+    a child process first (remembered per module, device, driver and target), then in this process.  Returns an OpenCLProgram
     (``get_sycl_kernel(name)``); SpirvError with the reason when the module cannot be built here."""
     il = assemble(module) if isinstance(module, str) else bytes(module)
     device = queue.device
+    why = in_process_ready() if device.kind.lower() == "cpu" else None
+    if why:
+        raise SpirvError(f"not building a cooperative-matrix module in this process: {why}")
+    # a module built here before (its binary in the persistent program cache) is loaded, not built again
+    library = find_cpu_runtime() if device.kind.lower() == "cpu" else None
+    cache_key = program_cache.cache_key("spirv:" + hashlib.sha256(il).hexdigest(), options,
+                                        program_cache.runtime_identity(device.identity(), library))
+    with _LOCK:
+        program = _PROGRAMS.get((id(queue.context), cache_key))
+    if program is not None:
+        return program
+    binary = program_cache.load(cache_key)
+    if binary is not None:
+        try:
+            program = program_from_binary(queue.context, binary, options)
+        except (OpenCLError, OpenCLBuildFailure):
+            program_cache.discard(cache_key)
+        else:
+            with _LOCK:
+                return _PROGRAMS.setdefault((id(queue.context), cache_key), program)
     key = _key(il, device, options)
     with _LOCK:
         child = _KNOWN_GOOD.get(key)
@@ -244,13 +269,16 @@ def build_spirv(module: str | bytes, queue, options: str = ""):
                 _KNOWN_GOOD[key] = child
     if not child.ok:
         raise SpirvError(f"the SPIR-V module does not build on {device.name}: {child.reason}")
-    why = in_process_ready() if device.kind.lower() == "cpu" else None
-    if why:
-        raise SpirvError(f"not building a cooperative-matrix module in this process: {why}")
     try:
-        return program_from_il(queue.context, il, options)
+        program = program_from_il(queue.context, il, options)
     except OpenCLBuildFailure as exc:
         raise SpirvError(f"clBuildProgram failed on {device.name}: {exc.log.strip()[-1500:]}") from None
+    try:
+        program_cache.store(cache_key, program.binary())
+    except (OpenCLError, XegemmError):
+        pass          # a runtime that gives no binary: built again next time
+    with _LOCK:
+        return _PROGRAMS.setdefault((id(queue.context), cache_key), program)
 
 
 def launch_kernel(queue, program, name: str, args, global_size, local_size):

@@ -28,7 +28,7 @@ from xegemm.config import load_config
 from xegemm.errors import XegemmError
 from xegemm.evaluate.aot import AotBuilder
 from xegemm.evaluate.isolated import TimeLimits
-from xegemm.lowering import choose_lowering, named_lowering
+from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.evaluate.peak import ceiling_gflops
 from xegemm.jobs.pipeline import RunInterrupted, shielded
 from xegemm.evaluate.grouped import GroupedNumpyReference
@@ -165,7 +165,9 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     if target is not None:
         objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, retime) for _ in range(jobs)]
     else:
-        objectives = [DeviceObjective(info, lowering, out_dir / "logs", limits, measurements, retime)
+        pinned = [config.target.lowering, *config.sweep.get("target.lowering", ())]   # a sweep over lowerings
+        spirv = any(Lowering(name).source_kind == "spirv" for name in pinned if name)
+        objectives = [DeviceObjective(info, lowering, out_dir / "logs", limits, measurements, retime, spirv)
                       for _ in range(jobs)]
     deadline = time.monotonic() + time_s if time_s else None
     studies, tallies = {}, {}

@@ -65,14 +65,14 @@ class DeviceObjective(_CachedObjective):
     """GFLOP/s on a SYCL device; one worker process per objective (``--jobs`` makes several)."""
 
     def __init__(self, info: DeviceInfo, lowering: Lowering, log_dir: Path, limits: TimeLimits,
-                 cache: MeasurementCache | None, retime: bool = False):
+                 cache: MeasurementCache | None, retime: bool = False, spirv: bool | None = None):
         super().__init__(cache, retime)
         self.info = info
         self.lowering = lowering
         gate = DeviceGate.for_device(info.name, info.driver_version, info.filter_string,
                                      cpu=info.device_type == "cpu")
         self.evaluator = isolated_device_evaluator(info.filter_string, lowering, log_dir=log_dir, limits=limits,
-                                                   gate=gate)
+                                                   gate=gate, spirv=spirv)
 
     def cache_key(self, candidate: Candidate) -> str:
         config = candidate.planned.config

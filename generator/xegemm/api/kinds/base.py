@@ -20,7 +20,8 @@ from xegemm.config import Config
 from xegemm.config.shapes import Shape
 from xegemm.errors import XegemmError
 from xegemm.evaluate.device import submit_in_order
-from xegemm.runtime.program import BuildError, build_program
+from xegemm.lowering import variant_lowering
+from xegemm.runtime.program import BuildError, build_source
 
 
 @dataclass
@@ -47,23 +48,26 @@ class Programs:
         self._kernels: dict[tuple, list] = {}
         self._lock = threading.Lock()
 
-    def kernels(self, queue, name: str, source: str, options: str, entries) -> list:
-        """The kernels ``entries`` (names) of the program ``name`` on ``queue``."""
+    def kernels(self, queue, name: str, source: str, options: str, entries, kind: str = "opencl_c") -> list:
+        """The kernels ``entries`` (names) of the program ``name`` on ``queue`` (``kind``: the lowering's
+        source kind, OpenCL C or SPIR-V assembly)."""
         key = (name, id(queue))
         kernels = self._kernels.get(key)
         if kernels is None:
             with self._lock:
                 try:
-                    program = build_program(queue, source, options)
+                    program = build_source(queue, source, options, kind)
                 except BuildError as exc:
                     raise XegemmError(f"{name}: {exc}") from exc
                 kernels = self._kernels[key] = [program.get_sycl_kernel(entry) for entry in entries]
         return kernels
 
-    def of(self, queue, choice: Choice) -> list:
-        """The kernels of a choice's launches (the GEMM, and split K's or stream-K's second one)."""
+    def of(self, queue, choice: Choice, lowering=None) -> list:
+        """The kernels of a choice's launches (the GEMM, and split K's or stream-K's second one); ``lowering``:
+        the Gemm's, which with the variant's own pin says what kind of source the choice holds."""
+        kind = variant_lowering(lowering, choice.config.target.lowering).source_kind if lowering else "opencl_c"
         return self.kernels(queue, choice.call.plan.name, choice.source, choice.options,
-                            [launch.kernel for launch in choice.call.launches])
+                            [launch.kernel for launch in choice.call.launches], kind)
 
 
 def scalars(config: Config, alpha: float, beta: float) -> dict:
@@ -89,7 +93,7 @@ class CallKind:
     def bind(self, queue, choice: Choice, buffers: dict, values: dict) -> list:
         """(kernel, arguments, global size, local size) per launch of ``choice`` with ``buffers`` and the
         scalar ``values``, through the plan's KernelCall."""
-        kernels = self.gemm.programs.of(queue, choice)
+        kernels = self.gemm.programs.of(queue, choice, self.gemm.lowering)
         return [(kern, args, g, l_) for kern, (_, args, g, l_) in
                 zip(kernels, choice.call.bind(choice.sizes, buffers, values))]
 

@@ -20,6 +20,7 @@ from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
 from xegemm.errors import XegemmError
 from xegemm.runtime.program import from_device, read_into, to_device, write_async
 from xegemm.runtime.sycl import dpmem
+from xegemm.lowering import variant_lowering
 
 MAX_BOUND = 16             # argument lists kept per shape (one per alpha, beta pair)
 
@@ -70,7 +71,16 @@ class PlainCall(CallKind):
         """A's and B's bytes written into the pool's buffers (without waiting); the host arrays written."""
         t = choice.config.types
         return [write_async(buffers["A"], host_bytes(opa, choice.layout_a, t.a)),
-                write_async(buffers["B"], host_bytes(opb, choice.layout_b, t.b))]
+                write_async(buffers["B"], self.packed_b(choice, host_bytes(opb, choice.layout_b, t.b)))]
+
+    def packed_b(self, choice: Choice, b_bytes):
+        """B's bytes as the variant's lowering reads them: the coopmat kernels read B VNNI-packed, packed here at
+        each call (xegemm.lowering.coopmat.pack_b); the OpenCL C lowerings read them as they are."""
+        low = variant_lowering(self.gemm.lowering, choice.config.target.lowering)
+        if not low.b_pack_factor(choice.call.plan):
+            return b_bytes
+        p = choice.config.problem
+        return low.pack_b(choice.call.plan, b_bytes, p.k, p.n)
 
     # -- the call ---------------------------------------------------------------------------------------------
     def call(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
@@ -165,6 +175,10 @@ class PlainCall(CallKind):
                 if queue.sycl_device != gemm.sycl_device:
                     raise XegemmError(f"{op.name} lives on {queue.sycl_device.filter_string} but this Gemm was loaded "
                                       f"for {gemm.info.filter_string}: load(..., device=...) on the arrays' device")
+        if opb.device and variant_lowering(gemm.lowering, choice.config.target.lowering).b_pack_factor(
+                choice.call.plan):
+            raise XegemmError("the coopmat lowering reads B VNNI-packed (xegemm.lowering.coopmat.pack_b): pass B as a "
+                              "host array (packed at each call), not a device array")
         t, s = choice.config.types, choice.sizes
         layouts = {"A": choice.layout_a, "B": choice.layout_b}
         types = {"A": t.a, "B": t.b}
