@@ -38,6 +38,13 @@ from xegemm.epilogues.fixed import fixed_graph, fixed_inputs
 from xegemm.epilogues.reference import mismatches, node_values, reference
 from xegemm.epilogues.tracer import input_kind, kinds_from_arrays, trace
 
+
+@pytest.fixture(autouse=True)
+def _code_allowed(monkeypatch):
+    """These configs name functions of tests/epilogue_examples.py (on the Python path): the user's consent for the
+    run, as XEGEMM_ALLOW_CODE=1 gives it (the refusal without it is tests/test_hostile_surfaces.py's)."""
+    monkeypatch.setenv("XEGEMM_ALLOW_CODE", "1")
+
 # ---- the documented examples -----------------------------------------------------------------------------------
 
 bias_gelu = xegemm.epilogue(examples.bias_gelu, inputs={"bias": "row"}, outputs={"pre": "f32"})

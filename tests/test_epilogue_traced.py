@@ -12,6 +12,13 @@ from xegemm.plan.planner import PlanRejected, plan
 from xegemm.jobs.pipeline import build_config as build_pvc
 from xegemm.kernel.render import render_kernel
 
+
+@pytest.fixture(autouse=True)
+def _code_allowed(monkeypatch):
+    """These configs name functions of tests/epilogue_examples.py (on the Python path): the user's consent for the
+    run, as XEGEMM_ALLOW_CODE=1 gives it (the refusal without it is tests/test_hostile_surfaces.py's)."""
+    monkeypatch.setenv("XEGEMM_ALLOW_CODE", "1")
+
 BASE = """\
 problem: {{m: 64, n: 64, k: 64}}
 types: {{a: bf16, b: bf16, acc: f32, c: bf16}}

@@ -24,6 +24,13 @@ from xegemm.errors import XegemmError
 from xegemm.evaluate.device import DeviceSession
 from xegemm.jobs.pipeline import run_variant
 
+
+@pytest.fixture(autouse=True)
+def _code_allowed(monkeypatch):
+    """These configs name functions of tests/epilogue_examples.py (on the Python path): the user's consent for the
+    run, as XEGEMM_ALLOW_CODE=1 gives it (the refusal without it is tests/test_hostile_surfaces.py's)."""
+    monkeypatch.setenv("XEGEMM_ALLOW_CODE", "1")
+
 pytestmark = pytest.mark.device
 
 SHAPE = """\

@@ -15,6 +15,7 @@ a new kernel argument is one entry there and one name in the buffers or scalars 
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field, replace
 
@@ -29,6 +30,7 @@ from xegemm.api.quantized import QuantizedB, quantized_a_scales, quantized_b
 from xegemm.kernel.arguments import KernelCall
 from xegemm.config import Config, ConfigError, Variant, expand
 from xegemm.library.dtypes import dtype
+from xegemm.epilogues.config import allowing_code
 from xegemm.epilogues.fixed import BIAS_KINDS
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
@@ -134,11 +136,20 @@ def _candidates(config: Config, best: dict) -> list[Candidate]:
     return out
 
 
-def load(source, *, device=None, epilogue=None) -> Gemm:
+def load(source, *, device=None, epilogue=None, allow_code=False, code_path=()) -> Gemm:
     """A callable GEMM from a config file, a tune output directory (its best.yaml and best.json) or a Config,
     on ``device`` (a dpctl filter string, a dpctl device, or None for xegemm's default device); ``epilogue``: a
-    Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md)."""
-    config, best, label = load_source(source)
+    Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md).
+    ``allow_code``: the config may name a Python function (``epilogue.function``), imported from the installed
+    environment or a folder of ``code_path`` (a path or a list of them), never from the config's folder."""
+    if allow_code:
+        with allowing_code([code_path] if isinstance(code_path, (str, os.PathLike)) else code_path):
+            config, best, label = load_source(source)
+    elif code_path:
+        raise XegemmError("xegemm.load: code_path= is where an allowed config's function is imported from; "
+                          "it needs allow_code=True")
+    else:
+        config, best, label = load_source(source)
     if epilogue is not None:
         config = config.with_overrides({"epilogue.function": epilogue})
     return Gemm(_candidates(config, best), device=device, label=label)
