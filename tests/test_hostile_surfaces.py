@@ -162,3 +162,125 @@ def test_a_function_object_needs_no_consent_and_consent_for_one_load_covers_its_
 def test_resolve_function_without_consent_names_the_config_and_the_flag():
     with pytest.raises(CodeNotAllowedError, match=r"config my\.yaml.*--allow-code"):
         resolve_function("anything.at_all:fn", source="my.yaml")
+
+
+# ---- 2. NaN and infinities as numpy computes them ------------------------------------------------------------
+
+F32 = textwrap.dedent("""\
+    name: nan{tag}
+    problem: {{m: 16, n: 32, k: 32}}
+    types: {{a: tf32, b: tf32, acc: f32, c: f32}}
+    tile: {{workgroup: [16, 32, 32], subgroups: [1, 2]}}
+    {epilogue}
+    """)
+
+
+def _nan_operands():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    a = (rng.integers(-8, 8, (16, 32)) / 8).astype(np.float32)     # exact in tf32: D is exact in f32
+    b = (rng.integers(-8, 8, (32, 32)) / 8).astype(np.float32)
+    bias = (rng.integers(-8, 8, 16) / 8).astype(np.float32)
+    bias[3] = np.nan                    # row 3 of D is NaN before the activation
+    return a, b, bias
+
+
+@pytest.mark.parametrize("activation", ["relu", "clamp"])
+def test_a_nan_through_the_fixed_epilogues_relu_and_clamp_stays_nan(activation, tmp_path, sycl_device):
+    import numpy as np
+    config = tmp_path / "nan.yaml"
+    config.write_text(F32.format(tag=activation, epilogue=f"epilogue: {{bias: row, activation: {activation}, "
+                                                           "clamp: [-0.25, 0.25]}"))
+    a, b, bias = _nan_operands()
+    d = xegemm.load(config, device=sycl_device)(a, b, bias=bias)
+    z = a.astype(np.float64) @ b + bias[:, None]
+    want = np.maximum(z, 0.0) if activation == "relu" else np.minimum(np.maximum(z, -0.25), 0.25)
+    assert np.isnan(d[3]).all() and not np.isnan(np.delete(d, 3, axis=0)).any()
+    assert np.allclose(np.delete(d, 3, axis=0), np.delete(want, 3, axis=0), atol=1e-5)
+
+
+def test_a_nan_through_traced_maximum_minimum_clamp_relu_and_row_max_stays_nan(tmp_path, sycl_device):
+    import numpy as np
+    from xegemm import ops
+    config = tmp_path / "nan.yaml"
+    config.write_text(F32.format(tag="traced", epilogue=""))
+
+    @xegemm.epilogue(inputs={"bias": "row"}, outputs={"mx": "f32", "mn": "f32", "cl": "f32", "rmax": "f32"})
+    def nan_paths(acc, bias):
+        z = acc + bias
+        return {"d": ops.relu(z), "mx": ops.maximum(z, 0.0), "mn": ops.minimum(z, 0.0),
+                "cl": ops.clamp(z, -0.25, 0.25), "rmax": ops.row_max(z)}
+
+    a, b, bias = _nan_operands()
+    out = xegemm.load(config, device=sycl_device, epilogue=nan_paths)(a, b, bias=bias)
+    z = a.astype(np.float64) @ b + bias[:, None]
+    for name in ("d", "mx", "mn", "cl"):
+        assert np.isnan(out[name][3]).all(), name
+        assert not np.isnan(np.delete(out[name], 3, axis=0)).any(), name
+    rmax = out["rmax"].reshape(-1)
+    assert np.isnan(rmax[3]) and np.allclose(np.delete(rmax, 3), np.delete(z.max(axis=1), 3), atol=1e-5)
+
+
+def test_a_traced_epilogue_whose_output_is_infinite_verifies_without_numpy_warnings(tmp_path, recwarn):
+    """exp overflows to +inf on the device and in the reference; log of a negative is NaN on both: the verifier
+    must pass them (and print no RuntimeWarning)."""
+    import warnings
+
+    import numpy as np
+    from xegemm.epilogues.reference import mismatches, reference
+    from xegemm.epilogues.tracer import trace
+    from xegemm import ops
+    graph = trace(lambda acc: {"d": ops.exp(acc * 100.0), "lg": ops.log(acc)}, outputs={"lg": "f32"})
+    acc = np.array([[[-3.0, 0.5, 2.0]]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bounds = reference(graph, acc, 1e-6)
+        with np.errstate(over="ignore"):          # what the device computes: f32 exp overflows to inf
+            device = {"d": np.exp(acc.astype(np.float32) * np.float32(100.0)),
+                      "lg": np.where(acc < 0, np.nan, np.log(np.abs(acc)))}
+        assert np.isinf(bounds["d"].expected[0, 0, 2]) and mismatches(bounds["d"], device["d"]) == 0
+        assert mismatches(bounds["lg"], device["lg"]) == 0
+        assert mismatches(bounds["d"], np.where(np.isinf(device["d"]), 1e38, device["d"])) == 1
+        assert mismatches(bounds["lg"], np.nan_to_num(device["lg"])) == 1
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+@pytest.mark.parametrize("fmt, nan_codes, inf_codes", [("e4m3", (0x7F, 0xFF), ()),
+                                                       ("e5m2", (0x7D, 0x7E, 0x7F, 0xFD), (0x7C, 0xFC))])
+def test_fp8_nan_and_infinity_codes_decode_as_ml_dtypes_does(fmt, nan_codes, inf_codes):
+    import ml_dtypes
+    import numpy as np
+    from xegemm.library.dtypes import dtype
+    ml = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[fmt]
+    codes = np.arange(256, dtype=np.uint8)
+    ours, reference = dtype(fmt).decode(codes), codes.view(ml).astype(np.float64)
+    assert np.array_equal(ours, reference, equal_nan=True)
+    assert all(np.isnan(ours[c]) for c in nan_codes) and all(np.isinf(ours[c]) for c in inf_codes)
+    assert np.isnan(dtype("e8m0").decode(np.array([0xFF]))[0])
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_nan_codes_in_b_give_nan_in_the_kernel_not_480_or_inf(fmt, tmp_path, sycl_device):
+    """Column 5 of B holds the NaN code, column 9 (e5m2) the infinity: D's column 5 is NaN, 9 is +inf."""
+    import ml_dtypes
+    import numpy as np
+    ml = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[fmt]
+    config = tmp_path / "fp8.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        name: fp8nan
+        problem: {{m: 16, n: 64, k: 64}}
+        types: {{a: f16, b: {fmt}, c: f32}}
+        quant: {{format: plain, group: tensor, scale: f32}}
+        tile: {{workgroup: [16, 64, 32], subgroups: [1, 2]}}
+        """))
+    a = np.full((16, 64), 0.5, dtype=np.float16)
+    b_codes = np.full((64, 64), np.array(1.0, dtype=ml).view(np.uint8), dtype=np.uint8)
+    b_codes[7, 5] = 0x7F
+    if fmt == "e5m2":
+        b_codes[7, 9] = 0x7C
+    d = xegemm.load(config, device=sycl_device)(a, b_codes.view(ml), scales=np.ones((1, 1), np.float32))
+    assert np.isnan(d[:, 5]).all(), d[:, 5]
+    if fmt == "e5m2":
+        assert np.isposinf(d[:, 9]).all(), d[:, 9]
+    rest = np.delete(d, [5, 9], axis=1)
+    assert np.all(rest == 32.0), rest

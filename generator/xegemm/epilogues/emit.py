@@ -26,6 +26,7 @@ from xegemm.epilogues.outputs import load_float, storage_ctype, store_float, sto
 from xegemm.epilogues.graph import Graph
 from xegemm.epilogues.registry import (
     CALL,
+    HELPERS,
     OPS,
     REDUCTIONS,
     TERNARY,
@@ -134,6 +135,8 @@ def _expression(node, operands, integer: bool, definitions: dict, conversions: l
         if integer:
             return a.call(operands[0][0], integer=True), CALL
         return f"xe_{a.name}({', '.join(t for t, _ in operands)})", CALL
+    if node.op in HELPERS:
+        definitions.setdefault(node.op, HELPERS[node.op])
     if node.op == "cast":
         _conversion(node.attr, conversions)
         return load_float(node.attr, store_float(node.attr, operands[0][0])), UNARY
