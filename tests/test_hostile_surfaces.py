@@ -284,3 +284,61 @@ def test_fp8_nan_codes_in_b_give_nan_in_the_kernel_not_480_or_inf(fmt, tmp_path,
         assert np.isposinf(d[:, 9]).all(), d[:, 9]
     rest = np.delete(d, [5, 9], axis=1)
     assert np.all(rest == 32.0), rest
+
+
+# ---- 4. huge grouped and MoE problems ------------------------------------------------------------------------
+
+def test_a_grouped_table_of_100000_groups_is_built_in_linear_time():
+    """bias_offsets was a sum per group over the groups before it (quadratic); the table is now running sums.
+    10^5 groups: about 3 s here (the GroupShape objects dominate); a quadratic step would take minutes."""
+    import numpy as np
+    from xegemm.grouped.problem import GroupedProblem
+    from xegemm.grouped.table import FIELD, bias_offsets, problem_table
+    n = 100_000
+    problem = GroupedProblem.of([(i % 7, 16, 32) for i in range(n)])
+    table = problem_table(problem, (16, 64, 32), (16, 16, 32), bias="row")
+    m = np.array([i % 7 for i in range(n)])
+    assert table.shape == (n, len(FIELD))
+    assert np.array_equal(table[:, FIELD["bias_offset"]], np.concatenate([[0], np.cumsum(m)[:-1]]))
+    assert bias_offsets(problem, "row")[-1] == m.sum()
+    moe = GroupedProblem.moe([i % 5 for i in range(n)], 64, 32)
+    assert problem_table(moe, (16, 64, 32), (16, 16, 32), bias="col")[-1, FIELD["bias_offset"]] == (n - 1) * 64
+
+
+def test_a_million_groups_are_refused_before_any_is_listed():
+    from xegemm.grouped.problem import MAX_GROUPS, GroupedProblem, GroupedProblemError
+    with pytest.raises(GroupedProblemError, match=f"at most {MAX_GROUPS}"):
+        GroupedProblem.of((1, 16, 32) for _ in range(10**6))
+    with pytest.raises(GroupedProblemError, match="1000000 experts"):
+        GroupedProblem.moe([1] * 10**6, 64, 32)
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("12", "expected a list"), ([1, 2.5], r"rows_per_expert\[1\] = 2.5: expected a number of rows"),
+    ([1, -1], "cannot be negative"), ([1, float("nan")], r"rows_per_expert\[1\] = nan"),
+    ([1, "1"], r"rows_per_expert\[1\] = '1'"), (3, "expected a list"), ([True, 1], "expected a number")])
+def test_rows_per_expert_that_are_not_counts_are_refused(rows, message):
+    from xegemm.grouped.problem import GroupedProblemError, moe_from_operands
+    with pytest.raises(GroupedProblemError, match=message):
+        moe_from_operands((2, 32), (2, 32, 64), rows)
+
+
+# ---- 5. call arguments ---------------------------------------------------------------------------------------
+
+def test_a_call_with_alpha_x_or_an_empty_array_is_a_clear_call_error(sycl_device):
+    import ml_dtypes
+    import numpy as np
+    from xegemm.api import CallError
+    gemm = xegemm.load(Path(__file__).parents[1] / "configs" / "default.yaml", device=sycl_device)
+    a = np.ones((8, 16), dtype=ml_dtypes.bfloat16)
+    b = np.ones((16, 8), dtype=ml_dtypes.bfloat16)
+    with pytest.raises(CallError, match=r"alpha = 'x': expected a real number"):
+        gemm(a, b, alpha="x")
+    with pytest.raises(TypeError, match="beta"):
+        gemm(a, b, beta=[1.0])
+    for shapes, zero in [(((0, 16), (16, 8)), "M = 0"), (((8, 16), (16, 0)), "N = 0"), (((8, 0), (0, 8)), "K = 0"),
+                         (((0, 8, 16), (0, 16, 8)), "batch = 0")]:
+        x, y = (np.ones(s, dtype=ml_dtypes.bfloat16) for s in shapes)
+        with pytest.raises(CallError, match=f"the call's arrays have {zero}") as err:
+            gemm(x, y)
+        assert "problem.m" not in str(err.value)

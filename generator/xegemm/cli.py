@@ -305,7 +305,7 @@ def cmd_export(args) -> int:
     from xegemm.export import export as export_kernels
     manifest = export_kernels(args.source, args.out, tuple(args.target or ["cpu"]), progress=sys.stderr)
     print(f"wrote {len(manifest['kernels'])} kernel(s) to {args.out} (manifest.json, xegemm_kernels.h, example.c, "
-          f"Makefile); run them with: make -C {args.out} run")
+          f"Makefile); run them with: make -C {shlex.quote(str(args.out))} run")
     return 0
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from xegemm.api import grouped as grouped_calls
+from xegemm.api.errors import check_sizes, scalar
 from xegemm.api.errors import (AlignmentError, DeviceMemoryError, DTypeMismatchError, LayoutError, NoKernelError,
                                ShapeMismatchError)
 from xegemm.api import traced
@@ -226,10 +227,10 @@ class Gemm:
             raise ShapeMismatchError(f"A is {_dims(opa)} and B is {_dims(opb)}: both must have the same batch "
                                      "(a leading dimension on both, or on neither)")
         batch, batched = ba, opa.batched
+        check_sizes(m, n, k, batch, f"A is {_dims(opa)} and B is {_dims(opb)}")
         type_a, type_b = self._types(opa, opb) if self.quant is None else self._types_quantized(opa)
         first = self.candidates[0].config
-        alpha = first.epilogue.alpha if alpha is None else float(alpha)
-        beta = first.epilogue.beta if beta is None else float(beta)
+        alpha, beta = scalar("alpha", alpha, first.epilogue.alpha), scalar("beta", beta, first.epilogue.beta)
         bias_kind = self._bias_kind(bias, m, n)
         key = (m, n, k, batch, type_a, type_b, opa.layouts, opb.layouts, alpha != 1.0, beta != 0.0, bias_kind,
                opa.device or opb.device)
@@ -265,6 +266,7 @@ class Gemm:
         if opa.device or opb.device:
             raise XegemmError("a traced epilogue's call takes host (numpy) arrays")
         batch, batched = ba, opa.batched
+        check_sizes(m, n, k, batch, f"A is {_dims(opa)} and B is {_dims(opb)}")
         type_a, type_b = self._types(opa, opb)
         inputs = traced.call_inputs(self.candidates[0].config, named, m, n)
         key = (m, n, k, batch, type_a, type_b, opa.layouts, opb.layouts, inputs)

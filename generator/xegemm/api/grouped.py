@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xegemm.api.errors import CallError, LayoutError, NoKernelError, ShapeMismatchError
+from xegemm.api.errors import CallError, LayoutError, NoKernelError, ShapeMismatchError, scalar
 from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
 from xegemm.api.quantized import quantized_b
 from xegemm.kernel.arguments import KernelCall
@@ -141,8 +141,7 @@ def grouped(gemm, a_list, b_list, c_list=None, *, alpha=None, beta=None, bias=No
     if len(types) != 1:
         raise ShapeMismatchError(f"the groups mix element types {sorted(types)}; one launch takes one type of A and B")
     (type_a, type_b), first = types.pop(), gemm.candidates[0].config
-    alpha = first.epilogue.alpha if alpha is None else float(alpha)
-    beta = first.epilogue.beta if beta is None else float(beta)
+    alpha, beta = scalar("alpha", alpha, first.epilogue.alpha), scalar("beta", beta, first.epilogue.beta)
     kind = "none"
     for name, given in (("c_list", c_list), ("bias", bias)):
         if given is not None and len(given) != len(problem.groups):
@@ -200,14 +199,13 @@ def moe(gemm, a, b, rows_per_expert, c=None, *, scales=None, zeros=None, alpha=N
                                  f"{found_b}")
     layouts_b = _common_layouts([opb], "B")
     try:
-        problem = moe_from_operands(opa.shape[1:], opb.shape, list(rows_per_expert))
+        problem = moe_from_operands(opa.shape[1:], opb.shape, rows_per_expert)
     except GroupedProblemError as exc:
         raise ShapeMismatchError(str(exc)) from None
     t_rows, n = opa.shape[1], opb.shape[2]
     type_a, type_b = gemm._types(opa, opb) if gemm.quant is None else gemm._types_quantized(opa)
     first = gemm.candidates[0].config
-    alpha = first.epilogue.alpha if alpha is None else float(alpha)
-    beta = first.epilogue.beta if beta is None else float(beta)
+    alpha, beta = scalar("alpha", alpha, first.epilogue.alpha), scalar("beta", beta, first.epilogue.beta)
     kind, vector = "none", None
     if bias is not None:
         vector = np.ascontiguousarray(bias, np.float32)
