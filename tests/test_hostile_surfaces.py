@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 import xegemm
-from xegemm.cli import main
 from xegemm.config import ConfigError, load_config
 from xegemm.epilogues.config import CodeNotAllowedError, graph_of, resolve_function
 from xegemm.errors import XegemmError
@@ -342,3 +341,69 @@ def test_a_call_with_alpha_x_or_an_empty_array_is_a_clear_call_error(sycl_device
         with pytest.raises(CallError, match=f"the call's arrays have {zero}") as err:
             gemm(x, y)
         assert "problem.m" not in str(err.value)
+
+
+# ---- 4b. huge and endless traced epilogues ------------------------------------------------------------------
+
+BIG_EPILOGUE = textwrap.dedent("""\
+    import resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))       # 3 GiB of address space at most
+    from xegemm import ops
+    from xegemm.config import config_from_text
+    from xegemm.kernel.render import render_kernel
+    from xegemm.plan.planner import plan
+
+    def chain(acc, bias):                      # 3 ops per step: {ops} ops
+        y = acc
+        for i in range({steps}):
+            y = ops.maximum(y * 1.0001 + bias, float(i % 97) * 0.01)
+        return y
+
+    start = time.monotonic()
+    config = config_from_text("problem: {{m: 64, n: 64, k: 64}}\\ntypes: {{a: bf16, b: bf16, acc: f32, c: f32}}\\n"
+                              "tile: {{workgroup: [32, 32, 32], subgroups: [1, 2]}}\\n"
+                              "epilogue: {{inputs: {{bias: row}}}}\\n".replace("epilogue: {{inputs: {{bias: row}}}}\\n", ""))
+    config = config.with_overrides({{"epilogue.function": chain, "epilogue.inputs": {{"bias": "row"}}}})
+    source = render_kernel(plan(config))
+    print(len(source), round(time.monotonic() - start, 1),
+          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+    """)
+
+
+def test_a_traced_epilogue_of_20000_ops_generates_in_bounded_time_and_memory(tmp_path):
+    script = tmp_path / "big.py"
+    script.write_text(BIG_EPILOGUE.format(ops=20_000, steps=20_000 // 3))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    size, seconds, rss_mib = proc.stdout.split()
+    assert int(size) > 20_000 * 10, size         # every op is in the kernel (the chain is not folded away)
+
+
+def test_an_epilogue_beyond_the_op_cap_is_refused_with_the_cap():
+    from xegemm.epilogues.errors import UnsupportedConstructError
+    from xegemm.epilogues.tracer import MAX_NODES, trace
+
+    def endless_chain(acc):
+        y = acc
+        for i in range(MAX_NODES):
+            y = y + float(i)
+        return y
+    with pytest.raises(UnsupportedConstructError, match=f"more than {MAX_NODES} distinct values"):
+        trace(endless_chain)
+
+
+def test_an_epilogue_that_loops_forever_while_traced_is_stopped_with_the_time_limit(monkeypatch):
+    import time
+
+    from xegemm.epilogues import tracer
+    from xegemm.epilogues.errors import UnsupportedConstructError
+    monkeypatch.setattr(tracer, "MAX_TRACE_S", 0.5)
+
+    def spins(acc):
+        while True:
+            pass
+    start = time.monotonic()
+    with pytest.raises(UnsupportedConstructError, match=r"spins .*still running after 0.5 s"):
+        tracer.trace(spins)
+    assert time.monotonic() - start < 30
+    assert tracer.trace(lambda acc: acc + 1.0).outputs          # the next trace is unaffected

@@ -64,6 +64,9 @@ class ElementCode:
     integer: bool
 
 
+LONGEST = 2000      # characters of one expression before it becomes a temporary: a deep chain stays linear
+
+
 def c_float(value: float) -> str:
     """An f32 constant as OpenCL C prints it (shortest digits that read back the same f32)."""
     v = np.float32(value)
@@ -99,7 +102,7 @@ def element_code(graph: Graph, names: dict[str, str] | None = None, temp: str = 
             continue
         else:
             text.append(_expression(node, [text[a] for a in node.args], integer, definitions, conversions))
-        if uses[index] > 1 and node.op not in ("input", "const"):
+        if (uses[index] > 1 or len(text[index][0]) > LONGEST) and node.op not in ("input", "const"):
             ctype = "int" if integer or node.vtype == "bool" else "float"
             statements.append(f"const {ctype} {temp}{index} = {text[index][0]};")
             text[index] = (f"{temp}{index}", CALL)
