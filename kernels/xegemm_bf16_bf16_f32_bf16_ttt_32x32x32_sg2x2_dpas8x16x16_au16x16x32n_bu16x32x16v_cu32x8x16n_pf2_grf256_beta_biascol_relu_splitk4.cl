@@ -752,7 +752,7 @@ __kernel void xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x3
 
 static inline float xe_relu(float x)
 {
-    return fmax(x, 0.0f);
+    return isnan(x) ? x : fmax(x, 0.0f);
 }
 
 /* xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x32n_bu16x32x16v_cu32x8x16n_pf2_grf256_beta_biascol_relu_splitk4_reduce: D = epilogue(sum of the 4 partial sums of xegemm_bf16_bf16_f32_bf16_ttt_32x32x32_sg2x2_dpas8x16x16_au16x16x32n_bu16x32x16v_cu32x8x16n_pf2_grf256_beta_biascol_relu_splitk4) */

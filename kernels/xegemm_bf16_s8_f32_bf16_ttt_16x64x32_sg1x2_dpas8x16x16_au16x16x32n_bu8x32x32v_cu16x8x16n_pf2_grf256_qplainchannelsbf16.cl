@@ -628,7 +628,8 @@ static inline float xe_round_to_odd(float p, float e)
 static inline float xe_round_once(float x, float s)
 {
     const float p = x * s;
-    return as_float((uint)xe_f32_to_bf16_rne(xe_round_to_odd(p, fma(x, s, -p))) << 16);
+    const float e = isfinite(p) ? fma(x, s, -p) : 0.0f;    /* a NaN or an infinity as it is (its error is NaN) */
+    return as_float((uint)xe_f32_to_bf16_rne(xe_round_to_odd(p, e)) << 16);
 }
 
 /* B's value: w = round_to_bf16((q - z) * s) (no zero point) */

@@ -679,7 +679,7 @@ static inline ushort xe_f32_to_bf16_rne(float f)
 static inline float xe_q_code(uint unit, uint j)
 {
     const uint x = (unit >> (8u * j)) & 0xffu;
-    return ((x & 0x80u) ? -1.0f : 1.0f) * (((x >> 3) & 15u) ? ldexp((float)(8u + (x & 7u)), (int)((x >> 3) & 15u) - 10) : ldexp((float)(x & 7u), -9));
+    return (((x & 0x7fu) == 0x7fu) ? as_float(0x7fc00000u) : ((x & 0x80u) ? -1.0f : 1.0f) * (((x >> 3) & 15u) ? ldexp((float)(8u + (x & 7u)), (int)((x >> 3) & 15u) - 10) : ldexp((float)(x & 7u), -9)));
 }
 
 /* p + e (the exact value, e its f32 rounding error) made round-to-odd in f32: an inexact p truncated toward zero
@@ -700,7 +700,8 @@ static inline float xe_round_to_odd(float p, float e)
 static inline float xe_round_once(float x, float s)
 {
     const float p = x * s;
-    return as_float((uint)xe_f32_to_bf16_rne(xe_round_to_odd(p, fma(x, s, -p))) << 16);
+    const float e = isfinite(p) ? fma(x, s, -p) : 0.0f;    /* a NaN or an infinity as it is (its error is NaN) */
+    return as_float((uint)xe_f32_to_bf16_rne(xe_round_to_odd(p, e)) << 16);
 }
 
 /* B's value: w = round_to_bf16((q - z) * s) (no zero point) */
@@ -713,7 +714,7 @@ static inline float xe_dequant_b(float q, float s)
 static inline float xe_qa_code(uint unit, uint j)
 {
     const uint x = (unit >> (8u * j)) & 0xffu;
-    return ((x & 0x80u) ? -1.0f : 1.0f) * (((x >> 3) & 15u) ? ldexp((float)(8u + (x & 7u)), (int)((x >> 3) & 15u) - 10) : ldexp((float)(x & 7u), -9));
+    return (((x & 0x7fu) == 0x7fu) ? as_float(0x7fc00000u) : ((x & 0x80u) ? -1.0f : 1.0f) * (((x >> 3) & 15u) ? ldexp((float)(8u + (x & 7u)), (int)((x >> 3) & 15u) - 10) : ldexp((float)(x & 7u), -9)));
 }
 
 /* a dequantized A value (already bf16) as the 16 bits of the DPAS's A operand */

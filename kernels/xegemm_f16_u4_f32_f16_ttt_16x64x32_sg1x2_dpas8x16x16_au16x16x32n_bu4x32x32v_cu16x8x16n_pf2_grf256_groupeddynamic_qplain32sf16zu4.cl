@@ -618,7 +618,8 @@ static inline float xe_round_to_odd(float p, float e)
 static inline float xe_round_once(float x, float s)
 {
     const float p = x * s;
-    return (float)convert_half_rte(xe_round_to_odd(p, fma(x, s, -p)));
+    const float e = isfinite(p) ? fma(x, s, -p) : 0.0f;    /* a NaN or an infinity as it is (its error is NaN) */
+    return (float)convert_half_rte(xe_round_to_odd(p, e));
 }
 
 /* B's value: w = round_to_f16((q - z) * s) */

@@ -166,6 +166,14 @@ def session(sycl_device):
     return DeviceSession(sycl_device)
 
 
+@pytest.fixture
+def code_allowed(monkeypatch):
+    """The user's consent to import the Python functions a config names (tests/epilogue_examples.py, on the Python
+    path), as XEGEMM_ALLOW_CODE=1 gives it for a run; the refusal without it is tests/test_hostile_surfaces.py's.
+    Test files whose configs name functions use it for every test (pytestmark)."""
+    monkeypatch.setenv("XEGEMM_ALLOW_CODE", "1")
+
+
 @pytest.fixture(scope="module")
 def queue(sycl_device):
     """An in-order queue on the default device, without event profiling (the atom tests time nothing)."""

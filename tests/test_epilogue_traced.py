@@ -12,6 +12,9 @@ from xegemm.plan.planner import PlanRejected, plan
 from xegemm.jobs.pipeline import build_config as build_pvc
 from xegemm.kernel.render import render_kernel
 
+
+pytestmark = pytest.mark.usefixtures("code_allowed")
+
 BASE = """\
 problem: {{m: 64, n: 64, k: 64}}
 types: {{a: bf16, b: bf16, acc: f32, c: bf16}}
@@ -52,7 +55,7 @@ def test_named_inputs_and_outputs_are_kernel_arguments():
     ("{inputs: {bias: row}}", "epilogue.inputs: belongs to a traced epilogue"),
     ('{function: "epilogue_examples:gated"}', "input 'up' has no kind"),
     ('{function: "epilogue_examples"}', 'expected "package.module:function_name"'),
-    ('{function: "epilogue_examples:bias_gelu", inputs: {bias: diagonal}}', "input bias: expected one of row"),
+    ('{function: "epilogue_examples:bias_gelu", inputs: {bias: diagonal}}', "input bias: expected one of scalar, row, col, matrix"),
 ])
 def test_a_bad_traced_epilogue_is_a_config_error(epilogue, message):
     with pytest.raises(ConfigError, match="epilogue") as err:

@@ -23,7 +23,9 @@ from xegemm.epilogues.reference import mismatches, reference
 from xegemm.errors import XegemmError
 from xegemm.jobs.pipeline import run_variant
 
-pytestmark = pytest.mark.device
+
+
+pytestmark = [pytest.mark.device, pytest.mark.usefixtures("code_allowed")]
 
 SHAPE = """\
 problem: {{m: 37, n: {n}, k: 40, batch: 2}}

@@ -312,7 +312,7 @@ def cmd_export(args) -> int:
     from xegemm.export import export as export_kernels
     manifest = export_kernels(args.source, args.out, tuple(args.target or ["cpu"]), progress=sys.stderr)
     print(f"wrote {len(manifest['kernels'])} kernel(s) to {args.out} (manifest.json, xegemm_kernels.h, example.c, "
-          f"Makefile); run them with: make -C {args.out} run")
+          f"Makefile); run them with: make -C {shlex.quote(str(args.out))} run")
     return 0
 
 
@@ -320,6 +320,16 @@ def cmd_support(args) -> int:
     from xegemm.jobs.support import markdown as support_markdown
     print(support_markdown(), end="")
     return 0
+
+
+def _code_options(p) -> None:
+    """--allow-code and --code-path: consent for a config's ``epilogue.function`` (docs/epilogues.md)."""
+    p.add_argument("--allow-code", action="store_true",
+                   help="a config may name a Python function (epilogue.function): import it from the installed "
+                        "environment or a --code-path folder (never from the config's folder); also "
+                        "XEGEMM_ALLOW_CODE=1")
+    p.add_argument("--code-path", action="append", metavar="DIR",
+                   help="with --allow-code: a folder a config's function may be imported from (repeatable)")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -369,6 +379,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--capabilities", help="compiler capabilities of the native lowering: igc-1.0.12504, "
                        "cl_intel_subgroup_2d_block_io or a .json file (default: $XEGEMM_COMPILER_CAPABILITIES, else "
                        "probe ocloc)")
+        _code_options(p)
         p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("build", help="compile every variant ahead of time with ocloc for a real Xe GPU and "
@@ -386,6 +397,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help="native (OpenCL C with the Xe builtins) or coopmat (SPIR-V cooperative matrices, built "
                             "by the current compiler: make ocloc-current)")
         p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
+        _code_options(p)
         p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("run", help="generate, build, verify and profile a config's variants; write a report")
@@ -405,6 +417,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
         p.add_argument("--run-timeout", type=_seconds, metavar="S",
                        help="seconds one variant's verification and timing may take (default: from the problem size)")
+        _code_options(p)
         p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="a report of one or more run, tune or build directories (or tuning study "
@@ -419,6 +432,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help="the baseline (run A): show the results against it per common variant")
         p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")
         p.add_argument("--format", choices=FORMATS, help="html (default), csv, json or md")
+        _code_options(p)
         p.set_defaults(func=cmd_report)
     p = sub.add_parser("tune", help="search a config's sweep for the fastest kernel per shape (Optuna study, "
                                     "resumable, shared by workers); write best.yaml, best.json, trials.csv")
@@ -466,6 +480,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             f"(0 or 1: off; default {LEADERS})")
         p.add_argument("--leader-time", type=_seconds, default=BUDGET_S, metavar="S",
                        help=f"seconds the leaders' re-timing may take per shape (default {BUDGET_S:.0f})")
+        _code_options(p)
         p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("export", help="write kernels a C/C++/SYCL program can launch: sources, ocloc binaries, "
@@ -476,6 +491,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--target", action="append", choices=("cpu", "pvc", "dg2"),
                        help="cpu (OpenCL C for any OpenCL device; the default), pvc or dg2 (also ocloc binaries); "
                             "repeatable")
+        _code_options(p)
         p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("support", help="the supported matrix (layouts x types x epilogues x targets) as Markdown, "
@@ -523,6 +539,12 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args) -> int:
     """Run the command; every way it can end becomes an exit code and at most one line on stderr."""
     try:
+        if getattr(args, "code_path", None) and not args.allow_code:
+            raise XegemmError("--code-path DIR is where an allowed config's function is imported from; it needs "
+                              "--allow-code")
+        if getattr(args, "allow_code", False):     # before anything reads a config; workers inherit it
+            from xegemm.epilogues.config import allow_code_for_process
+            allow_code_for_process(args.code_path or ())
         return args.func(args)
     except XegemmError as exc:
         if hasattr(exc, "exit_code"):            # an interrupted run or study (RunInterrupted): no "error:"

@@ -127,7 +127,7 @@ static inline uint8 xe_put_float8_into_uint8(uint8 v, int o, float8 f)
 
 static inline float xe_relu(float x)
 {
-    return fmax(x, 0.0f);
+    return isnan(x) ? x : fmax(x, 0.0f);
 }
 
 #ifndef XE_F32_TO_BF16_RNE

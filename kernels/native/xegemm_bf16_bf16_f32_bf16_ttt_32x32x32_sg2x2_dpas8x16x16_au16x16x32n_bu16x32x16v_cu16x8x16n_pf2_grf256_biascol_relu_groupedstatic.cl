@@ -91,7 +91,7 @@ static inline int8 xe_take_int8_from_uint16(uint16 v, int o)
 
 static inline float xe_relu(float x)
 {
-    return fmax(x, 0.0f);
+    return isnan(x) ? x : fmax(x, 0.0f);
 }
 
 #ifndef XE_F32_TO_BF16_RNE

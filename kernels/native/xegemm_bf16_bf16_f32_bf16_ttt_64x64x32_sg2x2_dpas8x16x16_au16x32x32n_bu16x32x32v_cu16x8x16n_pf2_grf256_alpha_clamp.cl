@@ -85,7 +85,7 @@ static inline int8 xe_take_int8_from_uint32(uint32 v, int o)
 
 static inline float xe_clamp(float x, float lo, float hi)
 {
-    return fmin(fmax(x, lo), hi);
+    return isnan(x) ? x : fmin(fmax(x, lo), hi);
 }
 
 #ifndef XE_F32_TO_BF16_RNE

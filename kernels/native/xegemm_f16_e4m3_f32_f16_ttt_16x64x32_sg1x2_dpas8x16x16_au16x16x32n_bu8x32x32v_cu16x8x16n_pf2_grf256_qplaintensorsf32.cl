@@ -123,7 +123,7 @@ static inline ushort xe_f32_to_bf16_rne(float f)
 static inline float xe_q_code(uint unit, uint j)
 {
     const uint x = (unit >> (8u * j)) & 0xffu;
-    return ((x & 0x80u) ? -1.0f : 1.0f) * (((x >> 3) & 15u) ? ldexp((float)(8u + (x & 7u)), (int)((x >> 3) & 15u) - 10) : ldexp((float)(x & 7u), -9));
+    return (((x & 0x7fu) == 0x7fu) ? as_float(0x7fc00000u) : ((x & 0x80u) ? -1.0f : 1.0f) * (((x >> 3) & 15u) ? ldexp((float)(8u + (x & 7u)), (int)((x >> 3) & 15u) - 10) : ldexp((float)(x & 7u), -9)));
 }
 
 /* p + e (the exact value, e its f32 rounding error) made round-to-odd in f32: an inexact p truncated toward zero
@@ -144,7 +144,8 @@ static inline float xe_round_to_odd(float p, float e)
 static inline float xe_round_once(float x, float s)
 {
     const float p = x * s;
-    return (float)convert_half_rte(xe_round_to_odd(p, fma(x, s, -p)));
+    const float e = isfinite(p) ? fma(x, s, -p) : 0.0f;    /* a NaN or an infinity as it is (its error is NaN) */
+    return (float)convert_half_rte(xe_round_to_odd(p, e));
 }
 
 /* B's value: w = round_to_f16((q - z) * s) (no zero point) */

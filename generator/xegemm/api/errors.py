@@ -3,6 +3,10 @@
 Every class is an :class:`xegemm.errors.XegemmError` (so the command line prints one line) and the builtin
 exception a Python caller would expect (ValueError, TypeError)."""
 
+import numbers
+
+import numpy as np
+
 from xegemm.errors import XegemmError
 
 
@@ -36,3 +40,24 @@ class DeviceMemoryError(CallError, MemoryError):
 
 class NoKernelError(CallError, ValueError):
     """No loaded variant can run the call (the message says why each could not)."""
+
+
+class ScalarError(CallError, TypeError):
+    """alpha or beta is not a real number."""
+
+
+def scalar(name: str, value, default: float) -> float:
+    """A call's ``alpha`` or ``beta`` as a float (``default``, the config's, when None)."""
+    if value is None:
+        return default
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ScalarError(f"{name} = {value!r:.60}: expected a real number (int or float)")
+    return float(value)
+
+
+def check_sizes(m: int, n: int, k: int, batch: int, shapes: str) -> None:
+    """A call whose arrays have M, N, K or the batch 0 is refused with the arrays' shapes (``shapes``)."""
+    empty = [name for name, size in zip(("M", "N", "K", "batch"), (m, n, k, batch)) if size == 0]
+    if empty:
+        raise ShapeMismatchError(f"{shapes}: the call's arrays have {' and '.join(f'{e} = 0' for e in empty)}; "
+                                 "every size of a GEMM call must be positive (there is nothing to compute)")

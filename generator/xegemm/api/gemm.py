@@ -17,6 +17,7 @@ is touched (:mod:`xegemm.api.errors`), and arguments are bound through
 
 from __future__ import annotations
 
+import os
 from xegemm.api.dispatch import Candidate, Choice, Dispatcher, Request, candidates
 from xegemm.api.kinds import LastKernel, Programs, select_kinds
 from xegemm.config.sources import load_source
@@ -27,17 +28,27 @@ from xegemm.runtime.spirv import prepare_environment
 from xegemm.quant import operand_spec
 from xegemm.runtime.devices import describe, select_sycl_device
 from xegemm.runtime.program import make_queue
+from xegemm.epilogues.config import allowing_code
 
 
-def load(source, *, device=None, epilogue=None, lowering: str | None = None) -> Gemm:
+def load(source, *, device=None, epilogue=None, lowering: str | None = None, allow_code=False, code_path=()) -> Gemm:
     """A callable GEMM from a config file, a tune output directory (its best.yaml and best.json) or a Config,
     on ``device`` (a dpctl filter string, a dpctl device, or None for xegemm's default device); ``epilogue``: a
     Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md);
     ``lowering``: portable, native or coopmat instead of the device's own (coopmat: B is VNNI-packed on the
-    host at each call; the CPU runtime needs its AMX target, set here when the runtime has not started yet)."""
+    host at each call; the CPU runtime needs its AMX target, set here when the runtime has not started yet).
+    ``allow_code``: the config may name a Python function (``epilogue.function``), imported from the installed
+    environment or a folder of ``code_path`` (a path or a list of them), never from the config's folder."""
     if lowering is not None and Lowering(lowering).source_kind == "spirv":
         prepare_environment()
-    config, best, label = load_source(source)
+    if allow_code:
+        with allowing_code([code_path] if isinstance(code_path, (str, os.PathLike)) else code_path):
+            config, best, label = load_source(source)
+    elif code_path:
+        raise XegemmError("xegemm.load: code_path= is where an allowed config's function is imported from; "
+                          "it needs allow_code=True")
+    else:
+        config, best, label = load_source(source)
     if epilogue is not None:
         config = config.with_overrides({"epilogue.function": epilogue})
     return Gemm(candidates(config, best), device=device, label=label, lowering=lowering)

@@ -37,6 +37,7 @@ from xegemm.config.sections import (
 )
 from xegemm.grouped.problem import config_conflict
 from xegemm.epilogues.config import config_violations as traced_epilogue_violations
+from xegemm.epilogues.config import swept_violations as swept_epilogue_violations
 from xegemm.quant import config_violations as quant_violations
 
 KeyPath = tuple[Any, ...]
@@ -210,8 +211,9 @@ class _Reader:
                             conflict)
             for key, message in quant_violations(assemble(values, sweep, constraints, self.source)):
                 self.report(tuple(key.split(".")), message)
-            for key, message in traced_epilogue_violations(assemble(values, sweep, constraints, self.source)):
-                self.report(tuple(key.split(".")), message)
+            assembled = assemble(values, sweep, constraints, self.source)
+            for key, message in traced_epilogue_violations(assembled) + swept_epilogue_violations(assembled):
+                self.report(tuple(int(part) if part.isdigit() else part for part in key.split(".")), message)
         if self.issues:
             return None
         return assemble(values, sweep, constraints, self.source)

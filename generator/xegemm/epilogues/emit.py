@@ -26,6 +26,7 @@ from xegemm.epilogues.outputs import load_float, storage_ctype, store_float, sto
 from xegemm.epilogues.graph import Graph
 from xegemm.epilogues.registry import (
     CALL,
+    HELPERS,
     OPS,
     REDUCTIONS,
     TERNARY,
@@ -63,6 +64,9 @@ class ElementCode:
     integer: bool
 
 
+LONGEST = 2000      # characters of one expression before it becomes a temporary: a deep chain stays linear
+
+
 def c_float(value: float) -> str:
     """An f32 constant as OpenCL C prints it (shortest digits that read back the same f32)."""
     v = np.float32(value)
@@ -98,7 +102,7 @@ def element_code(graph: Graph, names: dict[str, str] | None = None, temp: str = 
             continue
         else:
             text.append(_expression(node, [text[a] for a in node.args], integer, definitions, conversions))
-        if uses[index] > 1 and node.op not in ("input", "const"):
+        if (uses[index] > 1 or len(text[index][0]) > LONGEST) and node.op not in ("input", "const"):
             ctype = "int" if integer or node.vtype == "bool" else "float"
             statements.append(f"const {ctype} {temp}{index} = {text[index][0]};")
             text[index] = (f"{temp}{index}", CALL)
@@ -134,6 +138,8 @@ def _expression(node, operands, integer: bool, definitions: dict, conversions: l
         if integer:
             return a.call(operands[0][0], integer=True), CALL
         return f"xe_{a.name}({', '.join(t for t, _ in operands)})", CALL
+    if node.op in HELPERS:
+        definitions.setdefault(node.op, HELPERS[node.op])
     if node.op == "cast":
         _conversion(node.attr, conversions)
         return load_float(node.attr, store_float(node.attr, operands[0][0])), UNARY

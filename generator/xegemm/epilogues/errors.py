@@ -8,6 +8,8 @@ frame outside this package.
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -77,7 +79,12 @@ def _ours(filename: str) -> bool:
 
 def _short(filename: str) -> str:
     """A file name relative to the working directory when it lies below it."""
+    return _relative(filename, os.getcwd())
+
+
+@functools.lru_cache(maxsize=1024)
+def _relative(filename: str, cwd: str) -> str:    # once per file: a trace records a site per node
     try:
-        return str(Path(filename).resolve().relative_to(Path.cwd()))
+        return str(Path(filename).resolve().relative_to(cwd))
     except ValueError:
         return filename

@@ -56,12 +56,12 @@ def _apply(op: str, *args):
 
 
 def maximum(a, b):
-    """The larger of a and b, per element (fmax)."""
+    """The larger of a and b, per element; NaN where either is NaN (numpy.maximum)."""
     return _apply("maximum", a, b)
 
 
 def minimum(a, b):
-    """The smaller of a and b, per element (fmin)."""
+    """The smaller of a and b, per element; NaN where either is NaN (numpy.minimum)."""
     return _apply("minimum", a, b)
 
 

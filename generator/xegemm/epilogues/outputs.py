@@ -36,9 +36,9 @@ def storage_ctype(type_name: str) -> str:
 
 def round_to(out: DType, values: np.ndarray) -> np.ndarray:
     """``values`` (float64) as ``out`` stores them: round to nearest even; integers saturate."""
-    if out.is_int:
+    if out.is_int:               # OpenCL C's saturating conversions: NaN -> 0, infinities saturate
         lo, hi = out.value_range
-        return np.clip(np.rint(values), lo, hi)
+        return np.clip(np.nan_to_num(np.rint(values), nan=0.0, posinf=hi, neginf=lo), lo, hi)
     with np.errstate(over="ignore", invalid="ignore"):
         return out.round(values)
 

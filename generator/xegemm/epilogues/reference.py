@@ -136,10 +136,11 @@ def reference(graph: Graph, acc: np.ndarray, acc_tol=0.0, inputs: dict | None = 
     bounds = {}
     for o in graph.outputs:
         y, t = values[o.node]
-        t = t + TINY
-        node = graph.nodes[o.node]
-        target = dtype(o.type)
-        ends = [_round_to(target, v) for v in (y, y - t, y + t)]
+        with np.errstate(all="ignore"):     # a NaN or an infinity is what the device must give: exactly that
+            t = np.where(np.isfinite(y), t + TINY, 0.0)
+            node = graph.nodes[o.node]
+            target = dtype(o.type)
+            ends = [_round_to(target, v) for v in (y, y - t, y + t)]
         if node.op in REDUCTIONS:
             ends = [np.reshape(e, (shape[0], -1)) if node.kind != "scalar" else np.reshape(e, (shape[0],))
                     for e in ends]
@@ -154,4 +155,11 @@ def mismatches(bounds: Bounds, got: np.ndarray) -> int:
     got = np.asarray(got, dtype=np.float64)
     if got.shape != bounds.expected.shape:
         return max(got.size, bounds.expected.size)
-    return int(np.count_nonzero(~((got >= bounds.low) & (got <= bounds.high))))
+    return int(np.count_nonzero(~within(bounds, got)))
+
+
+def within(bounds: Bounds, got: np.ndarray) -> np.ndarray:
+    """Per element, whether ``got`` lies in [low, high]; a NaN passes only where the reference is NaN (as numpy
+    computes it: a NaN operand propagates), an infinity only where the bounds reach it."""
+    with np.errstate(invalid="ignore"):
+        return ((got >= bounds.low) & (got <= bounds.high)) | (np.isnan(got) & np.isnan(bounds.expected))

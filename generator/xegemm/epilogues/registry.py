@@ -74,8 +74,10 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 # GELU and SiLU slopes: max of d/dx x Phi(x) = 1.1289 (x = sqrt(2)), of d/dx x sigmoid(x) = 1.0998 (x = 2.3994)
 ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
     Activation("none", "x", lambda x, lo, hi: x, 1.0, 0.0, "x"),
-    Activation("relu", "fmax(x, 0.0f)", lambda x, lo, hi: np.maximum(x, 0.0), 1.0, 0.0, "max(x, 0)"),
-    Activation("clamp", "fmin(fmax(x, lo), hi)", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), 1.0, 0.0),
+    # NaN propagates as numpy's maximum and minimum propagate it (fmax and fmin would return the other operand)
+    Activation("relu", "isnan(x) ? x : fmax(x, 0.0f)", lambda x, lo, hi: np.maximum(x, 0.0), 1.0, 0.0, "max(x, 0)"),
+    Activation("clamp", "isnan(x) ? x : fmin(fmax(x, lo), hi)",
+               lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), 1.0, 0.0),
     Activation("gelu_tanh", "0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)))",
                lambda x, lo, hi: 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))), 1.13, 64.0),
     Activation("gelu_erf", "0.5f * x * (1.0f + erf(x * 0.7071067812f))",
@@ -97,6 +99,11 @@ def _hardswish(x, lo=None, hi=None):
 # fixed activations count them: exp 3 ulp, the adds and the divide, in units of u_f32 (|y| + 1), generously.
 SIGMOID = Activation("sigmoid", "1.0f / (1.0f + exp(-x))", _sigmoid, 0.25, 32.0)
 HARDSWISH = Activation("hardswish", "x * fmin(fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f", _hardswish, 1.5, 16.0)
+
+
+# numpy's maximum and minimum: NaN if either operand is NaN (OpenCL C's fmax and fmin return the other operand)
+HELPERS = {name: f"static inline float xe_{name}(float a, float b)\n{{\n    return isnan(a) || isnan(b) ? a + b : "
+                 f"{fn}(a, b);\n}}\n" for name, fn in (("maximum", "fmax"), ("minimum", "fmin"))}
 
 
 @dataclass(frozen=True)
@@ -151,8 +158,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("div", 2, _quiet(np.divide), "{0} / {1}", MULTIPLICATIVE, "div", 5.0),
     Op("neg", 1, np.negative, "-{0}", UNARY, "max"),
     Op("abs", 1, np.abs, "fabs({0})", CALL, "max"),
-    Op("maximum", 2, np.maximum, "fmax({0}, {1})", CALL, "max"),
-    Op("minimum", 2, np.minimum, "fmin({0}, {1})", CALL, "max"),
+    Op("maximum", 2, np.maximum, "xe_maximum({0}, {1})", CALL, "max"),
+    Op("minimum", 2, np.minimum, "xe_minimum({0}, {1})", CALL, "max"),
     _compare("lt", "<", np.less, RELATIONAL), _compare("le", "<=", np.less_equal, RELATIONAL),
     _compare("gt", ">", np.greater, RELATIONAL), _compare("ge", ">=", np.greater_equal, RELATIONAL),
     _compare("eq", "==", np.equal, EQUALITY), _compare("ne", "!=", np.not_equal, EQUALITY),
@@ -185,7 +192,8 @@ class Reduction:
         return "0.0f" if self.combine == "sum" else "-INFINITY"
 
     def c_combine(self, a: str, b: str) -> str:
-        return f"{a} + {b}" if self.combine == "sum" else f"fmax({a}, {b})"
+        """C of the combination; a maximum keeps a NaN, as numpy's max does."""
+        return f"{a} + {b}" if self.combine == "sum" else f"(isnan({a}) || isnan({b}) ? {a} + {b} : fmax({a}, {b}))"
 
     def numpy(self, x: np.ndarray) -> np.ndarray:
         """Over an (M, N) or (batch, M, N) float64 array, keeping the reduced axes (length 1)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import keyword
+import ctypes
 import numbers
 import threading
 
@@ -46,6 +47,8 @@ from xegemm.epilogues.graph import (
 from xegemm.epilogues.registry import OPS, REDUCTIONS
 
 MAX_POWER = 4     # x ** n for a constant n in 1..MAX_POWER is traced as multiplications
+MAX_NODES = 100_000   # distinct values (ops and constants) one epilogue may compute
+MAX_TRACE_S = 10.0    # seconds the function may run while it is traced (it runs once, on tracer values)
 
 
 class Value:
@@ -160,6 +163,9 @@ class Tracer:
     def _add(self, op: str, args: tuple[int, ...], attr, kind: str, vtype: str = "float") -> Value:
         key = (op, args, attr)
         if key not in self._memo:
+            if len(self.nodes) >= MAX_NODES:
+                raise self.error(UnsupportedConstructError, f"the epilogue computes more than {MAX_NODES} distinct "
+                                 "values; an epilogue stage that large would not fit a kernel (split the work)")
             self._memo[key] = len(self.nodes)
             self.nodes.append(Node(op, args, attr, kind, vtype, user_site()))
         return Value(self, self._memo[key])
@@ -352,9 +358,13 @@ def _trace(fn, tracer: Tracer, params, inputs: dict, outputs: dict, out: str, ac
         args[p] = tracer.input(p, declared[-1].kind)
 
     try:
-        result = fn(**args)
+        result = _within_time(fn, args)
     except EpilogueError:
         raise
+    except _TraceTimeout:
+        raise UnsupportedConstructError(name, site, f"still running after {MAX_TRACE_S:g} s while it was traced "
+                                        "(a loop that never ends?); an epilogue is traced once, in well under a "
+                                        "second") from None
     except Exception as exc:  # noqa: BLE001 -- what the user's code raised while tracing: said with its line
         raise UnsupportedConstructError(name, traceback_site(exc), f"raised {type(exc).__name__}: {exc} "
                                         "(while tracing: every parameter is a traced tensor)") from None
@@ -392,6 +402,41 @@ def _trace(fn, tracer: Tracer, params, inputs: dict, outputs: dict, out: str, ac
     nodes, inputs_used = _compact(tracer.nodes, used, outs)
     read = {n.attr for n in nodes if n.op == "input"}
     return Graph(name, acc, tuple(i for i in declared if i.name in read), nodes, inputs_used, site)
+
+
+class _TraceTimeout(BaseException):
+    """Raised inside the traced function when it overruns MAX_TRACE_S (a BaseException: its own ``except
+    Exception`` cannot swallow it)."""
+
+
+def _within_time(fn, args: dict):
+    """``fn(**args)``, stopped after MAX_TRACE_S: a timer raises :class:`_TraceTimeout` in this thread (CPython's
+    asynchronous exception, delivered between bytecodes: a Python loop stops, a single C call that never returns
+    does not).  Costs nothing while the function runs."""
+    thread, state = threading.get_ident(), {"done": False, "raised": False}
+    lock = threading.Lock()
+    set_async = ctypes.pythonapi.PyThreadState_SetAsyncExc      # (thread id, exception class or NULL: withdraw)
+
+    def overrun():
+        with lock:
+            if not state["done"]:
+                state["raised"] = True
+                set_async(ctypes.c_ulong(thread), ctypes.py_object(_TraceTimeout))
+
+    timer = threading.Timer(MAX_TRACE_S, overrun)
+    timer.daemon = True
+    timer.start()
+    try:
+        result = fn(**args)
+    finally:
+        with lock:
+            state["done"] = True
+            timer.cancel()
+            if state["raised"]:
+                set_async(ctypes.c_ulong(thread), None)    # a timeout not yet delivered: withdrawn
+    if state["raised"]:
+        raise _TraceTimeout
+    return result
 
 
 def _returned(tracer: Tracer, result, site) -> dict[str, int]:

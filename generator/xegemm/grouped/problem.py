@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, islice
+
+import numpy as np
 
 from xegemm.errors import XegemmError
 
@@ -28,6 +30,24 @@ def parse_group(text: str) -> tuple[int, int, int]:
     if not match:
         raise GroupedProblemError(f"'{text}' is not a group; write MxNxK, e.g. 100x256x128 (M may be 0)")
     return tuple(int(v) for v in match.groups())
+
+
+MAX_GROUPS = 2**17      # groups (or experts) of one grouped call: the table is built on the host, per group
+
+
+def _at_most(items, what: str) -> list:
+    """``items`` as a list, refused before it is listed past MAX_GROUPS."""
+    if isinstance(items, (str, bytes)):
+        raise GroupedProblemError(f"the {what} are {type(items).__name__} {items[:40]!r}: expected a list of them")
+    try:
+        listed = list(islice(items, MAX_GROUPS + 1))
+    except TypeError:
+        raise GroupedProblemError(f"the {what}: expected a list, found {type(items).__name__} {items!r:.40}") from None
+    if len(listed) > MAX_GROUPS:
+        count = f"{len(items)}" if hasattr(items, "__len__") else f"more than {MAX_GROUPS}"
+        raise GroupedProblemError(f"{count} {what}: a grouped call takes at most {MAX_GROUPS} (2^17); split it "
+                                  "into several calls")
+    return listed
 
 
 def _size(value, what: str) -> int:
@@ -68,7 +88,7 @@ class GroupedProblem:
     def of(cls, shapes) -> GroupedProblem:
         """From (m, n, k) triples, ``{m, n, k}`` mappings, ``"MxNxK"`` labels or GroupShapes; raises GroupedProblemError."""
         groups = []
-        for index, shape in enumerate(shapes):
+        for index, shape in enumerate(_at_most(shapes, "groups")):
             if isinstance(shape, dict):
                 if set(shape) != {"m", "n", "k"}:
                     raise GroupedProblemError(f"group {index}: expected keys m, n, k, found {sorted(shape)}")
@@ -96,7 +116,7 @@ class GroupedProblem:
     def moe(cls, rows_per_expert, n: int, k: int, tokens: int | None = None) -> GroupedProblem:
         """The MoE form: expert e multiplies its ``rows_per_expert[e]`` rows of the T x K activations by its
         K x N weights.  ``tokens`` (T, A's rows) must equal the rows' sum when given."""
-        rows = [_size(r, f"rows_per_expert[{e}]") for e, r in enumerate(rows_per_expert)]
+        rows = [_size(r, f"rows_per_expert[{e}]") for e, r in enumerate(_at_most(rows_per_expert, "experts"))]
         if not rows:
             raise GroupedProblemError("rows_per_expert is empty; an MoE problem needs at least one expert")
         _size(n, "n")
@@ -170,10 +190,21 @@ def moe_from_operands(a_shape, b_shape, rows_per_expert, b_layout: str = "row") 
     if a_shape[1] != k:
         raise GroupedProblemError(f"A has K = {a_shape[1]} but B ({b_layout}-major, shape {tuple(b_shape)}) has "
                                   f"K = {k}")
-    if len(rows_per_expert) != experts:
-        raise GroupedProblemError(f"rows_per_expert has {len(rows_per_expert)} entries but B holds {experts} "
-                                  "experts")
-    return GroupedProblem.moe([int(r) for r in rows_per_expert], n, k, tokens=a_shape[0])
+    rows = _at_most(rows_per_expert, "experts (rows_per_expert)")
+    if len(rows) != experts:
+        raise GroupedProblemError(f"rows_per_expert has {len(rows)} entries but B holds {experts} experts")
+    return GroupedProblem.moe([_row_count(r, e) for e, r in enumerate(rows)], n, k, tokens=a_shape[0])
+
+
+def _row_count(value, expert: int) -> int:
+    """One entry of rows_per_expert: a non-negative integer (a numpy integer too), never a string, a fraction, a
+    negative count or NaN."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise GroupedProblemError(f"rows_per_expert[{expert}] = {value!r}: expected a number of rows (a "
+                                  "non-negative integer)")
+    if value < 0:
+        raise GroupedProblemError(f"rows_per_expert[{expert}] = {value}: a number of rows cannot be negative")
+    return int(value)
 
 
 def grouped_from_operands(a_shapes, b_shapes) -> GroupedProblem:

@@ -15,6 +15,8 @@ https://github.com/intel/sycl-tla/pull/790); :func:`problem_table` refuses such 
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 from xegemm.library.formula import evaluate
@@ -28,21 +30,32 @@ TILES = (("tiles_m", "(M + BM - 1) / BM"), ("tiles_n", "(N + BN - 1) / BN"), ("t
 MAX_TILES = 2**31 - 1          # the scheduler's tile index is a C int (and atomic_inc's counter)
 
 
+def _sizes(problem: GroupedProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The groups' M, N and K as int64 arrays."""
+    mnk = np.array([(g.m, g.n, g.k) for g in problem.groups], np.int64).reshape(-1, 3)
+    return mnk[:, 0], mnk[:, 1], mnk[:, 2]
+
+
+def tile_counts(problem: GroupedProblem, workgroup) -> dict[str, np.ndarray]:
+    """Per group (arrays): tiles_m, tiles_n, tiles (0 for an empty group), by the TILES formula evaluated on
+    every group at once (linear in the groups)."""
+    m, n, _ = _sizes(problem)
+    return evaluate(TILES, {"M": m, "N": n, "BM": int(workgroup[0]), "BN": int(workgroup[1])})
+
+
 def group_tiles(problem: GroupedProblem, workgroup) -> list[dict[str, int]]:
     """Per group: tiles_m, tiles_n, tiles (0 for an empty group), by the TILES formula."""
-    bm, bn = workgroup[0], workgroup[1]
-    return [evaluate(TILES, {"M": g.m, "N": g.n, "BM": bm, "BN": bn}) for g in problem.groups]
+    counts = tile_counts(problem, workgroup)
+    return [{"tiles_m": int(tm), "tiles_n": int(tn), "tiles": int(t)}
+            for tm, tn, t in zip(counts["tiles_m"], counts["tiles_n"], counts["tiles"])]
 
 
 def tile_begins(problem: GroupedProblem, workgroup) -> list[int]:
     """The exclusive prefix sum of the groups' tile counts, length groups + 1 (the last: all tiles)."""
-    begins = [0]
-    for counts in group_tiles(problem, workgroup):
-        begins.append(begins[-1] + counts["tiles"])
-    return begins
+    return [0, *np.cumsum(tile_counts(problem, workgroup)["tiles"]).tolist()]
 
 
-def _aligned(offset: int, bits: int, align_bytes: int) -> int:
+def _aligned(offset, bits: int, align_bytes: int):
     per = align_bytes * 8 // bits if bits < 8 * align_bytes else 1
     return -(-offset // per) * per
 
@@ -50,26 +63,22 @@ def _aligned(offset: int, bits: int, align_bytes: int) -> int:
 def packed_offsets(problem: GroupedProblem, bits: tuple[int, int, int], align_bytes: int = 64) -> np.ndarray:
     """Element offsets (groups x 3: A, B, D) of the groups' operands packed one after another in one buffer
     each, every group's start rounded up to ``align_bytes`` (a 2D block load's base must be 64-byte aligned,
-    docs/grouped.md); MoE: A and D rows at the expert's row offset, B at e x K x N (no padding)."""
-    offsets = np.zeros((len(problem.groups), 3), np.int64)
+    docs/grouped.md); MoE: A and D rows at the expert's row offset, B at e x K x N (no padding).  A running sum:
+    as every start is aligned, a group starts at the sum of the aligned sizes before it."""
+    m, n, k = _sizes(problem)
     if problem.experts:
-        rows = problem.row_offsets
-        for e, g in enumerate(problem.groups):
-            offsets[e] = (rows[e] * g.k, e * g.k * g.n, rows[e] * g.n)
-        return offsets
-    ends = [0, 0, 0]
-    for index, g in enumerate(problem.groups):
-        for operand, (count, b) in enumerate(zip((g.m * g.k, g.k * g.n, g.m * g.n), bits)):
-            offsets[index, operand] = _aligned(ends[operand], b, align_bytes)
-            ends[operand] = int(offsets[index, operand]) + count
-    return offsets
+        rows = np.concatenate([[0], np.cumsum(m)[:-1]])
+        return np.stack([rows * k, np.arange(len(m), dtype=np.int64) * k * n, rows * n], axis=1)
+    counts = (m * k, k * n, m * n)
+    columns = [np.concatenate([[0], np.cumsum(_aligned(c, b, align_bytes))[:-1]]) for c, b in zip(counts, bits)]
+    return np.stack(columns, axis=1).astype(np.int64)
 
 
 def bias_offsets(problem: GroupedProblem, bias: str) -> list[int]:
     """Each group's offset in the f32 bias buffer (``bias``: none, row (M_g values) or col (N_g values)), and
     the buffer's length last (MoE: per row at the expert's row offset, per column at e x N)."""
     sizes = [0 if bias == "none" else g.m if bias == "row" else g.n for g in problem.groups]
-    return [sum(sizes[:g]) for g in range(len(sizes) + 1)]
+    return [0, *accumulate(sizes)]          # a running sum: linear in the groups
 
 
 def problem_table(problem: GroupedProblem, workgroup, bits: tuple[int, int, int],
@@ -82,21 +91,22 @@ def problem_table(problem: GroupedProblem, workgroup, bits: tuple[int, int, int]
     offsets = packed_offsets(problem, bits, align_bytes) if offsets is None else np.asarray(offsets, np.int64)
     if offsets.shape != (len(problem.groups), 3):
         raise GroupedProblemError(f"offsets must be groups x 3 (A, B, D), found shape {offsets.shape}")
-    begins = tile_begins(problem, workgroup)
+    counts = tile_counts(problem, workgroup)
+    begins = np.concatenate([[0], np.cumsum(counts["tiles"])])
     if begins[-1] > MAX_TILES:
         raise GroupedProblemError(f"{problem.label} has {begins[-1]} tiles of {workgroup[0]}x{workgroup[1]}; the "
                                   f"scheduler counts at most {MAX_TILES}: choose a larger work-group tile")
-    table = np.zeros((len(problem.groups), len(FIELDS)), np.int64)
-    biases = bias_offsets(problem, bias)
-    for index, (g, counts) in enumerate(zip(problem.groups, group_tiles(problem, workgroup))):
-        for operand, (name, b) in enumerate(zip("ABD", bits)):
-            if b < 8 and (int(offsets[index, operand]) * b) % 8:
-                raise GroupedProblemError(
-                    f"group {index} ({g.label}): {name} starts at element {int(offsets[index, operand])}, inside a "
-                    f"byte of {b}-bit elements; sub-byte operands need byte-aligned groups (an even element "
-                    "count before each group, e.g. even M*K or N*K)")
-        pitches = (g.k if layouts[0] == "row" else g.m, g.n if layouts[1] == "row" else g.k,
-                   g.n if layouts[2] == "row" else g.m)
-        table[index] = (g.m, g.n, g.k, counts["tiles_m"], counts["tiles_n"], begins[index], *offsets[index],
-                        *pitches, biases[index])
+    m, n, k = _sizes(problem)
+    for operand, (name, b) in enumerate(zip("ABD", bits)):
+        inside = np.flatnonzero((offsets[:, operand] * b) % 8) if b < 8 else ()
+        if len(inside):
+            index = int(inside[0])
+            raise GroupedProblemError(
+                f"group {index} ({problem.groups[index].label}): {name} starts at element "
+                f"{int(offsets[index, operand])}, inside a byte of {b}-bit elements; sub-byte operands need "
+                "byte-aligned groups (an even element count before each group, e.g. even M*K or N*K)")
+    pitches = [k if layouts[0] == "row" else m, n if layouts[1] == "row" else k, n if layouts[2] == "row" else m]
+    table = np.stack([m, n, k, counts["tiles_m"], counts["tiles_n"], begins[:-1], offsets[:, 0], offsets[:, 1],
+                      offsets[:, 2], *pitches, np.asarray(bias_offsets(problem, bias)[:-1], np.int64)],
+                     axis=1).astype(np.int64)
     return table

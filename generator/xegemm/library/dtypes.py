@@ -270,12 +270,15 @@ C_SPELLINGS: dict[str, CSpelling] = {
     "u4": CSpelling(decode="(int)({x} & 0xfu)", decode_vector="{x} & 0xfu"),
     # FP8 weights (a dequantized B, xegemm.lowering.dequant): the byte {x} (a uint of 8 meaningful bits) -> its
     # value, exactly: sign, then (1.m) 2^(e - bias) or, for e = 0, 0.m 2^(1 - bias), as an integer significand
-    # scaled by ldexp (exact; no f32 subnormal arises).  OCP FP8 v1.0: e4m3 bias 7, e5m2 bias 15; the NaN and
-    # infinity codes are not decoded (e4m3's 0x7f reads 480, e5m2's exponent 31 as if finite).
-    "e4m3": CSpelling(decode="(({x} & 0x80u) ? -1.0f : 1.0f) * ((({x} >> 3) & 15u) ? ldexp((float)(8u + ({x} & 7u)), "
-                             "(int)(({x} >> 3) & 15u) - 10) : ldexp((float)({x} & 7u), -9))"),
-    "e5m2": CSpelling(decode="(({x} & 0x80u) ? -1.0f : 1.0f) * ((({x} >> 2) & 31u) ? ldexp((float)(4u + ({x} & 3u)), "
-                             "(int)(({x} >> 2) & 31u) - 17) : ldexp((float)({x} & 3u), -16))"),
+    # scaled by ldexp (exact; no f32 subnormal arises).  OCP FP8 v1.0: e4m3 bias 7, its codes 0x7f and 0xff are NaN
+    # (no infinity); e5m2 bias 15, exponent 31 is infinity (mantissa 0) or NaN, as ml_dtypes decodes them.
+    "e4m3": CSpelling(decode="((({x} & 0x7fu) == 0x7fu) ? as_float(0x7fc00000u) : "
+                             "(({x} & 0x80u) ? -1.0f : 1.0f) * ((({x} >> 3) & 15u) ? ldexp((float)(8u + ({x} & 7u)), "
+                             "(int)(({x} >> 3) & 15u) - 10) : ldexp((float)({x} & 7u), -9)))"),
+    "e5m2": CSpelling(decode="(((({x} >> 2) & 31u) == 31u) ? (({x} & 3u) ? as_float(0x7fc00000u) : "
+                             "as_float(({x} & 0x80u) ? 0xff800000u : 0x7f800000u)) : "
+                             "(({x} & 0x80u) ? -1.0f : 1.0f) * ((({x} >> 2) & 31u) ? ldexp((float)(4u + ({x} & 3u)), "
+                             "(int)(({x} >> 2) & 31u) - 17) : ldexp((float)({x} & 3u), -16)))"),
     # MXFP4 values and scales (OCP MX v1.0, docs/quantization.md): e2m1 (bias 1) is sign, (2 + m) 2^(e - 2) or, for
     # e = 0, m / 2 (0, 0.5, 1, 1.5, 2, 3, 4, 6); e8m0 is 2^(byte - 127) exactly (the f32 bits byte << 23; byte 0 is
     # the f32 subnormal 2^-127), 0xff is NaN.

@@ -12,6 +12,8 @@ import ast
 import operator
 import re
 
+import numpy as np
+
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv,
         ast.Mod: operator.mod}
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
@@ -27,7 +29,8 @@ def _value(node: ast.expr, env: dict[str, int]) -> int:
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
         left, right = _value(node.left, env), _value(node.right, env)
         if isinstance(node.op, (ast.Div, ast.Mod)):
-            assert left >= 0 and right > 0, "C and Python integer division differ for negative operands"
+            assert np.all(np.asarray(left) >= 0) and np.all(np.asarray(right) > 0), \
+                "C and Python integer division differ for negative operands"
         return _OPS[type(node.op)](left, right)
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
         return int(_COMPARE[type(node.ops[0])](_value(node.left, env), _value(node.comparators[0], env)))

@@ -14,7 +14,7 @@ import numpy as np
 
 from xegemm.api.checks import bias_kind, operand_types, quantized_operand_types
 from xegemm.api.dispatch import GroupedChoice
-from xegemm.api.errors import CallError, LayoutError, ShapeMismatchError
+from xegemm.api.errors import CallError, LayoutError, ShapeMismatchError, scalar
 from xegemm.api.kinds.base import CallKind, scalars
 from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
 from xegemm.api.quantized import quantized_b
@@ -115,8 +115,7 @@ class GroupedCall(CallKind):
             raise ShapeMismatchError(f"the groups mix element types {sorted(types)}; one launch takes one type of A "
                                      "and B")
         (type_a, type_b), first = types.pop(), gemm.candidates[0].config
-        alpha = first.epilogue.alpha if alpha is None else float(alpha)
-        beta = first.epilogue.beta if beta is None else float(beta)
+        alpha, beta = scalar("alpha", alpha, first.epilogue.alpha), scalar("beta", beta, first.epilogue.beta)
         kind = "none"
         for name, given in (("c_list", c_list), ("bias", bias)):
             if given is not None and len(given) != len(problem.groups):
@@ -176,15 +175,14 @@ class GroupedCall(CallKind):
                                      f"{found_b}")
         layouts_b = _common_layouts([opb], "B")
         try:
-            problem = moe_from_operands(opa.shape[1:], opb.shape, list(rows_per_expert))
+            problem = moe_from_operands(opa.shape[1:], opb.shape, rows_per_expert)
         except GroupedProblemError as exc:
             raise ShapeMismatchError(str(exc)) from None
         t_rows, n = opa.shape[1], opb.shape[2]
         type_a, type_b = operand_types(gemm.host_types, opa, opb) if gemm.quant is None else \
             quantized_operand_types(gemm.host_types, opa)
         first = gemm.candidates[0].config
-        alpha = first.epilogue.alpha if alpha is None else float(alpha)
-        beta = first.epilogue.beta if beta is None else float(beta)
+        alpha, beta = scalar("alpha", alpha, first.epilogue.alpha), scalar("beta", beta, first.epilogue.beta)
         kind, vector = "none", None
         if bias is not None:
             vector = np.ascontiguousarray(bias, np.float32)

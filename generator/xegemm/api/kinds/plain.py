@@ -14,7 +14,7 @@ import numpy as np
 
 from xegemm.api.checks import bias_kind, check_aligned, check_bias, check_output_like, dims, operand_types, shape_text
 from xegemm.api.dispatch import Choice, Request, check_memory
-from xegemm.api.errors import ShapeMismatchError
+from xegemm.api.errors import ShapeMismatchError, check_sizes, scalar
 from xegemm.api.kinds.base import CallKind, scalars
 from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
 from xegemm.errors import XegemmError
@@ -99,10 +99,10 @@ class PlainCall(CallKind):
             raise ShapeMismatchError(f"A is {dims(opa)} and B is {dims(opb)}: both must have the same batch "
                                      "(a leading dimension on both, or on neither)")
         batch, batched = ba, opa.batched
+        check_sizes(m, n, k, batch, f"A is {dims(opa)} and B is {dims(opb)}")
         type_a, type_b = self.types(opa, opb)
         first = gemm.candidates[0].config
-        alpha = first.epilogue.alpha if alpha is None else float(alpha)
-        beta = first.epilogue.beta if beta is None else float(beta)
+        alpha, beta = scalar("alpha", alpha, first.epilogue.alpha), scalar("beta", beta, first.epilogue.beta)
         kind = bias_kind(gemm.candidates, bias, m, n)
         on_device = opa.device or opb.device
         key = ("call", m, n, k, batch, type_a, type_b, opa.layouts, opb.layouts, alpha != 1.0, beta != 0.0, kind,

@@ -10,7 +10,7 @@ import numpy as np
 from xegemm.api import traced
 from xegemm.api.checks import check_output_like, dims, operand_types, shape_text
 from xegemm.api.dispatch import Request, check_memory
-from xegemm.api.errors import ShapeMismatchError
+from xegemm.api.errors import ShapeMismatchError, check_sizes
 from xegemm.api.kinds.base import CallKind, scalars
 from xegemm.api.operands import expected_dtype, host_bytes, operand
 from xegemm.errors import XegemmError
@@ -45,6 +45,7 @@ class TracedCall(CallKind):
         if opa.device or opb.device:
             raise XegemmError("a traced epilogue's call takes host (numpy) arrays")
         batch, batched = ba, opa.batched
+        check_sizes(m, n, k, batch, f"A is {dims(opa)} and B is {dims(opb)}")
         type_a, type_b = operand_types(gemm.host_types, opa, opb)
         inputs = traced.call_inputs(gemm.candidates[0].config, named, m, n)
         key = ("traced", m, n, k, batch, type_a, type_b, opa.layouts, opb.layouts, inputs)
