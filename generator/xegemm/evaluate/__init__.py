@@ -114,10 +114,11 @@ def _epilogue_param(config: Config) -> str:
 
 
 def render_variant(pv: PlannedVariant, lowering: Lowering) -> str:
-    """The OpenCL C of one planned variant (PlanRejected when the lowering cannot express it)."""
+    """The OpenCL C a device builds for one planned variant (PlanRejected when the lowering cannot express it): the
+    rendered kernel, after the emulation of its builtins when the lowering emulates them (Lowering.device_source)."""
     if pv.plan is None:
         raise XegemmError(f"variant {pv.name} was rejected: {pv.reason}")
-    return render_kernel(pv.plan, lowering)
+    return lowering.device_source(render_kernel(pv.plan, lowering))
 
 
 class Observer:
