@@ -134,14 +134,16 @@ def _candidates(config: Config, best: dict) -> list[Candidate]:
     return out
 
 
-def load(source, *, device=None, epilogue=None) -> Gemm:
+def load(source, *, device=None, epilogue=None, lowering=None) -> Gemm:
     """A callable GEMM from a config file, a tune output directory (its best.yaml and best.json) or a Config,
     on ``device`` (a dpctl filter string, a dpctl device, or None for xegemm's default device); ``epilogue``: a
-    Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md)."""
+    Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md);
+    ``lowering``: "portable" or "native" instead of the device's own (native on a device without the Xe builtins:
+    their CPU emulation, a correctness path, docs/lowerings.md)."""
     config, best, label = load_source(source)
     if epilogue is not None:
         config = config.with_overrides({"epilogue.function": epilogue})
-    return Gemm(_candidates(config, best), device=device, label=label)
+    return Gemm(_candidates(config, best), device=device, label=label, lowering=lowering)
 
 
 class Gemm:
@@ -151,12 +153,12 @@ class Gemm:
     ``scales`` and ``zeros`` (xegemm.api.quantized); B is then ``dequantize(b)`` in the compute type.  An FP8 A
     (W8A8, a ``quant_a:`` section) is ``a`` as ml_dtypes float8 values with its scales ``a_scales``."""
 
-    def __init__(self, candidates: list[Candidate], device=None, label: str = ""):
+    def __init__(self, candidates: list[Candidate], device=None, label: str = "", lowering: str | None = None):
         self.candidates = candidates
         self.label = label
         self.sycl_device = device if hasattr(device, "filter_string") else select_sycl_device(device)
         self.info = describe(self.sycl_device)
-        self.lowering: Lowering = choose_lowering(self.info)
+        self.lowering: Lowering = choose_lowering(self.info, lowering)
         self.queue = make_queue(self.sycl_device, profiling=True)
         self.last_kernel: LastKernel | None = None
         self._choices: dict[tuple, _Choice] = {}
