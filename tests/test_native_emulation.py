@@ -337,14 +337,8 @@ def test_dpas_matches_the_numpy_reference(index, queue, mma_programs):
 
 # ---- mutants of the emulation: verification must catch each -------------------------------------------------
 
-def _lane_map_of(other: str):
-    def mutated(name, _real=emulation.builtin_lane_map):
-        return _real(other) if name == target[0] else _real(name)
-    target = [None]
-    return mutated, target
-
-
 def _swap_lanes(name, _real=emulation.builtin_lane_map):
+    """Work-items 0 and 1 exchange their elements in every block read."""
     lm = _real(name)
     if "read" not in name:
         return lm
@@ -353,15 +347,44 @@ def _swap_lanes(name, _real=emulation.builtin_lane_map):
     return type(lm)(tuple(rows))
 
 
+def _not_transposed(name, _real=emulation.builtin_lane_map):
+    """The transposing read of a 16 x 8 block of dwords done as the plain read of the same block."""
+    if name == "intel_sub_group_2d_block_read_transpose_32b_16r8x1c":
+        return _real("intel_sub_group_2d_block_read_32b_16r8x1c")
+    return _real(name)
+
+
+def _not_transformed(name, _real=emulation.builtin_lane_map):
+    """The VNNI read of 32 rows x 2 blocks of 16 ushorts done without its transform: each dword holds two
+    adjacent columns of one row, as memory holds them (the plain 32-bit read of the same bytes), instead of two
+    adjacent rows of one column.  (Per work-item, a plain 16-bit read of 16-wide blocks has the VNNI layout's
+    bytes already: one column per work-item, rows in order.)"""
+    if name != "intel_sub_group_2d_block_read_transform_16b_32r16x2c":
+        return _real(name)
+    plain = _real("intel_sub_group_2d_block_read_32b_32r8x2c")
+    return type(plain)(tuple(tuple(None if c is None else (c[0], 2 * c[1] + h) for c in lane for h in (0, 1))
+                             for lane in plain.map))
+
+
+def _fill(value: str):
+    def mutate(text: str) -> str:
+        old = "return 0u;   /* out of bounds: reads 0 */"
+        assert old in text, "the mutant's text is not in the emulation"
+        return text.replace(old, f"return {value};   /* out of bounds: reads {value} */")
+    return mutate
+
+
+# name -> (the emulation bug it stands for, the config, builtin_lane_map's replacement or a change of the text,
+# a builtin the kernel must call for the mutant to change it)
 MUTANTS = {
-    "swapped lane": ("every block read gives lane 0 lane 1's elements and back", "default", None),
-    "out-of-bounds fill 1": ("elements outside the surface read 1 instead of 0", "default", None),
+    "swapped lane": ("work-items 0 and 1 exchanged in every block read", "default", _swap_lanes, None),
+    "out-of-bounds fill 1": ("elements outside the surface read 1 instead of 0", "int8", _fill("1u"), None),
+    "out-of-bounds fill bf16 1.0": ("elements outside the surface read 0x3f80 (bf16 1.0) instead of 0", "default",
+                                    _fill("0x3f80u"), None),
     "transpose skipped": ("the transposing block read done as a plain read of the same block", "layouts",
-                          ("intel_sub_group_2d_block_read_transpose_32b_16r8x1c",
-                           "intel_sub_group_2d_block_read_32b_16r8x1c")),
-    "VNNI transform skipped": ("the VNNI read done as a plain read of the same block", "default",
-                               ("intel_sub_group_2d_block_read_transform_16b_32r16x2c",
-                                "intel_sub_group_2d_block_read_16b_32r16x2c")),
+                          _not_transposed, "intel_sub_group_2d_block_read_transpose_32b_16r8x1c"),
+    "VNNI transform skipped": ("the VNNI read done without packing rows into dwords", "default", _not_transformed,
+                               "intel_sub_group_2d_block_read_transform_16b_32r16x2c"),
 }
 
 
@@ -372,28 +395,30 @@ def fresh_emulation():
     emulation.emulation_for.cache_clear()
 
 
+def _mutant_variant(mutant, lowering):
+    pick = (lambda pv: pv.plan.a.atom.layout == "T") if mutant == "transpose skipped" else None
+    return _planned(MUTANTS[mutant][1], lowering, pick=pick)
+
+
+@pytest.mark.parametrize("mutant", ["transpose skipped", "out-of-bounds fill 1", "swapped lane"])
+def test_the_mutants_variant_verifies_unmutated(mutant, session, lowering):
+    """The control: each mutant's kernel (default's, int8's, layouts' column-major A) verifies as it is."""
+    pv = _mutant_variant(mutant, lowering)
+    result = run_variant(pv, session, lowering)
+    assert result.status == "ok", f"{pv.name}: {result.status}: {result.reason}"
+
+
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_verification_catches_the_emulation_mutant(mutant, session, lowering, monkeypatch, fresh_emulation):
-    _, config, swap = MUTANTS[mutant]
-    if mutant == "swapped lane":
-        monkeypatch.setattr(emulation, "builtin_lane_map", _swap_lanes)
-    elif mutant == "out-of-bounds fill 1":
+    _, _, change, called = MUTANTS[mutant]
+    if change.__name__ == "mutate":
         real = emulation.emulation_text
-
-        def mutated(source):
-            text = real(source)
-            old = "return 0u;   /* out of bounds: reads 0 */"
-            assert old in text, "the mutant's text is not in the emulation"
-            return text.replace(old, "return 1u;   /* out of bounds: reads 1 */")
-        monkeypatch.setattr(emulation, "emulation_text", mutated)
+        monkeypatch.setattr(emulation, "emulation_text", lambda source: change(real(source)))
     else:
-        mutated, target = _lane_map_of(swap[1])
-        target[0] = swap[0]
-        monkeypatch.setattr(emulation, "builtin_lane_map", mutated)
-    pick = (lambda pv: pv.plan.a.atom.layout == "T") if mutant == "transpose skipped" else None
-    pv = _planned(config, lowering, pick=pick)
+        monkeypatch.setattr(emulation, "builtin_lane_map", change)
+    pv = _mutant_variant(mutant, lowering)
     source = render_variant(pv, lowering)
-    if swap:
-        assert swap[0] in source, f"{pv.name} does not call {swap[0]}: the mutant would test nothing"
+    if called:
+        assert called in source.partition("#line 1")[2], f"{pv.name} does not call {called}: the mutant tests nothing"
     result = run_variant(pv, session, lowering)
     assert result.status == "failed_verify", f"{mutant}: {result.status} ({result.reason})"
