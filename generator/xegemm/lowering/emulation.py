@@ -24,6 +24,9 @@ instead of the emulation doing what a GPU need not do.  Elements outside the sur
 dropped; prefetches only check the rules (they do not affect a kernel's results, OCL2D 6.13.X.2).  Sub-group
 shuffles and 1D sub-group block reads and writes are the CPU runtime's own (``cl_intel_subgroups`` and its
 ``_char`` / ``_short`` companions): they are not emulated.
+
+The emulating functions are ``noinline``: inlined at every call, the CPU runtime's compiler took 43 s instead of
+4 s for the default config's kernel (and 15 s instead of 3 s for the epilogue config's).
 """
 
 from __future__ import annotations
