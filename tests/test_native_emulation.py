@@ -25,6 +25,8 @@ from xegemm.library.build_flags import STANDARD
 from xegemm.lowering import EmulatedNativeLowering, choose_lowering
 from xegemm.lowering import emulation
 from xegemm.lowering.emulation import NOTE, block_atom, called_builtins, cpu_source
+from xegemm.lowering.native import native_capabilities
+from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.runtime import describe
 from xegemm.runtime.program import build_program, from_device, launch, make_queue, scalar, to_device
 
@@ -89,6 +91,18 @@ def test_the_configs_native_kernel_verifies_through_the_emulation(name, session,
         assert source.endswith(shipped.read_text())
     result = run_variant(pv, session, lowering)
     assert result.status == "ok", f"{pv.name} ({pv.config.problem.label}): {result.status}: {result.reason}"
+
+
+@pytest.mark.parametrize("name", ["default", "layouts"])
+def test_the_igc_spelling_verifies_through_the_emulation(name, session, lowering):
+    """The capability set of Debian's IGC spells the block messages as __builtin_IB_* (declared by the kernel
+    itself): emulated as well, the kernel text unchanged."""
+    ib = EmulatedNativeLowering("native", native_capabilities(DEBIAN_CAPABILITIES))
+    pv = _planned(name, ib, pick=lambda pv: pv.plan.a.atom.layout == "T" if name == "layouts" else True)
+    kernel = render_kernel(pv.plan, ib)
+    assert "__builtin_IB_subgroup_block_read_flat" in kernel and render_variant(pv, ib) == cpu_source(kernel)
+    result = run_variant(pv, session, ib)
+    assert result.status == "ok", f"{pv.name}: {result.status}: {result.reason}"
 
 
 def test_the_emulated_lowering_says_what_it_is(lowering):
