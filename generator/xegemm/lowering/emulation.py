@@ -124,12 +124,6 @@ class Emulation:
     lsc_prefetch: bool
     fp16: bool
 
-    @property
-    def builtins(self) -> tuple[str, ...]:
-        """The names of the builtins emulated, sorted."""
-        names = {b.name for b in self.blocks} | {m.name for m in self.mmas}
-        return tuple(sorted(names | ({_LSC_PREFETCH} if self.lsc_prefetch else set())))
-
 
 # ---- lane maps -----------------------------------------------------------------------------------------------
 
