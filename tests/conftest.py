@@ -47,7 +47,7 @@ def browser_missing() -> str | None:
 # process at a time) they start early instead of leaving one process working alone at the end.  Order only.
 LONG_FILES = ("test_tune_workers.py", "test_tune.py", "test_portable_staged.py", "test_reliability.py",
               "test_layouts.py", "test_quant_kernels.py", "test_pipeline.py", "test_registers.py",
-              "test_epilogue_traced_device.py", "test_native.py")
+              "test_epilogue_traced_device.py", "test_native.py", "test_native_emulation.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -106,19 +106,39 @@ def amx_worker(sycl_device):
                     "matrices without it")
     if sycl_device.device_type.name != "cpu":
         pytest.skip(f"the coopmat tests run on the Intel OpenCL CPU runtime, not {sycl_device.name}")
-    pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                  initializer=prepare_environment)
+    worker = _Worker()
     try:
-        runs, reason = pool.submit(_probe).result(timeout=600)
+        runs, reason = worker.submit(_probe)
         if not runs:
             pytest.skip(f"{sycl_device.name} does not run the coopmat lowering: {reason}")
-        yield pool
+        yield worker
     finally:
-        pool.shutdown(cancel_futures=True)
+        worker.pool.shutdown(cancel_futures=True)
 
 
-def _in_worker(pool, *args, **kwargs):
-    return pool.submit(_run, *args, **kwargs).result(timeout=600)
+class _Worker:
+    """One spawned process whose CPU runtime starts with the AMX target; started again after a kernel killed it
+    (a broken kernel may write out of bounds and take its process down: that is its failure, not the suite's)."""
+
+    def __init__(self):
+        self.pool = self._start()
+
+    @staticmethod
+    def _start():
+        return concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                      initializer=prepare_environment)
+
+    def submit(self, fn, *args, **kwargs):
+        try:
+            return self.pool.submit(fn, *args, **kwargs).result(timeout=600)
+        except concurrent.futures.process.BrokenProcessPool:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = self._start()
+            raise
+
+
+def _in_worker(worker, *args, **kwargs):
+    return worker.submit(_run, *args, **kwargs)
 
 
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
@@ -139,7 +159,10 @@ MUTANTS = {   # rendered-text edits that must break the result: (shape, old, new
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_a_broken_kernel_fails_verification(mutant, amx_worker):
     name, old, new = MUTANTS[mutant]
-    ok, _ = _in_worker(amx_worker, name, "alpha_beta", edit=(old, new))
+    try:
+        ok, _ = _in_worker(amx_worker, name, "alpha_beta", edit=(old, new))
+    except concurrent.futures.process.BrokenProcessPool:
+        ok = False          # the broken kernel wrote out of bounds and killed its process: detected as well
     assert not ok
 
 

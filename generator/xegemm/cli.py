@@ -410,7 +410,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in), as for tune; "
                                         "replaces the config's problem and its problem sweep")
         p.add_argument("--lowering", choices=LOWERINGS,
-                       help="default: native on a device with Xe 2D block IO and DPAS, else portable")
+                       help="default: native on a device with Xe 2D block IO and DPAS, else portable; native "
+                            "on a device without them runs through their CPU emulation (a correctness path)")
         p.add_argument("--strict", action="store_true",
                        help="exit 1 if any variant fails to build or verify, times out, or none verifies")
         p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",

@@ -123,11 +123,13 @@ def lowering_of(pv: PlannedVariant, lowering: Lowering) -> Lowering:
 
 
 def render_variant(pv: PlannedVariant, lowering: Lowering) -> str:
-    """The source of one planned variant in its lowering (:func:`lowering_of`; PlanRejected when the lowering
-    cannot express it)."""
+    """The source a device builds for one planned variant in its lowering (:func:`lowering_of`; PlanRejected when
+    the lowering cannot express it): the rendered kernel, after the emulation of its builtins when the lowering
+    emulates them (Lowering.device_source)."""
     if pv.plan is None:
         raise XegemmError(f"variant {pv.name} was rejected: {pv.reason}")
-    return render_kernel(pv.plan, lowering_of(pv, lowering))
+    low = lowering_of(pv, lowering)
+    return low.device_source(render_kernel(pv.plan, low))
 
 
 class Observer:

@@ -155,7 +155,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     evaluator = isolated_device_evaluator(info.filter_string, low, log_dir=out / "logs", limits=limits,
                                           observers=(progress_observer,), on_stage=on_stage, spirv=spirv)
     say(f"xegemm run {config.source}: {len(planned)} variants on {info.filter_string} ({info.name}), "
-        f"lowering {low.name}, results in {out}")
+        f"lowering {low.name}" + (f": {low.note}" if low.note else "") + f", results in {out}")
     keys: list[str] = []
     try:
         for pv in planned:
@@ -186,6 +186,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         with shielded():
             evaluator.builder.close()
             write_reports(store, keys, {}, lowering=low.name, capabilities=low.capabilities_name, command=command,
+                          lowering_note=low.note,
                           started_at=started_at)
             write_run_page(out)
             store.close()
@@ -202,7 +203,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
         evaluator.builder.close()
     try:
         results = write_reports(store, keys, references, lowering=low.name, capabilities=low.capabilities_name,
-                                command=command, started_at=started_at, device_peak=peak)
+                                command=command, lowering_note=low.note, started_at=started_at, device_peak=peak)
         write_run_page(out)
     finally:
         store.close()

@@ -4,7 +4,9 @@
   that leave every work-item holding exactly the registers of the atom's lane map; runs on any OpenCL
   device with sub-groups (the Intel OpenCL CPU runtime in tests and CI).
 - ``native`` (:mod:`xegemm.lowering.native`): the Xe builtins (2D block read/write/prefetch, DPAS), spelled
-  as the compiler's capability set allows (:mod:`xegemm.aot.capabilities`).
+  as the compiler's capability set allows (:mod:`xegemm.aot.capabilities`).  On a device without them (the CPU
+  runtime) the same kernels are built with the CPU emulation of the builtins (:mod:`xegemm.lowering.emulation`,
+  :class:`EmulatedNativeLowering`): a correctness path, not a speed path.
 - ``coopmat`` (:mod:`xegemm.lowering.coopmat`): the whole kernel as SPIR-V cooperative matrices
   (SPV_KHR_cooperative_matrix + SPV_INTEL_joint_matrix), built through ``clCreateProgramWithIL``
   (:mod:`xegemm.runtime.spirv`); on the CPU runtime it runs on Intel AMX.
@@ -19,17 +21,20 @@ The atom models describe; the lowerings emit; the templates print (templates/cop
 from __future__ import annotations
 
 import functools
+import os
 from typing import ClassVar
 
 from xegemm.aot.call_check import check_calls
-from xegemm.aot.capabilities import DEBIAN_CAPABILITIES, MODERN_CAPABILITIES
+from xegemm.aot.capabilities import CAPABILITIES_ENV, DEBIAN_CAPABILITIES, MODERN_CAPABILITIES
 from xegemm.library.build_flags import STANDARD, native_device_options
 from xegemm.errors import PlanRejected, XegemmError
 from xegemm.lowering.coopmat import make_lowering_class
+from xegemm.lowering.emulation import NOTE as EMULATION_NOTE
+from xegemm.lowering.emulation import cpu_source
 from xegemm.lowering.native import NativeCapabilities, NativeUnsupported, lower_copy, native_capabilities
 from xegemm.lowering.portable import copy_plan, mma_plan
 from xegemm.plan.surfaces import native_surface_violations
-from xegemm.library.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ, LOWERING_NAMES
+from xegemm.library.targets import EXT_2D_BLOCK_IO, EXT_DPAS, EXT_EXTENDED_BLOCK_READ, EXT_SUBGROUPS, LOWERING_NAMES
 from xegemm.lowering.templating import render_macro
 
 
@@ -53,6 +58,10 @@ class Lowering:
     # whether a variant rendered in this lowering has it written into its config (target.lowering), so that its
     # plan, name and arguments know it: the coopmat lowering's kernels take B VNNI-packed
     pinned: ClassVar[bool] = False
+    # Whether the device runs this lowering's builtins through their CPU emulation (EmulatedNativeLowering)
+    emulated: ClassVar[bool] = False
+    # What the run's console and report say of the lowering beyond its name ('' when nothing)
+    note: ClassVar[str] = ""
 
     def __new__(cls, name: str | None = None, capabilities: NativeCapabilities | None = None):
         if cls is Lowering:
@@ -75,16 +84,18 @@ class Lowering:
         return (self.name, self.capabilities)[index]
 
     def __eq__(self, other) -> bool:
+        if isinstance(other, Lowering) and other.emulated != self.emulated:
+            return False
         return tuple(self) == (tuple(other) if isinstance(other, (Lowering, tuple)) else other)
 
     def __hash__(self) -> int:
         return hash(tuple(self))
 
     def __reduce__(self):        # pickled by name (to worker processes): a class made by a factory has no path
-        return (Lowering, (self.name, self.capabilities))
+        return (_unpickled, (self.name, self.capabilities, self.emulated))
 
     def __repr__(self) -> str:
-        return f"Lowering({self.name!r}, {self.capabilities!r})"
+        return f"{type(self).__name__ if self.emulated else 'Lowering'}({self.name!r}, {self.capabilities!r})"
 
     @property
     def capabilities_name(self) -> str | None:
@@ -132,6 +143,10 @@ class Lowering:
     def check_source(self, source: str) -> list[str]:
         """What a generated source breaks of the documented prototypes (when no compiler here can tell)."""
         return []
+
+    def device_source(self, source: str) -> str:
+        """The source a device builds for a generated kernel (the kernel itself, unless the builtins are emulated)."""
+        return source
 
 
 class PortableLowering(Lowering):
@@ -191,6 +206,25 @@ class NativeLowering(Lowering):
         if self.capabilities is not None and self.capabilities.spelling == "ocl2d":
             return check_calls(source)
         return []
+
+
+class EmulatedNativeLowering(NativeLowering):
+    """The native lowering on a device without the Xe builtins: the same kernel text, built after the CPU emulation
+    of every builtin it calls (xegemm.lowering.emulation), with the device's standard build options."""
+
+    emulated = True
+    note = EMULATION_NOTE
+
+    def build_options(self, grf: int) -> str:
+        return STANDARD
+
+    def device_source(self, source: str) -> str:
+        return cpu_source(source)
+
+
+def _unpickled(name: str, capabilities, emulated: bool = False) -> Lowering:
+    """A lowering sent to a worker process, by name (and whether its builtins are emulated on the device)."""
+    return EmulatedNativeLowering(capabilities=capabilities) if emulated else Lowering(name, capabilities)
 
 
 CoopmatLowering = make_lowering_class(Lowering)
@@ -253,8 +287,13 @@ def choose_lowering(info, forced: str | None = None) -> Lowering:
     if forced == "portable" or forced is None:
         return own if forced is None else Lowering("portable")
     if own.name != "native":
-        raise XegemmError(f"{info.filter_string} ({info.name}) has no Xe 2D block IO and DPAS extensions: "
-                          "the native lowering cannot run there; use --lowering portable")
+        if EXT_SUBGROUPS in info.extensions and 16 in info.sub_group_sizes:
+            # no Xe builtins, but the sub-groups their emulation needs: the CPU emulation (a correctness path)
+            caps = os.environ.get(CAPABILITIES_ENV) or MODERN_CAPABILITIES
+            return EmulatedNativeLowering("native", native_capabilities(caps))
+        raise XegemmError(f"{info.filter_string} ({info.name}) has no Xe 2D block IO and DPAS extensions, nor the "
+                          f"{EXT_SUBGROUPS} sub-groups of 16 their emulation needs: the native lowering cannot run "
+                          "there; use --lowering portable")
     return own
 
 

@@ -398,6 +398,7 @@ def source_facts(src: Source, group_list: list[Group]) -> list[tuple[str, str]]:
             ("driver", device.driver_version or "unknown" if device else "-"),
             ("runtime", ", ".join(f"{k} {v}" for k, v in versions.items()) or "unknown"),
             ("lowering / compiler", f"{m.get('lowering') or 'native'}"
+             + (f": {m['lowering_note']}" if m.get("lowering_note") else "")
              + (f"; compiler capabilities {caps}" if caps else "")),
             ("problems", "; ".join(problems) or "unknown"),
             ("date (UTC)", _when(m)),

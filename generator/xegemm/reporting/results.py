@@ -71,14 +71,15 @@ def run_results(store: ResultStore, keys: list[str]) -> list[Evaluation]:
 
 def write_reports(store: ResultStore, keys: list[str], references: dict, lowering: str,
                   capabilities: str | None = None, command: str | None = None,
-                  started_at: float | None = None, device_peak: dict | None = None) -> dict:
+                  started_at: float | None = None, device_peak: dict | None = None, lowering_note: str = "") -> dict:
     """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal).
 
     Each problem has one numpy reference: the numpy runs interleaved with every timed variant of it, pooled
     (:func:`xegemm.reporting.model.pooled_reference`), and every variant's ``vs_numpy`` is against it.
     ``references`` maps a problem (m, n, k, batch) none of whose variants was timed to a reference measured on
     its own (or is empty); ``device_peak`` is the device's measured peak (:mod:`xegemm.evaluate.peak`), if it
-    was measured.  Returns results.json's content."""
+    was measured; ``lowering_note``: what the lowering is beyond its name (the CPU emulation of the native one).
+    Returns results.json's content."""
     cfg = store.config
     variants = run_results(store, keys)
     best = next((v for v in variants if v.status == "ok"), None)
@@ -103,6 +104,7 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
         "conditions": conditions(),
         "device_peak": device_peak,
         "lowering": lowering,
+        "lowering_note": lowering_note or None,
         "compiler_capabilities": capabilities,
         "versions": versions(),
         "reference": reference,
