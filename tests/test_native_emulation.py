@@ -18,7 +18,6 @@ from xegemm.atoms.mma import MmaAtom, error_bound, numpy_reference, pack_operand
 from xegemm.config import load_config
 from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variants, render_variant
-from xegemm.evaluate.device import DeviceSession
 from xegemm.jobs.pipeline import run, run_variant
 from xegemm.kernel.render import render_kernel
 from xegemm.library.build_flags import STANDARD
@@ -28,7 +27,7 @@ from xegemm.lowering.emulation import NOTE, block_atom, called_builtins, cpu_sou
 from xegemm.lowering.native import native_capabilities
 from xegemm.aot.capabilities import DEBIAN_CAPABILITIES
 from xegemm.runtime import describe
-from xegemm.runtime.program import build_program, from_device, launch, make_queue, scalar, to_device
+from xegemm.runtime.program import build_program, from_device, launch, scalar, to_device
 
 pytestmark = pytest.mark.device
 
@@ -48,21 +47,11 @@ SHIPPED_NATIVE = ROOT / "kernels" / "native"
 
 
 @pytest.fixture(scope="module")
-def session(sycl_device):
-    return DeviceSession(sycl_device)
-
-
-@pytest.fixture(scope="module")
 def lowering(sycl_device):
     low = choose_lowering(describe(sycl_device), "native")
     if not low.emulated:
         pytest.skip(f"{sycl_device.filter_string} has the Xe builtins itself: the native lowering runs natively")
     return low
-
-
-@pytest.fixture(scope="module")
-def queue(sycl_device):
-    return make_queue(sycl_device)
 
 
 def _planned(name: str, low, shape=None, pick=None):
