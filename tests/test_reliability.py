@@ -346,8 +346,9 @@ def test_sigterm_on_tune_prints_a_resume_command_that_finishes_the_same_study(tm
     for option in ("--shapes 64x64x64", "--budget 3", "--seed 3", "--strategy random", "--no-cache",
                    "--heartbeat 1", f"--out {out}"):
         assert option in command, command
-    resumed = subprocess.run(command.replace("xegemm ", f"{sys.executable} -m xegemm ", 1), shell=True,
-                             capture_output=True, text=True, timeout=300)
+    # the command names the program as it was started (here `python -m xegemm`): it runs as printed
+    assert command.startswith(f"{sys.executable} -m xegemm tune "), command
+    resumed = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _completed_trials(url) >= 3
     assert json.loads((out / "best.json").read_text())["shapes"]["64x64x64"]["best"]
@@ -478,7 +479,7 @@ def test_a_postgresql_outage_past_the_retries_names_the_cause_and_the_resume_com
     finally:
         postgresql_server.start()
     said = one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
-    assert "the study database" in said and "resume with: xegemm tune" in said, said
+    assert "the study database" in said and f"resume with: {sys.executable} -m xegemm tune" in said, said
     assert "max length" not in said and SECRET not in said, said
 
 
