@@ -16,7 +16,6 @@ shipped config, built") with the date.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
