@@ -9,7 +9,7 @@ stores and prefetches against the plan, the GRF mode asked, spills, the dump's i
 compiler is not installed are listed as skipped with the reason.  The results go to docs/compilers.md ("Every
 shipped config, built") with the date.
 
-``python -m bench.compiler_sweep [--pairs pvc:current,bmg:current] [--configs a.yaml,...] [--json FILE]``
+``python -m bench.compiler_sweep [--pairs pvc:current,bmg:current] [--configs a.yaml,...] [--json FILE] [--compact]``
 (about 10 minutes for the default pairs on 2 cores).
 """
 
@@ -88,12 +88,36 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compact_markdown(rows: list[dict]) -> str:
+    """One row per config, one column per (target, compiler): ``ok/variants``, the largest spill, the gates that
+    differ (docs/compilers.md's table)."""
+    pairs = list(dict.fromkeys((r["target"], r["compiler"]) for r in rows))
+    cells: dict[str, dict] = {}
+    for r in rows:
+        if "config" not in r:
+            continue
+        if "error" in r:
+            text = "error"
+        else:
+            gates = ", ".join(r["gates_differing"]) or "gates hold"
+            spill = "" if r["max_spill_bytes"] is None else f", spills {r['max_spill_bytes']}"
+            text = f"{r['ok']}/{r['variants']}{spill}" + (f", {gates}" if r["ok"] else "")
+        cells.setdefault(r["config"], {})[(r["target"], r["compiler"])] = text
+    skipped = {(r["target"], r["compiler"]) for r in rows if "skipped" in r}
+    lines = ["| config | " + " | ".join(f"{t} {c}" for t, c in pairs) + " |", "|---|" + "---|" * len(pairs)]
+    for config, row in cells.items():
+        lines.append(f"| {config} | " + " | ".join("skipped" if p in skipped else row.get(p, "-") for p in pairs)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", help="target:compiler,... (default: pvc:current,bmg:current,pvc:system,dg2:system)")
     parser.add_argument("--configs", help="config files, comma-separated (default: configs/*.yaml)")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     parser.add_argument("--out", help="build directories (default: a temporary directory, removed after)")
+    parser.add_argument("--compact", action="store_true", help="print one row per config (docs/compilers.md's table)")
     args = parser.parse_args(argv)
     pairs = [tuple(p.split(":", 1)) for p in args.pairs.split(",")] if args.pairs else list(DEFAULT_PAIRS)
     configs = [Path(c) for c in args.configs.split(",")] if args.configs else sorted((ROOT / "configs").glob("*.yaml"))
@@ -101,7 +125,7 @@ def main(argv=None) -> int:
         rows = sweep(configs, pairs, Path(args.out) if args.out else Path(tmp))
     if args.json:
         write_json_atomic(Path(args.json), {"date": time.strftime("%Y-%m-%d"), "rows": rows})
-    print(markdown(rows), end="")
+    print(compact_markdown(rows) if args.compact else markdown(rows), end="")
     for r in rows:
         for reason in r.get("reasons", []):
             print(f"  {r['config']} {r['target']} {r['compiler']}: {reason}")
