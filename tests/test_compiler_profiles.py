@@ -124,3 +124,28 @@ def test_each_compiler_is_probed_and_cached_apart(no_overrides, tmp_path):
     assert sorted(system.supported) == sorted(load_capabilities(DEBIAN_CAPABILITIES, "pvc").supported)
     assert not system.supports("__builtin_IB_subgroup_block_read_flat_transpose_u32_k4")   # 22.43: 8 wide
     assert current.supports("__builtin_IB_subgroup_block_read_flat_transpose_u32_k4")
+
+
+U4_COLUMN_MAJOR = ("problem: {m: 256, n: 256, k: 256}\ntypes: {a: f16, b: u4, c: f16}\nlayout: {b: col}\n"
+                   "quant: {format: plain, group: 32}\ntile: {workgroup: [64, 64, 32], subgroups: [2, 2]}\n")
+
+
+def test_a_missing_transposing_load_falls_back_to_plain_rows_reordered(no_overrides):
+    """Where a compiler has no transposing load of a column-major operand's shape (Debian's: no 4-wide d32
+    transpose), the planner takes plain loads of the same memory and reorders them into the DPAS fragments
+    (a cross-lane gather) instead of rejecting the variant; where it has one, the transposing load."""
+    from xegemm.config import config_from_text
+    from xegemm.lowering import named_lowering
+    from xegemm.plan.operands import reorder_cost
+    from xegemm.plan.planner import plan
+    from xegemm.kernel.render import render_kernel
+    config = config_from_text(U4_COLUMN_MAJOR)
+    old = named_lowering("native", DEBIAN_CAPABILITIES, "pvc")
+    p = plan(config, old.issues)
+    assert p.b.atom.name == "XE_2D_U4x32x32_LD_N" and reorder_cost(p.b.fragments) == 2
+    assert "__builtin_IB_subgroup_block_read_flat_transpose_u32_k4" not in render_kernel(p, old)
+    new = named_lowering("native", CURRENT_CAPABILITIES, "bmg")
+    q = plan(config, new.issues)
+    assert q.b.atom.name == "XE_2D_U4x16x32_LD_T" and reorder_cost(q.b.fragments) == 0
+    # without a lowering that says what it issues (the portable one issues everything) nothing changes
+    assert plan(config).b.atom.name == "XE_2D_U4x16x32_LD_T"
