@@ -57,3 +57,24 @@ def test_a_shipped_config_builds_with_the_current_compiler(config, target, tmp_p
     gates = ev.extra["gates"]
     assert all(g["ok"] for g in gates.values()), ev.extra["isa_line"]
     assert gates["spill_bytes"]["isa"] == 0 and gates["grf"]["isa"] == admitted[0].config.target.grf
+
+
+@needs_current
+def test_build_records_the_compiler_and_prints_each_variants_figures(tmp_path):
+    """`xegemm build --target bmg` (the current compiler, the only one that knows Xe2): build.json names the
+    compiler and its versions, and the console shows each variant's ISA figures beside the plan's."""
+    import io
+    import json
+
+    from xegemm.jobs.pipeline import build_config
+    console = io.StringIO()
+    result = build_config(ROOT / "configs" / "tf32.yaml", "bmg", out_dir=tmp_path, progress=console)
+    written = json.loads((tmp_path / "build.json").read_text())
+    assert written["compiler"]["name"] == "current" and written["compiler"]["igc"].startswith("2.")
+    (v,) = written["variants"]
+    assert v["status"] == "ok" and v["compiler"] == "current" and v["isa"]["target"] == "bmg"
+    assert result["compiler"] == written["compiler"]
+    figures = console.getvalue().splitlines()[1]
+    for word in ("dpas 8/8", "load2d", "store2d", "prefetch", "grf 256/256", "spills 0", "sends", "instructions"):
+        assert word in figures, figures
+    assert "differs" not in figures
