@@ -174,6 +174,14 @@ def code_allowed(monkeypatch):
     monkeypatch.setenv("XEGEMM_ALLOW_CODE", "1")
 
 
+@pytest.fixture
+def no_overrides(monkeypatch):
+    """No environment variable chooses the offline compiler or its capabilities: the tests of that choice start
+    from the defaults (XEGEMM_OCLOC, XEGEMM_COMPILER, XEGEMM_COMPILER_CAPABILITIES unset)."""
+    for name in ("XEGEMM_OCLOC", "XEGEMM_COMPILER", "XEGEMM_COMPILER_CAPABILITIES"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="module")
 def queue(sycl_device):
     """An in-order queue on the default device, without event profiling (the atom tests time nothing)."""

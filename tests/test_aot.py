@@ -342,9 +342,12 @@ def test_missing_ocloc_says_how_to_install(monkeypatch, tmp_path):
     assert "libiga64.so" in str(err.value)
 
 
-def test_targets_and_grf_modes_are_checked():
-    with pytest.raises(UnknownTargetError):
-        compile_kernel("kernel void k() {}", "bmg")
+def test_targets_and_grf_modes_are_checked(monkeypatch):
+    monkeypatch.delenv("XEGEMM_OCLOC", raising=False)
+    with pytest.raises(UnknownTargetError, match="unknown target 'xe9'"):
+        compile_kernel("kernel void k() {}", "xe9")
+    with pytest.raises(UnknownTargetError, match="make ocloc-current"):   # Debian's compiler knows no Xe2
+        compile_kernel("kernel void k() {}", "bmg", compiler="system")
     with pytest.raises(UnknownTargetError):
         compose_options(192)
     with pytest.raises(UnknownTargetError, match="grf=256"):

@@ -129,7 +129,7 @@ def test_direct_construction_is_checked_too():
 
 
 def test_targets():
-    assert MmaAtom.parse("XE_8x16x16_F32BF16BF16F32_TT").targets == ("pvc", "bmg")
+    assert MmaAtom.parse("XE_8x16x16_F32BF16BF16F32_TT").targets == ("pvc", "bmg", "lnl", "ptl")
     assert MmaAtom.parse("XE_8x8x16_F32BF16BF16F32_TT").targets == ("dg2",)
     assert not [a for a in ALL if "dg2" in a.targets and (a.a == "TF32" or a.c in ("BF16", "F16"))]
 

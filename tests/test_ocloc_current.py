@@ -45,10 +45,6 @@ KERNEL = ROOT / "kernels" / "native" / ("xegemm_bf16_bf16_f32_f32_ttt_64x64x32_s
 PLAN = {"dpas": 16, "load_block2d": 2, "store_block2d": 8, "prefetch_block2d": 6}
 
 
-@pytest.fixture
-def no_overrides(monkeypatch):
-    monkeypatch.delenv(OCLOC_ENV, raising=False)
-    monkeypatch.delenv(COMPILER_ENV, raising=False)
 
 
 def test_a_compiler_is_chosen_by_name_path_or_environment(no_overrides, monkeypatch, tmp_path):
@@ -137,3 +133,24 @@ def test_a_second_install_does_nothing_and_says_nothing():
     done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "XEGEMM_TOOLS_DIR": str(Path(current_ocloc()).parent.parent)})
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize("command", [["build", "configs/tf32.yaml", "--target", "bmg"],
+                                     ["tune", "configs/tf32.yaml", "--target", "bmg", "--budget", "1"],
+                                     ["export", "configs/tf32.yaml", "--target", "bmg"]])
+def test_xe2_without_the_current_compiler_is_one_line_naming_the_install(no_overrides, monkeypatch, tmp_path,
+                                                                         capsys, command):
+    """Every command that builds for a target takes --compiler; with only Debian's compiler (or naming it), a
+    target it does not know fails in one line that names `make ocloc-current`, before anything is written."""
+    from xegemm.cli import main
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("XEGEMM_TOOLS_DIR", str(tmp_path / "no-tools"))     # as if the download had failed
+    monkeypatch.setenv("PATH", os.environ["PATH"].replace(str(ROOT / ".tools" / "bin"), ""))
+    for extra in ([], ["--compiler", "system"]):
+        out = tmp_path / f"out{len(extra)}"
+        assert main([*command, "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "make ocloc-current" in err[0], err
+        assert not out.exists() or not any(out.iterdir())
+    assert main([*command, "--out", str(tmp_path / "x"), "--compiler", "newest"]) == 2
+    assert "unknown compiler 'newest'" in capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from xegemm.jobs.support import check, markdown, type_combinations
+from xegemm.jobs.support import check, check_quantized, columns_of, markdown, type_combinations
 
 SUPPORT_DOC = Path(__file__).resolve().parent.parent / "docs" / "support.md"
 
@@ -22,6 +22,23 @@ def test_cells_are_the_planners_verdicts():
     no_tf32 = check("dg2", "tf32", "tf32", "f32")
     assert not no_tf32.ok and "tf32 DPAS exists only at SIMD16" in no_tf32.reason
     assert check("dg2", "s8", "u8", "s32", c="s8", epilogue="epilogue: {beta: 1, activation: gelu_tanh}\n").ok
+
+
+def test_cells_differ_per_compiler_where_the_compilers_do():
+    """tf32's 8-wide 32-bit reads exist with the current compiler only (no other atom reaches tf32's operands); Xe2
+    and Xe3 have columns for the current compiler only."""
+    assert check("pvc", "tf32", "tf32", "f32", compiler="current").ok
+    old = check("pvc", "tf32", "tf32", "f32", compiler="system")
+    assert not old.ok and "igc-1.0.12504 cannot issue XE_2D_TF32x32x16_LD_N" in old.reason
+    u4_col = "types: {a: f16, b: u4, c: f16}\nlayout: {b: col}\nquant: {format: plain, group: 32}\n"
+    assert check_quantized(u4_col, "native", "bmg", compiler="current").ok
+    assert check_quantized(u4_col, "native", "pvc", compiler="system").ok      # plain rows reordered (below)
+    for target in ("bmg", "lnl", "ptl"):
+        assert check(target, "bf16", "bf16", "f32", layout="CCR").ok
+    assert [t for t, _ in columns_of("system")] == ["pvc", "dg2"]
+    assert [t for t, _ in columns_of("current")] == ["pvc", "bmg", "lnl", "ptl", "dg2"]
+    system_only = markdown(compilers=("system",))
+    assert "bmg" not in system_only.split("### Quantized")[0] and "igc-2.40.14" not in system_only
 
 
 def test_every_dpas_input_pair_is_listed():

@@ -104,7 +104,7 @@ def test_portable_gemm_verifies_and_a_corrupted_result_does_not(types, sg, sessi
 # ---- what a target lacks: rejected with the rule and the target ----------------------------------------
 
 REJECTED = [
-    (("tf32", "tf32", "f32"), 8, "row", r"N=8 with tf32: tf32 DPAS exists only at SIMD16 \(PVC, BMG\), not on DG2"),
+    (("tf32", "tf32", "f32"), 8, "row", r"N=8 with tf32: tf32 DPAS exists only at SIMD16 \(PVC, BMG, LNL, PTL\), not on DG2"),
     (("bf16", "bf16", "bf16"), 8, "row", r"N=8 with a bf16 accumulator: DG2 \(SIMD8\) DPAS has only float acc"),
     (("f16", "f16", "f16"), 8, "row", r"N=8 with a f16 accumulator: DG2 \(SIMD8\) DPAS has only float acc"),
     (("s8", "s4", "s32"), 16, "row", r"integer A and B must both be 8-bit or both 4-bit"),

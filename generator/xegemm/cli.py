@@ -132,7 +132,10 @@ def cmd_generate(args) -> int:
     from xegemm.jobs.pipeline import generate
     written = 0
     for config in args.configs:
-        manifest = generate(config, args.out, lowering=args.lowering, capabilities_name=args.capabilities)
+        if args.compiler and args.lowering != "native":
+            raise XegemmError("--compiler applies to --lowering native (the portable lowering needs no ocloc)")
+        manifest = generate(config, args.out, lowering=args.lowering, capabilities_name=args.capabilities,
+                            compiler=args.compiler)
         kernels = manifest["kernels"]
         made = [k for k in kernels if k["status"] == "generated"]
         files = len({k["path"] for k in made})
@@ -178,10 +181,12 @@ def _interrupt(signum, frame):
 def cmd_build(args) -> int:
     from xegemm.jobs.pipeline import build_config
     result = build_config(args.config, target=args.target, grf=args.grf, out_dir=args.out,
-                          capabilities_name=args.capabilities, progress=sys.stderr, lowering=args.lowering)
+                          capabilities_name=args.capabilities, progress=sys.stderr, lowering=args.lowering,
+                          compiler=args.compiler)
     ok = sum(v["status"] == "ok" for v in result["variants"])
-    print(f"{ok} of {len(result['variants'])} variants built for {args.target} with compiler capabilities "
-          f"{result['capabilities']}; see build.json in {args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")
+    print(f"{ok} of {len(result['variants'])} variants built for {args.target} by {result['compiler']['name']} "
+          f"({result['compiler']['describe']}) with compiler capabilities {result['capabilities']}; see build.json in "
+          f"{args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")
     failed = [v for v in result["variants"] if v["status"] in _failures()]
     return 1 if args.strict and (failed or not ok) else 0
 
@@ -270,7 +275,7 @@ def cmd_tune(args) -> int:
                   jobs=args.jobs, storage=args.storage, study=args.study, seed=args.seed, device=args.device,
                   target=args.target, out=out, cache=False if args.no_cache else args.cache, retime=args.retime,
                   limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat, command=args.command_line,
-                  leaders=args.leaders, leader_time_s=args.leader_time)
+                  leaders=args.leaders, leader_time_s=args.leader_time, compiler=args.compiler)
     for label, tally in result.tallies.items():
         print(f"{label}: {tally.evaluated} evaluated ({tally.cached} from the cache, {tally.failed} failed), "
               f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped")
@@ -310,7 +315,8 @@ def _print_best(best: dict) -> None:
 
 def cmd_export(args) -> int:
     from xegemm.export import export as export_kernels
-    manifest = export_kernels(args.source, args.out, tuple(args.target or ["cpu"]), progress=sys.stderr)
+    manifest = export_kernels(args.source, args.out, tuple(args.target or ["cpu"]), progress=sys.stderr,
+                              compiler=args.compiler)
     print(f"wrote {len(manifest['kernels'])} kernel(s) to {args.out} (manifest.json, xegemm_kernels.h, example.c, "
           f"Makefile); run them with: make -C {shlex.quote(str(args.out))} run")
     return 0
@@ -318,7 +324,7 @@ def cmd_export(args) -> int:
 
 def cmd_support(args) -> int:
     from xegemm.jobs.support import markdown as support_markdown
-    print(support_markdown(), end="")
+    print(support_markdown(compilers=(args.compiler,) if args.compiler else None), end="")
     return 0
 
 
@@ -330,6 +336,14 @@ def _code_options(p) -> None:
                         "XEGEMM_ALLOW_CODE=1")
     p.add_argument("--code-path", action="append", metavar="DIR",
                    help="with --allow-code: a folder a config's function may be imported from (repeatable)")
+
+
+def _compiler_option(p, what: str) -> None:
+    """``--compiler NAME|PATH``, the one spelling of the choice of offline compiler every command takes."""
+    p.add_argument("--compiler", metavar="NAME|PATH",
+                   help=f"{what}: system (Debian 12's ocloc 22.43 / IGC 1.0.12504: pvc, dg2), current (ocloc 26 / "
+                        "IGC 2.x from `make ocloc-current`: also bmg, lnl, ptl) or the path of an ocloc (default: "
+                        "$XEGEMM_COMPILER, else the first of them that builds for the target; $XEGEMM_OCLOC wins)")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -380,6 +394,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        "cl_intel_subgroup_2d_block_io or a .json file (default: $XEGEMM_COMPILER_CAPABILITIES, else "
                        "probe ocloc)")
         _code_options(p)
+        _compiler_option(p, "with --lowering native, the compiler whose probed capabilities spell the atoms")
         p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("build", help="compile every variant ahead of time with ocloc for a real Xe GPU and "
@@ -391,11 +406,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help="bmg: with the current compiler (make ocloc-current)")
         p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
         p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
-        p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, cl_intel_subgroup_2d_block_io, a .json "
-                                         "file; default: probe the installed ocloc")
+        p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, igc-2.40.14, "
+                                              "cl_intel_subgroup_2d_block_io, a .json file; default: probe the compiler")
         p.add_argument("--lowering", choices=("native", "coopmat"), default="native",
                        help="native (OpenCL C with the Xe builtins) or coopmat (SPIR-V cooperative matrices, built "
                             "by the current compiler: make ocloc-current)")
+        _compiler_option(p, "the compiler that builds")
         p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
         _code_options(p)
         p.set_defaults(func=cmd_build)
@@ -462,6 +478,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--target", choices=AOT_TARGETS, help="no device: score ahead-of-time builds for this GPU "
                                                               "(ocloc) and rank a shortlist")
         p.add_argument("--capabilities", help="with --target: compiler capabilities (default: probe ocloc)")
+        _compiler_option(p, "with --target, the compiler that builds")
         p.add_argument("--out", help="output directory (default runs/tune-<timestamp>); an existing one resumes")
         p.add_argument("--cache", help="measurement cache file (default $XDG_CACHE_HOME/xegemm/measurements.db)")
         p.add_argument("--no-cache", action="store_true", help="neither read nor write the measurement cache")
@@ -489,15 +506,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if wanted("export"):
         p.add_argument("source", help="a config file or a tune output directory (best.yaml)")
         p.add_argument("--out", required=True, help="a new directory")
-        p.add_argument("--target", action="append", choices=("cpu", "pvc", "dg2"),
-                       help="cpu (OpenCL C for any OpenCL device; the default), pvc or dg2 (also ocloc binaries); "
-                            "repeatable")
+        from xegemm.export import TARGETS as EXPORT_TARGETS
+        p.add_argument("--target", action="append", choices=EXPORT_TARGETS,
+                       help="cpu (OpenCL C for any OpenCL device; the default) or a GPU (also ocloc binaries: "
+                            f"{', '.join(t for t in EXPORT_TARGETS if t != 'cpu')}); repeatable")
+        _compiler_option(p, "the compiler that builds the GPU targets' binaries")
         _code_options(p)
         p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("support", help="the supported matrix (layouts x types x epilogues x targets) as Markdown, "
                                        "each cell planned and rendered for its target")
     if wanted("support"):
+        p.add_argument("--compiler", choices=("system", "current"),
+                       help="only this compiler's columns (default: both; each from its measured capability set, "
+                            "so neither needs to be installed)")
         p.set_defaults(func=cmd_support)
     return parser
 

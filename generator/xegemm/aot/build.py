@@ -18,7 +18,7 @@ from pathlib import Path
 
 from xegemm.aot.errors import IgaMissingError, OclocToolError
 from xegemm.aot.isa import KERNEL_HEADER, IsaStats, isa_stats
-from xegemm.aot.toolchain import OCLOC_TIMEOUT, aot_target, run_ocloc
+from xegemm.aot.toolchain import OCLOC_TIMEOUT, aot_target, build_compiler, run_ocloc
 from xegemm.library.build_flags import LARGE_GRF, ocloc_options
 from xegemm.library.targets import UnknownTargetError
 
@@ -41,6 +41,7 @@ class AotBuild:
     dumps: dict[str, str] = field(default_factory=dict)  # IGC dump file name -> its .asm text
     stats: IsaStats | None = None
     seconds: float = 0.0
+    compiler: str | None = None   # the compiler that built it: "system", "current" or a path
 
     @property
     def ok(self) -> bool:
@@ -94,14 +95,15 @@ def read_dumps(dump_dir: Path) -> dict[str, str]:
 def compile_kernel(source: str, target: str, grf: int = 128, options: str = "",
                    workdir: Path | None = None, *, dumps: bool = True, timeout: float = OCLOC_TIMEOUT,
                    compiler: str | None = None, il: bytes | None = None) -> AotBuild:
-    """Compile OpenCL C for ``target`` ("pvc"/"dg2") in GRF mode 128/256 and read back its ISA.
+    """Compile OpenCL C for ``target`` (pvc, bmg, lnl, ptl, dg2) in GRF mode 128/256 and read back its ISA.
 
     ``workdir`` keeps the source, binary, disassembly and dumps (a new temporary folder if None, left in
     place for inspection).  ``dumps=False`` skips IGC's shader dumps (faster; no numGRF/spill data).  A compile
 still running after ``timeout`` seconds is killed: status "timed_out", ``dumps`` what IGC had written.
-    ``compiler``: ``"system"``, ``"current"`` or a path (:func:`xegemm.aot.toolchain.find_ocloc`).  ``il``: a
-    SPIR-V module to compile instead (``ocloc compile -spirv_input``; ``source`` is then its assembly text, kept
-    beside it)."""
+    ``compiler``: ``"system"``, ``"current"`` or a path; None: :func:`xegemm.aot.toolchain.build_compiler`'s
+    choice (``$XEGEMM_COMPILER``, else the first compiler that knows the target).  ``il``: a SPIR-V module to
+    compile instead (``ocloc compile -spirv_input``; ``source`` is then its assembly text, kept beside it)."""
+    compiler = build_compiler(target, compiler)
     t = aot_target(target, compiler)
     full_options = compose_options(grf, options)
     # absolute: ocloc runs in `work`, so a relative dump or output path would resolve against it instead
@@ -135,10 +137,11 @@ still running after ``timeout`` seconds is killed: status "timed_out", ``dumps``
     if done is None:
         return AotBuild(target=t.name, grf=grf, source=source, options=full_options, workdir=work,
                         status="timed_out", log=f"{log}\nocloc stopped after {timeout:g} s",
-                        dumps=read_dumps(dump_dir) if dumps else {}, seconds=time.perf_counter() - start)
+                        dumps=read_dumps(dump_dir) if dumps else {}, seconds=time.perf_counter() - start,
+                        compiler=compiler)
     binaries = sorted(bin_dir.glob("*.bin"))
     build = AotBuild(target=t.name, grf=grf, source=source, options=full_options, workdir=work,
-                     status="ok", log=done.stdout)
+                     status="ok", log=done.stdout, compiler=compiler)
     if done.returncode != 0 or not binaries:
         build.status = "failed_build"
         build.seconds = time.perf_counter() - start

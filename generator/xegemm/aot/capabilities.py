@@ -8,9 +8,17 @@ per spelling); if the build fails, the compiler's error lines are mapped back to
 them and the rest is rebuilt, so a probe costs a few ocloc calls, not one per spelling.
 
 Probed capability sets are cached as JSON keyed by the compiler version (``ocloc query OCL_DRIVER_VERSION`` plus
-IGC's package version), the target and the probe catalog's digest.  Named capability sets can be forced instead of
-probing (argument or ``$XEGEMM_COMPILER_CAPABILITIES``): ``igc-1.0.12504`` (measured on Debian 12's ocloc) and
-``cl_intel_subgroup_2d_block_io`` (the full set newer drivers provide: docs/atoms.md §1.6, §1.7).
+IGC's package version), the target and the probe catalog's digest: each compiler (``system``, ``current`` or a
+path: xegemm.aot.toolchain) gets its own.  Named capability sets can be forced instead of probing (argument or
+``$XEGEMM_COMPILER_CAPABILITIES``): ``igc-1.0.12504`` (measured on Debian 12's ocloc), ``igc-2.40.14`` (measured on
+the current compiler, Debian unstable's ocloc 26.27) and ``cl_intel_subgroup_2d_block_io`` (the full set newer
+drivers provide: docs/atoms.md §1.6, §1.7).  :data:`COMPILER_CAPABILITIES` names the measured set of each named
+compiler, for generating without it (``xegemm support``).
+
+Two things IGC 2.x does are not a missing message (docs/compilers.md "The current compiler"): a 32-register
+response is encoded ``rd:31`` (the send descriptor's 5-bit response length has no 32), and a one-row read or a
+prefetch of two blocks is issued as one block twice as wide (the same bytes, the same registers).  The checks
+below accept both.
 """
 
 from __future__ import annotations
@@ -29,14 +37,18 @@ from xegemm.aot.builtins import block2d_violation
 from xegemm.aot.errors import CapabilitiesError
 from xegemm.aot.isa import block2d_shapes, parse_instructions
 from xegemm.aot.probes import Probe, ProbeProgram, catalog_digest, probe_catalog, probe_program
-from xegemm.aot.toolchain import aot_target, compiler_version
+from xegemm.aot.toolchain import aot_target, build_compiler, compiler_version
 from xegemm.files import CONFIG_BYTES, FileRefused, read_text
-from xegemm.library.targets import EXT_2D_BLOCK_IO, Target
+from xegemm.library.targets import EXT_2D_BLOCK_IO, Target, get_target
 
 CAPABILITIES_ENV = "XEGEMM_COMPILER_CAPABILITIES"
 MODERN_CAPABILITIES = EXT_2D_BLOCK_IO   # a driver with the extension: every documented function
 DEBIAN_CAPABILITIES = "igc-1.0.12504"
-NAMED_CAPABILITIES = (DEBIAN_CAPABILITIES, MODERN_CAPABILITIES)
+CURRENT_CAPABILITIES = "igc-2.40.14"
+NAMED_CAPABILITIES = (DEBIAN_CAPABILITIES, CURRENT_CAPABILITIES, MODERN_CAPABILITIES)
+# the measured set of each named compiler (xegemm.aot.toolchain.COMPILERS), what `xegemm support` shows for it
+COMPILER_CAPABILITIES = {"system": DEBIAN_CAPABILITIES, "current": CURRENT_CAPABILITIES}
+MAX_RESPONSE_FIELD = 31   # the largest response length a send descriptor encodes (5 bits): IGC 2.x writes 31 for 32
 _ERROR_LINE = re.compile(r"^(?:.*?:)?(\d+):\d+: (?:fatal )?error:")  # "1:490:3: error: ..." (line 490)
 BLOCK2D_MESSAGES = ("load_block2d", "store_block2d", "prefetch_block2d")
 
@@ -90,8 +102,8 @@ class CompilerCapabilities:
 
     @property
     def failed(self) -> list[str]:
-        """Spellings the compiler rejects."""
-        return [n for n, r in self.results.items() if not r.built]
+        """Spellings the compiler rejects (on hardware that has their message)."""
+        return [n for n, r in self.results.items() if not r.built and r.hardware]
 
     def to_json(self) -> str:
         """The capability set as JSON text."""
@@ -122,6 +134,22 @@ def _shape_text(shape: tuple[int, int, int] | None) -> str | None:
     return None if shape is None else "{}x{}x{}".format(*shape)
 
 
+def block_grfs(shape: tuple[int, int, int], elem_bits: int, grf_bytes: int) -> int:
+    """Registers a 2D block read of ``shape`` (width, height, count) writes back: each block rounded up to whole
+    registers (docs/atoms.md §1.5)."""
+    w, h, c = shape
+    return c * math.ceil(w * h * elem_bits // 8 / grf_bytes)
+
+
+def delivered_grfs(ins, shape: tuple[int, int, int] | None, elem_bits: int, grf_bytes: int) -> int:
+    """Registers a read really writes back: its ``rd:``, except that IGC 2.x encodes a 32-register response as
+    ``rd:31`` (the descriptor's 5-bit field), which the decoded block then shows to be 32."""
+    rd = ins.response_grfs or 0
+    if rd == MAX_RESPONSE_FIELD and shape is not None and elem_bits and block_grfs(shape, elem_bits, grf_bytes) == 32:
+        return 32
+    return rd
+
+
 def _evaluate(probe: Probe, asm: str | None, target: Target) -> ProbeResult:
     """Verdict on one probe kernel: message present, all data delivered, legal block shape."""
     hardware = target.block2d or probe.message not in BLOCK2D_MESSAGES
@@ -130,9 +158,11 @@ def _evaluate(probe: Probe, asm: str | None, target: Target) -> ProbeResult:
                            "built, but the kernel is missing from the binary", hardware)
     instructions = parse_instructions(asm)
     hits = [i for i in instructions if i.message_kind == probe.message]
-    rd = sum(i.response_grfs or 0 for i in hits)
+    shaped = {id(ins): shape for ins, shape in block2d_shapes(instructions)}
+    # a header the ISA does not set by an immediate leaves the block unknown: the asked one stands for it
+    rd = sum(delivered_grfs(i, shaped.get(id(i)) or probe.shape, probe.elem_bits, target.grf_bytes) for i in hits)
     need = math.ceil(probe.payload_bytes / target.grf_bytes)
-    shapes = [shape for ins, shape in block2d_shapes(instructions) if ins in hits and shape is not None]
+    shapes = [shaped[id(ins)] for ins in hits if shaped.get(id(ins)) is not None]
     shape = shapes[0] if shapes else None
     supported, exact = bool(hits) and rd >= need, None
     if not hits:
@@ -149,6 +179,11 @@ def _evaluate(probe: Probe, asm: str | None, target: Target) -> ProbeResult:
         detail += f"; block {_shape_text(shape)} (asked {_shape_text(probe.shape)})"
         if why:  # e.g. IGC 1.0.12504 issues every plain read with 2 blocks, so u32 16-wide rows become 128 B
             supported, detail = False, detail + f": illegal message, {why} (docs/atoms.md §2)"
+        elif c < ec and h == eh and w * c == ew * ec and (h == 1 or probe.message == "prefetch_block2d"):
+            # IGC 2.x: a one-row read (or a prefetch) of two blocks as one block twice as wide: the same bytes,
+            # which the compiler hands back as the builtin's value; nothing missing
+            exact = True
+            detail += f": issued as one block {w} wide, the same bytes"
         elif (w, h) != (ew, eh) or c < ec:  # e.g. IGC 1.0.12504 builds transform_u16_k32 as 16 rows
             supported, detail = False, detail + ": not the asked block, data missing"
         else:
@@ -177,21 +212,32 @@ def _blame(log: str, program: ProbeProgram) -> dict[str, list[str]]:
     return blamed
 
 
-def run_probes(probes: list[Probe], target: str = "pvc") -> tuple[dict[str, ProbeResult], int]:
-    """Probe ``probes`` for ``target`` without caching: (probe name -> result, number of ocloc builds)."""
-    t = aot_target(target)
+def run_probes(probes: list[Probe], target: str = "pvc", compiler: str | None = None) -> tuple[dict[str, ProbeResult], int]:
+    """Probe ``probes`` for ``target`` with ``compiler`` (xegemm.aot.toolchain.build_compiler) without caching:
+    (probe name -> result, number of ocloc builds)."""
+    compiler = build_compiler(target, compiler)
+    t = aot_target(target, compiler)
     results: dict[str, ProbeResult] = {}
     calls = [0]
+    # a target without 2D block hardware (dg2) cannot use a 2D message whatever the compiler does with it: those
+    # probes are not built (the current compiler rejects most of them there, which took 52 builds to place)
+    wanted = [p for p in probes if t.block2d or p.message not in BLOCK2D_MESSAGES]
+    for p in probes:
+        if p not in wanted:
+            results[p.name] = ProbeResult(p.name, p.family, p.message, False, 0, 0, False,
+                                          f"not probed: {t.arch} has no 2D block messages (docs/atoms.md §2)", False)
     with tempfile.TemporaryDirectory(prefix="xegemm-probe-") as tmp:
-        _run_probes(probes, t, Path(tmp), results, calls)
+        if wanted:
+            _run_probes(wanted, t, Path(tmp), results, calls, compiler)
     return {p.name: results[p.name] for p in probes}, calls[0]
 
 
 def _run_probes(probes: list[Probe], target: Target, root: Path, results: dict[str, ProbeResult],
-                calls: list[int]) -> None:
+                calls: list[int], compiler: str) -> None:
     program = probe_program(probes)
     calls[0] += 1
-    build = compile_kernel(program.source, target.name, 128, workdir=root / f"call{calls[0]:02d}", dumps=False)
+    build = compile_kernel(program.source, target.name, 128, workdir=root / f"call{calls[0]:02d}", dumps=False,
+                           compiler=compiler)
     if build.ok:
         for kname, probe in program.kernels.items():
             results[probe.name] = _evaluate(probe, build.kernel_asm.get(kname), target)
@@ -208,11 +254,11 @@ def _run_probes(probes: list[Probe], target: Target, root: Path, results: dict[s
     if not rest:
         return
     if blamed:
-        _run_probes(rest, target, root, results, calls)
+        _run_probes(rest, target, root, results, calls, compiler)
     else:  # an error the log does not place: split and retry both halves
         half = len(rest) // 2
-        _run_probes(rest[:half], target, root, results, calls)
-        _run_probes(rest[half:], target, root, results, calls)
+        _run_probes(rest[:half], target, root, results, calls, compiler)
+        _run_probes(rest[half:], target, root, results, calls, compiler)
 
 
 def default_cache_dir() -> Path:
@@ -222,11 +268,13 @@ def default_cache_dir() -> Path:
     return Path(base) / "compiler-capabilities"
 
 
-def probe_compiler_capabilities(target: str = "pvc", *, cache_dir: Path | None = None,
-                           refresh: bool = False) -> CompilerCapabilities:
-    """Probe (or load from the cache) which spellings the installed ocloc supports for ``target``."""
-    t = aot_target(target)
-    version = compiler_version()
+def probe_compiler_capabilities(target: str = "pvc", *, cache_dir: Path | None = None, refresh: bool = False,
+                                compiler: str | None = None) -> CompilerCapabilities:
+    """Probe (or load from the cache, one file per compiler version and target) which spellings ``compiler``
+    (``system``, ``current``, a path; None: xegemm.aot.toolchain.build_compiler's choice) supports for ``target``."""
+    compiler = build_compiler(target, compiler)
+    t = aot_target(target, compiler)
+    version = compiler_version(compiler)
     catalog = probe_catalog()
     digest = catalog_digest(catalog)
     path = Path(cache_dir or default_cache_dir()) / f"{version.key}_{t.name}.json"
@@ -238,7 +286,7 @@ def probe_compiler_capabilities(target: str = "pvc", *, cache_dir: Path | None =
         if cached is not None and cached.catalog == digest and cached.target == t.name:
             return cached
     start = time.perf_counter()
-    results, calls = run_probes(catalog, t.name)
+    results, calls = run_probes(catalog, t.name, compiler)
     caps = CompilerCapabilities(
         name=f"probed:{version.key}", target=t.name, origin="probed",
         compiler={"driver": version.driver, "igc": version.igc}, catalog=digest, results=results,
@@ -268,15 +316,32 @@ _IGC_1_0_12504_SUPPORTED: dict[str, dict[str, bool | None]] = {
 }
 
 
+# Measured with probe_compiler_capabilities on Debian unstable's ocloc 26.27.039122 / IGC 2.40.14 (2026-12-02) for
+# pvc, bmg, lnl and ptl: every spelling of the catalog builds and issues its message, exactly the asked block
+# (with the two IGC 2.x forms above read as what they are).  For dg2, which has no 2D block hardware, it declares
+# no cl_intel_subgroup_2d_block_io function and rejects the 32-row builtins; the 1D block write and the LSC
+# prefetch, the only messages with hardware there, work.  tests/test_compiler_profiles.py probes again where it is installed.
+_IGC_2_40_TARGETS = ("pvc", "bmg", "lnl", "ptl", "dg2")
+
+
 def _named_capabilities(name: str, target: Target) -> CompilerCapabilities:
     catalog = probe_catalog()
-    if name == MODERN_CAPABILITIES:
+    if name == CURRENT_CAPABILITIES:
+        if target.name not in _IGC_2_40_TARGETS:
+            raise CapabilitiesError(f"{name} was measured for {', '.join(_IGC_2_40_TARGETS)}, not {target.name}")
+        table = {p.name: (True if p.shape is not None else None) for p in catalog
+                 if target.block2d or p.message not in BLOCK2D_MESSAGES}
+        why = "measured on Debian unstable ocloc 26.27.039122 / IGC 2.40.14"
+    elif name == MODERN_CAPABILITIES:
         # Newer drivers accept every shape in the catalog (docs/atoms.md §1.6 table, §1.7 grammar), exactly —
         # on hardware with 2D block messages; DG2 has none (docs/atoms.md §2 "platforms").
         table = {p.name: (True if p.shape is not None else None) for p in catalog
                  if target.block2d or p.message not in BLOCK2D_MESSAGES}
         why = "assumed: a cl_intel_subgroup_2d_block_io driver (not measured here)"
     elif name == DEBIAN_CAPABILITIES:
+        if target.name not in _IGC_1_0_12504_SUPPORTED:
+            raise CapabilitiesError(f"{name} (Debian 12's compiler) does not build for {target.name} ({target.arch}): "
+                                    f"it knows {', '.join(_IGC_1_0_12504_SUPPORTED)}")
         table = _IGC_1_0_12504_SUPPORTED[target.name]
         why = "measured on Debian 12 ocloc 22.43.24595 / IGC 1.0.12504.6"
     else:
@@ -294,7 +359,7 @@ def _named_capabilities(name: str, target: Target) -> CompilerCapabilities:
 
 def load_capabilities(name_or_path: str | Path, target: str = "pvc") -> CompilerCapabilities:
     """A named capability set (:data:`NAMED_CAPABILITIES`) for ``target``, or a capability set JSON file."""
-    t = aot_target(target)
+    t = get_target(target)
     if str(name_or_path) in NAMED_CAPABILITIES:
         return _named_capabilities(str(name_or_path), t)
     path = Path(name_or_path)
@@ -307,10 +372,11 @@ def load_capabilities(name_or_path: str | Path, target: str = "pvc") -> Compiler
                        "or the path of a capability set .json file")
 
 
-def compiler_capabilities(target: str = "pvc", name: str | None = None, **probe_kwargs) -> CompilerCapabilities:
+def compiler_capabilities(target: str = "pvc", name: str | None = None, compiler: str | None = None,
+                          **probe_kwargs) -> CompilerCapabilities:
     """The capability set to generate code with: ``name`` if given, else ``$XEGEMM_COMPILER_CAPABILITIES``, else a
-    (cached) probe of the installed compiler."""
+    (cached) probe of ``compiler`` (xegemm.aot.toolchain.build_compiler's choice when None)."""
     forced = name or os.environ.get(CAPABILITIES_ENV)
     if forced:
         return load_capabilities(forced, target)
-    return probe_compiler_capabilities(target, **probe_kwargs)
+    return probe_compiler_capabilities(target, compiler=compiler, **probe_kwargs)

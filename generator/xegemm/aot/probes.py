@@ -104,10 +104,10 @@ def _extended_probe(suffix: str) -> Probe:
 def _plain_read_names() -> list[str]:
     names = []
     for bits in (8, 16, 32):
-        for k in (16, 32):
+        for k in ((8, 16) if bits == 32 else (16, 32)):   # u32 k8: tf32's 8-wide blocks (XE_2D_TF32x32x16_LD_N)
             for v in (1, 2):
                 row = k * bits // 8 * v
-                max_count = 2 if bits <= 16 else 1  # v4 exists only for reads of 1-2 byte data; not probed
+                max_count = 2  # counts to 4 (1-2 byte data), 2 (4-byte); v4 is not probed
                 if row > 64 or v > max_count:
                     continue
                 names += [f"__builtin_IB_subgroup_block_read_flat_u{bits}_m{h}k{k}v{v}" for h in PLAIN_READ_HEIGHTS]
@@ -118,7 +118,9 @@ def probe_catalog() -> list[Probe]:
     """Every probe, in a fixed order."""
     ib = _plain_read_names()
     ib += [f"__builtin_IB_subgroup_block_read_flat_transform_{s}" for s in ("u16_k16", "u16_k32", "u16_k32v2", "u8_k32")]
-    ib += ["__builtin_IB_subgroup_block_read_flat_transpose_u32_k8"]
+    # d32 transposes 8 and 4 wide (the 4-wide one: XE_2D_U16x16x8_LD_T and XE_2D_U4x16x32_LD_T, which IGC 2.x
+    # issues and Debian's IGC widens to 8; docs/compilers.md "The current compiler")
+    ib += ["__builtin_IB_subgroup_block_read_flat_transpose_u32_k8", "__builtin_IB_subgroup_block_read_flat_transpose_u32_k4"]
     ib += [f"__builtin_IB_subgroup_block_read_prefetch_{s}" for s in ("u16_m8k16v1", "u16_m32k16v2", "u8_m32k32v2")]
     ib += [f"__builtin_IB_subgroup_block_write_flat_u8_m{h}k{k}v1" for k in (16, 32) for h in STORE_HEIGHTS]
     ib += [f"__builtin_IB_subgroup_block_write_flat_u{b}_m{h}k16v1" for b in (16, 32) for h in STORE_HEIGHTS]

@@ -26,26 +26,56 @@ from functools import lru_cache
 from pathlib import Path
 
 from xegemm.aot.errors import CompilerNameError, OclocMissingError, OclocToolError
-from xegemm.library.targets import AOT_TARGETS, Target, UnknownTargetError, get_target
+from xegemm.library.targets import COMPILER_NAMES, Target, UnknownTargetError, get_target
 
 OCLOC_TIMEOUT = 900.0   # seconds an ocloc run may take before it is killed (a spilling dg2 build takes minutes)
 
 
 def aot_target(name: str, compiler: str | None = None) -> Target:
-    """The registry's :class:`xegemm.library.targets.Target` called ``name``, if the compiler can build for it.
+    """The registry's :class:`xegemm.library.targets.Target` called ``name``, with ``ocloc_device`` set to the
+    ``-device`` spelling of the compiler that builds it (:func:`build_compiler`).
 
-    The registry names the ``-device`` spelling of the targets Debian's ocloc knows; a target it leaves
-    without one (``bmg``) is built under its own name when the compiler lists that name in ``ocloc compile
-    --help`` (the current compiler does)."""
+    A named compiler builds the targets the registry gives it a spelling for (Debian's: pvc, dg2; the current
+    one: also bmg, lnl, ptl); a compiler named by its path builds a target under the first of the registry's
+    spellings it lists in ``ocloc compile --help``.  Anything else is one clear error naming what to install."""
     target = get_target(name)
-    if target.ocloc_device is not None:
-        return target
-    path = find_ocloc(compiler)
-    if path is not None and target.name in ocloc_devices(path):
-        return replace(target, ocloc_device=target.name)
-    raise UnknownTargetError(f"ocloc here cannot build for {name} ({target.arch}); ahead-of-time targets: "
-                             f"{', '.join(AOT_TARGETS)}, and {name} with the current compiler "
-                             "(`make ocloc-current`, then compiler='current' or XEGEMM_COMPILER=current)")
+    choice = build_compiler(name, compiler)
+    if choice in COMPILERS:
+        device = target.device_for(choice)
+        if device is None:
+            raise UnknownTargetError(
+                f"{_COMPILER_TITLES[choice]} cannot build for {name} ({target.arch}); {name} needs "
+                f"{' or '.join(_COMPILER_TITLES[c] for c in target.compilers)}: install it with `make ocloc-current` "
+                f"and choose it with --compiler current (or XEGEMM_COMPILER=current)")
+        return replace(target, ocloc_device=device)
+    listed = ocloc_devices(choice) if _executable(choice) else frozenset()
+    spellings = [device for _, device in target.ocloc_devices]
+    device = next((d for d in spellings if d in listed), None) or (spellings[0] if not listed else None)
+    if device is None:
+        raise UnknownTargetError(f"the ocloc at {choice} lists none of {', '.join(dict.fromkeys(spellings))} for {name} "
+                                 f"({target.arch}) in `ocloc compile --help`")
+    return replace(target, ocloc_device=device)
+
+
+_COMPILER_TITLES = {"system": "Debian 12's compiler (system: ocloc 22.43, IGC 1.0.12504)",
+                    "current": "the current compiler (current: ocloc 26.x, IGC 2.x)"}
+
+
+def build_compiler(target: str, compiler: str | None = None) -> str:
+    """The compiler a build for ``target`` uses: ``$XEGEMM_OCLOC`` (a path) wins, then ``compiler``, then
+    ``$XEGEMM_COMPILER``, then the first named compiler that knows the target (``system`` for pvc and dg2,
+    ``current`` for bmg, lnl and ptl).  A name that is neither ``system``, ``current`` nor a path raises
+    :class:`CompilerNameError`."""
+    override = os.environ.get(OCLOC_ENV)
+    if override:
+        return override
+    choice = compiler or os.environ.get(COMPILER_ENV)
+    if not choice:
+        return get_target(target).compilers[0]
+    if choice in COMPILERS or os.sep in choice or os.path.exists(choice):
+        return choice
+    raise CompilerNameError(f"unknown compiler {choice!r}: give {SYSTEM!r} (Debian's ocloc on PATH), "
+                            f"{CURRENT!r} (.ci/install-ocloc-current.sh) or the path of an ocloc")
 
 
 _DEVICE_LIST = re.compile(r"<device_type> can be:\s*(?P<list>[^\n]+)")
@@ -65,8 +95,8 @@ def ocloc_devices(ocloc: str) -> frozenset[str]:
 OCLOC_ENV = "XEGEMM_OCLOC"         # a path: always this compiler
 COMPILER_ENV = "XEGEMM_COMPILER"    # the default compiler: "system", "current" or a path
 TOOLS_ENV = "XEGEMM_TOOLS_DIR"      # where .ci/install-ocloc-current.sh installs (default <repo>/.tools)
-SYSTEM, CURRENT = "system", "current"
-COMPILERS = (SYSTEM, CURRENT)
+COMPILERS = COMPILER_NAMES          # ("system", "current"): the names the target registry gives spellings for
+SYSTEM, CURRENT = COMPILERS
 CURRENT_WRAPPER = "ocloc-current"   # the wrapper's name, in <tools>/bin and possibly on PATH
 CURRENT_VERSIONS = Path("ocloc-current", "versions.txt")   # under <tools>: package versions, `ocloc --version`
 
@@ -231,3 +261,13 @@ def installed_compilers() -> dict[str, CompilerVersion | None]:
     """Each named compiler (:data:`COMPILERS`, ignoring ``$XEGEMM_OCLOC``) -> its version, None if not installed."""
     found = {SYSTEM: shutil.which("ocloc"), CURRENT: current_ocloc()}
     return {name: _compiler_version(path) if path else None for name, path in found.items()}
+
+
+def compiler_record(target: str, compiler: str | None = None) -> dict:
+    """What build.json and the manifests record of the compiler a build for ``target`` uses (:func:`build_compiler`):
+    its name (``system``, ``current`` or the path given), its ocloc and IGC versions and its path.  Raises
+    OclocMissingError (with the command that installs it) when that compiler is not installed."""
+    choice = build_compiler(target, compiler)
+    version = compiler_version(choice)
+    return {"name": choice, "driver": version.driver, "igc": version.igc, "path": version.path,
+            "describe": version.describe()}

@@ -2,10 +2,13 @@
 
 A build that succeeds proves little on an old compiler (it may drop or mangle messages), so
 :class:`IsaObserver` fails a variant (``failed_build``) whose main loop does not issue exactly the planned
-dpas and 2D block loads (for the SIMD8 plans of dg2: the 1D sub-group block reads, one per tile row); stores
-and prefetches are reported beside their predictions, spills in the reason.  :class:`AotBuilder` admits a
-plan only for a target that has its DPAS width (pvc: SIMD16, dg2: SIMD8) and, for 2D block copies, 2D block
-messages (:mod:`xegemm.library.targets`).
+dpas and 2D block loads (for the SIMD8 plans of dg2: the 1D sub-group block reads, one per tile row) and, for a
+dequantizing plan, its conversions, and whose epilogue's stores or any kind of prefetch differ from the plan.
+The GRF mode asked, spills and the disassembly's instruction count (equal to IGC's dump's) are checked and
+reported; every figure is in the variant's ``gates`` (:func:`isa_gates`) and on the console
+(:class:`IsaConsoleObserver`), with the reason where it differs.  :class:`AotBuilder` admits a plan only for a target that has its DPAS width (pvc, bmg, lnl, ptl:
+SIMD16, dg2: SIMD8) and, for 2D block copies, 2D block messages (:mod:`xegemm.library.targets`), and builds with
+the compiler chosen for the target (xegemm.aot.toolchain.build_compiler).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 
 from xegemm.aot.build import AotBuild, compile_kernel
 from xegemm.aot.isa import CONVERSIONS, MESSAGE_KINDS, IsaStats
-from xegemm.aot.toolchain import aot_target, find_ocloc
+from xegemm.aot.toolchain import aot_target, build_compiler, find_ocloc
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
 from xegemm.lowering import Lowering
 from xegemm.lowering.native import NativeCapabilities, count_messages, lower_copy
@@ -23,7 +26,7 @@ from xegemm.runtime.spirv import assemble
 
 GATED = ("dpas", "load_block2d")                       # must match: the main loop, once
 GATED_BLOCK1D = ("load_block1d",)                        # ... and, for 1D block plans, their block reads
-REPORTED = ("store_block2d", "store_block1d")            # shown beside the prediction (loop unrolling varies)
+REPORTED = ("store_block2d", "store_block1d")            # the epilogue's stores (and stream-K's workspace stores)
 
 
 def gated(plan: Plan) -> tuple[str, ...]:
@@ -72,6 +75,10 @@ def predicted_counts(plan: Plan, caps: NativeCapabilities) -> dict:
         for kind in ("load_block2d", "load_block1d"):
             if kind in out:
                 out[kind] += plan.c.per_kstep * c_in[kind]
+    if plan.partial is not None:    # stream-K: a piece of a tile goes to the workspace as accumulators instead
+        partial = count_messages(lower_copy(plan.partial.atom, caps))
+        for kind in ("store_block2d", "store_block1d"):
+            out[kind] += plan.partial.per_kstep * partial[kind]
     for aux in plan.aux:        # a traced epilogue's auxiliary matrices: each read or stored once per C tile
         counts = count_messages(lower_copy(aux.atom, caps))
         for kind in (("store_block2d", "store_block1d") if aux.output else ("load_block2d", "load_block1d")):
@@ -90,16 +97,90 @@ def measured_counts(stats: IsaStats) -> dict:
             **{kind: stats.conversions.get(kind, 0) for kind in CONVERSIONS}}
 
 
+def predicted_prefetches(plan: Plan, predicted: dict) -> int | None:
+    """All prefetch messages of the kernel: one k-step's (``prefetch_per_kstep``) in the loop and in each of the
+    prologue's ``pipeline.prefetch`` k-tiles (templates/gemm.cl.j2); None without prefetch."""
+    per = predicted.get("prefetch_per_kstep")
+    if not per:
+        return None
+    return sum(per.values()) * (plan.config.pipeline.prefetch + 1)
+
+
+def isa_gates(plan: Plan, predicted: dict, measured: dict, stats: IsaStats, grf: int) -> dict[str, dict]:
+    """Each figure of the machine code against what the plan asks: name -> ``{"isa", "plan", "ok", "gate"}``;
+    ``gate`` says whether a difference fails the build: the messages (the main loop's dpas and block loads, the
+    stores, every kind of prefetch) and, predicted, the conversions; the GRF mode, spills and the dump's
+    instruction count are reported (a spilling kernel is a slow kernel, not a wrong one: the tuner scores it)."""
+    out: dict[str, dict] = {}
+    hard = (*gated(plan), *REPORTED)
+    for kind in (*hard, *REPORTED):
+        if kind in predicted:
+            out[kind] = {"isa": measured[kind], "plan": predicted[kind], "ok": measured[kind] == predicted[kind],
+                         "gate": kind in hard}
+    want = predicted_prefetches(plan, predicted)
+    if want is not None:
+        # The prologue's loop over its k-tiles is the compiler's to unroll, keep rolled or peel (seen with IGC 2.40:
+        # a split-K kernel's kept rolled, 6 of 9; a transposed-B kernel's first A prefetch peeled, 16 of 15), so
+        # the count in the code is checked as "every kind of prefetch of a k-step is there", and shown beside the
+        # fully unrolled count.
+        have = measured["prefetch_block2d"] + measured["prefetch"]
+        present = all(measured[kind] >= n for kind, n in predicted["prefetch_per_kstep"].items())
+        out["prefetch"] = {"isa": have, "plan": want, "ok": present, "exact": have == want, "gate": True}
+    out["grf"] = {"isa": stats.grf, "plan": grf, "ok": stats.grf == grf, "gate": False}
+    out["spill_bytes"] = {"isa": stats.spill_bytes, "plan": 0, "ok": stats.spill_bytes == 0, "gate": False}
+    out["instructions"] = {"isa": stats.instructions, "plan": "= dump", "ok": stats.dump_exact is True,
+                           "gate": False}
+    return out
+
+
+def _gate_reason(name: str, g: dict) -> str:
+    if name == "instructions":
+        return "the disassembly's instruction count differs from IGC's dump (" + \
+            ("no dump matched" if g["isa"] is None else "a retried or inlined kernel") + ")"
+    if name == "spill_bytes":
+        return "no spill information (no dump)" if g["isa"] is None else f"spills {g['isa']} bytes"
+    if name == "grf":
+        return f"the compiler gave {g['isa']} registers per thread, {g['plan']} asked"
+    if name == "prefetch":
+        return f"prefetch: ISA has {g['isa']}, fewer of a kind than one k-step's (a prefetch dropped)"
+    return f"{name}: ISA has {g['isa']}, the plan needs {g['plan']}"
+
+
+def gate_line(gates: dict[str, dict], sends: int | None = None) -> str:
+    """One line of the figures, ``isa/plan``, the sends, and the reason of every difference."""
+    short = {"load_block2d": "load2d", "store_block2d": "store2d", "store_block1d": "store1d",
+             "load_block1d": "load1d", "spill_bytes": "spills"}
+    parts = []
+    for name, g in gates.items():
+        if name == "instructions":
+            continue
+        if name == "spill_bytes":
+            parts.append(f"spills {g['isa'] if g['isa'] is not None else '?'}")
+        else:
+            loop = " (prologue loop not unrolled as counted)" if g.get("exact") is False and g["ok"] else ""
+            parts.append(f"{short.get(name, name)} {g['isa']}/{g['plan']}{loop}")
+    if sends is not None:
+        parts.append(f"sends {sends}")
+    if "instructions" in gates:
+        parts.append(f"instructions {gates['instructions']['isa']}")
+    wrong = [_gate_reason(n, g) for n, g in gates.items() if not g["ok"]]
+    return "  ".join(parts) + (f"  -- differs: {'; '.join(wrong)}" if wrong else "")
+
+
 class AotBuilder(Builder):
     """Compiles each variant with ocloc for ``target`` into ``out_dir/<name>/`` (GRF mode: ``grf`` or the
-    config's)."""
+    config's) with ``compiler`` (``system``, ``current``, a path; None: the first that knows the target)."""
 
-    def __init__(self, target: str, out_dir: Path | str, grf: int | None = None, lowering: Lowering | None = None):
+    def __init__(self, target: str, out_dir: Path | str, grf: int | None = None, lowering: Lowering | None = None,
+                 compiler: str | None = None):
         self.lowering = lowering
         # SPIR-V cooperative matrices (the coopmat lowering) need the current compiler: Debian 12's IGC
         # 1.0.12504 knows no SPV_KHR_cooperative_matrix opcode (docs/lowerings.md "coopmat")
         self.spirv = lowering is not None and lowering.source_kind == "spirv"
-        self.compiler = ("current" if find_ocloc("current") else None) if self.spirv else None
+        if self.spirv:
+            self.compiler = compiler or ("current" if find_ocloc("current") else None)
+        else:
+            self.compiler = build_compiler(target, compiler)
         self.target = aot_target(target, self.compiler)
         self.out = Path(out_dir).resolve()
         self.grf = grf
@@ -129,7 +210,7 @@ class AotBuilder(Builder):
             il = assemble(source)
             evaluation.extra["compiler"] = self.compiler
         build = compile_kernel(source, self.target.name, grf=grf, workdir=work, compiler=self.compiler, il=il)
-        evaluation.extra.update(target=self.target.name, grf=grf, artefacts=str(work))
+        evaluation.extra.update(target=self.target.name, grf=grf, artefacts=str(work), compiler=self.compiler)
         if not build.ok:
             evaluation.fail("failed_build", "ocloc rejected the kernel: " +
                             next((ln for ln in build.log.splitlines() if "error" in ln), build.log[-300:]))
@@ -153,9 +234,11 @@ class IsaObserver(Observer):
         predicted = predicted_counts(pv.plan, self.caps)
         measured = measured_counts(kernel.stats)
         must = gated(pv.plan)
+        gates = isa_gates(pv.plan, predicted, measured, kernel.stats, evaluation.extra["grf"])
         evaluation.extra.update(isa=kernel.stats.to_dict(), predicted=predicted,
-                                measured_messages={k: measured[k] for k in (*must, *REPORTED, "prefetch")})
-        wrong = [f"{k}: ISA has {measured[k]}, the plan needs {predicted[k]}" for k in must if measured[k] != predicted[k]]
+                                measured_messages={k: measured[k] for k in (*must, *REPORTED, "prefetch")},
+                                gates=gates, isa_line=gate_line(gates, kernel.stats.sends))
+        wrong = [_gate_reason(k, g) for k, g in gates.items() if g["gate"] and not g["ok"]]
         if wrong:
             evaluation.fail("failed_build", "machine code does not match the plan (a message dropped, split or "
                             "unrolled by the compiler): " + "; ".join(wrong))
@@ -194,8 +277,20 @@ class IsaObserver(Observer):
                              f"{predicted['load_block2d']} global tiles), no spill")
 
 
+class IsaConsoleObserver(Observer):
+    """Prints, after each built variant, its ISA figures beside the plan's (:func:`gate_line`) to ``stream``."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def finished(self, pv: PlannedVariant, evaluation: Evaluation) -> None:
+        line = evaluation.extra.get("isa_line")
+        if self.stream is not None and line:
+            print(f"    {line}", file=self.stream, flush=True)
+
+
 def aot_evaluator(lowering: Lowering, target: str, out_dir: Path | str, grf: int | None = None,
-                  observers: tuple[Observer, ...] = ()) -> Evaluator:
+                  observers: tuple[Observer, ...] = (), compiler: str | None = None) -> Evaluator:
     """Compile with ocloc, check the ISA against the plan, save failed builds' logs next to their artefacts."""
-    builder = AotBuilder(target, out_dir, grf, lowering)
+    builder = AotBuilder(target, out_dir, grf, lowering, compiler)
     return Evaluator(lowering, builder, [IsaObserver(lowering), LogObserver(builder.out), *observers])

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from xegemm.aot.build import compile_kernel, compose_options
+from xegemm.aot.toolchain import compiler_record
 from xegemm.config.sources import load_source
 from xegemm.kernel.arguments import KernelCall
 from xegemm.config import expand
@@ -39,11 +40,12 @@ from xegemm.evaluate import plan_variant, render_variant
 from xegemm.evaluate.aot import AotBuilder
 from xegemm.library.build_flags import STANDARD as BUILD_OPTIONS
 from xegemm.lowering import named_lowering
+from xegemm.library.targets import AOT_TARGETS
 from xegemm.plan.planner import BLOCK2D_SUB_GROUP
 from xegemm.kernel.render import environment
 from xegemm.files import write_json_atomic, write_text_atomic
 
-TARGETS = ("cpu", "pvc", "dg2")
+TARGETS = ("cpu", *AOT_TARGETS)   # cpu, and every GPU of the target registry (each built by a compiler that knows it)
 EXAMPLE_TYPES = {"f16", "bf16", "tf32", "f32", "s8", "u8", "s4", "u4"}     # inputs example.c generates
 EXAMPLE_ACCUMULATORS = {"f32", "s32"}
 VALUES = np.arange(-8, 9) / 8      # example.c's float inputs: k/8, exact in every input type
@@ -60,6 +62,7 @@ class Exported:
     options: str
     isa: dict | None
     example: str | None        # why example.c leaves it out, or None when it runs it
+    compiler: dict | None = None   # the compiler that built the binary (xegemm.jobs.pipeline.compiler_record)
 
 
 def _rules(config, target: str) -> list[str]:
@@ -92,8 +95,10 @@ def _example_skip(config) -> str | None:
     return None
 
 
-def export(source, out_dir: Path | str, targets=("cpu",), progress=None) -> dict:
-    """Write the kernels of ``source`` for ``targets`` into ``out_dir``; return the manifest."""
+def export(source, out_dir: Path | str, targets=("cpu",), progress=None, compiler: str | None = None) -> dict:
+    """Write the kernels of ``source`` for ``targets`` into ``out_dir``; return the manifest.  The GPU targets'
+    binaries are built by ``compiler`` (``system``, ``current``, a path; None: the first that knows each target),
+    whose name and versions the manifest records per kernel."""
     out = Path(out_dir)
     unknown = [t for t in targets if t not in TARGETS]
     if unknown:
@@ -103,9 +108,13 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None) -> dict
     config, _, label = load_source(source)
     exported: list[Exported] = []
     skipped: list[dict] = []
+    gpus = [t for t in targets if t != "cpu"]
+    builders = {t: AotBuilder(t, out / t, compiler=compiler) for t in gpus}   # unbuildable target: one line, now
+    compilers = {t: compiler_record(t, compiler) for t in gpus}
     for target in targets:
-        lowering = named_lowering("portable") if target == "cpu" else named_lowering("native", None, target)
-        admit = None if target == "cpu" else AotBuilder(target, out / target)
+        admit = builders.get(target)
+        lowering = named_lowering("portable") if target == "cpu" else named_lowering("native", None, target,
+                                                                                     admit.compiler)
         seen = set()
         for variant in expand(config):
             if variant.rejected:
@@ -128,7 +137,8 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None) -> dict
             if why:
                 skipped.append({"target": target, "variant": pv.plan.name, "reason": why})
                 continue
-            exported.append(_write_kernel(out, target, pv, text, progress))
+            exported.append(_write_kernel(out, target, pv, text, progress, admit.compiler if admit else None,
+                                          compilers.get(target)))
     if not exported:
         raise XegemmError(f"{label}: no kernel could be exported for {', '.join(targets)}: "
                           + "; ".join(f"{s['variant']} ({s['target']}): {s['reason']}" for s in skipped[:3]))
@@ -147,7 +157,8 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None) -> dict
     return manifest
 
 
-def _write_kernel(out: Path, target: str, pv, text: str, progress) -> Exported:
+def _write_kernel(out: Path, target: str, pv, text: str, progress, compiler: str | None = None,
+                  record: dict | None = None) -> Exported:
     plan = pv.plan
     name = plan.name
     source_file = f"{target}/{name}.cl"
@@ -158,7 +169,7 @@ def _write_kernel(out: Path, target: str, pv, text: str, progress) -> Exported:
         if progress:
             print(f"ocloc {target}: {name}", file=progress, flush=True)
         build = compile_kernel(text, target, grf=pv.config.target.grf, workdir=out / target / f".{name}.build",
-                               dumps=False)
+                               dumps=False, compiler=compiler)
         if not build.ok or build.binary is None:
             raise XegemmError(f"ocloc could not build {name} for {target}: "
                               + next((ln for ln in build.log.splitlines() if "error" in ln), build.log[-300:]))
@@ -167,7 +178,7 @@ def _write_kernel(out: Path, target: str, pv, text: str, progress) -> Exported:
         isa = build.stats.to_dict() if build.stats else None
         shutil.rmtree(out / target / f".{name}.build", ignore_errors=True)
     return Exported(target, KernelCall.of(plan), source_file, binary_file, options, isa,
-                    _example_skip(pv.config) if target == "cpu" else "not a cpu kernel")
+                    _example_skip(pv.config) if target == "cpu" else "not a cpu kernel", record)
 
 
 def _manifest(label: str, exported: list[Exported], skipped: list[dict]) -> dict:
@@ -189,6 +200,7 @@ def _manifest(label: str, exported: list[Exported], skipped: list[dict]) -> dict
                          "global_size": list(launch.global_size), "local_size": list(launch.local_size)}
                         for launch in call.launches],
             "rules": _rules(config, e.target), "build_options": e.options, "isa": e.isa,
+            **({"compiler": e.compiler} if e.compiler else {}),
             "example": "runs" if e.example is None else f"left out: {e.example}"})
     return {"source": label, "formulas_are": "C integer arithmetic over M, N, K, batch (xegemm.library.formula)",
             "kernels": kernels, "skipped": skipped}

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from xegemm.aot.toolchain import require_ocloc
+from xegemm.aot.toolchain import aot_target, compiler_record, require_ocloc
 from xegemm.config import load_config
 from xegemm.evaluate import (
     STATUSES,
@@ -32,7 +32,7 @@ from xegemm.evaluate import (
     plan_variants,
     render_variant,
 )
-from xegemm.evaluate.aot import aot_evaluator
+from xegemm.evaluate.aot import IsaConsoleObserver, aot_evaluator
 from xegemm.errors import XegemmError
 from xegemm.evaluate.device import DeviceSession, device_evaluator
 from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
@@ -58,10 +58,12 @@ def _jsonable(value):
 # ---- generate ------------------------------------------------------------------------------------------
 
 def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "portable",
-             capabilities_name: str | None = None) -> dict:
-    """Write ``<name>.cl`` for every planned variant and a ``manifest.json``; return the manifest."""
+             capabilities_name: str | None = None, compiler: str | None = None) -> dict:
+    """Write ``<name>.cl`` for every planned variant and a ``manifest.json``; return the manifest.  The native
+    lowering spells its atoms with ``capabilities_name``, else with what ``compiler`` (``system``, ``current``, a
+    path) was probed to issue for pvc."""
     config = load_config(config_path)
-    low = named_lowering(lowering, capabilities_name)
+    low = named_lowering(lowering, capabilities_name, "pvc", compiler)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     evaluator = Evaluator(low, SourceWriter(out, low))
@@ -74,7 +76,7 @@ def generate(config_path: str | Path, out_dir: str | Path, lowering: str = "port
             entry.update(path=ev.extra["path"], sha256=ev.source_sha256, plan=ev.plan)
         entries.append(entry)
     manifest = {"config": config.name, "lowering": low.name, "capabilities": low.capabilities_name,
-                "kernels": entries}
+                **({"compiler": compiler} if compiler and lowering == "native" else {}), "kernels": entries}
     manifest_path = out / "manifest.json"
     try:
         existing = json.loads(read_text(manifest_path, RESULTS_BYTES, "manifest")) if manifest_path.exists() else {}
@@ -241,36 +243,44 @@ def _set_aside_foreign_reports(out: Path, config) -> list[str]:
 # ---- build (ahead of time) -------------------------------------------------------------------------------
 
 def build_config(config_path, target: str = "pvc", grf: int | None = None, out_dir=None,
-                 capabilities_name: str | None = None, progress=None, lowering: str = "native") -> dict:
-    """Compile every variant of a config for ``target`` with ocloc; write ``build.json`` (and per-variant
-    artefacts).  A variant is ``ok`` when its machine code issues exactly the predicted dpas and block loads
-    per k-step; stores and prefetches are reported beside their predictions, spills in the reason.
+                 capabilities_name: str | None = None, progress=None, lowering: str = "native",
+                 compiler: str | None = None) -> dict:
+    """Compile every variant of a config for ``target`` with ocloc (``compiler``: ``system``, ``current``, a path;
+    None: the first that knows the target); write ``build.json`` (and per-variant artefacts).  A variant is ``ok``
+    when its machine code issues exactly the predicted dpas and block loads per k-step; every other figure
+    (stores, prefetches, GRF mode, spills, instructions) is in its ``gates`` and printed to ``progress``.
     ``lowering`` coopmat: the SPIR-V kernels in the GPU's tiles, built by the current compiler
     (xegemm.evaluate.aot.AotBuilder)."""
-    require_ocloc()
+    if lowering == "coopmat":
+        require_ocloc()
+        record = compiler_record(target, compiler or "current")
+    else:
+        aot_target(target, compiler)      # a target this compiler cannot build: one line naming what to install
+        record = compiler_record(target, compiler)
     config = load_config(config_path)
-    low = Lowering("coopmat").for_xe() if lowering == "coopmat" else named_lowering(lowering, capabilities_name,
-                                                                                      target)
+    low = Lowering("coopmat").for_xe() if lowering == "coopmat" else named_lowering("native", capabilities_name,
+                                                                                      target, record["name"])
     out = Path(out_dir or Path("runs") / f"build-{config.name}-{target}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     planned = plan_variants(config, low)
-    evaluator = aot_evaluator(low, target, out, grf, observers=(ProgressObserver(progress, len(planned)),))
+    evaluator = aot_evaluator(low, target, out, grf, compiler=record["name"],
+                              observers=(ProgressObserver(progress, len(planned)), IsaConsoleObserver(progress)))
+    head = {"config": config.name, "target": target, "compiler": record, "capabilities": low.capabilities_name}
     entries = []
     try:
         for pv in planned:
             entries.append(_build_entry(evaluator.evaluate(pv), pv, target, grf, low))
     except KeyboardInterrupt:
         with shielded():
-            write_json_atomic(out / "build.json", {"config": config.name, "target": target,
-                                                   "capabilities": low.capabilities_name, "variants": entries,
-                                                   "interrupted": True})
+            write_json_atomic(out / "build.json", {**head, "variants": entries, "interrupted": True})
         raise RunInterrupted(f"interrupted: {len(entries)} of {len(planned)} variants built; {out / 'build.json'} "
                              f"lists them (marked interrupted); build again with: "
                              + shlex.join(["xegemm", "build", str(config_path), "--target", target, "--out", str(out)]
+                                          + (["--compiler", compiler] if compiler else [])
                                           + (["--grf", str(grf)] if grf else [])
                                           + (["--capabilities", capabilities_name] if capabilities_name else []))) \
             from None
-    result = {"config": config.name, "target": target, "capabilities": low.capabilities_name, "variants": entries}
+    result = {**head, "variants": entries}
     write_json_atomic(out / "build.json", result)
     return result
 
@@ -278,7 +288,8 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
 def _build_entry(ev: Evaluation, pv: PlannedVariant, target: str, grf: int | None, low: Lowering) -> dict:
     return {"name": ev.name, "status": ev.status, "reason": ev.reason, "params": ev.params, "plan": ev.plan,
             "target": target, "grf": ev.extra.get("grf", grf or pv.config.target.grf),
-            "capabilities": low.capabilities_name,
+            "capabilities": low.capabilities_name, "compiler": ev.extra.get("compiler"),
             "isa": ev.extra.get("isa"), "predicted": ev.extra.get("predicted"),
-            "measured_messages": ev.extra.get("measured_messages"), "source_sha256": ev.source_sha256,
+            "measured_messages": ev.extra.get("measured_messages"), "gates": ev.extra.get("gates"),
+            "source_sha256": ev.source_sha256,
             "artefacts": ev.extra.get("artefacts"), "log": ev.log}

@@ -297,9 +297,10 @@ def choose_lowering(info, forced: str | None = None) -> Lowering:
     return own
 
 
-def named_lowering(name: str, capabilities: str | None = None, target: str = "pvc") -> Lowering:
+def named_lowering(name: str, capabilities: str | None = None, target: str = "pvc",
+                   compiler: str | None = None) -> Lowering:
     """A lowering by name for generating code without a device (``generate``, ``build``): ``native`` with the
-    named (or ``$XEGEMM_COMPILER_CAPABILITIES``, or probed) compiler capabilities for ``target``."""
+    named (or ``$XEGEMM_COMPILER_CAPABILITIES``, or probed from ``compiler``) compiler capabilities for ``target``."""
     if name not in LOWERINGS:
         raise XegemmError(f"lowering must be one of {', '.join(LOWERINGS)}, not {name!r}")
-    return Lowering(name, native_capabilities(capabilities, target) if name == "native" else None)
+    return Lowering(name, native_capabilities(capabilities, target, compiler) if name == "native" else None)

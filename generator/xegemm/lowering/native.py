@@ -22,6 +22,7 @@ from xegemm.aot.builtins import declare_block2d_builtin
 from xegemm.aot.isa import MESSAGE_KINDS
 from xegemm.aot.capabilities import CAPABILITIES_ENV, MODERN_CAPABILITIES, compiler_capabilities
 from xegemm.aot.prototypes import documented_names
+from xegemm.aot.toolchain import build_compiler
 from xegemm.atoms.base import CopyAtomBase
 from xegemm.atoms.block1d import Block1DAtom
 from xegemm.atoms.copy import CopyAtom
@@ -131,13 +132,23 @@ class NativeCapabilities:
         return any("prefetch" in n and ("2d_block" in n or "read_prefetch" in n) for n in self.supported)
 
 
-@lru_cache(maxsize=None)
-def native_capabilities(name: str | None = None, target: str = "pvc") -> NativeCapabilities:
-    """The capability set named (``igc-1.0.12504``, ``cl_intel_subgroup_2d_block_io``) or probed from ocloc."""
+def native_capabilities(name: str | None = None, target: str = "pvc", compiler: str | None = None) -> NativeCapabilities:
+    """The capability set named (``igc-1.0.12504``, ``igc-2.40.14``, ``cl_intel_subgroup_2d_block_io``) or probed
+    from ``compiler``'s ocloc (``system``, ``current``, a path; None: xegemm.aot.toolchain.build_compiler's choice
+    for the target).  A probed or measured set spells every atom with IGC's builtins (``ib``), which both
+    compilers declare once the kernel declares them (IGC 2.x also takes the public names, but not every form:
+    the 4-wide d32 transpose exists only as ``__builtin_IB_subgroup_block_read_flat_transpose_u32_k4``)."""
     name = name or os.environ.get(CAPABILITIES_ENV)
     if name == MODERN_CAPABILITIES:   # every documented cl_intel_subgroup_2d_block_io function
+        return _native_capabilities(name, target, None)
+    return _native_capabilities(name, target, None if name else build_compiler(target, compiler))
+
+
+@lru_cache(maxsize=None)
+def _native_capabilities(name: str | None, target: str, compiler: str | None) -> NativeCapabilities:
+    if name == MODERN_CAPABILITIES:
         return NativeCapabilities(MODERN_CAPABILITIES, "ocl2d", frozenset(documented_names()))
-    caps = compiler_capabilities(target, name)   # a named old set, a capability file, or a probe of ocloc
+    caps = compiler_capabilities(target, name, compiler)   # a named set, a capability file, or a probe of ocloc
     return NativeCapabilities(caps.name, "ib", frozenset(caps.supported))
 
 

@@ -38,7 +38,7 @@ def copy_candidates(op: str, layouts: tuple[str, ...], elem_bits: int, max_rows:
 
 
 def choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, transpose,
-            max_cost: int = 2, issuable=None) -> OperandPlan:
+            max_cost: int = 2, issuable=None, fallback=()) -> OperandPlan:
     """The named atom, or the cheapest candidate: a contiguous run (the first candidate that gives one) before a
     per-lane permutation before a cross-lane gather (``max_cost`` bounds what a plan may need,
     :func:`xegemm.plan.operands.reorder_cost`); among reorders of one kind, the fewest copy tiles, 1D block tiles of at most
@@ -49,13 +49,16 @@ def choose(operand, explicit, candidates, mma, extent, frag_shape, frag_grid, tr
     spilled 15-30 KB where two 64-byte tiles of the same bytes did not.  (2D candidates come largest first,
     so for them this keeps the order they are tried in.)
     ``issuable(atom)``: whether the lowering the plan is for can issue an atom; the cheapest of those is taken
-    when one fits, else the cheapest of all (whose rendering then says what the compiler lacks)."""
+    when one fits, else the cheapest issuable one of ``fallback`` (another family that reaches the same fragments
+    through a reorder, e.g. plain loads of a column-major operand where the compiler has no transposing load of
+    that shape), else the cheapest of all (whose rendering then says what the compiler lacks)."""
     if issuable is not None and not explicit:
-        try:
-            return choose(operand, None, [a for a in candidates if issuable(a)], mma, extent, frag_shape,
-                           frag_grid, transpose, max_cost)
-        except PlanRejected:
-            pass
+        for pool in (candidates, fallback):
+            try:
+                return choose(operand, None, [a for a in pool if issuable(a)], mma, extent, frag_shape,
+                              frag_grid, transpose, max_cost)
+            except PlanRejected:
+                pass
     if explicit:
         atom = CopyAtom.parse(explicit).check() if isinstance(explicit, str) else explicit
         want = "ST" if operand == "c" else "LD"
@@ -101,8 +104,10 @@ def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None,
         else:   # memory rows = k: the transposing loads (LD_T), sycl-tla's col-major A (docs/atoms.md §1.4)
             a_cands = copy_candidates("LD", ("T",), abits, bk, sgm)
             a_extent, a_transpose = (bk, sgm), True
+        # where the compiler has no transposing load of the shape: plain rows of the same memory, reordered
+        a_fallback = copy_candidates("LD", ("N",), abits, bk, sgm) if a_transpose else ()
         a_plan = choose("a", config.atoms.a, a_cands, a_mma, a_extent, (mma.m, mma.k), (grid[0], grid[2]),
-                         transpose=a_transpose, issuable=issuable)
+                         transpose=a_transpose, issuable=issuable, fallback=a_fallback)
         if lay.b == "row":
             # 4-bit B has no DPAS-ready load: a gather from the 8-bit VNNI load of its bytes or, for tiles
             # narrower than its 16 bytes, from plain rows (VNNI first: on pvc with Debian's IGC, 128x32x64 over
@@ -114,8 +119,9 @@ def choose_loads(config, mma: MmaAtom, grid, subgroup_tile, issuable=None,
         else:
             b_cands = copy_candidates("LD", ("T",), bbits, sgn, bk)
             b_extent, b_transpose = (sgn, bk), True
+        b_fallback = copy_candidates("LD", ("N",), bbits, sgn, bk) if b_transpose else ()
         b_plan = choose("b", config.atoms.b, b_cands, b_mma, b_extent, (mma.k, mma.n), (grid[2], grid[1]),
-                         transpose=b_transpose, issuable=issuable)
+                         transpose=b_transpose, issuable=issuable, fallback=b_fallback)
     else:
         for operand in ("a", "b", "c"):
             named = getattr(config.atoms, operand)

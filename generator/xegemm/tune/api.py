@@ -23,7 +23,7 @@ from optuna.exceptions import StorageInternalError
 from sqlalchemy.exc import SQLAlchemyError
 from tqdm import tqdm
 
-from xegemm.aot.toolchain import require_ocloc
+from xegemm.aot.toolchain import compiler_record
 from xegemm.config import load_config
 from xegemm.errors import XegemmError
 from xegemm.evaluate.aot import AotBuilder
@@ -110,13 +110,15 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
          out: str | Path | None = None, cache: str | Path | None = None, retime: bool = False,
          limits: TimeLimits = TimeLimits(), heartbeat_s: int = HEARTBEAT_S, progress: bool | None = None,
          capabilities: str | None = None, command: str | None = None, leaders: int = LEADERS,
-         leader_time_s: float = BUDGET_S) -> TuneResult:
+         leader_time_s: float = BUDGET_S, compiler: str | None = None) -> TuneResult:
     """Tune ``config_path`` (its sweep and constraints) for each shape; see the module docstring.
 
     ``strategy``: a name in :data:`xegemm.tune.strategies.STRATEGIES`; ``budget``: evaluated points per shape
     (pruned points are free); ``time_s``: stop starting trials after this many seconds; ``jobs``: worker
     processes building side by side (timing stays serial); ``storage``: an SQLAlchemy URL (default an SQLite
-    file in ``out``); ``target``: ``pvc``/``dg2`` scores ahead-of-time builds instead of timing on a device;
+    file in ``out``); ``target``: a GPU of the target registry (pvc, bmg, lnl, ptl, dg2) scores ahead-of-time
+    builds instead of timing on a device, built by ``compiler`` (``system``, ``current``, a path; None: the first
+    that knows the target);
     ``cache``: the measurement cache file (False: none); ``retime``: ignore cache hits; ``command``: the command
     line that started it, recorded in the study for the report; ``leaders``: how many of the best candidates of
     a device study are timed again before a winner is named (:mod:`xegemm.tune.leaders`; 0 or 1: none),
@@ -131,15 +133,16 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     url = storage or default_url(out_dir)
     resume = resume_command(config_path, shape_list, strategy, budget, time_s, jobs, storage, study, seed, device,
                             target, capabilities, out_dir, cache, retime, limits, heartbeat_s, leaders,
-                            leader_time_s)
+                            leader_time_s, compiler)
     name = study or config.name
     meta_common: dict = {"config": config.to_dict(), "strategy": strategy, "command": command}
     if target is not None:
-        require_ocloc()
-        lowering = named_lowering("native", capabilities, target)
-        admit = AotBuilder(target, out_dir / "aot").admit
+        builder = AotBuilder(target, out_dir / "aot", compiler=compiler)   # a target it cannot build: one line
+        record = compiler_record(target, builder.compiler)                  # not installed: how to install it
+        lowering = named_lowering("native", capabilities, target, builder.compiler)
+        admit = builder.admit
         machine = Machine.of_target(target)
-        meta_common.update(target=target, objective="aot score")
+        meta_common.update(target=target, objective="aot score", compiler=record)
         info, ceiling = None, None
     else:
         info = describe(select_sycl_device(device))
@@ -163,7 +166,8 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     measurements = None if cache is False else MeasurementCache(cache or default_cache_path(),
                                                                 ceiling_gflops=ceiling)
     if target is not None:
-        objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, retime) for _ in range(jobs)]
+        objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, retime, builder.compiler)
+                      for _ in range(jobs)]
     else:
         pinned = [config.target.lowering, *config.sweep.get("target.lowering", ())]   # a sweep over lowerings
         spirv = any(Lowering(name).source_kind == "spirv" for name in pinned if name)
@@ -335,7 +339,8 @@ def _check_resumable(rdb, name: str, meta_common: dict, shapes: list[Shape], spa
 
 def resume_command(config_path, shapes: list[Shape], strategy: str, budget, time_s, jobs: int, storage, study,
                    seed, device, target, capabilities, out_dir, cache, retime: bool, limits: TimeLimits,
-                   heartbeat_s: int, leaders: int = LEADERS, leader_time_s: float = BUDGET_S) -> str:
+                   heartbeat_s: int, leaders: int = LEADERS, leader_time_s: float = BUDGET_S,
+                   compiler: str | None = None) -> str:
     """The ``xegemm tune`` command that resumes this run, started as this process was (:func:`program_words`),
     with every option it was given, shell-quoted; the password of a storage URL as ``$XEGEMM_DB_PASSWORD`` (in
     double quotes, so the shell expands it)."""
@@ -343,7 +348,7 @@ def resume_command(config_path, shapes: list[Shape], strategy: str, budget, time
              "--shapes", ",".join(shape.label for shape in shapes), "--strategy", strategy]
     options = [("--budget", budget), ("--time", f"{time_s:g}s" if time_s else None),
                ("--jobs", jobs if jobs != 1 else None), ("--study", study), ("--seed", seed),
-               ("--device", device), ("--target", target), ("--capabilities", capabilities),
+               ("--device", device), ("--target", target), ("--compiler", compiler), ("--capabilities", capabilities),
                ("--cache", cache if cache not in (None, False) else None),
                ("--build-timeout", f"{limits.build_s:g}" if limits.build_s != TimeLimits.build_s else None),
                ("--run-timeout", f"{limits.run_s:g}" if limits.run_s is not None else None),

@@ -194,7 +194,8 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
             winners.append(_winner(meta, winner))
             pv = plan_variant(space.search.variant({axis: space.choices[axis][winner.params[axis]] for axis in axes}))
             kernels[pv.name] = render_variant(pv, named_lowering(meta["lowering"], meta.get("capabilities_named"),
-                                                                 meta.get("target") or "pvc"))
+                                                                 meta.get("target") or "pvc",
+                                                                 (meta.get("compiler") or {}).get("name")))
         best[shape.label] = entry
     for moved in _keep_richer_export(out, len(results)):
         print(f"xegemm: note: {moved}", file=sys.stderr, flush=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xegemm.evaluate import Evaluation, Evaluator, params_of
+from xegemm.aot.toolchain import compiler_version
 from xegemm.evaluate.aot import aot_evaluator
 from xegemm.evaluate.device import device_build_options
 from xegemm.evaluate.gate import DeviceGate
@@ -92,15 +93,16 @@ class AotObjective(_CachedObjective):
     target's product, or the uncalibrated model score for a target without one."""
 
     def __init__(self, target: str, lowering: Lowering, out_dir: Path, cache: MeasurementCache | None,
-                 retime: bool = False):
+                 retime: bool = False, compiler: str | None = None):
         super().__init__(cache, retime)
         self.target = target
         self.lowering = lowering
-        self.evaluator = aot_evaluator(lowering, target, out_dir)
+        self.evaluator = aot_evaluator(lowering, target, out_dir, compiler=compiler)
+        self.compiler_key = compiler_version(self.evaluator.builder.compiler).key   # each compiler its own scores
 
     def cache_key(self, candidate: Candidate) -> str:
         config = candidate.planned.config
-        return measurement_key(candidate.source, f"grf={config.target.grf}", f"ocloc:{self.target}",
+        return measurement_key(candidate.source, f"grf={config.target.grf}", f"ocloc:{self.target}:{self.compiler_key}",
                                self.lowering.capabilities_name or "", self.lowering.name, config)
 
     @staticmethod
