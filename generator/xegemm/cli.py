@@ -273,7 +273,8 @@ def cmd_tune(args) -> int:
                   leaders=args.leaders, leader_time_s=args.leader_time)
     for label, tally in result.tallies.items():
         print(f"{label}: {tally.evaluated} evaluated ({tally.cached} from the cache, {tally.failed} failed), "
-              f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped")
+              f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped"
+              + (f", {tally.outside} proposals outside the sweep" if tally.outside else ""))
     _print_best(result.best)
     print(f"study '{args.study or config_name}' in {result.storage}; wrote best.yaml, best.json, trials.csv, "
           f"kernels/ in {result.out}")
