@@ -178,7 +178,7 @@ def _interrupt(signum, frame):
 def cmd_build(args) -> int:
     from xegemm.jobs.pipeline import build_config
     result = build_config(args.config, target=args.target, grf=args.grf, out_dir=args.out,
-                          capabilities_name=args.capabilities, progress=sys.stderr)
+                          capabilities_name=args.capabilities, progress=sys.stderr, command=args.command_line)
     ok = sum(v["status"] == "ok" for v in result["variants"])
     print(f"{ok} of {len(result['variants'])} variants built for {args.target} with compiler capabilities "
           f"{result['capabilities']}; see build.json in {args.out or 'runs/build-' + Path(args.config).stem + '-' + args.target}")

@@ -134,7 +134,8 @@ class IsaObserver(Observer):
         measured = measured_counts(kernel.stats)
         must = gated(pv.plan)
         evaluation.extra.update(isa=kernel.stats.to_dict(), predicted=predicted,
-                                measured_messages={k: measured[k] for k in (*must, *REPORTED, "prefetch")})
+                                measured_messages={k: measured[k] for k in dict.fromkeys((*must, *REPORTED,
+                                                                                          *MESSAGE_KINDS))})
         wrong = [f"{k}: ISA has {measured[k]}, the plan needs {predicted[k]}" for k in must if measured[k] != predicted[k]]
         if wrong:
             evaluation.fail("failed_build", "machine code does not match the plan (a message dropped, split or "

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from xegemm.aot.toolchain import require_ocloc
+from xegemm.aot.toolchain import compiler_version, require_ocloc
 from xegemm.config import load_config
 from xegemm.evaluate import (
     STATUSES,
@@ -39,10 +39,10 @@ from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.evaluate.timing import time_numpy_reference
 from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic
 from xegemm.results.journal import ResultStore
-from xegemm.reporting import load_sources, write_run_page
+from xegemm.reporting import load_sources, write_report, write_run_page
 from xegemm.reporting.formats import headline_lines
 from xegemm.reporting.model import groups
-from xegemm.reporting.results import write_reports
+from xegemm.reporting.results import utc, versions, write_reports
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.verify.dense import check_fits
 
@@ -238,13 +238,17 @@ def _set_aside_foreign_reports(out: Path, config) -> list[str]:
 # ---- build (ahead of time) -------------------------------------------------------------------------------
 
 def build_config(config_path, target: str = "pvc", grf: int | None = None, out_dir=None,
-                 capabilities_name: str | None = None, progress=None) -> dict:
+                 capabilities_name: str | None = None, progress=None, command: str | None = None) -> dict:
     """Compile every variant of a config for ``target`` with ocloc; write ``build.json`` (and per-variant
     artefacts).  A variant is ``ok`` when its machine code issues exactly the predicted dpas and block loads
     per k-step; stores and prefetches are reported beside their predictions, spills in the reason."""
     require_ocloc()
+    started_at = time.time()
     config = load_config(config_path)
     low = named_lowering("native", capabilities_name, target)
+    # the header of the build's reports: what compiled (the compiler beside the Python packages), when, how
+    header = {"versions": {**versions(), "compiler": compiler_version().describe()}, "command": command,
+              "started_at": utc(started_at), "lowering": low.name}
     out = Path(out_dir or Path("runs") / f"build-{config.name}-{target}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     planned = plan_variants(config, low)
@@ -256,7 +260,8 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     except KeyboardInterrupt:
         with shielded():
             write_json_atomic(out / "build.json", {"config": config.name, "target": target,
-                                                   "capabilities": low.capabilities_name, "variants": entries,
+                                                   "capabilities": low.capabilities_name, **header,
+                                                   "written_at": utc(time.time()), "variants": entries,
                                                    "interrupted": True})
         raise RunInterrupted(f"interrupted: {len(entries)} of {len(planned)} variants built; {out / 'build.json'} "
                              f"lists them (marked interrupted); build again with: "
@@ -264,8 +269,11 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
                                           + (["--grf", str(grf)] if grf else [])
                                           + (["--capabilities", capabilities_name] if capabilities_name else []))) \
             from None
-    result = {"config": config.name, "target": target, "capabilities": low.capabilities_name, "variants": entries}
+    result = {"config": config.name, "target": target, "capabilities": low.capabilities_name, **header,
+              "written_at": utc(time.time()), "variants": entries}
     write_json_atomic(out / "build.json", result)
+    write_report([out], out / "report.html", command=command)
+    write_report([out], out / "report.md", fmt="md", command=command)
     return result
 
 
