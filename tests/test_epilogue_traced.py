@@ -100,3 +100,21 @@ def test_a_traced_epilogue_builds_for_pvc_with_its_aux_messages_counted(tmp_path
     assert v["isa"]["spill_bytes"] == 0
     for kind in ("load_block2d", "store_block2d", "store_block1d"):
         assert v["measured_messages"][kind] == v["predicted"][kind], kind
+
+
+def test_load_traces_the_function_at_load_and_refuses_a_config_with_its_own_fixed_epilogue():
+    """docs/epilogues.md: a bad function is refused when it is loaded (the tracer's error, naming its line), not
+    at the first call; a config with its own fixed epilogue (bias + SiLU) is refused, not silently replaced."""
+    import xegemm
+    from xegemm.epilogues.errors import EpilogueError, EpilogueLoadError
+
+    def branchy(acc):
+        if acc > 0:
+            return acc
+        return -acc
+
+    with pytest.raises(EpilogueError, match=r"branchy \(.*test_epilogue_traced\.py:\d+\).*data-dependent"):
+        xegemm.load(config("{}"), device="opencl:cpu", epilogue=branchy)
+    fixed = config("{bias: row, activation: silu}")
+    with pytest.raises(EpilogueLoadError, match=r"its own fixed epilogue \(bias 'row', activation 'silu'\)"):
+        xegemm.load(fixed, device="opencl:cpu", epilogue=lambda acc: acc * 2.0)

@@ -298,7 +298,7 @@ sweep:
 def test_an_aot_build_shows_its_isa_statistics_against_the_plan(tmp_path):
     cfg = tmp_path / "aot.yaml"
     cfg.write_text(AOT)
-    built = build_config(cfg, target="pvc", out_dir=tmp_path / "aot")
+    built = build_config(cfg, target="pvc", out_dir=tmp_path / "aot", command="xegemm build aot.yaml --target pvc")
     ok = [v for v in built["variants"] if v["status"] == "ok"]
     assert len(ok) == 2
     page = render([tmp_path / "aot"], "html")
@@ -310,6 +310,33 @@ def test_an_aot_build_shows_its_isa_statistics_against_the_plan(tmp_path):
         assert f'>{v["isa"]["sends"]}<' in isa
     assert "Built ahead of time: nothing was run or timed" in page and 'id="no-verified"' not in page
     assert 'id="g1-variants"' not in page             # nothing timed, so no GFLOP/s chart
+    # the build writes both reports itself; their header says what compiled, when and how it was started
+    markdown = (tmp_path / "aot" / "report.md").read_text()
+    assert (tmp_path / "aot" / "report.html").is_file()
+    for text, fact in ((page, "<th>{}</th><td>{}"), (markdown, "  - {}: {}")):
+        assert fact.format("command", "xegemm build aot.yaml --target pvc") in text
+        assert fact.format("runtime", "xegemm ") in text and "compiler ocloc " in text
+        assert fact.format("date (UTC)", built["started_at"]) in text
+    rows = markdown.split("## Machine code against the plan")[1].splitlines()
+    for v in ok:
+        (row,) = [r for r in rows if f"`{v['name']}`" in r]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        prefetches = v["isa"]["prefetch_block2d"] + v["measured_messages"]["prefetch"]
+        planned = sum((v["predicted"].get("prefetch_per_kstep") or {}).values())
+        assert cells[3:9] == [f'{v["isa"]["dpas"]} ({v["predicted"]["dpas"]})',
+                              f'{v["isa"]["load_block2d"]} ({v["predicted"]["load_block2d"]})',
+                              f'{v["measured_messages"]["load_block1d"]} ({v["predicted"].get("load_block1d", 0)})',
+                              f'{v["isa"]["store_block2d"]} ({v["predicted"]["store_block2d"]})',
+                              f'{v["measured_messages"]["store_block1d"]} ({v["predicted"]["store_block1d"]})',
+                              f"{prefetches} ({planned})"]
+        assert cells[2] == str(v["grf"]) and cells[9] == str(v["isa"]["sends"])
+        assert cells[10] == str(v["isa"]["instructions"]) and cells[11] == str(v["isa"]["spill_bytes"])
+        differs = [k for k in ("store_block2d", "store_block1d")
+                   if v["measured_messages"][k] != v["predicted"][k]]
+        for k in differs:        # a difference is said in words, with its reason
+            assert f'{k}: machine code {v["measured_messages"][k]}, plan {v["predicted"][k]}' in cells[12]
+        if not differs and prefetches == planned:
+            assert cells[12].startswith("as planned")
 
 
 # ---- in a real browser ------------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def test_best_yaml_runs_as_it_is_one_variant_per_shape(tiny_tune_config, tmp_pat
     best = json.loads((out / "best.json").read_text())
     rows = (out / "trials.csv").read_text().splitlines()
     # the trial's shape, point and value, then the columns results.csv has (one list: xegemm.library.record.COLUMNS)
-    assert rows[0].startswith("shape,tile,pipeline.prefetch,value,retry_of,worker,"
+    assert rows[0].startswith("shape,tile.workgroup,tile.subgroups,pipeline.prefetch,value,retry_of,worker,"
                               + ",".join(c.name for c in COLUMNS) + ",")
     for label, entry in best["shapes"].items():
         assert (out / "kernels" / f"{entry['best']['kernel']}.cl").is_file()

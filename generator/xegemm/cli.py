@@ -182,7 +182,7 @@ def cmd_build(args) -> int:
     from xegemm.jobs.pipeline import build_config
     result = build_config(args.config, target=args.target, grf=args.grf, out_dir=args.out,
                           capabilities_name=args.capabilities, progress=sys.stderr, lowering=args.lowering,
-                          compiler=args.compiler)
+                          compiler=args.compiler, command=args.command_line)
     ok = sum(v["status"] == "ok" for v in result["variants"])
     print(f"{ok} of {len(result['variants'])} variants built for {args.target} by {result['compiler']['name']} "
           f"({result['compiler']['describe']}) with compiler capabilities {result['capabilities']}; see build.json in "
@@ -278,7 +278,8 @@ def cmd_tune(args) -> int:
                   leaders=args.leaders, leader_time_s=args.leader_time, compiler=args.compiler)
     for label, tally in result.tallies.items():
         print(f"{label}: {tally.evaluated} evaluated ({tally.cached} from the cache, {tally.failed} failed), "
-              f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped")
+              f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped"
+              + (f", {tally.outside} proposals outside the sweep" if tally.outside else ""))
     _print_best(result.best)
     print(f"study '{args.study or config_name}' in {result.storage}; wrote best.yaml, best.json, trials.csv, "
           f"kernels/ in {result.out}")

@@ -21,6 +21,8 @@ import os
 from xegemm.api.dispatch import Candidate, Choice, Dispatcher, Request, candidates
 from xegemm.api.kinds import LastKernel, Programs, select_kinds
 from xegemm.config.sources import load_source
+from xegemm.epilogues.config import FIXED_KEYS, graph_of
+from xegemm.epilogues.errors import EpilogueLoadError
 from xegemm.epilogues.fixed import BIAS_KINDS
 from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering, choose_lowering
@@ -51,8 +53,27 @@ def load(source, *, device=None, epilogue=None, lowering: str | None = None, all
     else:
         config, best, label = load_source(source)
     if epilogue is not None:
-        config = config.with_overrides({"epilogue.function": epilogue})
+        config = with_traced_epilogue(config, epilogue, label)
     return Gemm(candidates(config, best), device=device, label=label, lowering=lowering)
+
+
+def with_traced_epilogue(config, epilogue, label: str):
+    """``config`` with ``epilogue`` (a function) as its traced epilogue, traced now: the tracer's error (an
+    :class:`xegemm.epilogues.errors.EpilogueError`, naming the function's file and line) is raised here, at load,
+    not at the first call.  A config with its own fixed epilogue (alpha, beta, bias, activation or clamp set, or
+    swept) is refused: the traced function would silently replace it."""
+    default = type(config.epilogue)()
+    own = [f"{key} {getattr(config.epilogue, key)!r}" for key in FIXED_KEYS
+           if getattr(config.epilogue, key) != getattr(default, key)]
+    own += [f"a sweep over {axis}" for axis in config.sweep if axis.startswith("epilogue.")
+            or (axis == "epilogue")]
+    if own:
+        raise EpilogueLoadError(f"{label}: the config has its own fixed epilogue ({', '.join(own)}); "
+                                "load(..., epilogue=fn) replaces it with the function: compute those in the "
+                                "function and remove them from the config's epilogue section")
+    config = config.with_overrides({"epilogue.function": epilogue})
+    graph_of(config)
+    return config
 
 
 class Gemm:

@@ -236,7 +236,8 @@ class IsaObserver(Observer):
         must = gated(pv.plan)
         gates = isa_gates(pv.plan, predicted, measured, kernel.stats, evaluation.extra["grf"])
         evaluation.extra.update(isa=kernel.stats.to_dict(), predicted=predicted,
-                                measured_messages={k: measured[k] for k in (*must, *REPORTED, "prefetch")},
+                                measured_messages={k: measured[k] for k in dict.fromkeys(
+                                    (*must, *REPORTED, "prefetch", *MESSAGE_KINDS)) if k in measured},
                                 gates=gates, isa_line=gate_line(gates, kernel.stats.sends))
         wrong = [_gate_reason(k, g) for k, g in gates.items() if g["gate"] and not g["ok"]]
         if wrong:

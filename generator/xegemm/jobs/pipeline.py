@@ -40,10 +40,10 @@ from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.evaluate.timing import time_numpy_reference
 from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic
 from xegemm.results.journal import ResultStore
-from xegemm.reporting import load_sources, write_run_page
+from xegemm.reporting import load_sources, write_report, write_run_page
 from xegemm.reporting.formats import headline_lines
 from xegemm.reporting.model import groups
-from xegemm.reporting.results import write_reports
+from xegemm.reporting.results import utc, versions, write_reports
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.verify.dense import check_fits
 
@@ -244,7 +244,7 @@ def _set_aside_foreign_reports(out: Path, config) -> list[str]:
 
 def build_config(config_path, target: str = "pvc", grf: int | None = None, out_dir=None,
                  capabilities_name: str | None = None, progress=None, lowering: str = "native",
-                 compiler: str | None = None) -> dict:
+                 compiler: str | None = None, command: str | None = None) -> dict:
     """Compile every variant of a config for ``target`` with ocloc (``compiler``: ``system``, ``current``, a path;
     None: the first that knows the target); write ``build.json`` (and per-variant artefacts).  A variant is ``ok``
     when its machine code issues exactly the predicted dpas and block loads per k-step; every other figure
@@ -257,22 +257,28 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     else:
         aot_target(target, compiler)      # a target this compiler cannot build: one line naming what to install
         record = compiler_record(target, compiler)
+    started_at = time.time()
     config = load_config(config_path)
     low = Lowering("coopmat").for_xe() if lowering == "coopmat" else named_lowering("native", capabilities_name,
                                                                                       target, record["name"])
+    # the header of the build's reports: what compiled (the compiler beside the Python packages), when, how
+    header = {"versions": {**versions(), "compiler": record["describe"]}, "command": command,
+              "started_at": utc(started_at), "lowering": low.name}
     out = Path(out_dir or Path("runs") / f"build-{config.name}-{target}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     planned = plan_variants(config, low)
     evaluator = aot_evaluator(low, target, out, grf, compiler=record["name"],
                               observers=(ProgressObserver(progress, len(planned)), IsaConsoleObserver(progress)))
-    head = {"config": config.name, "target": target, "compiler": record, "capabilities": low.capabilities_name}
+    head = {"config": config.name, "target": target, "compiler": record, "capabilities": low.capabilities_name,
+            **header}
     entries = []
     try:
         for pv in planned:
             entries.append(_build_entry(evaluator.evaluate(pv), pv, target, grf, low))
     except KeyboardInterrupt:
         with shielded():
-            write_json_atomic(out / "build.json", {**head, "variants": entries, "interrupted": True})
+            write_json_atomic(out / "build.json", {**head, "written_at": utc(time.time()), "variants": entries,
+                                                   "interrupted": True})
         raise RunInterrupted(f"interrupted: {len(entries)} of {len(planned)} variants built; {out / 'build.json'} "
                              f"lists them (marked interrupted); build again with: "
                              + shlex.join(["xegemm", "build", str(config_path), "--target", target, "--out", str(out)]
@@ -280,8 +286,10 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
                                           + (["--grf", str(grf)] if grf else [])
                                           + (["--capabilities", capabilities_name] if capabilities_name else []))) \
             from None
-    result = {**head, "variants": entries}
+    result = {**head, "written_at": utc(time.time()), "variants": entries}
     write_json_atomic(out / "build.json", result)
+    write_report([out], out / "report.html", command=command)
+    write_report([out], out / "report.md", fmt="md", command=command)
     return result
 
 

@@ -16,8 +16,8 @@ import io
 import json
 
 from xegemm import __version__
-from xegemm.reporting.model import (CV_LIMIT, PROFILER_COLUMNS, Group, best_overall, profiler_rows,
-                                    reference_detail, source_facts)
+from xegemm.reporting.model import (CV_LIMIT, ISA_FIGURES, PROFILER_COLUMNS, Group, best_overall, isa_rows,
+                                    profiler_rows, reference_detail, source_facts)
 from xegemm.reporting.comparison import MIN_CHANGE, compare
 from xegemm.reporting.sources import Source
 from xegemm.library.record import COLUMNS, STATUSES, Evaluation
@@ -141,6 +141,7 @@ def render_markdown(sources: list[Source], group_list: list[Group], baseline: li
         lines += ["", "| tile | status | GFLOP/s | vs numpy | median ms | CV | max abs err | reason | variant |",
                   "|---|---|---|---|---|---|---|---|---|"]
         lines += [_variant_row(g, v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))]
+    lines += _isa_markdown(sources)
     if baseline is not None:
         lines += ["", "## B against A", "", "B/A compares each run's ratio to its own interleaved numpy reference "
                   "(GFLOP/s when a run has none); a change is called only beyond 2 sqrt(CV_A^2 + CV_B^2) of the "
@@ -154,3 +155,25 @@ def render_markdown(sources: list[Source], group_list: list[Group], baseline: li
                   f"{_num(r['noise'], '.0%')} | `{r['name']}` |"
                   for r in compare(baseline, sources)]
     return "\n".join(lines) + "\n"
+
+
+def _isa_markdown(sources: list[Source]) -> list[str]:
+    """The machine code against the plan, one row per built variant (:func:`xegemm.reporting.model.isa_rows`)."""
+    rows = isa_rows(sources)
+    if not rows:
+        return []
+    lines = ["", "## Machine code against the plan", "",
+             "Each figure: the machine code's count (the plan's prediction), one k-step of the main loop and the "
+             "epilogue, each copy atom counted as the messages the build's compiler capabilities issue. dpas and "
+             "block loads must match (else `failed_build`); stores and prefetches are reported.", "",
+             "| variant | status | GRF mode | " + " | ".join(h for _, h in ISA_FIGURES)
+             + " | sends | instructions | spill bytes | where they differ |",
+             "|---|---|---|" + "---|" * len(ISA_FIGURES) + "---|---|---|---|"]
+    for r in rows:
+        differ = "; ".join(r["differences"]) or (f"as planned (compiler capabilities {r['capabilities']})"
+                                                 if r["capabilities"] else "as planned")
+        lines.append(f"| `{r['name']}` | {r['status']} | {r['grf'] or '-'} | "
+                     + " | ".join(c["text"] for c in r["cells"])
+                     + f" | {_num(r['sends'], 'd')} | {_num(r['instructions'], 'd')} | {_num(r['spills'], 'd')} | "
+                     f"{_cell(differ)} |")
+    return lines

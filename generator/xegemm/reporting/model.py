@@ -403,3 +403,66 @@ def source_facts(src: Source, group_list: list[Group]) -> list[tuple[str, str]]:
             ("problems", "; ".join(problems) or "unknown"),
             ("date (UTC)", _when(m)),
             ("command", m.get("command") or "not recorded")]
+
+
+# The machine-code figures of an ahead-of-time build beside the plan's prediction: (key, heading).  The
+# prediction counts one k-step of the main loop and the epilogue, each copy atom as the messages the compiler
+# capabilities the build used lower it to (xegemm.evaluate.aot.predicted_counts): what this compiler issues,
+# not what the plan would like (a 2D store the compiler cannot issue is predicted as its 1D block stores).
+ISA_FIGURES = (("dpas", "dpas"), ("load_block2d", "2D block loads"), ("load_block1d", "1D block loads"),
+               ("store_block2d", "2D block stores"), ("store_block1d", "1D block stores"),
+               ("prefetch", "prefetches"))
+GATED_FIGURES = ("dpas", "load_block2d", "load_block1d")     # a difference here fails the build
+
+
+def _measured_prefetches(isa: dict, messages: dict) -> int | None:
+    values = [x for x in (isa.get("prefetch_block2d", messages.get("prefetch_block2d")), messages.get("prefetch"))
+              if x is not None]
+    return sum(values) if values else None
+
+
+def _predicted_prefetches(pred: dict) -> int | None:
+    per = pred.get("prefetch_per_kstep")
+    return sum(per.values()) if isinstance(per, dict) else (0 if pred else None)
+
+
+def _why_different(key: str, have: int, want: int) -> str:
+    if key in GATED_FIGURES:
+        return f"{key}: machine code {have}, plan {want} (gated: the build fails)"
+    if key == "prefetch":
+        return (f"prefetches: machine code {have}, plan {want} per k-step (the compiler unrolls or peels the "
+                "main loop, so prefetches are reported, not gated)")
+    return (f"{key}: machine code {have}, plan {want} (stores sit in the epilogue, which the compiler may "
+            "unroll, split per fragment or move into a branch: reported, not gated)")
+
+
+def isa_rows(sources: list[Source]) -> list[dict]:
+    """Per built variant: each figure of :data:`ISA_FIGURES` measured and planned, sends, GRF mode, spills,
+    instructions, and one phrase per figure where the machine code differs from the plan (what the page and the
+    Markdown show; the values are the build's Evaluation fields ``extra.isa``, ``extra.predicted`` and
+    ``extra.measured_messages``)."""
+    rows = []
+    for src in sources:
+        caps = src.meta.get("capabilities") or src.meta.get("compiler_capabilities")
+        for v in src.variants:
+            isa, pred, messages = v.part("isa"), v.part("predicted"), v.part("measured_messages")
+            if not isa:          # never built (rejected: listed with the failures)
+                continue
+            cells, differences = [], []
+            for key, heading in ISA_FIGURES:
+                if key == "prefetch":
+                    have, want = _measured_prefetches(isa, messages), _predicted_prefetches(pred)
+                else:
+                    have = isa.get(key, messages.get(key))
+                    want = pred.get(key, 0 if key == "load_block1d" and pred else None)
+                off = have is not None and want is not None and have != want
+                cells.append({"key": key, "heading": heading, "have": have, "want": want, "off": off,
+                              "text": f"{'-' if have is None else have} ({'-' if want is None else want})"})
+                if off:
+                    differences.append(_why_different(key, have, want))
+            rows.append({"status": v.status, "target": v.extra.get("target") or isa.get("target"),
+                         "grf": v.extra.get("grf") or isa.get("grf"), "cells": cells, "sends": isa.get("sends"),
+                         "instructions": isa.get("instructions"), "spills": isa.get("spill_bytes"),
+                         "capabilities": v.extra.get("capabilities") or caps, "name": v.name, "reason": v.reason,
+                         "differences": differences})
+    return rows

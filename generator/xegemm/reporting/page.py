@@ -16,8 +16,8 @@ from markupsafe import Markup
 
 from xegemm import __version__
 from xegemm.reporting import plots
-from xegemm.reporting.model import (CV_LIMIT, Group, best_overall, k_decomposition, noisy,
-                                    source_facts)
+from xegemm.reporting.model import (CV_LIMIT, ISA_FIGURES, Group, best_overall, isa_rows, k_decomposition,
+                                    noisy, source_facts)
 from xegemm.library.record import PASSED, STATUSES, Evaluation
 from xegemm.reporting.comparison import CHANGES, MIN_CHANGE, compare
 from xegemm.reporting.sources import Source
@@ -70,26 +70,6 @@ def _log_link(v: Evaluation, src: Source, page_dir: Path) -> str | None:
         if path.is_file():
             return quote(os.path.relpath(path.resolve(), page_dir.resolve()))
     return None
-
-
-def _isa_rows(sources: list[Source]) -> list[dict]:
-    rows = []
-    for src in sources:
-        for v in src.variants:
-            isa, pred = v.part("isa"), v.part("predicted")
-            if not isa:          # never built (rejected: listed with the failures)
-                continue
-            cells = []
-            for key in ("dpas", "load_block2d", "store_block2d", "store_block1d"):
-                have = isa.get(key, v.part("measured_messages").get(key))
-                want = pred.get(key)
-                cells.append({"text": f"{'-' if have is None else have} ({'-' if want is None else want})",
-                              "off": have is not None and want is not None and have != want})
-            rows.append({"status": v.status, "target": v.extra.get("target") or isa.get("target"),
-                         "grf": v.extra.get("grf") or isa.get("grf"), "cells": cells, "sends": isa.get("sends", "-"),
-                         "instructions": isa.get("instructions", "-"), "spills": isa.get("spill_bytes"),
-                         "name": v.name, "reason": v.reason})
-    return rows
 
 
 def _convergence_series(group: Group) -> dict[str, list[Evaluation]]:
@@ -192,6 +172,6 @@ def render_page(sources: list[Source], group_list: list[Group], page_dir: Path,
         rejected=_failures(sources, group_list, page_dir, rejected=True),
         overall=best_overall(group_list),
         roofline=Markup(plots.roofline(group_list, "roofline", _peaks(sources))) if any(v.gbps for v in timed)
-        else "", roofline_note=_roofline_note(sources), isa_rows=_isa_rows(sources),
+        else "", roofline_note=_roofline_note(sources), isa_rows=isa_rows(sources), isa_headings=[h for _, h in ISA_FIGURES],
         noisy=[v for g in group_list for v in g.variants if noisy(v)], cv_limit=f"{CV_LIMIT:.0%}",
         status_colours=plots.STATUS_COLOURS, change_colours=plots.CHANGE_COLOURS)

@@ -10,6 +10,7 @@ evaluated are kept, interrupted ones are retried, and the budget is completed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import sys
@@ -34,10 +35,11 @@ from xegemm.jobs.pipeline import RunInterrupted, shielded
 from xegemm.evaluate.grouped import GroupedNumpyReference
 from xegemm.grouped.problem import GroupedProblem
 from xegemm.evaluate.timing import time_numpy_reference, time_reference
+from xegemm.files import write_json_atomic
 from xegemm.results.journal import writable_dir
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.tune.cache import MeasurementCache, default_cache_path
-from xegemm.tune.export import META, export, owned_trials, trial_result, study_space as _study_space
+from xegemm.tune.export import META, PARAMETERS, export, owned_trials, trial_result, study_space as _study_space
 from xegemm.tune.leaders import ATTR as LEADERS_ATTR, BUDGET_S, LEADERS, Leader, not_retimed, retime
 from xegemm.tune.model import Machine
 from xegemm.tune.objective import AotObjective, DeviceObjective
@@ -160,8 +162,12 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
     # export (None = probe the installed ocloc again, as the tuning run did)
     meta_common.update(lowering=lowering.name, capabilities=lowering.capabilities_name,
                        capabilities_named=capabilities)
-    spaces = [TuneSpace(config, shape, lowering, admit) for shape in shape_list]
     rdb = open_storage(url, heartbeat_s)
+    # a study made before a section axis became one parameter per field keeps its own parameters
+    older = _older_studies(rdb, name, shape_list)
+    spaces = [TuneSpace(config, shape, lowering, admit, fields=shape.label not in older) for shape in shape_list]
+    if info is not None:
+        meta_common["device"] = compact_device(meta_common["device"], out_dir)
     _check_resumable(rdb, name, meta_common, shape_list, spaces, url)
     measurements = None if cache is False else MeasurementCache(cache or default_cache_path(),
                                                                 ceiling_gflops=ceiling)
@@ -185,12 +191,20 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
             s = optuna.create_study(storage=rdb, study_name=sname, direction="maximize",
                                     sampler=chosen.sampler(space, seed), load_if_exists=True)
             meta = {**meta_common, "shape": shape.as_dict()}
+            if shape.label not in older:
+                meta["parameters"] = PARAMETERS
+            # optuna-dashboard names the objective's axis by the study's metric name
+            s.set_metric_names([meta_common["objective"]])
             if target is None and "reference" not in s.user_attrs.get(META, {}):
                 meta["reference"] = (time_reference(GroupedNumpyReference(GroupedProblem.of(shape.groups)))
                                      if shape.groups else time_numpy_reference(shape.m, shape.n, shape.k, shape.batch))
             elif META in s.user_attrs:
                 meta["reference"] = s.user_attrs[META].get("reference")
             s.set_user_attr(META, meta)
+            # what a person reads in optuna-dashboard's study table (it cuts every attribute at 1024
+            # characters, so the whole record above is only for xegemm)
+            for key, value in summary_attrs(meta).items():
+                s.set_user_attr(key, value)
             run = ShapeRun(s, rdb, space, book, chosen, budget, deadline, seed, machine,
                            lambda summary: _advance(bar, tallies, summary), heartbeat_s)
             tallies[shape.label] = run.tally
@@ -221,6 +235,43 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
         _close(bar, objectives, measurements)
         raise
     return TuneResult(studies, best, out_dir, mask_url(url), tallies)
+
+
+def _older_studies(rdb, name: str, shapes: list[Shape]) -> set[str]:
+    """The shapes whose study exists and was made before the field split (its metadata has no
+    ``parameters``)."""
+    existing = set(optuna.study.get_all_study_names(rdb))
+    older = set()
+    for shape in shapes:
+        sname = study_name(name, shape)
+        if sname in existing:
+            meta = optuna.load_study(study_name=sname, storage=rdb).user_attrs.get(META)
+            if meta and meta.get("parameters") != PARAMETERS:
+                older.add(shape.label)
+    return older
+
+
+def summary_attrs(meta: dict) -> dict[str, str]:
+    """A study's short user attributes: shape, objective, strategy, lowering, and device or target."""
+    device = meta.get("device") or {}
+    return {"shape": Shape(**meta["shape"]).label, "objective": meta.get("objective"),
+            "strategy": meta.get("strategy"), "lowering": meta.get("lowering"),
+            "measured on": meta.get("target") or device.get("name") or "unknown"}
+
+
+def compact_device(device: dict, out_dir: Path) -> dict:
+    """The device record a study keeps: its extension list (dozens of names, repeated in every shape's study)
+    replaced by a hash, the list itself in ``OUT/device-<hash>.json`` (written atomically; the same list gives
+    the same file)."""
+    extensions = list(device.get("extensions") or [])
+    digest = hashlib.sha256("\n".join(extensions).encode()).hexdigest()[:16]
+    path = out_dir / f"device-{digest}.json"
+    if not path.exists():
+        write_json_atomic(path, {"name": device.get("name"), "driver": device.get("driver_version"),
+                                 "extensions": extensions})
+    compact = {k: v for k, v in device.items() if k != "extensions"}
+    compact.update(extensions_sha256=digest, extensions_count=len(extensions), extensions_file=path.name)
+    return compact
 
 
 def retime_leaders(study: optuna.Study, rdb, space: TuneSpace, objective: DeviceObjective, count: int,

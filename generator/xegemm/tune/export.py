@@ -42,6 +42,9 @@ from xegemm.tune.space import TuneSpace
 from xegemm.tune.study import ClaimBook
 
 META = "xegemm"     # the study user attribute holding the config, shape, lowering, device, command and reference
+# META["parameters"]: how a study's Optuna parameters spell its sweep; absent in studies made before a section
+# axis became one parameter per field (xegemm.tune.space), which are read as they were made
+PARAMETERS = "fields"
 
 
 def shape_studies(storage, name: str) -> list[optuna.Study]:
@@ -87,14 +90,15 @@ def study_config(meta: dict) -> Config:
 
 def study_space(meta: dict) -> TuneSpace:
     """The tuning space a study's trials were drawn from (from its metadata)."""
-    return TuneSpace(study_config(meta), Shape(**meta["shape"]), Lowering(meta["lowering"]))
+    return TuneSpace(study_config(meta), Shape(**meta["shape"]), Lowering(meta["lowering"]),
+                     fields=meta.get("parameters") == PARAMETERS)
 
 
 def _winner(meta: dict, trial: optuna.trial.FrozenTrial) -> tuple[dict, dict]:
     """A winner as sweep axes (``problem`` and the config's axes: section choices stay whole) and as the
     dotted keys they set (for the constraint that pairs the shape with its winner)."""
     space, shape = study_space(meta), Shape(**meta["shape"])
-    point = {axis: space.choices[axis][trial.params[axis]] for axis in space.choices}
+    point = space.point(trial.params)
     return {"problem": shape.as_dict(), **point}, {**shape.overrides(), **space.search.overrides(point)}
 
 
@@ -165,7 +169,7 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
         config = config or study_config(meta)
         trials = owned_trials(study, storage)
         space = study_space(meta)
-        axes = list(space.choices)
+        axes = list(space.grid())
         recorded = {t.number: r for t in trials if (r := trial_result(t, meta)) is not None}
         leading += [_leading(t, axes) for t in trials if t.number in recorded]
         results += recorded.values()
@@ -192,7 +196,7 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
                              "time_ms": r.time_ms, "build_s": r.build_s, "extra": r.extra, "reference": reference,
                              "ratio_to_reference": r.vs_numpy}
             winners.append(_winner(meta, winner))
-            pv = plan_variant(space.search.variant({axis: space.choices[axis][winner.params[axis]] for axis in axes}))
+            pv = plan_variant(space.search.variant(space.point(winner.params)))
             kernels[pv.name] = render_variant(pv, named_lowering(meta["lowering"], meta.get("capabilities_named"),
                                                                  meta.get("target") or "pvc",
                                                                  (meta.get("compiler") or {}).get("name")))

@@ -8,8 +8,12 @@ the device gate keeps their timings serial.  Every trial that owns a point (its 
 - interrupted (Ctrl-C) or stale (its process died; Optuna's heartbeat finds it): state FAIL; its claim is
   an orphan that the next worker retries, so no point is lost.
 
-A trial whose point is already claimed is a *duplicate*: never evaluated; it copies the owner's result when
-that is known (so the sampler learns from it) and is FAIL otherwise, and ``duplicate_of`` names the owner.
+A trial whose point is already claimed is a *duplicate*: never evaluated and never COMPLETE (a copy of the
+owner's value would count one measurement twice in optuna-dashboard's history and in every sampler's model):
+it is told FAIL, which Optuna's samplers leave out, with ``duplicate_of`` naming the owner and ``reason``
+saying why.  A proposal outside the sweep (labels of separate field parameters that no choice of a section
+axis has, :meth:`xegemm.tune.space.TuneSpace.point`) claims nothing and is told PRUNED with ``outside_sweep``
+and its reason (a sampler learns to leave that region).  Neither is a point, costs budget or is exported.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Tally:
     cached: int = 0
     failed: int = 0
     duplicates: int = 0
+    outside: int = 0
     retried: int = 0
     best: tuple[float, str] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -64,6 +69,9 @@ class ShapeRun:
         self.heartbeat_s = heartbeat_s
         self.rng = random.Random(seed)
         self.order = strategy.order(space, machine) if strategy.order else []
+        if strategy.shuffled:             # every point once, in the seed's order (enqueued one at a time)
+            self.order = list(space.all_params())
+            self.rng.shuffle(self.order)
         self.enqueued: set[str] = set()
         self.stop = threading.Event()
         self.tally = Tally()
@@ -123,15 +131,16 @@ class ShapeRun:
     def _tell_duplicate(self, trial: optuna.Trial, owner: int | None, why: str) -> None:
         trial.set_user_attr("duplicate_of", owner)
         trial.set_user_attr("reason", why)
-        state = self._states().get(owner) if owner is not None else None
-        if state == TrialState.COMPLETE:
-            self.study.tell(trial, self.study.get_trials(deepcopy=False)[owner].value)
-        elif state == TrialState.PRUNED:
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
+        self.study.tell(trial, state=TrialState.FAIL)
         with self.tally.lock:
             self.tally.duplicates += 1
+
+    def _tell_outside(self, trial: optuna.Trial) -> None:
+        trial.set_user_attr("outside_sweep", True)
+        trial.set_user_attr("reason", self.space.outside(trial.params))
+        self.study.tell(trial, state=TrialState.PRUNED)
+        with self.tally.lock:
+            self.tally.outside += 1
 
     def _claim(self, trial: optuna.Trial, candidate: Candidate) -> bool:
         """Claim the candidate's point for ``trial`` (taking over an orphan); tell a duplicate and return False
@@ -175,6 +184,9 @@ class ShapeRun:
 
     def _owned_trial(self, objective, trial: optuna.Trial, duplicates: int) -> int:
         """Claim the trial's point, then record it pruned or evaluate it (see the module docstring)."""
+        if self.space.point(trial.params) is None:
+            self._tell_outside(trial)
+            return duplicates + 1        # counts toward the fallback to an unclaimed point, as a duplicate
         candidate = self.space.candidate(trial.params)
         if not self._claim(trial, candidate):
             return duplicates + 1

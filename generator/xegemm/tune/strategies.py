@@ -28,6 +28,7 @@ class Strategy:
     summary: str
     sampler: Callable[[TuneSpace, int | None], optuna.samplers.BaseSampler]
     order: Order | None = None
+    shuffled: bool = False     # every point of the sweep once, in the seed's random order, before the sampler
 
 
 STRATEGIES: dict[str, Strategy] = {}
@@ -45,14 +46,6 @@ def get_strategy(name: str) -> Strategy:
     return STRATEGIES[name]
 
 
-class StudyGridSampler(optuna.samplers.GridSampler):
-    """Optuna's GridSampler without its call to ``study.stop()`` once the grid is exhausted: that call works
-    only inside ``study.optimize``, and the tuner's own loop (the claim table) decides when a study is done."""
-
-    def after_trial(self, study, trial, state, values) -> None:
-        return None
-
-
 def model_order(space: TuneSpace, machine: Machine) -> list[dict[str, Label]]:
     """Every point, pruned ones first (recorded with their reason, never built: they cost no budget), then
     the legal ones by the static model's predicted efficiency, best first (ties: sweep order)."""
@@ -66,10 +59,14 @@ def model_order(space: TuneSpace, machine: Machine) -> list[dict[str, Label]]:
     return pruned + [params for _, _, params in sorted(ranked, key=lambda item: item[:2])]
 
 
-register(Strategy("exhaustive", "every point once (Optuna GridSampler, in a seeded random order)",
-                  lambda space, seed: StudyGridSampler(space.grid(), seed=seed)))
-register(Strategy("random", "uniform random points (Optuna RandomSampler), as CLBlast's random fraction",
-                  lambda space, seed: optuna.samplers.RandomSampler(seed=seed)))
+# exhaustive and random enqueue the sweep's points in a seeded random order: a sampler over the product of a
+# section axis's field parameters (xegemm.tune.space) would also propose combinations the sweep does not have
+register(Strategy("exhaustive", "every point once, in a seeded random order (enqueued; Optuna RandomSampler "
+                                "beneath)", lambda space, seed: optuna.samplers.RandomSampler(seed=seed),
+                  shuffled=True))
+register(Strategy("random", "uniform random points without repetition (a seeded random order, cut by the "
+                            "budget), as CLBlast's random fraction",
+                  lambda space, seed: optuna.samplers.RandomSampler(seed=seed), shuffled=True))
 register(Strategy("tpe", "Tree-structured Parzen Estimator (Optuna TPESampler, multivariate)",
                   lambda space, seed: optuna.samplers.TPESampler(seed=seed, multivariate=True,
                                                                  n_startup_trials=5)))

@@ -48,7 +48,7 @@ class Programs:
         self._kernels: dict[tuple, list] = {}
         self._lock = threading.Lock()
 
-    def kernels(self, queue, name: str, source: str, options: str, entries, kind: str = "opencl_c") -> list:
+    def kernels(self, queue, name: str, source: str, options: str, entries, kind: str = "opencl-c") -> list:
         """The kernels ``entries`` (names) of the program ``name`` on ``queue`` (``kind``: the lowering's
         source kind, OpenCL C or SPIR-V assembly)."""
         key = (name, id(queue))
@@ -65,7 +65,7 @@ class Programs:
     def of(self, queue, choice: Choice, lowering=None) -> list:
         """The kernels of a choice's launches (the GEMM, and split K's or stream-K's second one); ``lowering``:
         the Gemm's, which with the variant's own pin says what kind of source the choice holds."""
-        kind = variant_lowering(lowering, choice.config.target.lowering).source_kind if lowering else "opencl_c"
+        kind = variant_lowering(lowering, choice.config.target.lowering).source_kind if lowering else "opencl-c"
         return self.kernels(queue, choice.call.plan.name, choice.source, choice.options,
                             [launch.kernel for launch in choice.call.launches], kind)
 
