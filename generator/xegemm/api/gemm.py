@@ -24,7 +24,8 @@ from xegemm.api import grouped as grouped_calls
 from xegemm.api.errors import (AlignmentError, DeviceMemoryError, DTypeMismatchError, LayoutError, NoKernelError,
                                ShapeMismatchError)
 from xegemm.api import traced
-from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
+from xegemm.api import foreign
+from xegemm.api.operands import Operand, copies, expected_dtype, host_bytes, operand, relayouts
 from xegemm.api.quantized import QuantizedB, quantized_a_scales, quantized_b
 from xegemm.kernel.arguments import KernelCall
 from xegemm.config import Config, ConfigError, Variant, expand
@@ -35,6 +36,7 @@ from xegemm.evaluate import plan_variant, render_variant
 from xegemm.evaluate.device import device_build_options, submit_in_order
 from xegemm.lowering import Lowering, choose_lowering
 from xegemm.quant import operand_spec
+from xegemm.quant.checkpoint import LayerWeights
 from xegemm.runtime.devices import describe, select_sycl_device
 from xegemm.runtime.program import BuildError, build_program, from_device, make_queue, read_into, to_device, write_async
 from xegemm.runtime.sycl import dpmem
@@ -72,6 +74,7 @@ class LastKernel:
     shape: str
     config: Config = field(repr=False)
     event: object = field(default=None, repr=False)
+    copies: tuple[str, ...] = ()   # host conversions before the launch: relayout copies, checkpoint arrays' views
 
     @property
     def kernel_ms(self) -> float:
@@ -181,7 +184,20 @@ class Gemm:
 
     # -- the call -----------------------------------------------------------------------------------------------
     def __call__(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
-                 out=None, **named):
+                 out=None, g_idx=None, gptq_version=None, copy=True, **named):
+        frameworks = foreign.Frameworks()       # tensors with __dlpack__ (torch): host views, D back in their framework
+        a, b, c, scales, zeros, a_scales, bias, g_idx = frameworks.take(a, b, c, scales, zeros, a_scales, bias, g_idx)
+        if isinstance(b, LayerWeights):         # xegemm.quant.from_safetensors: the layer's arrays and how to read them
+            b, scales, zeros, g_idx, gptq_version = b.call_arrays(scales, zeros, g_idx, gptq_version)
+        if frameworks.out_given(out):
+            raise LayoutError("out= takes a numpy or device array; with framework tensors the call returns D as one")
+        return frameworks.give(self._call(a, b, c, scales=scales, zeros=zeros, a_scales=a_scales, alpha=alpha,
+                                          beta=beta, bias=bias, out=out, g_idx=g_idx,
+                                          gptq_version=1 if gptq_version is None else gptq_version, copy=copy,
+                                          **named))
+
+    def _call(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
+              out=None, g_idx=None, gptq_version=1, copy=True, **named):
         if self.candidates[0].config.epilogue.traced:     # alpha, beta and bias are named inputs like any other
             if self.quant is not None:
                 raise XegemmError("a traced epilogue over a quantized B is not callable yet: load the quantized "
@@ -194,12 +210,23 @@ class Gemm:
             raise XegemmError(f"input {sorted(named)[0]!r}: the loaded kernels have the fixed epilogue, which takes "
                               "alpha, beta and bias; named inputs are a traced epilogue's (load(..., epilogue=fn))")
         opa = operand("A", a, "M x K")
+        notes: list[str] = []            # host conversions and copies, for last_kernel.copies
+        if g_idx is not None and self.quant is None:
+            raise ShapeMismatchError("g_idx is a GPTQ checkpoint's; the loaded kernels take B as it is (no quant: section)")
         if self.quant is not None:       # b, scales, zeros: the arrays as the format stores them
             if opa.device:
                 raise LayoutError("a quantized B's call takes host (numpy) arrays; A is a device array")
-            q = quantized_b(self.quant, b, scales, zeros, opa.shape[2], opa.batched)
+            q = quantized_b(self.quant, b, scales, zeros, opa.shape[2], opa.batched, g_idx=g_idx,
+                            gptq_version=gptq_version)
             q = replace(q, a_scales=quantized_a_scales(self.quant_a, a_scales, opa.shape[1],
                                                                    opa.shape[2], q.batch, opa.batched))
+            notes += q.notes
+            if q.perm is not None:       # act-order: A's columns in the order B's K rows were repacked
+                if not copy:
+                    raise LayoutError("act-order g_idx permutes A's columns on the host (a copy), and copy=False: "
+                                      "allow the copy, or repack the checkpoint in group order")
+                opa = operand("A", np.ascontiguousarray(opa.array[..., q.perm]), "M x K")
+                notes.append("A: columns permuted for act-order g_idx (a copy)")
             opb = Operand("B", q, (q.batch, opa.shape[2], q.n), q.batched, np.dtype(np.uint8),
                           (self.quant.layout,), False)
         else:
@@ -224,9 +251,17 @@ class Gemm:
                opa.device or opb.device)
         choice = self._choices.get(key)
         if choice is None:
-            choice = self.choose(m, n, k, batch, type_a, type_b, opa.layouts, opb.layouts, alpha, beta, bias_kind)
+            try:
+                choice = self.choose(m, n, k, batch, type_a, type_b, opa.layouts, opb.layouts, alpha, beta, bias_kind)
+            except LayoutError:          # a host operand in a layout the kernels lack: copied into one they have
+                wide_a, wide_b = relayouts([opa, opb])
+                if (wide_a.layouts, wide_b.layouts) == (opa.layouts, opb.layouts):
+                    raise
+                choice = self.choose(m, n, k, batch, type_a, type_b, wide_a.layouts, wide_b.layouts, alpha, beta,
+                                     bias_kind)
             self._check_memory(choice, opa.device or opb.device)
             self._choices[key] = choice
+        notes += copies([opa, opb], {"A": choice.layout_a, "B": choice.layout_b}, copy)
         config = choice.config
         d_shape = (batch, m, n) if batched else (m, n)
         c_type = expected_dtype(config.types.c, False)
@@ -240,9 +275,10 @@ class Gemm:
         if bias is not None:
             _check_bias(bias, m if bias_kind == "row" else n, bias_kind)
         ops_device = [x for x in (opa, opb) if x.device]
-        if ops_device:
-            return self._run_device(choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
-        return self._run_host(choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
+        run = self._run_device if ops_device else self._run_host
+        result = run(choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
+        self.last_kernel.copies = tuple(notes)
+        return result
 
     def _call_traced(self, a, b, c, named: dict):
         """A traced epilogue's call (xegemm.api.traced): host arrays, D or a dict of D and the extra outputs."""
