@@ -82,15 +82,16 @@ class LayerWeights:
                                   "pass gemm(a, weights) alone")
         return self.b, self.scales, self.zeros, self.g_idx, self.gptq_version
 
-    def quant_section(self) -> str:
-        """The config keys (``layout.b`` and ``quant:``) whose kernels take these arrays, as YAML text; "" when
-        the weight is not quantized (B is column-major: ``layout: {b: col}``)."""
+    def config_text(self, a: str = "f16", c: str = "f32") -> str:
+        """The config keys (``types``, ``layout.b``, ``quant:``) whose kernels take these arrays, as YAML text,
+        for A of type ``a`` and D of type ``c`` (add a problem and a tile; a weight not quantized is B = its
+        ``weight.T``, column-major)."""
         if self.spec is None:
-            return "layout: {b: col}\n"
+            return f"types: {{a: {a}, b: {a}, c: {c}}}\nlayout: {{b: col}}\n"
         s = self.spec
         zero = f", zero: {s.zero}" if s.has_zero else ""
-        return (f"layout: {{b: {s.layout}}}\ntypes: {{b: {s.weight}}}\nquant: {{format: {s.format}, group: {s.group}, "
-                f"scale: {s.scale}{zero}, scale_layout: {s.scale_layout}}}\n")
+        return (f"types: {{a: {a}, b: {s.weight}, c: {c}}}\nlayout: {{b: {s.layout}}}\nquant: {{format: {s.format}, "
+                f"group: {s.group}, scale: {s.scale}{zero}, scale_layout: {s.scale_layout}}}\n")
 
 
 # ---- reading ----------------------------------------------------------------------------------------------------
