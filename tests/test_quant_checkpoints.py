@@ -201,3 +201,27 @@ def test_plain_weight_and_bias_and_what_is_refused(tmp_path):
         from_safetensors({"lin.foo": weight}, "lin")
     with pytest.raises(CheckpointError, match="lacks qzeros"):
         from_safetensors({"g.qweight": np.zeros((12, 40), np.int32), "g.scales": np.zeros((3, 40), np.float16)}, "g")
+
+
+def test_the_readme_example_copies_an_f_ordered_b_and_counts_it():
+    """README.md and docs/use.md: an F-ordered B for row-major kernels is copied (named in last_kernel.copies), or
+    refused with the fix when copy=False."""
+    from pathlib import Path
+
+    from xegemm.api import LayoutError
+
+    gemm = xegemm.load(Path(__file__).resolve().parent.parent / "configs" / "default.yaml")
+    rng = np.random.default_rng(0)
+    a = rng.random((30, 20)).astype(ml_dtypes.bfloat16)
+    b = np.asfortranarray(rng.random((20, 10)).astype(ml_dtypes.bfloat16))
+    d = gemm(a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.allclose(d, want, rtol=1e-5, atol=1e-5)
+    layouts = {c.config.layout.b for c in gemm.candidates}
+    if "col" not in layouts:
+        assert gemm.last_kernel.copies == ("B: col-major 20 x 10 copied into row-major",)
+        with pytest.raises(LayoutError, match="copy=False"):
+            gemm(a, b, copy=False)
+    strided = np.asarray(rng.random((20, 20)).astype(ml_dtypes.bfloat16))[:, ::2]
+    gemm(a, strided)
+    assert any("strided" in note for note in gemm.last_kernel.copies)
