@@ -269,7 +269,7 @@ def test_the_call_api_takes_b_as_the_format_stores_it_and_says_what_is_missing(t
         gemm(a, q.qweight, zeros=q.zeros, out=out)
     with pytest.raises(ShapeMismatchError, match=r"scales is 2 x 48; .* needs scales 3 x 48 for K = 96"):
         gemm(a, q.qweight, scales=q.scales[:2], zeros=q.zeros, out=out)
-    with pytest.raises(DTypeMismatchError, match="b has dtype uint8; .* stores qweight as int32"):
+    with pytest.raises(DTypeMismatchError, match=r"b \(qweight\) has dtype uint8; .* stores qweight as int32 - pass"):
         gemm(a, q.qweight.view(np.uint8), scales=q.scales, zeros=q.zeros, out=out)
     with pytest.raises(ShapeMismatchError, match="with zero points .*: pass them, zeros="):
         gemm(a, q.qweight, scales=q.scales, out=out)
