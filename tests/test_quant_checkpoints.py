@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import xegemm
-from xegemm.api import ShapeMismatchError
+from xegemm.api import LayoutError, ShapeMismatchError
 from xegemm.quant import CheckpointError, from_safetensors
 
 st = pytest.importorskip("safetensors.numpy", reason="the safetensors package (pip install -e '.[test]') writes the "
@@ -111,6 +111,9 @@ def test_gptq_act_order_is_computed_by_permuting_k_and_counted(tmp_path):
     a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
     assert _check(gemm(a, weights), a, w)
     assert any("act-order" in note for note in gemm.last_kernel.copies)
+    # the permutation is a host copy of A: copy=False refuses it with the fix
+    with pytest.raises(LayoutError, match="act-order g_idx permutes A's columns .* copy=False"):
+        gemm(a, weights, copy=False)
     # the mutant: g_idx ignored (groups taken as k // group) must fail
     assert not _check(gemm(a, weights.b, scales=weights.scales, zeros=weights.zeros), a, w)
     # a g_idx no permutation fixes is refused with the reason, never run
@@ -207,8 +210,6 @@ def test_the_readme_example_copies_an_f_ordered_b_and_counts_it():
     """README.md and docs/use.md: an F-ordered B for row-major kernels is copied (named in last_kernel.copies), or
     refused with the fix when copy=False."""
     from pathlib import Path
-
-    from xegemm.api import LayoutError
 
     gemm = xegemm.load(Path(__file__).resolve().parent.parent / "configs" / "default.yaml")
     rng = np.random.default_rng(0)
