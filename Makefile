@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# setuptools prints a notice about editable installs of a package-dir layout; nothing to act on
 	PYTHONWARNINGS=ignore::UserWarning $(PY) -m pip install --quiet -e '.[test]'
+	# xegemm.torch's tests: this exact version only (any other pulls gigabytes of CUDA wheels)
+	$(PY) -m pip install --quiet torch==2.13.0
 	touch $(STAMP)
 
 # System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests, Debian's chromium and

@@ -33,6 +33,7 @@ LAYERS = (
     ("xegemm.evaluate",),                                     # evaluator, builders, observers, timing
     ("xegemm.results",), ("xegemm.reporting",),               # journals; documents made from results
     ("xegemm.api",), ("xegemm.export",),                      # the call API; exports for host programs
+    ("xegemm.torch",),                                        # the PyTorch front end (optional: torch)
     ("xegemm.jobs",), ("xegemm.tune",),                       # the jobs: generate, run, build, support; the tuner
     ("xegemm.cli", "xegemm.__main__"),                        # the command line
 )

@@ -202,13 +202,14 @@ def test_bad_inputs_raise_before_anything_runs_and_leave_out_untouched():
         (RankError, "3 dimensions|1 dimensions", (a[0], b)),
         (ShapeMismatchError, r"A is 20 x 30 and B is 31 x 10", (a, values(rng, "bf16", (31, 10)))),
         (DTypeMismatchError, "bf16 \\(ml_dtypes.bfloat16\\)", (a.astype(np.float32), b.astype(np.float32))),
-        (LayoutError, r"layouts \(row, row\)", (np.asfortranarray(a), b)),
+        (LayoutError, r"A is col-major, .* and copy=False: pass numpy.ascontiguousarray", (np.asfortranarray(a), b)),
         (DeviceMemoryError, "GiB", (np.broadcast_to(a[:1, :1], (200000, 200000)),
                                     np.broadcast_to(b[:1, :1], (200000, 200000)))),
     ]
     for exc, pattern, args in cases:
         with pytest.raises(exc, match=pattern):
-            gemm(*args, out=np.broadcast_to(out, out.shape) if exc is DeviceMemoryError else out)
+            gemm(*args, out=np.broadcast_to(out, out.shape) if exc is DeviceMemoryError else out,
+                 copy=exc is not LayoutError)     # an F-ordered A is copied unless copy=False refuses it
         assert np.all(out == 7.0), exc
     with pytest.raises(ShapeMismatchError, match="out is 20 x 11 but D is 20 x 10"):
         gemm(a, b, out=np.zeros((20, 11), np.float32))

@@ -67,6 +67,25 @@ def read_bytes(path: Path | str, limit: int, what: str = "file") -> bytes:
     return data
 
 
+def read_range(path: Path | str, offset: int, size: int, limit: int, what: str = "file") -> bytes:
+    """``size`` bytes at ``offset`` of a regular file (``size`` at most ``limit``; the range inside the file), or
+    :class:`FileRefused` naming the path: a part of a large file, such as one tensor of a checkpoint."""
+    path = Path(path)
+    st = _regular(path, what)
+    if size > limit or offset < 0 or size < 0 or offset + size > st.st_size:
+        raise FileRefused(f"{path}: bytes {offset}..{offset + size} of the {what} are not inside its {st.st_size} "
+                          f"bytes (or more than the {limit} read at once)")
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(size)
+    except OSError as exc:
+        raise FileRefused(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if len(data) != size:
+        raise FileRefused(f"{path}: the {what} ended at byte {offset + len(data)}, before {offset + size}")
+    return data
+
+
 def read_text(path: Path | str, limit: int, what: str = "file") -> str:
     """A regular UTF-8 text file of at most ``limit`` bytes (see :func:`read_bytes`)."""
     data = read_bytes(path, limit, what)

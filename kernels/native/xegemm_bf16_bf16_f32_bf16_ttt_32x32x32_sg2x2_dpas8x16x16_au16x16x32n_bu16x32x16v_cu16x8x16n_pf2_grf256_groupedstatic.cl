@@ -64,7 +64,7 @@ static inline void xe_copy_u16x32x16_pf_n(
 }
 
 
-/* XE_8x16x16_F32BF16BF16F32_TT, native: one DPAS, D(8x16) = A(8x16) * B(16x16) + C, sub-group size 16 (pvc, bmg). */
+/* XE_8x16x16_F32BF16BF16F32_TT, native: one DPAS, D(8x16) = A(8x16) * B(16x16) + C, sub-group size 16 (pvc, bmg, lnl, ptl). */
 static inline float8 xe_mma_8x16x16_f32bf16bf16f32(short8 a, int8 b, float8 c)
 {
     return intel_sub_group_bf16_bf16_matrix_mad_k16(a, b, c);

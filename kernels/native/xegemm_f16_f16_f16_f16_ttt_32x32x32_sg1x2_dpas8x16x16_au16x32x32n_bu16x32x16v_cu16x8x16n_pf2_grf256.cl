@@ -66,7 +66,7 @@ static inline void xe_copy_u16x32x16_pf_n(
 
 
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
-/* XE_8x16x16_F16F16F16F16_TT, native: one DPAS, D(8x16) = A(8x16) * B(16x16) + C, sub-group size 16 (pvc, bmg). */
+/* XE_8x16x16_F16F16F16F16_TT, native: one DPAS, D(8x16) = A(8x16) * B(16x16) + C, sub-group size 16 (pvc, bmg, lnl, ptl). */
 static inline half8 xe_mma_8x16x16_f16f16f16f16(short8 a, int8 b, half8 c)
 {
     return intel_sub_group_f16_f16_matrix_mad_k16(a, b, c);

@@ -64,7 +64,7 @@ static inline void xe_copy_u8x32x16_pf_n(
 }
 
 
-/* XE_8x16x32_S32S8U8S32_TT, native: one DPAS, D(8x16) = A(8x32) * B(32x16) + C, sub-group size 16 (pvc, bmg). */
+/* XE_8x16x32_S32S8U8S32_TT, native: one DPAS, D(8x16) = A(8x32) * B(32x16) + C, sub-group size 16 (pvc, bmg, lnl, ptl). */
 static inline int8 xe_mma_8x16x32_s32s8u8s32(short8 a, uint8 b, int8 c)
 {
     return intel_sub_group_i8_u8_matrix_mad_k32(a, b, c);

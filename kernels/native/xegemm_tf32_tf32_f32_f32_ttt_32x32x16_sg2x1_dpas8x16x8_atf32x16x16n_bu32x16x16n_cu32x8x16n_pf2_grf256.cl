@@ -64,7 +64,7 @@ static inline void xe_copy_u32x16x16_pf_n(
 }
 
 
-/* XE_8x16x8_F32TF32TF32F32_TT, native: one DPAS, D(8x16) = A(8x8) * B(8x16) + C, sub-group size 16 (pvc, bmg). */
+/* XE_8x16x8_F32TF32TF32F32_TT, native: one DPAS, D(8x16) = A(8x8) * B(8x16) + C, sub-group size 16 (pvc, bmg, lnl, ptl). */
 /* OCLTF32 signature; Debian's old ocloc (IGC 1.0.12504) knows only intel_sub_group_tf32_tf32_matrix_mad_k8_f32
    (short8, int8, float8) instead (docs/compilers.md). */
 static inline float8 xe_mma_8x16x8_f32tf32tf32f32(float4 a, float8 b, float8 c)

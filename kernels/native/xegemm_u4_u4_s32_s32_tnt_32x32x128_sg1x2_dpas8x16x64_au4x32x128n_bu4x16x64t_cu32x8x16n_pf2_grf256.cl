@@ -64,7 +64,7 @@ static inline void xe_copy_u4x16x64_pf_n(
 }
 
 
-/* XE_8x16x64_S32U4U4S32_TT, native: one DPAS, D(8x16) = A(8x64) * B(64x16) + C, sub-group size 16 (pvc, bmg). */
+/* XE_8x16x64_S32U4U4S32_TT, native: one DPAS, D(8x16) = A(8x64) * B(64x16) + C, sub-group size 16 (pvc, bmg, lnl, ptl). */
 static inline int8 xe_mma_8x16x64_s32u4u4s32(ushort8 a, uint8 b, int8 c)
 {
     return intel_sub_group_u4_u4_matrix_mad_k64(a, b, c);

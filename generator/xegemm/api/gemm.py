@@ -18,7 +18,9 @@ is touched (:mod:`xegemm.api.errors`), and arguments are bound through
 from __future__ import annotations
 
 import os
+from xegemm.api import foreign
 from xegemm.api.dispatch import Candidate, Choice, Dispatcher, Request, candidates
+from xegemm.api.errors import LayoutError
 from xegemm.api.kinds import LastKernel, Programs, select_kinds
 from xegemm.config.sources import load_source
 from xegemm.epilogues.config import FIXED_KEYS, graph_of
@@ -28,6 +30,7 @@ from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering, choose_lowering
 from xegemm.runtime.spirv import prepare_environment
 from xegemm.quant import operand_spec
+from xegemm.quant.checkpoint import LayerWeights
 from xegemm.runtime.devices import describe, select_sycl_device
 from xegemm.runtime.program import make_queue
 from xegemm.epilogues.config import allowing_code
@@ -78,10 +81,14 @@ def with_traced_epilogue(config, epilogue, label: str):
 
 class Gemm:
     """``gemm(a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
-    out=None)`` computes ``D = activation(alpha * (A @ B) + beta * C + bias)`` with the loaded kernels (see the
-    module docstring).  A quantized B (a ``quant:`` section) is passed as its format stores it: ``b`` its qweight,
-    ``scales`` and ``zeros`` (xegemm.api.quantized); B is then ``dequantize(b)`` in the compute type.  An FP8 A
-    (W8A8, a ``quant_a:`` section) is ``a`` as ml_dtypes float8 values with its scales ``a_scales``."""
+    out=None, g_idx=None, gptq_version=None, copy=True)`` computes ``D = activation(alpha * (A @ B) + beta * C +
+    bias)`` with the loaded kernels (see the module docstring).  A quantized B (a ``quant:`` section) is passed as
+    its format stores it: ``b`` its qweight, ``scales`` and ``zeros`` (xegemm.api.quantized; a GPTQ checkpoint's
+    ``g_idx`` and ``gptq_version`` too), or a :class:`xegemm.quant.LayerWeights`; B is then ``dequantize(b)`` in the
+    compute type.  An FP8 A (W8A8, a ``quant_a:`` section) is ``a`` as ml_dtypes float8 values with its scales
+    ``a_scales``.  Tensors with ``__dlpack__`` (torch) are read as host views and D is returned in A's framework
+    (xegemm.api.foreign); a host operand in a layout the kernels lack is copied (``last_kernel.copies``) unless
+    ``copy=False``, which refuses it with the fix."""
 
     def __init__(self, candidates: list[Candidate], device=None, label: str = "", lowering: str | None = None):
         self.candidates = candidates
@@ -111,9 +118,16 @@ class Gemm:
         return f"<xegemm.Gemm {self.label!r}: {len(self.candidates)} variant(s) on {self.info.filter_string}>"
 
     def __call__(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
-                 out=None, **named):
-        return self.kinds["call"].call(a, b, c, scales=scales, zeros=zeros, a_scales=a_scales, alpha=alpha,
-                                       beta=beta, bias=bias, out=out, **named)
+                 out=None, g_idx=None, gptq_version=None, copy=True, **named):
+        frameworks = foreign.Frameworks()       # tensors with __dlpack__ (torch): host views, D back in their framework
+        a, b, c, scales, zeros, a_scales, bias, g_idx = frameworks.take(a, b, c, scales, zeros, a_scales, bias, g_idx)
+        if isinstance(b, LayerWeights):         # xegemm.quant.from_safetensors: the layer's arrays and how to read them
+            b, scales, zeros, g_idx, gptq_version = b.call_arrays(scales, zeros, g_idx, gptq_version)
+        if frameworks.out_given(out):
+            raise LayoutError("out= takes a numpy or device array; with framework tensors the call returns D as one")
+        return frameworks.give(self.kinds["call"].call(
+            a, b, c, scales=scales, zeros=zeros, a_scales=a_scales, alpha=alpha, beta=beta, bias=bias, out=out,
+            g_idx=g_idx, gptq_version=1 if gptq_version is None else gptq_version, copy=copy, **named))
 
     def grouped(self, a_list, b_list, c_list=None, *, alpha=None, beta=None, bias=None) -> list:
         """One D per group, ``D_g = activation(alpha * A_g @ B_g + beta * C_g + bias_g)``, all groups in one

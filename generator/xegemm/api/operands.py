@@ -4,7 +4,8 @@ Host arrays are numpy arrays, one element per numpy item; element types numpy la
 int4, uint4: :func:`xegemm.library.dtypes.host_dtype`).  A row-major operand is a C-contiguous array, a column-major
 one an F-contiguous array (a transposed view); batch is a leading dimension, and a batched column-major
 operand is a C-contiguous (batch, cols, rows) array with its last two axes swapped.  An array that is neither
-is copied into the layout the kernel takes, as every host array is copied to the device anyway.
+(or one in a layout the loaded kernels lack) is copied on the host into a layout they take, and the copy is
+named in the call's ``last_kernel.copies``; ``copy=False`` refuses it with the fix instead.
 
 Device arrays are objects with ``__sycl_usm_array_interface__`` (dpctl.tensor and dpnp arrays, or
 :class:`DeviceArray` over a dpctl.memory allocation): they are passed to the kernel where they are, so they
@@ -13,7 +14,7 @@ must already be laid out as it reads them (compact rows; 4-bit elements packed t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -114,6 +115,43 @@ def operand(name: str, array, matrix: str) -> Operand:
                                              ("col", np.swapaxes(array, 1, 2).flags.c_contiguous)) if ok)
         layouts = layouts or ("row", "col")      # neither: copied into the layout the kernel takes
     return Operand(name, array, full, len(shape) == 3, dt, layouts, device)
+
+
+def relayouts(ops) -> list[Operand]:
+    """Host operands made readable in either layout, for when the loaded kernels lack the one they lie in:
+    :func:`host_bytes` copies them into the chosen one (the copy :func:`copies` names)."""
+    return [op if op.device or not isinstance(op.array, np.ndarray) else replace(op, layouts=("row", "col"))
+            for op in ops]
+
+
+def copies(ops, chosen: dict[str, str], copy: bool = True) -> list[str]:
+    """The host copies of ``ops`` into the chosen layouts (``chosen``: name -> layout), one line each; with
+    ``copy=False`` the first is refused with the fix instead (LayoutError)."""
+    out = []
+    for op in ops:
+        if op.device or op.name not in chosen or not isinstance(op.array, np.ndarray):
+            continue
+        native = _native_layouts(op)
+        if chosen[op.name] in native:
+            continue
+        how = f"{'/'.join(native)}-major" if native else "strided (neither row- nor column-major)"
+        if not copy:
+            name = op.name.lower()
+            raise LayoutError(f"{op.name} is {how}, which the loaded kernels do not read, and copy=False: pass "
+                              f"numpy.ascontiguousarray({name}) (row-major) or numpy.asfortranarray({name}) "
+                              f"(column-major) as the kernels take ({chosen[op.name]}), or allow the copy")
+        out.append(f"{op.name}: {how} {' x '.join(map(str, op.shape[1:]))} copied into {chosen[op.name]}-major")
+    return out
+
+
+def _native_layouts(op: Operand) -> tuple[str, ...]:
+    array = op.array
+    if not isinstance(array, np.ndarray):
+        return op.layouts
+    if array.ndim == 2:
+        return tuple(x for x, ok in (("row", array.flags.c_contiguous), ("col", array.flags.f_contiguous)) if ok)
+    return tuple(x for x, ok in (("row", array.flags.c_contiguous),
+                                  ("col", np.swapaxes(array, 1, 2).flags.c_contiguous)) if ok)
 
 
 def expected_dtype(type_name: str, device: bool) -> np.dtype:

@@ -124,6 +124,17 @@ QUANTIZED = {
     "W8A8 FP8: A and B per tensor": ("types: {a: e4m3, b: e4m3, compute: f16}\nquant: {format: plain, group: tensor, "
                                      "scale: f32}\nquant_a: {format: plain, group: tensor, scale: f32}\n"),
 }
+# every scale layout x group kind, for B (e4m3 weights, which take every group kind; column-major B as FP8
+# checkpoints store [N, K]) and for an FP8 A (W8A8)
+QUANTIZED.update({
+    f"scales {layout}, B group {group}": ("types: {a: f16, b: e4m3}\nlayout: {b: col}\n"
+                                          f"quant: {{format: plain, group: {group}, scale: f32, scale_layout: {layout}}}\n")
+    for layout in ("kn", "nk") for group in (32, "channel", "tensor", "block128")})
+QUANTIZED.update({
+    f"scales {layout}, W8A8 A group {group}": ("types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, "
+                                               "group: tensor, scale: f32}\nquant_a: {format: plain, "
+                                               f"group: {group}, scale: f32, scale_layout: {layout}}}\n")
+    for layout in ("kn", "nk") for group in (128, "channel", "tensor")})
 
 
 def check_quantized(text: str, lowering: str, target: str = "pvc", overrides=None, compiler: str = "current") -> Cell:

@@ -68,6 +68,8 @@ def _scale_load(spec: QuantSpec, row: str, n: str, array: str = "S", other: str 
         index = f"{row} * {columns} + {column}" if spec.scale_layout == "kn" else f"{column} * {groups} + {row}"
     elif spec.scale_layout == "kn":
         index = f"{row} * {other} + {n}"
+    elif spec.k_group is None:          # channel in nk: [N, 1], one scale row along K (no xq_groups declared)
+        index = n
     else:
         index = f"{n} * {groups} + {row}"
     bits = dtype(spec.scale).bits
@@ -85,7 +87,7 @@ def _zero_load(quant: QuantPlan, row: str, n: str) -> str:
         word = f"((const global uint*)Z)[{row} * (N / {per}) + {n} / {per}]"
         return f"(int)(((({word} >> ({bits} * ({n} % {per}))) & {hex((1 << bits) - 1)}u) + {GPTQ_ZERO_OFFSET}u) & {hex((1 << bits) - 1)}u)"
     index = "0" if spec.group == "tensor" else f"{row} * N + {n}" if spec.scale_layout == "kn" else \
-        f"{n} * xq_groups + {row}"
+        n if spec.k_group is None else f"{n} * xq_groups + {row}"
     if spec.zero in FLOAT_ZEROS:      # SGLang's f16/bf16 zeros, in quantized units
         return c_spelling(spec.zero, "load", f"((const global ushort*)Z)[{index}]")
     return f"(int)((const global {ZERO_POINTER[spec.zero]}*)Z)[{index}]"

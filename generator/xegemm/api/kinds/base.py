@@ -34,6 +34,7 @@ class LastKernel:
     shape: str
     config: Config = field(repr=False)
     event: object = field(default=None, repr=False)
+    copies: tuple[str, ...] = ()   # host conversions before the launch: relayout copies, checkpoint arrays' views
 
     @property
     def kernel_ms(self) -> float:

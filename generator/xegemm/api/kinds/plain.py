@@ -14,9 +14,9 @@ import numpy as np
 
 from xegemm.api.checks import bias_kind, check_aligned, check_bias, check_output_like, dims, operand_types, shape_text
 from xegemm.api.dispatch import Choice, Request, check_memory
-from xegemm.api.errors import ShapeMismatchError, check_sizes, scalar
+from xegemm.api.errors import LayoutError, ShapeMismatchError, check_sizes, scalar
 from xegemm.api.kinds.base import CallKind, scalars
-from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
+from xegemm.api.operands import Operand, copies, expected_dtype, host_bytes, operand, relayouts
 from xegemm.errors import XegemmError
 from xegemm.runtime.program import from_device, read_into, to_device, write_async
 from xegemm.runtime.sycl import dpmem
@@ -58,7 +58,10 @@ class PlainCall(CallKind):
         self._lock = threading.Lock()
 
     # -- what differs for a quantized B (QuantizedCall overrides these) ------------------------------------------
-    def operand_b(self, opa: Operand, b, scales, zeros, a_scales) -> Operand:
+    def operand_b(self, opa: Operand, b, scales, zeros, a_scales, g_idx=None, gptq_version: int = 1) -> Operand:
+        if g_idx is not None:
+            raise ShapeMismatchError("g_idx is a GPTQ checkpoint's; the loaded kernels take B as it is (no quant: "
+                                     "section)")
         if scales is not None or zeros is not None or a_scales is not None:
             raise ShapeMismatchError("scales, zeros and a_scales are for quantized operands; the loaded kernels "
                                      "take A and B as they are (no quant: section)")
@@ -66,6 +69,10 @@ class PlainCall(CallKind):
 
     def types(self, opa: Operand, opb: Operand) -> tuple[str, str]:
         return operand_types(self.gemm.host_types, opa, opb)
+
+    def operand_a(self, opa: Operand, opb: Operand, copy: bool) -> tuple[Operand, list[str]]:
+        """A as the kernels read it with B, and the host conversions made (for ``last_kernel.copies``)."""
+        return opa, []
 
     def uploads(self, buffers: dict, choice: Choice, opa: Operand, opb: Operand) -> list:
         """A's and B's bytes written into the pool's buffers (without waiting); the host arrays written."""
@@ -84,13 +91,14 @@ class PlainCall(CallKind):
 
     # -- the call ---------------------------------------------------------------------------------------------
     def call(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
-             out=None, **named):
+             out=None, g_idx=None, gptq_version=1, copy=True, **named):
         if named:
             raise XegemmError(f"input {sorted(named)[0]!r}: the loaded kernels have the fixed epilogue, which takes "
                               "alpha, beta and bias; named inputs are a traced epilogue's (load(..., epilogue=fn))")
         gemm = self.gemm
         opa = operand("A", a, "M x K")
-        opb = self.operand_b(opa, b, scales, zeros, a_scales)
+        opb = self.operand_b(opa, b, scales, zeros, a_scales, g_idx=g_idx, gptq_version=gptq_version)
+        opa, notes = self.operand_a(opa, opb, copy)     # notes: host conversions and copies, last_kernel.copies
         (ba, m, k), (bb, k2, n) = opa.shape, opb.shape
         if k != k2:
             raise ShapeMismatchError(f"A is {dims(opa)} and B is {dims(opb)}: A's columns (K = {k}) must equal "
@@ -109,10 +117,19 @@ class PlainCall(CallKind):
                on_device)
         choice = gemm.choices.get(key)
         if choice is None:
-            choice = gemm.dispatcher.choose(gemm.lowering, Request(m, n, k, batch, type_a, type_b, opa.layouts,
-                                                                   opb.layouts, alpha, beta, kind))
+            try:
+                choice = gemm.dispatcher.choose(gemm.lowering, Request(m, n, k, batch, type_a, type_b, opa.layouts,
+                                                                       opb.layouts, alpha, beta, kind))
+            except LayoutError:          # a host operand in a layout the kernels lack: copied into one they have
+                wide_a, wide_b = relayouts([opa, opb])
+                if (wide_a.layouts, wide_b.layouts) == (opa.layouts, opb.layouts):
+                    raise
+                choice = gemm.dispatcher.choose(gemm.lowering, Request(m, n, k, batch, type_a, type_b,
+                                                                       wide_a.layouts, wide_b.layouts, alpha, beta,
+                                                                       kind))
             check_memory(choice, gemm.info, gemm.sycl_device, on_device)
             gemm.choices[key] = choice
+        notes += copies([opa, opb], {"A": choice.layout_a, "B": choice.layout_b}, copy)
         config = choice.config
         d_shape = (batch, m, n) if batched else (m, n)
         c_type = expected_dtype(config.types.c, False)
@@ -126,8 +143,11 @@ class PlainCall(CallKind):
         if bias is not None:
             check_bias(bias, m if kind == "row" else n, kind)
         if on_device:
-            return self._run_device(choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
-        return self._run_host(key, choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
+            result = self._run_device(choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
+        else:
+            result = self._run_host(key, choice, opa, opb, c if reads_c else None, bias, out, d_shape, alpha, beta)
+        gemm.last_kernel.copies = tuple(notes)
+        return result
 
     def _pool(self, key: tuple, queue, choice: Choice) -> Pool:
         pool = self._pools.get((key, id(queue)))

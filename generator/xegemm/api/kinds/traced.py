@@ -28,11 +28,14 @@ class TracedCall(CallKind):
         return gemm.candidates[0].config.epilogue.traced
 
     def call(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
-             out=None, **named):
+             out=None, g_idx=None, gptq_version=1, copy=True, **named):
         gemm = self.gemm
         if gemm.quant is not None:
             raise XegemmError("a traced epilogue over a quantized B is not callable yet: load the quantized "
                               "config with the fixed epilogue")
+        if g_idx is not None:
+            raise ShapeMismatchError("g_idx is a GPTQ checkpoint's; the loaded kernels take B as it is (no quant: "
+                                     "section)")
         if out is not None:
             raise XegemmError("a traced epilogue's call returns D (or a dict of D and its extra outputs): no out=")
         given = {"alpha": alpha, "beta": beta, "bias": bias, "scales": scales, "zeros": zeros}
