@@ -52,14 +52,14 @@ class Target:
     platform_prefix: str           # how IGC's dumps spell the platform (``//.platform PVCXT``)
     extensions: tuple[str, ...]    # what a driver for it reports (of CAPABILITY_EXTENSIONS)
     max_subgroups_per_workgroup: int = 32   # Xe: up to 32 sub-groups (threads) per work-group
-    l2_bytes: int = 16 << 20       # the L2 the work-groups share (the static model's cache, xegemm.tune.model)
+    l2_bytes: int = 16 << 20       # the L2 the work-groups share (the static model's cache, xegemm.model.static)
     grf_modes: tuple[int, ...] = GRF_MODES
     part: str | None = None        # the product (:data:`PARTS`) the calibrated model predicts for by default
 
 
 @dataclass(frozen=True)
 class Part:
-    """One product of a target, as the calibrated static model (xegemm.tune.model.predict_tflops) needs it:
+    """One product of a target, as the calibrated static model (xegemm.model.static.predict_tflops) needs it:
     Xe-cores, the dense 16-bit DPAS peak (8-bit and 4-bit DPAS do 2x and 4x the operations per instruction,
     tf32 half: the atoms' K, docs/atoms.md §3.1), the DRAM bandwidth and the L2.  Every figure is a
     published one with its source (docs/benchmarks.md, "The static model against published numbers")."""
