@@ -1,5 +1,5 @@
 """The static model against published hardware figures: plan every row of bench/published_gemm.csv with xegemm,
-predict its TFLOP/s (xegemm.tune.model.predict_tflops), compare with the published figure.
+predict its TFLOP/s (xegemm.model.static.predict_tflops), compare with the published figure.
 
 Each usable row (status ``clear`` or ``assumed``) is planned with the tile its source names (``tile``), or, where
 the source names none or only part of one, with the model's best legal tile from a fixed sweep (``tile_from``
@@ -8,8 +8,8 @@ constants (``--fit``), odd positions are held out.  Reported on the held-out row
 |predicted / published - 1| and the Spearman rank correlation of predicted and published.
 
 ``python -m bench.model_check`` prints the table; ``--json`` prints one JSON object; ``--fit`` fits the constants
-on the calibration rows again (a coordinate search over xegemm.tune.calibration.GRIDS) and exits with status 1
-when the fit differs from the shipped xegemm.tune.calibration.CALIBRATED.
+on the calibration rows again (a coordinate search over xegemm.model.calibration.GRIDS) and exits with status 1
+when the fit differs from the shipped xegemm.model.calibration.CALIBRATED.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from xegemm.errors import XegemmError
 from xegemm.files import read_text
 from xegemm.plan.planner import plan
 from xegemm.library.targets import get_part
-from xegemm.tune.calibration import CALIBRATED, GRIDS, Constants
-from xegemm.tune.model import Features, features, throughput
+from xegemm.model.calibration import CALIBRATED, GRIDS, Constants
+from xegemm.model.static import Features, features, throughput
 
 DATA = Path(__file__).resolve().parent / "published_gemm.csv"
 DATA_BYTES = 1 << 20
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
         fitted = fit([r for r in rows if r.split == "calibration"])
         if fitted != CALIBRATED:
             print(f"model_check: the calibration rows fit {fitted.as_dict()}, not the shipped "
-                  f"{CALIBRATED.as_dict()} (xegemm/tune/calibration.py)", file=sys.stderr)
+                  f"{CALIBRATED.as_dict()} (generator/xegemm/model/calibration.py)", file=sys.stderr)
             status = 1
     result = report(rows, constants)
     if args.json:

@@ -25,6 +25,7 @@ LAYERS = (
     ("xegemm.epilogues",),                                    # epilogue front end, graph, registry, fixed, reference
     ("xegemm.config",),                                       # config files, sweeps, shapes, sources
     ("xegemm.plan", "xegemm.epilogues.plan"),                 # the planner and the epilogue's planning pass
+    ("xegemm.model",),                                        # the static model: predicted speed, its calibration
     ("xegemm.aot",),                                          # Intel's offline compiler, ISA statistics, capabilities
     ("xegemm.lowering",),                                     # how atoms become code
     ("xegemm.kernel", "xegemm.epilogues.stage", "xegemm.epilogues.tiles"),   # a plan rendered into a kernel

@@ -162,9 +162,36 @@ def test_tuned_best_yaml_dispatches_to_each_winner_and_a_fallback(tmp_path):
         ran[shape] = gemm.last_kernel
     assert ran[s1].reason == f"the tuned winner of {s1.label}" and "64x64x32" in ran[s1].name
     assert ran[s2].reason == f"the tuned winner of {s2.label}" and "32x64x32" in ran[s2].name
-    fallback = ran[Shape(50, 70, 40)]
-    assert fallback.reason.startswith("the fastest measured variant legal for 50x70x40 (9.0 GFLOP/s at 96x80x48)")
-    assert fallback.name == ran[s2].name
+    fallback = ran[Shape(50, 70, 40)]       # measured nowhere: the model, scaled by the winners' measurements
+    assert fallback.reason.startswith("model-ranked: variant ") and "the fastest predicted of those legal for 50x70x40" \
+        in fallback.reason
+    assert "scaled by its measured/predicted at " in fallback.reason
+    assert fallback.name in (ran[s1].name, ran[s2].name)
+
+
+@pytest.mark.parametrize("name", ["llm", "llm_gptq"])
+def test_a_decode_shape_takes_a_skinny_tile_by_the_model_and_verifies(name):
+    """M = 1 with N = K = 4096 (an LLM layer's decode GEMM) and ragged decode shapes: the shipped LLM configs,
+    measured nowhere, run a work-group M of 8 or 16 (not the prefill tiles), picked by the model-ranked rule."""
+    gemm = xegemm.load(CONFIGS[0].parent / f"{name}.yaml")
+    config = gemm.candidates[0].config
+    spec = operand_spec(config, "b")
+    rng = np.random.default_rng(11)
+    for m, n, k in ((1, 4096, 4096), (1, 1000, 1024), (5, 776, 1152), (32, 1032, 640)):
+        if spec is None:
+            if m > 1 or n != 4096:       # ragged in every dimension (a packed B keeps its packing's multiples)
+                n, k = n + 1, k - 3
+            a, b = values(rng, config.types.a, (m, k)), values(rng, config.types.b, (k, n))
+            d = gemm(a, b)
+            assert_matches(gemm, a, b, d)
+        else:
+            q = random_quantized(spec, k, n, rng)
+            a = values(rng, config.types.a, (m, k))
+            d = gemm(a, q.qweight, scales=q.scales, zeros=q.zeros)
+            assert_quantized_matches(gemm, a, q, d)
+        assert d.shape == (m, n)
+        assert gemm.last_kernel.reason.startswith("model-ranked: "), gemm.last_kernel.reason
+        assert gemm.last_kernel.config.tile.workgroup[0] <= 16, gemm.last_kernel.name
 
 
 def test_device_arrays_are_read_where_they_are(sycl_device):

@@ -13,8 +13,8 @@ from bench import model_check
 from xegemm.config import config_from_text
 from xegemm.plan.planner import plan
 from xegemm.library.targets import PARTS, TARGETS, get_part
-from xegemm.tune.calibration import CALIBRATED, GRIDS, Constants
-from xegemm.tune.model import predict_tflops
+from xegemm.model.calibration import CALIBRATED, GRIDS, Constants
+from xegemm.model.static import predict_tflops
 
 
 @pytest.fixture(scope="module")

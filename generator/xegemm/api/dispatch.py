@@ -3,12 +3,14 @@ whether the problem fits the device (docs/use.md, "Shape dispatch").
 
 A :class:`Request` is what a call asks for (M, N, K, batch, types, the layouts its arrays allow, the epilogue).
 :meth:`Dispatcher.choose` offers the variants of the request's types and layouts to the ranking rules in turn
-(:data:`RULES`: the tuned winner of the shape, the fastest measured variant, the first one in the sweep's order);
-the first offered variant that is legal at the shape is the :class:`Choice`, and its rule's reason text becomes
-``gemm.last_kernel.reason``.  A rule is a small object with a name, the candidates it offers and the reason it
-gives: a new ranking (a model's prediction for unmeasured shapes) is one more entry of the list.  A grouped or
-MoE call takes the first variant legal as a grouped kernel (:meth:`Dispatcher.choose_grouped`).
-:func:`check_memory` checks a choice's buffers against the device's memory.
+(a Gemm's :func:`ranking_rules`: the tuned winner of the shape, the fastest variant measured at the shape, the
+variants ranked by the static model for the device (refined by the measurements of the nearest measured shapes,
+:mod:`xegemm.model.ranking`), the first one in the sweep's order; :data:`RULES` is the list without a device's
+model); the first offered variant that is legal at the shape is the :class:`Choice`, and its rule's reason text
+becomes ``gemm.last_kernel.reason``.  A rule is a small object with a name, the candidates it offers and the
+reason it gives: a new ranking is one more entry of the list.  A grouped or MoE call takes the first variant
+legal as a grouped kernel (:meth:`Dispatcher.choose_grouped`).  :func:`check_memory` checks a choice's buffers
+against the device's memory.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from xegemm.evaluate.device import device_build_options
 from xegemm.grouped.problem import GroupedProblem, config_overrides
 from xegemm.kernel.arguments import KernelCall
 from xegemm.lowering import Lowering
+from xegemm.model.ranking import DeviceModel, Estimate, Measurement, estimate
+from xegemm.plan.planner import Plan
 
 SINGLE = {"problem.groups": (), "moe.experts": 0, "moe.rows": ()}   # a call is one GEMM, whatever the config's groups
 # the persistent walk orders the tiles itself: a loaded variant's split K, stream-K or swizzle gives way to it
@@ -147,16 +151,74 @@ class TunedWinner:
 
 
 class FastestMeasured:
-    """The measured variants (GFLOP/s at their own shapes), fastest first."""
+    """The variants measured at exactly this shape (GFLOP/s), fastest first."""
 
     name = "fastest measured"
 
     def offer(self, left: list[Candidate], shape: Shape) -> list[Candidate]:
-        return sorted((c for c in left if c.gflops is not None), key=lambda c: -c.gflops)
+        return sorted((c for c in left if c.gflops is not None and c.shape == shape), key=lambda c: -c.gflops)
 
     def reason(self, candidate: Candidate, shape: Shape) -> str:
-        return (f"the {self.name} variant legal for {shape.label} ({candidate.gflops:.1f} GFLOP/s at "
-                f"{candidate.shape.label})")
+        return f"the {self.name} variant legal for {shape.label} ({candidate.gflops:.1f} GFLOP/s there)"
+
+
+class ModelRanked:
+    """Every variant left, ranked by the static model's speed for the device at the call's shape, refined by the
+    measurements of the loaded results at their nearest measured shapes (:mod:`xegemm.model.ranking`); ties and
+    the variants the model cannot plan keep the sweep's order, the latter after the others."""
+
+    name = "model-ranked"
+
+    def __init__(self, model: DeviceModel, lowering: Lowering | None, candidates: list[Candidate]):
+        self.model, self.lowering, self.candidates = model, lowering, candidates
+        self._plans: dict[tuple[int, Shape], Plan | None] = {}
+        self._ranked: dict[Shape, list[tuple[Candidate, Estimate]]] = {}
+
+    def plan(self, cand: Candidate, shape: Shape) -> Plan | None:
+        """The candidate's plan at ``shape`` (one GEMM), or None where the config or the planner refuses it."""
+        key = (cand.index, shape)
+        if key not in self._plans:
+            try:
+                config = cand.config.with_overrides({**shape.overrides(), **SINGLE})
+            except ConfigError:
+                config = None
+            self._plans[key] = None if config is None else plan_variant(Variant(config), self.lowering).plan
+        return self._plans[key]
+
+    def measurements(self, shape: Shape) -> list[Measurement]:
+        """What the loaded results measured, each kernel known by its plan's name at ``shape``."""
+        out = []
+        for c in self.candidates:
+            here, there = self.plan(c, shape), self.plan(c, c.shape)
+            if c.gflops and here is not None and there is not None:
+                out.append(Measurement(here.name, c.shape, float(c.gflops), self.model.predicted(there)))
+        return out
+
+    def offer(self, left: list[Candidate], shape: Shape) -> list[Candidate]:
+        plans = {c.index: self.plan(c, shape) for c in left}
+        planned = [c for c in left if plans[c.index] is not None]
+        measured = self.measurements(shape)
+        ranked = [(c, estimate(plans[c.index].name, self.model.predicted(plans[c.index]), shape, measured,
+                               self.model.calibrated)) for c in planned]
+        ranked.sort(key=lambda ce: -ce[1].value)        # stable: ties keep the sweep's order
+        self._ranked[shape] = ranked
+        return [c for c, _ in ranked] + [c for c in left if plans[c.index] is None]
+
+    def reason(self, candidate: Candidate, shape: Shape) -> str:
+        ranked = self._ranked.get(shape, [])
+        mine = next((e for c, e in ranked if c is candidate), None)
+        if mine is None:
+            return f"{self.name}: variant {candidate.index} for {shape.label} (the model could not plan it)"
+        others = [e.value for c, e in ranked if c is not candidate and e.value <= mine.value]
+        how = [self.model.describe()]
+        if self.model.calibrated and mine.scale == 1.0:
+            how.append(f"{mine.value:.1f} GFLOP/s predicted")
+        if others and others[0] > 0:
+            how.append(f"{mine.value / others[0]:.2f}x the next predicted")
+        if mine.basis:
+            how.append(mine.basis)
+        return (f"{self.name}: variant {candidate.index}, the fastest predicted of those legal for {shape.label} "
+                f"({'; '.join(how)})")
 
 
 class FirstLegal:
@@ -172,6 +234,13 @@ class FirstLegal:
 
 
 RULES: tuple[RankingRule, ...] = (TunedWinner(), FastestMeasured(), FirstLegal())
+
+
+def ranking_rules(candidates: list[Candidate], info, lowering: Lowering | None) -> tuple[RankingRule, ...]:
+    """A Gemm's rules on a device (:class:`xegemm.runtime.DeviceInfo`): the tuned winner of the shape, the fastest
+    measured at the shape, the device's model ranking (:class:`ModelRanked`), the first legal variant."""
+    return (TunedWinner(), FastestMeasured(), ModelRanked(DeviceModel.of_device(info), lowering, candidates),
+            FirstLegal())
 
 
 class Dispatcher:

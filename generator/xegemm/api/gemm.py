@@ -4,7 +4,8 @@ A :class:`Gemm` holds the variants of its source (a config, its sweep, or a tune
 ``best.json``'s measurements), its device and queue, and what its calls keep: each shape's decision, the built
 kernels, :attr:`Gemm.last_kernel`.  Per call, the dispatch (:mod:`xegemm.api.dispatch`) picks a variant for the
 call's (M, N, K, batch, types, layouts and epilogue): the tuned winner of that shape if there is one, else the
-fastest measured variant legal for it, else the first legal one (:meth:`Gemm.choose`; :attr:`Gemm.last_kernel`
+fastest variant measured at it, else the variant the static model predicts fastest there (refined by the
+nearest measurements), else the first legal one (:meth:`Gemm.choose`; :attr:`Gemm.last_kernel`
 says which ran and why).  A kernel takes M, N and K at run time, so one build serves every shape it is legal for;
 builds come from the persistent program cache (:mod:`xegemm.runtime.program_cache`), and a shape's choice and
 argument sizes are worked out on its first call only.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import os
 from xegemm.api import foreign
-from xegemm.api.dispatch import Candidate, Choice, Dispatcher, Request, candidates
+from xegemm.api.dispatch import Candidate, Choice, Dispatcher, Request, candidates, ranking_rules
 from xegemm.api.errors import LayoutError
 from xegemm.api.kinds import LastKernel, Programs, select_kinds
 from xegemm.config.sources import load_source
@@ -98,7 +99,7 @@ class Gemm:
         self.lowering: Lowering = choose_lowering(self.info, lowering)
         self.queue = make_queue(self.sycl_device, profiling=True)
         self.last_kernel: LastKernel | None = None
-        self.dispatcher = Dispatcher(candidates, label)
+        self.dispatcher = Dispatcher(candidates, label, ranking_rules(candidates, self.info, self.lowering))
         self.choices: dict[tuple, object] = {}     # each call kind's decisions, by its dispatch key
         self.programs = Programs()
         self.host_types = {(c.config.types.a, c.config.types.b) for c in candidates}

@@ -63,7 +63,7 @@ class Target:
     extensions: tuple[str, ...]    # what a driver for it reports (of CAPABILITY_EXTENSIONS)
     subgroup_sizes: tuple[int, ...] = (16, 32)   # the required sub-group sizes its compilers accept
     max_subgroups_per_workgroup: int = 32   # Xe: up to 32 sub-groups (threads) per work-group
-    l2_bytes: int = 16 << 20       # the L2 the work-groups share (the static model's cache, xegemm.tune.model)
+    l2_bytes: int = 16 << 20       # the L2 the work-groups share (the static model's cache, xegemm.model.static)
     grf_modes: tuple[int, ...] = GRF_MODES
     part: str | None = None        # the product (:data:`PARTS`) the calibrated model predicts for by default
     igc_core: str = ""             # compute-runtime's / IGC's core family (GFXCORE_FAMILY), e.g. IGFX_XE2_HPG_CORE
@@ -87,7 +87,7 @@ class Target:
 
 @dataclass(frozen=True)
 class Part:
-    """One product of a target, as the calibrated static model (xegemm.tune.model.predict_tflops) needs it:
+    """One product of a target, as the calibrated static model (xegemm.model.static.predict_tflops) needs it:
     Xe-cores, the dense 16-bit DPAS peak (8-bit and 4-bit DPAS do 2x and 4x the operations per instruction,
     tf32 half: the atoms' K, docs/atoms.md §3.1), the DRAM bandwidth and the L2.  Every figure is a
     published one with its source (docs/benchmarks.md, "The static model against published numbers")."""
@@ -99,6 +99,7 @@ class Part:
     memory_gbs: float              # DRAM bandwidth, GB/s
     l2_bytes: int
     source: str
+    device_name: str = ""          # what the product's device name contains (``Max 1550``), for part_for_device
 
 
 # Peaks: 419.43 TFLOP/s = 512 XMX x 512 flop/clk x 1.6 GHz is one stack of a Max 1550 (two stacks, 128 Xe-cores
@@ -111,15 +112,19 @@ class Part:
 PARTS: dict[str, Part] = {p.name: p for p in (
     Part("max1550", "pvc", xe_cores=64, bf16_tflops=419.43, memory_gbs=1638.4, l2_bytes=204 << 20,
          source="Max 1550, one stack of two: 419.43 TFLOP/s bf16 (512 XMX x 512 flop/clk x 1.6 GHz), "
-                "3276.8 GB/s per card / 2; intel-xpu-backend-for-triton gpu_info.json, pytorch/torchtitan"),
+                "3276.8 GB/s per card / 2; intel-xpu-backend-for-triton gpu_info.json, pytorch/torchtitan",
+         device_name="Max 1550"),
     Part("max1100", "pvc", xe_cores=56, bf16_tflops=355.53, memory_gbs=1228.8, l2_bytes=108 << 20,
          source="Max 1100: 355.53 TFLOP/s bf16, 1228.8 GB/s (intel-xpu-backend-for-triton gpu_info.json), "
-                "108 MB L2 (Intel's product page)"),
+                "108 MB L2 (Intel's product page)",
+         device_name="Max 1100"),
     Part("b580", "bmg", xe_cores=20, bf16_tflops=116.74, memory_gbs=456.0, l2_bytes=18 << 20,
          source="Arc B580: 116.74 TFLOP/s bf16 (160 XMX x 256 flop/clk x 2.85 GHz), 456 GB/s; "
-                "intel-xpu-backend-for-triton gpu_info.json, Intel's launch figures"),
+                "intel-xpu-backend-for-triton gpu_info.json, Intel's launch figures",
+         device_name="B580"),
     Part("b60", "bmg", xe_cores=20, bf16_tflops=98.3, memory_gbs=456.0, l2_bytes=18 << 20,
-         source="Arc Pro B60: 98.3 TFLOP/s fp16, 197 INT8 TOPS, 456 GB/s; github.com/ai-dynamo/aiconfigurator/pull/246"),
+         source="Arc Pro B60: 98.3 TFLOP/s fp16, 197 INT8 TOPS, 456 GB/s; github.com/ai-dynamo/aiconfigurator/pull/246",
+         device_name="B60"),
 )}
 
 
@@ -191,6 +196,12 @@ def get_part(name: str) -> Part:
         return PARTS[name]
     except KeyError:
         raise UnknownTargetError(f"unknown part {name!r}; known: {', '.join(PARTS)}") from None
+
+
+def part_for_device(name: str) -> str | None:
+    """The :data:`PARTS` entry a device's name (as the driver reports it, ``Intel(R) Data Center GPU Max 1550``)
+    names, or None."""
+    return next((p.name for p in PARTS.values() if p.device_name and p.device_name in name), None)
 
 
 def targets_at(simd: int) -> tuple[Target, ...]:

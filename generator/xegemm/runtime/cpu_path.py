@@ -4,7 +4,7 @@ The runtime compiles for the host's widest instruction set unless ``CL_CONFIG_CP
 (``core-avx2`` gives the AVX2 code an AVX2-only host runs; docs/compilers.md "The Intel OpenCL CPU runtime").  A sub-group's
 lanes sit side by side in vector registers, so what fits in registers, and runs fast, depends on the path:
 32 registers of 16 floats on AVX-512, 16 of 8 on AVX2.  The tuner's static model reads this
-(xegemm.tune.model); the reports record the path.
+(xegemm.model.static); the reports record the path.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ storage and the claim table), :mod:`~xegemm.tune.cache` (the measurement cache),
 :mod:`xegemm.config.shapes`.
 
 The names below are looked up on first use (PEP 562), as in ``xegemm/__init__.py``: importing
-``xegemm.tune.model`` or ``xegemm.tune.strategies`` alone does not load Optuna's storage, SQLAlchemy or
+``xegemm.tune.model`` (the static model of :mod:`xegemm.model`) or ``xegemm.tune.strategies`` alone does not load Optuna's storage, SQLAlchemy or
 matplotlib.  (The export of a study is :func:`xegemm.tune.export.export`: the name ``export`` here is its
 module.)
 """

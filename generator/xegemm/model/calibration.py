@@ -1,6 +1,6 @@
 """The calibrated static model's free constants, and where they come from: the one home of these numbers.
 
-:func:`xegemm.tune.model.predict_tflops` turns a plan into predicted TFLOP/s on a product
+:func:`xegemm.model.static.predict_tflops` turns a plan into predicted TFLOP/s on a product
 (:data:`xegemm.library.targets.PARTS`): the DPAS peak times a compute efficiency, against the time the plan's bytes take
 at the product's DRAM bandwidth.  The constants below are what that formula cannot know from the plan and the
 published peaks; they were fitted by ``python -m bench.model_check --fit`` on the calibration half of
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 
 @dataclass(frozen=True)
 class Constants:
-    """The free constants of :func:`xegemm.tune.model.predict_tflops` (each documented where it is used)."""
+    """The free constants of :func:`xegemm.model.static.predict_tflops` (each documented where it is used)."""
 
     efficiency: float = 1.0            # the best fraction of the DPAS peak a plan reaches, everything else ideal
     ridge_flops_per_byte: float = 32.0  # a sub-group's flops per loaded byte at which the loads halve the rate
