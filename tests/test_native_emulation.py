@@ -36,13 +36,9 @@ CONFIGS = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
 # smaller problems than the config's own where it is large, still ragged against the variant's tile
 SHAPES = {"layouts": (136, 136, 72), "xe_reference": (264, 264, 64), "split_k": (64, 96, 1024),
           "stream_k": (64, 96, 1024), "default": (72, 80, 88)}
-# The native lowering passes the x coordinate of a 4-bit VNNI load (XE_2D_U4x32x32_LD_V) in nibbles, while the
-# 8-bit message it issues (read_transform_8b_32r16x1c) takes it in bytes (OCL2D: coord in elements): the second
-# sub-group's B tile is read 32 nibbles too far right.  Found by this emulation; fixing it (lowering/native.py,
-# Message.x_units) changes kernels/native, so it is left to its own change.  strict: the fix makes these pass.
-U4_VNNI_X = ("the native lowering gives a 4-bit VNNI load's x in nibbles; its 8-bit message takes bytes "
-             "(lowering/native.py Message.x_units): a bug of the native lowering this emulation found")
-KNOWN_BROKEN = {"awq": U4_VNNI_X, "w4a16": U4_VNNI_X, "mxfp4": U4_VNNI_X, "moe_w4a16": U4_VNNI_X}
+# (This emulation found that the native lowering gave a 4-bit VNNI load's x coordinate (XE_2D_U4x32x32_LD_V) in
+# nibbles while its 8-bit message, read_transform_8b_32r16x1c, takes bytes: awq, w4a16, mxfp4 and moe_w4a16 failed
+# verification here until Message.x_units counted transforms' units like every other message's.)
 SHIPPED_NATIVE = ROOT / "kernels" / "native"
 
 
@@ -67,8 +63,7 @@ def _planned(name: str, low, shape=None, pick=None):
 
 # ---- every shipped config, verified -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_BROKEN[n], strict=True))
-                                  if n in KNOWN_BROKEN else n for n in CONFIGS])
+@pytest.mark.parametrize("name", CONFIGS)
 def test_the_configs_native_kernel_verifies_through_the_emulation(name, session, lowering):
     pv = _planned(name, lowering)
     source = render_variant(pv, lowering)

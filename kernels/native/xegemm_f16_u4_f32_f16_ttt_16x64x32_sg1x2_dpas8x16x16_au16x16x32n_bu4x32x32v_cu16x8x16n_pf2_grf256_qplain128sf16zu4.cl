@@ -31,7 +31,7 @@ static inline uint8 xe_copy_u4x32x32_ld_v(
     union { uint8 v; uint c[8]; } regs;
     {
         uint msg[8];
-        intel_sub_group_2d_block_read_transform_8b_32r16x1c((global void*)base, width_bytes, height, pitch_bytes, (int2)(x, y), msg);
+        intel_sub_group_2d_block_read_transform_8b_32r16x1c((global void*)base, width_bytes, height, pitch_bytes, (int2)((x) / 2, y), msg);
         for (int i = 0; i < 8; ++i) regs.c[0 + i] = msg[0 + i];
     }
     return regs.v;

@@ -50,9 +50,9 @@ class Message:
 
     @property
     def x_units(self) -> int:
-        """Parent elements per message x unit (the builtins take x in message elements)."""
-        return max(1, self.atom.message.elem_bits // self.atom.elem_bits) if self.atom.message.kind != "transform" \
-            else 1
+        """Parent elements per message x unit (the builtins take x in message elements, transforms too: a 4-bit
+        VNNI load is an 8-bit transform message, whose x counts bytes, two elements each)."""
+        return max(1, self.atom.message.elem_bits // self.atom.elem_bits)
 
     @property
     def coord(self) -> str:
