@@ -71,7 +71,9 @@ def test_the_configs_native_kernel_verifies_through_the_emulation(name, session,
     assert source == cpu_source(kernel) and source.endswith("\n#line 1\n" + kernel), \
         "the kernel text must follow the emulation unchanged"
     shipped = SHIPPED_NATIVE / f"{pv.name}.cl"
-    if name not in SHAPES and shipped.exists():    # the config's own problem: the kernel of kernels/native itself
+    # the config's own problem: the kernel of kernels/native itself (unless another shipped config has a variant of
+    # the same name, whose header, written last, names that config and its problem)
+    if name not in SHAPES and shipped.exists() and f" from {name}.yaml " in shipped.read_text()[:400]:
         assert source.endswith(shipped.read_text())
     result = run_variant(pv, session, lowering)
     assert result.status == "ok", f"{pv.name} ({pv.config.problem.label}): {result.status}: {result.reason}"

@@ -32,22 +32,22 @@ def test_the_code_path_follows_the_runtime_setting_then_the_host():
 
 def test_the_name_says_the_block_and_the_default_adds_nothing():
     space = TuneSpace(config_from_text(SWEEP), Shape(1024, 1024, 1024), Lowering("portable"))
-    assert space.candidate({"tile.register_block": "[4,2]"}).planned.name.endswith("_rb4x2")
-    assert "_rb" not in space.candidate({"tile.register_block": "[0,0]"}).planned.name
+    assert space.candidate({"tile.register_block": "4x2"}).planned.name.endswith("_rb4x2")
+    assert "_rb" not in space.candidate({"tile.register_block": "0x0"}).planned.name
     assert SearchSpace(config_from_text(SWEEP)).axes["tile.register_block"][1] == (8, 2)
-    assert space.candidate({"tile.register_block": "[0,0]"}).planned.plan.register_block == (32, 2)
+    assert space.candidate({"tile.register_block": "0x0"}).planned.plan.register_block == (32, 2)
 
 
 def test_a_block_beyond_the_tile_is_pruned_with_the_reason():
     space = TuneSpace(config_from_text(SWEEP), Shape(1024, 1024, 1024), Lowering("portable"))
     assert "exceeds the sub-group tile's 32 rows x 2 N-fragments" in space.candidate(
-        {"tile.register_block": "[8,4]"}).reason
+        {"tile.register_block": "8x4"}).reason
 
 
 def test_reports_tell_register_blocks_apart():
     space = TuneSpace(config_from_text(SWEEP), Shape(1024, 1024, 1024), Lowering("portable"))
-    blocked = params_of(space.candidate({"tile.register_block": "[4,2]"}).planned.config)
-    whole = params_of(space.candidate({"tile.register_block": "[0,0]"}).planned.config)
+    blocked = params_of(space.candidate({"tile.register_block": "4x2"}).planned.config)
+    whole = params_of(space.candidate({"tile.register_block": "0x0"}).planned.config)
     assert (blocked["register_block"], whole["register_block"]) == ("4x2", "all")
     assert tile_label(blocked).endswith("rb4x2") and "rb" not in tile_label(whole)
     axes = dict(Group(("r",), variants=[Evaluation("k", "ok", None, p, gflops=g)

@@ -41,6 +41,11 @@ class ShapeError(EpilogueError):
     """A value whose shape cannot broadcast to the tile, or a reduction used before all tiles are done."""
 
 
+class UndeclaredKindError(ShapeError):
+    """An input whose kind (scalar, row, col, matrix) is neither declared nor known from an array yet: a call
+    with the arrays tells it, so a load may leave it to the call."""
+
+
 class OutputTypeError(EpilogueError):
     """An output whose type cannot hold its value, or outputs that do not match the declared ones."""
 

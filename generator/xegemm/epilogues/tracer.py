@@ -26,6 +26,7 @@ from xegemm.epilogues.errors import (
     EpilogueError,
     OutputTypeError,
     ShapeError,
+    UndeclaredKindError,
     UnknownOpError,
     UnsupportedConstructError,
     function_site,
@@ -346,7 +347,7 @@ def _trace(fn, tracer: Tracer, params, inputs: dict, outputs: dict, out: str, ac
         elif p == "d":
             raise ShapeError(name, site, "parameter 'd' names the output; inputs are acc, c and named inputs")
         elif p not in inputs:
-            raise ShapeError(name, site, f"input {p!r} has no kind: pass an array for it at call time or declare "
+            raise UndeclaredKindError(name, site, f"input {p!r} has no kind: pass an array for it at call time or declare "
                              f"it (epilogue inputs: {{{p}: row}}; kinds: {', '.join(KINDS)})")
         else:
             try:
