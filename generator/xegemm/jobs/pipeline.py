@@ -37,6 +37,7 @@ from xegemm.evaluate.device import DeviceSession, device_evaluator
 from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.evaluate.timing import time_numpy_reference
+from xegemm.library.parts import Reference
 from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic
 from xegemm.results.journal import ResultStore
 from xegemm.reporting import load_sources, write_run_page
@@ -178,7 +179,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
                     for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n,
                                                                    config.problem.k, config.problem.batch)}
         interleaved = {store.records[k].problem for k in keys if store.records[k].reference}
-        references = {shape: time_numpy_reference(*shape, repeats=reference_repeats)
+        references = {shape: Reference.from_dict(time_numpy_reference(*shape, repeats=reference_repeats))
                       for shape in sorted(problems - interleaved)}
     except KeyboardInterrupt:
         with shielded():
