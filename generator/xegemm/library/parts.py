@@ -338,6 +338,24 @@ class RunInfo:
 # ---- a tuning study ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class TrialInfo:
+    """What the tuner records on a trial beside its result (xegemm.tune.runner): its shape and point, the
+    worker that ran it, the trial it retried or duplicated, whether it was interrupted.  A trial of an older
+    study, or a duplicate or interrupted one, lacks some of them."""
+
+    shape: str | None = None
+    point: str | None = None
+    worker: str | None = None
+    retry_of: int | None = None
+    duplicate_of: int | None = None
+    interrupted: bool | None = None
+
+    @classmethod
+    def from_attrs(cls, attrs) -> TrialInfo:
+        """From a trial's user attributes (the result's own attributes are left to Evaluation.from_user_attrs)."""
+        return cls(**_known(cls, _dict(attrs))[0])
+
+@dataclass(frozen=True)
 class StudyInfo:
     """A tuning study's metadata, its ``xegemm`` user attribute (one per shape's study): the config, the
     strategy and objective, what it was measured on, the shape, and the numpy reference taken when it was
