@@ -170,7 +170,7 @@ class TuneOptions:
 
 def cli_fields():
     """The fields ``xegemm tune`` has a flag for, in the order of its help."""
-    return [f for f in fields(TuneOptions) if f.metadata.get("flag")]
+    return [f for f in fields(TuneOptions) if f.metadata["flag"]]
 
 
 def add_arguments(parser, kinds: dict[str, Callable]) -> None:
