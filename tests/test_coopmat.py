@@ -261,9 +261,9 @@ def test_run_with_the_coopmat_lowering_verifies_and_times(tmp_path, sycl_device)
     config = tmp_path / "c.yaml"
     config.write_text(RAGGED)
     results = run(config, out_dir=tmp_path / "out", lowering="coopmat", progress=None, reference_repeats=1)
-    (variant,) = results["variants"]
-    assert variant["status"] == "ok", variant["reason"]
-    assert variant["name"].endswith("_coopmat")
+    (variant,) = results.variants
+    assert variant.status == "ok", variant.reason
+    assert variant.name.endswith("_coopmat")
     assert os.environ.get(TARGET_ARCH_VARIABLE) == _started_with()
 
 
@@ -273,10 +273,10 @@ def test_a_sweep_over_lowerings_compares_them_on_the_device(tmp_path, sycl_devic
     config = tmp_path / "c.yaml"
     config.write_text(RAGGED + "sweep:\n  target.lowering: [portable, coopmat]\n")
     results = run(config, out_dir=tmp_path / "out", progress=None, reference_repeats=1)
-    by_lowering = {v["name"].rsplit("_", 1)[1]: v for v in results["variants"]}
+    by_lowering = {v.name.rsplit("_", 1)[1]: v for v in results.variants}
     assert set(by_lowering) == {"portable", "coopmat"}
     for v in by_lowering.values():
-        assert v["status"] == "ok", v["reason"]
+        assert v.status == "ok", v.reason
 
 
 def test_a_broken_coopmat_kernel_fails_the_runs_verification(tmp_path, sycl_device):

@@ -48,7 +48,7 @@ def _fault_in_first(monkeypatch, fault: str):
 
 
 def _statuses(results):
-    return [v["status"] for v in results["variants"]]
+    return [v.status for v in results.variants]
 
 
 def test_a_kernel_that_never_finishes_times_out_and_the_sweep_goes_on(config, tmp_path, monkeypatch):
@@ -57,10 +57,10 @@ def test_a_kernel_that_never_finishes_times_out_and_the_sweep_goes_on(config, tm
     results = run(config, out_dir=tmp_path / "out", progress=None, limits=TimeLimits(run_s=8))
     assert time.monotonic() - started < 300
     by_status = {}
-    for v in results["variants"]:
-        by_status.setdefault(v["status"], []).append(v)
+    for v in results.variants:
+        by_status.setdefault(v.status, []).append(v)
     assert len(by_status["timeout"]) == 1 and len(by_status["ok"]) == 2, _statuses(results)
-    assert "exceeded the run time limit of 8 s" in by_status["timeout"][0]["reason"]
+    assert "exceeded the run time limit of 8 s" in by_status["timeout"][0].reason
 
 
 @pytest.mark.parametrize("sig, stage, status", [(signal.SIGSEGV, "build", "failed_build"),
@@ -79,16 +79,16 @@ def test_a_worker_killed_by_a_signal_costs_one_variant(config, tmp_path, monkeyp
     results = run(config, out_dir=tmp_path / "out", progress=None, on_stage=on_stage)
     assert killed
     statuses = _statuses(results)
-    assert statuses.count(status) == 1 and statuses.count("ok") == 2, results["variants"]
-    dead = next(v for v in results["variants"] if v["status"] == status)
-    assert f"killed by {sig.name} during the {stage}" in dead["reason"]
+    assert statuses.count(status) == 1 and statuses.count("ok") == 2, results.variants
+    dead = next(v for v in results.variants if v.status == status)
+    assert f"killed by {sig.name} during the {stage}" in dead.reason
 
 
 def test_a_source_the_compiler_rejects_is_failed_build_with_its_log(config, tmp_path, monkeypatch):
     _fault_in_first(monkeypatch, "    this is not OpenCL C;")
     results = run(config, out_dir=tmp_path / "out", progress=None)
-    bad = [v for v in results["variants"] if v["status"] == "failed_build"]
-    assert len(bad) == 1 and Path(bad[0]["log"]).read_text().count("error") >= 1
+    bad = [v for v in results.variants if v.status == "failed_build"]
+    assert len(bad) == 1 and Path(bad[0].log).read_text().count("error") >= 1
     assert _statuses(results).count("ok") == 2
 
 

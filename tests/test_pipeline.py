@@ -122,7 +122,10 @@ def test_run_writes_results_that_match_the_contract_and_resumes(tmp_path, sycl_d
     out = tmp_path / "run"
     data = run(cfg, device=sycl_device.filter_string, out_dir=out, progress=None, reference_repeats=1)
     on_disk = json.loads((out / "results.json").read_text())
-    assert on_disk["variants"] == json.loads(json.dumps(data["variants"]))
+    assert on_disk["variants"] == json.loads(json.dumps(data.document["variants"]))
+    # the typed result: this run's evaluations as results.json lists them, and the headline of the problem
+    assert [v.to_row() for v in data.variants] == on_disk["variants"] and data.results_json == out / "results.json"
+    assert [h.group.short for h in data.headlines] == ["40x48x32 bf16"] and data.headlines[0].best.status == "ok"
     assert set(on_disk) >= {"device", "problem", "variants"}
     assert on_disk["problem"] == {"m": 40, "n": 48, "k": 32, "batch": 1}
     assert on_disk["device"]["filter_string"] == sycl_device.filter_string
@@ -170,7 +173,7 @@ def test_run_writes_results_that_match_the_contract_and_resumes(tmp_path, sycl_d
     assert text.count("recorded earlier, kept") == 4
     # the terminal's last lines: the best of the problem and its ratio to numpy, or why it is not reliable
     assert "40x48x32 bf16: best " in text and ("x numpy\n" in text or "not measured reliably (machine busy" in text)
-    assert sorted(v["name"] for v in again["variants"]) == sorted(v["name"] for v in on_disk["variants"])
+    assert sorted(v.name for v in again.variants) == sorted(v["name"] for v in on_disk["variants"])
 
 
 def test_generate_writes_kernels_and_manifest(tmp_path):
@@ -253,9 +256,9 @@ def test_problem_sweeps_keep_every_problem(tmp_path, sycl_device):
     cfg.write_text("name: shapes\nproblem: {m: 32, n: 32, k: 32}\ntile: {workgroup: [32, 32, 32], subgroups: [1, 2]}\n"
                    "profile: {warmup: 0, repeats: 1}\nsweep:\n  problem.m: [32, 48]\n")
     data = run(cfg, device=sycl_device.filter_string, out_dir=tmp_path / "r", progress=None, reference_repeats=1)
-    assert sorted(v["params"]["m"] for v in data["variants"]) == [32, 48]
-    assert all(v["status"] == "ok" and v["vs_numpy"] for v in data["variants"])
-    assert len(data["references"]) == 2 and "problem" in (tmp_path / "r" / "report.md").read_text()
+    assert sorted(v.params["m"] for v in data.variants) == [32, 48]
+    assert all(v.status == "ok" and v.vs_numpy for v in data.variants)
+    assert len(data.document["references"]) == 2 and "problem" in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_journal_with_a_torn_tail_keeps_the_next_record(tmp_path, device_info):
@@ -279,6 +282,6 @@ def test_reports_show_only_this_runs_variants(tmp_path, sycl_device):
     first = run(cfg, device=sycl_device.filter_string, out_dir=out, progress=None, reference_repeats=1)
     cfg.write_text(CONFIG.replace("k: 32", "k: 48"))        # another problem into the same directory
     second = run(cfg, device=sycl_device.filter_string, out_dir=out, progress=None, reference_repeats=1)
-    assert len(second["variants"]) == len(first["variants"])
-    assert {v["params"]["k"] for v in second["variants"] if v["status"] == "ok"} == {48}
-    assert second["lowering"] == "portable"
+    assert len(second.variants) == len(first.variants)
+    assert {v.params["k"] for v in second.variants if v.status == "ok"} == {48}
+    assert second.document["lowering"] == "portable"

@@ -164,8 +164,8 @@ def test_run_workers_load_what_earlier_workers_built(tmp_path, monkeypatch):
     config.write_text(RUN_CONFIG)
     first = run(config, out_dir=tmp_path / "first", progress=None)
     second = run(config, out_dir=tmp_path / "second", progress=None)
-    assert [v["status"] for v in first["variants"]] == [v["status"] for v in second["variants"]] == ["ok", "ok"]
-    assert [v["extra"]["build_cached"] for v in first["variants"]] == [False, False]
-    assert [v["extra"]["build_cached"] for v in second["variants"]] == [True, True]
-    print("build s, cold:", [round(v["build_s"], 3) for v in first["variants"]],
-          "cached:", [round(v["build_s"], 4) for v in second["variants"]])
+    assert [v.status for v in first.variants] == [v.status for v in second.variants] == ["ok", "ok"]
+    assert [v.extra["build_cached"] for v in first.variants] == [False, False]
+    assert [v.extra["build_cached"] for v in second.variants] == [True, True]
+    print("build s, cold:", [round(v.build_s, 3) for v in first.variants],
+          "cached:", [round(v.build_s, 4) for v in second.variants])

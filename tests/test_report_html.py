@@ -230,7 +230,7 @@ def test_groups_keep_problems_and_types_apart(runs):
         # one numpy reference per problem: every variant's interleaved runs pooled, in results.json and here
         (listed,) = [r for r in data["references"] if r["problem"] == g.problem]
         assert listed["pooled"] == len(g.timed) and listed["interleaved"]
-        assert g.reference["gflops"] == listed["gflops"]
+        assert g.reference.gflops == listed["gflops"]
         for v in g.timed:
             assert v.vs_numpy == pytest.approx(v.gflops / listed["gflops"]) == g.ratio(v)
         if g.best:
@@ -268,14 +268,14 @@ def test_a_ratio_is_headlined_only_when_both_sides_are_stable(tmp_path):
     assert overall.count("<tr>") == 2 and "k_bf16" in overall and 'class="num unreliable"' in overall
     # the two sections of the problem show one numpy reference, pooled from both measurements
     (g_bf16, g_f16) = groups([load_source(busy_dir)])
-    assert g_bf16.reference == g_f16.reference and g_bf16.reference["pooled"] == 2
-    assert busy.count(f'<td class="num">{g_bf16.reference["gflops"]:.1f}</td>') >= 2
+    assert g_bf16.reference == g_f16.reference and g_bf16.reference.pooled == 2
+    assert busy.count(f'<td class="num">{g_bf16.reference.gflops:.1f}</td>') >= 2
     text = render([busy_dir], "md")
     assert text.index("not measured reliably (machine busy: load 7.5") < text.index("\n## M=")
     # the profiler CSV's numpy row is the same reference the page headlines
     rows = list(csv.DictReader(io.StringIO(render([busy_dir], "csv"))))
     numpy_rows = [float(r["GFLOPs"]) for r in rows if r["Provider"] == "numpy"]
-    assert numpy_rows == [pytest.approx(g_bf16.reference["gflops"])] * 2       # one per section, the same
+    assert numpy_rows == [pytest.approx(g_bf16.reference.gflops)] * 2       # one per section, the same
 
 
 def test_markdown_groups_per_problem(runs):

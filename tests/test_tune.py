@@ -136,8 +136,7 @@ def test_best_yaml_runs_as_it_is_one_variant_per_shape(tiny_tune_config, tmp_pat
         assert (out / "kernels" / f"{entry['best']['kernel']}.cl").is_file()
         assert entry["best"]["ratio_to_reference"] > 0
     results = run(out / "best.yaml", out_dir=tmp_path / "run", progress=None)
-    ok = {(v["params"]["m"], v["params"]["n"], v["params"]["k"]): v["name"]
-          for v in results["variants"] if v["status"] == "ok"}
+    ok = {v.problem[:3]: v.name for v in results.variants if v.status == "ok"}
     assert ok == {(64, 64, 64): best["shapes"]["64x64x64"]["best"]["kernel"],
                   (96, 64, 32): best["shapes"]["96x64x32"]["best"]["kernel"]}
     # --export rewrites the same files from the database alone

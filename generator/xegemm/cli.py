@@ -155,13 +155,16 @@ def cmd_generate(args) -> int:
 def cmd_run(args) -> int:
     from xegemm.evaluate.isolated import TimeLimits
     from xegemm.jobs.pipeline import run
-    from xegemm.config.shapes import parse_shapes
+    from xegemm.config.shapes import Shape, grouped_shape, parse_shapes
     limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
-    results = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering, limits=limits,
-                  command=args.command_line, progress=sys.stderr,      # this sys.stderr, not the one at import
-                  problems=[shape.as_dict() for shape in parse_shapes(args.shapes)] if args.shapes else None)
-    failed = [v for v in results["variants"] if v["status"] in _failures()]
-    verified = [v for v in results["variants"] if v["status"] == "ok"]
+    # a grouped problem of --shapes runs as one Problem with its groups, as the tuner's shapes do
+    problems = [s if isinstance(s, Shape) else grouped_shape(s) for s in parse_shapes(args.shapes)] \
+        if args.shapes else None
+    result = run(args.config, device=args.device, out_dir=args.out, lowering=args.lowering, limits=limits,
+                 command=args.command_line, progress=sys.stderr,      # this sys.stderr, not the one at import
+                 problems=problems)
+    failed = [v for v in result.variants if v.status in _failures()]
+    verified = [v for v in result.variants if v.status == "ok"]
     if args.strict and (failed or not verified):
         why = f"{len(failed)} variants failed" if failed else "no variant verified"
         print(f"xegemm: --strict: {why}", file=sys.stderr)
@@ -255,9 +258,9 @@ _count = _checked(int, lambda v: 0 <= v <= 20, "an integer from 0 to 20")
 
 def cmd_tune(args) -> int:
     from xegemm.config import load_config
-    from xegemm.evaluate.isolated import TimeLimits
     from xegemm.tune import tune
     from xegemm.tune.export import export
+    from xegemm.tune.options import TuneOptions
     from xegemm.tune.study import default_url, mask_url, open_storage
     config_name = args.study or load_config(args.config).name
     out = Path(args.out) if args.out else None
@@ -270,12 +273,7 @@ def cmd_tune(args) -> int:
               f"in {out or Path('.')}")
         _print_best(result)
         return 0
-    limits = TimeLimits(build_s=args.build_timeout, run_s=args.run_timeout)
-    result = tune(args.config, shapes=args.shapes, strategy=args.strategy, budget=args.budget, time_s=args.time,
-                  jobs=args.jobs, storage=args.storage, study=args.study, seed=args.seed, device=args.device,
-                  target=args.target, out=out, cache=False if args.no_cache else args.cache, retime=args.retime,
-                  limits=limits, capabilities=args.capabilities, heartbeat_s=args.heartbeat, command=args.command_line,
-                  leaders=args.leaders, leader_time_s=args.leader_time, compiler=args.compiler)
+    result = tune(args.config, shapes=args.shapes, options=TuneOptions.from_args(args))
     for label, tally in result.tallies.items():
         print(f"{label}: {tally.evaluated} evaluated ({tally.cached} from the cache, {tally.failed} failed), "
               f"{tally.pruned} pruned, {tally.retried} retried, {tally.duplicates} duplicate proposals skipped"
@@ -340,188 +338,168 @@ def _code_options(p) -> None:
 
 
 def _compiler_option(p, what: str) -> None:
-    """``--compiler NAME|PATH``, the one spelling of the choice of offline compiler every command takes."""
-    p.add_argument("--compiler", metavar="NAME|PATH",
-                   help=f"{what}: system (Debian 12's ocloc 22.43 / IGC 1.0.12504: pvc, dg2), current (ocloc 26 / "
-                        "IGC 2.x from `make ocloc-current`: also bmg, lnl, ptl) or the path of an ocloc (default: "
-                        "$XEGEMM_COMPILER, else the first of them that builds for the target; $XEGEMM_OCLOC wins)")
+    """``--compiler NAME|PATH``, the one spelling of the choice of offline compiler every command takes (tune's is
+    TuneOptions.compiler, with the same help)."""
+    from xegemm.aot.toolchain import compiler_help
+    p.add_argument("--compiler", metavar="NAME|PATH", help=compiler_help(what))
+
+
+# ---- the parser: one function per subcommand adds its arguments (and imports what they need) -------------
+
+def _devices_arguments(p) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_devices)
+
+
+def _atoms_arguments(atoms) -> None:
+    asub = atoms.add_subparsers(dest="atoms_command", required=True)
+    p = asub.add_parser("list", help="every legal atom (and the flagged sycl-tla ones) with key properties")
+    p.add_argument("--kind", choices=["copy", "mma"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_atoms_list)
+    p = asub.add_parser("show", help="one atom: which elements each work-item holds")
+    p.add_argument("name", help="e.g. XE_2D_U16x32x16_LD_N or XE_8x16x16_F32BF16BF16F32_TT")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--all", action="store_true", help="print every register element, not the first 16")
+    p.set_defaults(func=cmd_atoms_show)
+    p = asub.add_parser("coopmatrix", help="the coop-matrix layout (tinytc's, docs/atoms.md §8) of one matrix")
+    p.add_argument("--use", required=True, choices=["a", "b", "acc"])
+    p.add_argument("--rows", required=True, type=int)
+    p.add_argument("--cols", required=True, type=int)
+    p.add_argument("--sg", type=int, default=16, help="sub-group size (default 16)")
+    p.add_argument("--dtype", default="f32", help="element type (default f32)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_atoms_coopmatrix)
+
+
+def _generate_arguments(p) -> None:
+    from xegemm.lowering import LOWERINGS
+    p.add_argument("configs", nargs="+", metavar="CONFIG")
+    p.add_argument("--out", default="kernels", help="output directory (default kernels/)")
+    p.add_argument("--lowering", default="portable", choices=LOWERINGS)
+    p.add_argument("--capabilities", help="compiler capabilities of the native lowering: igc-1.0.12504, "
+                   "cl_intel_subgroup_2d_block_io or a .json file (default: $XEGEMM_COMPILER_CAPABILITIES, else "
+                   "probe ocloc)")
+    _code_options(p)
+    _compiler_option(p, "with --lowering native, the compiler whose probed capabilities spell the atoms")
+    p.set_defaults(func=cmd_generate)
+
+
+def _build_arguments(p) -> None:
+    from xegemm.library.targets import AOT_TARGETS, GRF_MODES
+    p.add_argument("config")
+    p.add_argument("--target", choices=tuple(dict.fromkeys((*AOT_TARGETS, "bmg"))), default="pvc",
+                   help="bmg: with the current compiler (make ocloc-current)")
+    p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
+    p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
+    p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, igc-2.40.14, "
+                                          "cl_intel_subgroup_2d_block_io, a .json file; default: probe the compiler")
+    p.add_argument("--lowering", choices=("native", "coopmat"), default="native",
+                   help="native (OpenCL C with the Xe builtins) or coopmat (SPIR-V cooperative matrices, built "
+                        "by the current compiler: make ocloc-current)")
+    _compiler_option(p, "the compiler that builds")
+    p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
+    _code_options(p)
+    p.set_defaults(func=cmd_build)
+
+
+def _run_arguments(p) -> None:
+    from xegemm.evaluate.isolated import TimeLimits
+    from xegemm.lowering import LOWERINGS
+    p.add_argument("config")
+    p.add_argument("--device", help="dpctl filter string, e.g. opencl:cpu:0 (default: the best device)")
+    p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
+    p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in), as for tune; "
+                                    "replaces the config's problem and its problem sweep")
+    p.add_argument("--lowering", choices=LOWERINGS,
+                   help="default: native on a device with Xe 2D block IO and DPAS, else portable; native "
+                        "on a device without them runs through their CPU emulation (a correctness path)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 if any variant fails to build or verify, times out, or none verifies")
+    p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
+                   help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
+    p.add_argument("--run-timeout", type=_seconds, metavar="S",
+                   help="seconds one variant's verification and timing may take (default: from the problem size)")
+    _code_options(p)
+    p.set_defaults(func=cmd_run)
+
+
+def _report_arguments(p) -> None:
+    from xegemm.reporting import FORMATS
+    p.add_argument("results", nargs="+", metavar="RUN_OR_STUDY",
+                   help="output directories of `xegemm run`, `xegemm tune` or `xegemm build`, or a study database "
+                        "(a SQLite .db file or a SQLAlchemy URL such as postgresql://...)")
+    p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
+                   help="the baseline (run A): show the results against it per common variant")
+    p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")
+    p.add_argument("--format", choices=FORMATS, help="html (default), csv, json or md")
+    _code_options(p)
+    p.set_defaults(func=cmd_report)
+
+
+def _tune_arguments(p) -> None:
+    """The config, the shapes and ``--export``; every other option is a field of TuneOptions."""
+    from xegemm.tune.options import add_arguments
+    p.add_argument("config")
+    p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in); default: the "
+                                    "config's problem")
+    add_arguments(p, {"count": _positive, "small_count": _count, "seed": _seed, "duration": parse_duration,
+                      "seconds": _seconds})
+    p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
+                                                         "from the study database")
+    _code_options(p)
+    p.set_defaults(func=cmd_tune)
+
+
+def _export_arguments(p) -> None:
+    from xegemm.export import TARGETS as EXPORT_TARGETS
+    p.add_argument("source", help="a config file or a tune output directory (best.yaml)")
+    p.add_argument("--out", required=True, help="a new directory")
+    p.add_argument("--target", action="append", choices=EXPORT_TARGETS,
+                   help="cpu (OpenCL C for any OpenCL device; the default) or a GPU (also ocloc binaries: "
+                        f"{', '.join(t for t in EXPORT_TARGETS if t != 'cpu')}); repeatable")
+    _compiler_option(p, "the compiler that builds the GPU targets' binaries")
+    _code_options(p)
+    p.set_defaults(func=cmd_export)
+
+
+def _support_arguments(p) -> None:
+    p.add_argument("--compiler", choices=("system", "current"),
+                   help="only this compiler's columns (default: both; each from its measured capability set, "
+                        "so neither needs to be installed)")
+    p.set_defaults(func=cmd_support)
+
+
+# (name, summary, the function that adds its arguments): the subcommands in the order of `xegemm --help`
+SUBCOMMANDS = (
+    ("devices", "list the SYCL devices dpctl sees and the lowering each would get", _devices_arguments),
+    ("atoms", "the atom model: list atoms, show lane maps, coop-matrix layouts", _atoms_arguments),
+    ("generate", "render every variant of configs to OpenCL C plus manifest.json", _generate_arguments),
+    ("build", "compile every variant ahead of time with ocloc for a real Xe GPU and count its machine code "
+              "(build.json)", _build_arguments),
+    ("run", "generate, build, verify and profile a config's variants; write a report", _run_arguments),
+    ("report", "a report of one or more run, tune or build directories (or tuning study databases): a "
+               "self-contained HTML page of plots, cutlass_profiler-style CSV, JSON or Markdown", _report_arguments),
+    ("tune", "search a config's sweep for the fastest kernel per shape (Optuna study, resumable, shared by "
+             "workers); write best.yaml, best.json, trials.csv", _tune_arguments),
+    ("export", "write kernels a C/C++/SYCL program can launch: sources, ocloc binaries, manifest.json, "
+               "xegemm_kernels.h, example.c and a Makefile (docs/use.md)", _export_arguments),
+    ("support", "the supported matrix (layouts x types x epilogues x targets) as Markdown, each cell planned and "
+                "rendered for its target", _support_arguments),
+)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command``, only that subcommand gets its arguments (and imports what they need: the
     others are listed by name and summary only; ``""``: none), so that ``--help`` and ``--version`` import nothing
     heavy.  ``None`` builds every subcommand."""
-
-    def wanted(name: str) -> bool:
-        return command is None or command == name
-
     parser = argparse.ArgumentParser(prog="xegemm", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"xegemm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("devices", help="list the SYCL devices dpctl sees and the lowering each would get")
-    if wanted("devices"):
-        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-        p.set_defaults(func=cmd_devices)
-
-    atoms = sub.add_parser("atoms", help="the atom model: list atoms, show lane maps, coop-matrix layouts")
-    if wanted("atoms"):
-        asub = atoms.add_subparsers(dest="atoms_command", required=True)
-        p = asub.add_parser("list", help="every legal atom (and the flagged sycl-tla ones) with key properties")
-        p.add_argument("--kind", choices=["copy", "mma"])
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=cmd_atoms_list)
-        p = asub.add_parser("show", help="one atom: which elements each work-item holds")
-        p.add_argument("name", help="e.g. XE_2D_U16x32x16_LD_N or XE_8x16x16_F32BF16BF16F32_TT")
-        p.add_argument("--json", action="store_true")
-        p.add_argument("--all", action="store_true", help="print every register element, not the first 16")
-        p.set_defaults(func=cmd_atoms_show)
-        p = asub.add_parser("coopmatrix", help="the coop-matrix layout (tinytc's, docs/atoms.md §8) of one matrix")
-        p.add_argument("--use", required=True, choices=["a", "b", "acc"])
-        p.add_argument("--rows", required=True, type=int)
-        p.add_argument("--cols", required=True, type=int)
-        p.add_argument("--sg", type=int, default=16, help="sub-group size (default 16)")
-        p.add_argument("--dtype", default="f32", help="element type (default f32)")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=cmd_atoms_coopmatrix)
-
-    p = sub.add_parser("generate", help="render every variant of configs to OpenCL C plus manifest.json")
-    if wanted("generate"):
-        from xegemm.lowering import LOWERINGS
-        p.add_argument("configs", nargs="+", metavar="CONFIG")
-        p.add_argument("--out", default="kernels", help="output directory (default kernels/)")
-        p.add_argument("--lowering", default="portable", choices=LOWERINGS)
-        p.add_argument("--capabilities", help="compiler capabilities of the native lowering: igc-1.0.12504, "
-                       "cl_intel_subgroup_2d_block_io or a .json file (default: $XEGEMM_COMPILER_CAPABILITIES, else "
-                       "probe ocloc)")
-        _code_options(p)
-        _compiler_option(p, "with --lowering native, the compiler whose probed capabilities spell the atoms")
-        p.set_defaults(func=cmd_generate)
-
-    p = sub.add_parser("build", help="compile every variant ahead of time with ocloc for a real Xe GPU and "
-                                     "count its machine code (build.json)")
-    if wanted("build"):
-        from xegemm.library.targets import AOT_TARGETS, GRF_MODES
-        p.add_argument("config")
-        p.add_argument("--target", choices=tuple(dict.fromkeys((*AOT_TARGETS, "bmg"))), default="pvc",
-                       help="bmg: with the current compiler (make ocloc-current)")
-        p.add_argument("--grf", type=int, choices=GRF_MODES, help="GRF mode (default: the config's target.grf)")
-        p.add_argument("--out", help="output directory (default runs/build-<config>-<target>)")
-        p.add_argument("--capabilities", help="compiler capabilities: igc-1.0.12504, igc-2.40.14, "
-                                              "cl_intel_subgroup_2d_block_io, a .json file; default: probe the compiler")
-        p.add_argument("--lowering", choices=("native", "coopmat"), default="native",
-                       help="native (OpenCL C with the Xe builtins) or coopmat (SPIR-V cooperative matrices, built "
-                            "by the current compiler: make ocloc-current)")
-        _compiler_option(p, "the compiler that builds")
-        p.add_argument("--strict", action="store_true", help="exit 1 if any variant fails to build")
-        _code_options(p)
-        p.set_defaults(func=cmd_build)
-
-    p = sub.add_parser("run", help="generate, build, verify and profile a config's variants; write a report")
-    if wanted("run"):
-        from xegemm.evaluate.isolated import TimeLimits
-        from xegemm.lowering import LOWERINGS
-        p.add_argument("config")
-        p.add_argument("--device", help="dpctl filter string, e.g. opencl:cpu:0 (default: the best device)")
-        p.add_argument("--out", help="results directory (default runs/<timestamp>); an existing one resumes")
-        p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in), as for tune; "
-                                        "replaces the config's problem and its problem sweep")
-        p.add_argument("--lowering", choices=LOWERINGS,
-                       help="default: native on a device with Xe 2D block IO and DPAS, else portable; native "
-                            "on a device without them runs through their CPU emulation (a correctness path)")
-        p.add_argument("--strict", action="store_true",
-                       help="exit 1 if any variant fails to build or verify, times out, or none verifies")
-        p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
-                       help=f"seconds one build may take before its worker is killed (default {TimeLimits.build_s:.0f})")
-        p.add_argument("--run-timeout", type=_seconds, metavar="S",
-                       help="seconds one variant's verification and timing may take (default: from the problem size)")
-        _code_options(p)
-        p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("report", help="a report of one or more run, tune or build directories (or tuning study "
-                                      "databases): a self-contained HTML page of plots, cutlass_profiler-style "
-                                      "CSV, JSON or Markdown")
-    if wanted("report"):
-        from xegemm.reporting import FORMATS
-        p.add_argument("results", nargs="+", metavar="RUN_OR_STUDY",
-                       help="output directories of `xegemm run`, `xegemm tune` or `xegemm build`, or a study database "
-                            "(a SQLite .db file or a SQLAlchemy URL such as postgresql://...)")
-        p.add_argument("--compare", nargs="+", metavar="RUN_DIR",
-                       help="the baseline (run A): show the results against it per common variant")
-        p.add_argument("--out", help="the file to write (default report.<format>); its suffix picks the format")
-        p.add_argument("--format", choices=FORMATS, help="html (default), csv, json or md")
-        _code_options(p)
-        p.set_defaults(func=cmd_report)
-    p = sub.add_parser("tune", help="search a config's sweep for the fastest kernel per shape (Optuna study, "
-                                    "resumable, shared by workers); write best.yaml, best.json, trials.csv")
-    if wanted("tune"):
-        from xegemm.evaluate.isolated import TimeLimits
-        from xegemm.library.targets import AOT_TARGETS
-        from xegemm.tune import STRATEGIES
-        from xegemm.tune.study import HEARTBEAT_S
-        p.add_argument("config")
-        p.add_argument("--shapes", help="MxNxK[xB],... or a file: YAML, or 'M N K [L]' lines (.in); default: the "
-                                        "config's problem")
-        p.add_argument("--strategy", choices=list(STRATEGIES), default="exhaustive",
-                       help="; ".join(f"{s.name}: {s.summary}" for s in STRATEGIES.values()))
-        limit = p.add_mutually_exclusive_group()
-        limit.add_argument("--budget", type=_positive, metavar="N",
-                           help="points evaluated per shape (pruned points are free; default: the whole space)")
-        limit.add_argument("--time", type=parse_duration, metavar="DURATION",
-                           help="start no trial after this long, e.g. 90s, 10m, 1h")
-        p.add_argument("--jobs", type=_positive, default=1, metavar="J",
-                       help="worker processes building side by side; timing stays serial on the device (default 1)")
-        p.add_argument("--storage", help="SQLAlchemy URL of the study database, e.g. postgresql://user:pw@host/db "
-                                         "(default: sqlite in --out); workers sharing it share the study")
-        p.add_argument("--study", help="study name (default: the config's name)")
-        p.add_argument("--seed", type=_seed, help="seed of the sampler (a seeded --jobs 1 study is reproducible)")
-        p.add_argument("--device", help="dpctl filter string (default: the best device)")
-        p.add_argument("--target", choices=AOT_TARGETS, help="no device: score ahead-of-time builds for this GPU "
-                                                              "(ocloc) and rank a shortlist")
-        p.add_argument("--capabilities", help="with --target: compiler capabilities (default: probe ocloc)")
-        _compiler_option(p, "with --target, the compiler that builds")
-        p.add_argument("--out", help="output directory (default runs/tune-<timestamp>); an existing one resumes")
-        p.add_argument("--cache", help="measurement cache file (default $XDG_CACHE_HOME/xegemm/measurements.db)")
-        p.add_argument("--no-cache", action="store_true", help="neither read nor write the measurement cache")
-        p.add_argument("--retime", action="store_true", help="build and time again even when the cache has it")
-        p.add_argument("--heartbeat", type=_positive, default=HEARTBEAT_S, metavar="S",
-                       help=f"seconds between a running trial's heartbeats; a trial silent for 3 (its process died) is "
-                            f"failed and its point retried (default {HEARTBEAT_S})")
-        p.add_argument("--export", action="store_true", help="only write best.yaml, best.json, trials.csv, kernels/ "
-                                                             "from the study database")
-        p.add_argument("--build-timeout", type=_seconds, default=TimeLimits.build_s, metavar="S",
-                       help=f"seconds one build may take (default {TimeLimits.build_s:.0f})")
-        p.add_argument("--run-timeout", type=_seconds, metavar="S",
-                       help="seconds one trial's verification and timing may take (default: from the problem size)")
-        from xegemm.tune.leaders import BUDGET_S, LEADERS
-        p.add_argument("--leaders", type=_count, default=LEADERS, metavar="N",
-                       help=f"time the N best candidates of each shape again, interleaved, before naming a winner "
-                            f"(0 or 1: off; default {LEADERS})")
-        p.add_argument("--leader-time", type=_seconds, default=BUDGET_S, metavar="S",
-                       help=f"seconds the leaders' re-timing may take per shape (default {BUDGET_S:.0f})")
-        _code_options(p)
-        p.set_defaults(func=cmd_tune)
-
-    p = sub.add_parser("export", help="write kernels a C/C++/SYCL program can launch: sources, ocloc binaries, "
-                       "manifest.json, xegemm_kernels.h, example.c and a Makefile (docs/use.md)")
-    if wanted("export"):
-        p.add_argument("source", help="a config file or a tune output directory (best.yaml)")
-        p.add_argument("--out", required=True, help="a new directory")
-        from xegemm.export import TARGETS as EXPORT_TARGETS
-        p.add_argument("--target", action="append", choices=EXPORT_TARGETS,
-                       help="cpu (OpenCL C for any OpenCL device; the default) or a GPU (also ocloc binaries: "
-                            f"{', '.join(t for t in EXPORT_TARGETS if t != 'cpu')}); repeatable")
-        _compiler_option(p, "the compiler that builds the GPU targets' binaries")
-        _code_options(p)
-        p.set_defaults(func=cmd_export)
-
-    p = sub.add_parser("support", help="the supported matrix (layouts x types x epilogues x targets) as Markdown, "
-                                       "each cell planned and rendered for its target")
-    if wanted("support"):
-        p.add_argument("--compiler", choices=("system", "current"),
-                       help="only this compiler's columns (default: both; each from its measured capability set, "
-                            "so neither needs to be installed)")
-        p.set_defaults(func=cmd_support)
+    for name, summary, add_arguments in SUBCOMMANDS:
+        p = sub.add_parser(name, help=summary)
+        if command is None or command == name:
+            add_arguments(p)
     return parser
 
 

@@ -261,6 +261,14 @@ class IsaStats:
         """The statistics as a plain dict with exactly :data:`STAT_KEYS`."""
         return {key: getattr(self, key) for key in STAT_KEYS}
 
+    @classmethod
+    def from_dict(cls, data) -> IsaStats | None:
+        """Statistics read back from :meth:`to_dict`'s data (a build.json row's ``isa``); a count the row lacks
+        is None.  None when there are none (a variant that was never built)."""
+        if not isinstance(data, dict) or not data:
+            return None
+        return cls(**{key: data.get(key) for key in STAT_KEYS})
+
 
 def split_disassembly(disassembly: str | Mapping[str, str]) -> dict[str, str]:
     """Per-kernel asm from a mapping, or from text joined with :data:`KERNEL_HEADER` lines."""

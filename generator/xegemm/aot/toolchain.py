@@ -101,6 +101,13 @@ CURRENT_WRAPPER = "ocloc-current"   # the wrapper's name, in <tools>/bin and pos
 CURRENT_VERSIONS = Path("ocloc-current", "versions.txt")   # under <tools>: package versions, `ocloc --version`
 
 
+def compiler_help(what: str) -> str:
+    """The help text of ``--compiler NAME|PATH`` (every command's, tune's too), ``what`` saying what it chooses."""
+    return (f"{what}: system (Debian 12's ocloc 22.43 / IGC 1.0.12504: pvc, dg2), current (ocloc 26 / IGC 2.x from "
+            "`make ocloc-current`: also bmg, lnl, ptl) or the path of an ocloc (default: $XEGEMM_COMPILER, else the "
+            "first of them that builds for the target; $XEGEMM_OCLOC wins)")
+
+
 def tools_dir() -> Path:
     """``$XEGEMM_TOOLS_DIR``, else ``.tools`` in the repository this package lives in."""
     override = os.environ.get(TOOLS_ENV)

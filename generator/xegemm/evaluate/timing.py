@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from xegemm.library.parts import TimeStats
 from xegemm.runtime.cpu_path import cpu_code_path
 
 
@@ -85,11 +86,10 @@ class Timing:
         return statistics.stdev(self.samples_ms) / self.mean
 
     def as_dict(self) -> dict:
-        out = {"min": self.min, "median": self.median, "max": self.max, "mean": self.mean, "cv": self.cv,
-               "runs": len(self.samples_ms)}
-        if self.warmup is not None:
-            out["warmup"] = self.warmup.as_dict()
-        return out
+        """The statistics as results record them (``time_ms``: xegemm.library.parts.TimeStats)."""
+        return TimeStats(min=self.min, median=self.median, max=self.max, mean=self.mean, cv=self.cv,
+                         runs=len(self.samples_ms),
+                         warmup=self.warmup.as_dict() if self.warmup is not None else None).to_dict()
 
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> int:

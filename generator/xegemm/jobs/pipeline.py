@@ -16,10 +16,12 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from xegemm.aot.toolchain import aot_target, compiler_record, require_ocloc
 from xegemm.config import load_config
+from xegemm.config.sections import Problem
 from xegemm.evaluate import (
     STATUSES,
     Evaluation,
@@ -38,16 +40,16 @@ from xegemm.evaluate.device import DeviceSession, device_evaluator
 from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.evaluate.timing import time_numpy_reference
+from xegemm.library.parts import Reference
 from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic
 from xegemm.results.journal import ResultStore
 from xegemm.reporting import load_sources, write_report, write_run_page
-from xegemm.reporting.formats import headline_lines
-from xegemm.reporting.model import groups
+from xegemm.reporting.model import Headline, best_overall, groups
 from xegemm.reporting.results import utc, versions, write_reports
 from xegemm.runtime import describe, select_sycl_device
 from xegemm.verify.dense import check_fits
 
-__all__ = ["STATUSES", "DeviceSession", "Evaluation", "PlannedVariant", "RunInterrupted", "TimeLimits",
+__all__ = ["STATUSES", "DeviceSession", "Evaluation", "PlannedVariant", "RunInterrupted", "RunResult", "TimeLimits",
            "build_config", "choose_lowering", "generate", "plan_variants", "render_variant", "run", "run_variant"]
 
 
@@ -119,13 +121,28 @@ def shielded():
             signal.signal(sig, handler)
 
 
+@dataclass
+class RunResult:
+    """What :func:`run` returns: the run's directory, this run's results (fastest first, as results.json lists
+    them), per problem the headline of its best variant against numpy, and results.json's content."""
+
+    out: Path
+    variants: list[Evaluation]
+    headlines: list[Headline]
+    document: dict
+
+    @property
+    def results_json(self) -> Path:
+        return self.out / "results.json"
+
+
 def run(config_path: str | Path, device: str | None = None, out_dir: str | Path | None = None,
         lowering: str | None = None, progress=sys.stderr, reference_repeats: int = 5,
         limits: TimeLimits = TimeLimits(), on_stage=None, command: str | None = None,
-        problems: list[dict] | None = None) -> dict:
+        problems: list[Problem] | None = None) -> RunResult:
     """Run a config end to end on a device and write results.json, results.csv, report.md and report.html into
     out_dir (``command``: the command line that started the run, recorded in the reports; ``problems``: run at
-    these ``{"m", "n", "k", "batch"}`` instead of the config's problem and problem sweep).
+    these problems, :class:`xegemm.config.sections.Problem`, instead of the config's problem and problem sweep).
 
     Every build and launch runs in a worker process with a time limit (:mod:`xegemm.evaluate.isolated`).  If
     ``out_dir`` already holds results of the same kernels (same source, lowering and compiler capabilities) on
@@ -136,8 +153,8 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     started_at = time.time()
     config = load_config(config_path)
     requested = list(problems or ())
-    if problems:
-        config = config.at_problems(problems)
+    if requested:
+        config = config.at_problems([problem.as_dict() for problem in requested])
     sycl_device = select_sycl_device(device)
     info = describe(sycl_device)
     low = choose_lowering(info, lowering)
@@ -182,7 +199,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
                     for pv in planned if pv.plan is not None} or {(config.problem.m, config.problem.n,
                                                                    config.problem.k, config.problem.batch)}
         interleaved = {store.records[k].problem for k in keys if store.records[k].reference}
-        references = {shape: time_numpy_reference(*shape, repeats=reference_repeats)
+        references = {shape: Reference.from_dict(time_numpy_reference(*shape, repeats=reference_repeats))
                       for shape in sorted(problems - interleaved)}
     except KeyboardInterrupt:
         with shielded():
@@ -196,23 +213,23 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
             + (["--lowering", lowering] if lowering else []) \
             + (["--build-timeout", f"{limits.build_s:g}"] if limits.build_s != TimeLimits.build_s else []) \
             + (["--run-timeout", f"{limits.run_s:g}"] if limits.run_s is not None else []) \
-            + (["--shapes", ",".join(f"{p['m']}x{p['n']}x{p['k']}" + (f"x{p['batch']}" if p.get("batch", 1) > 1
-                                                                     else "") for p in requested)]
-               if requested else [])
+            + (["--shapes", ",".join(problem.label for problem in requested)] if requested else [])
         raise RunInterrupted(f"interrupted: {len(keys)} of {len(planned)} variants are recorded in {out} (partial "
                              f"reports written); resume with: {shlex.join(words)}") from None
     finally:
         evaluator.builder.close()
     try:
-        results = write_reports(store, keys, references, lowering=low.name, capabilities=low.capabilities_name,
-                                command=command, lowering_note=low.note, started_at=started_at, device_peak=peak)
+        document = write_reports(store, keys, references, lowering=low.name, capabilities=low.capabilities_name,
+                                 command=command, lowering_note=low.note, started_at=started_at, device_peak=peak)
         write_run_page(out)
     finally:
         store.close()
-    for line in headline_lines(groups(load_sources([out]))):
-        say(line)
+    sources = load_sources([out])
+    headlines = best_overall(groups(sources))
+    for headline in headlines:
+        say(headline.text)
     say(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'report.md'}, {out / 'report.html'}")
-    return results
+    return RunResult(out, [v for s in sources for v in s.variants], headlines, document)
 
 
 REPORT_FILES = ("results.json", "results.csv", "report.md", "report.html")

@@ -18,6 +18,9 @@ import hashlib
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
+from xegemm.library.parts import PROBLEM_KEYS as PROBLEM_KEYS, TYPE_KEYS as TYPE_KEYS   # re-exported: one home, parts
+from xegemm.library.parts import Reference, TimeStats, VariantParams
+
 # The one set of status words, for every job and every file it writes.
 STATUSES = (
     "ok",             # built, and every observer's check passed (verified and timed on a device; ISA = plan)
@@ -30,8 +33,6 @@ STATUSES = (
 )
 PASSED = ("ok", "generated")
 
-PROBLEM_KEYS = ("m", "n", "k", "batch")
-TYPE_KEYS = ("a", "b", "acc", "c", "layout")
 # keys build.json writes beside a result row (xegemm.jobs.pipeline.build_config); read back into ``extra``
 BUILD_KEYS = ("target", "grf", "capabilities", "isa", "predicted", "measured_messages", "artefacts")
 # the spellings of older files and studies: a study's trials named the kernel ``kernel``
@@ -110,40 +111,52 @@ class Evaluation:
     def passed(self) -> bool:
         return self.status in PASSED
 
-    def _time(self, key: str):
-        return self.time_ms.get(key) if isinstance(self.time_ms, dict) else None
+    @property
+    def timing(self) -> TimeStats:
+        """Its timing statistics (:attr:`time_ms` read as a record; every value None when it was not timed)."""
+        return TimeStats.from_dict(self.time_ms) or TimeStats()
+
+    @property
+    def parameters(self) -> VariantParams:
+        """Its parameters (:attr:`params` read as a record)."""
+        return VariantParams.from_dict(self.params)
 
     @property
     def median_ms(self) -> float | None:
-        return self._time("median")
+        return self.timing.median
 
     @property
     def min_ms(self) -> float | None:
-        return self._time("min")
+        return self.timing.min
 
     @property
     def max_ms(self) -> float | None:
-        return self._time("max")
+        return self.timing.max
 
     @property
     def cv(self) -> float | None:
-        return self._time("cv")
+        return self.timing.cv
 
     @property
     def runs(self) -> int | None:
-        return self._time("runs")
+        return self.timing.runs
 
     @property
     def warmup(self) -> dict:
         """The warm-up the timing really used (xegemm.evaluate.timing.Warmup as a dict: runs, ms, settled, ...); {} if untimed."""
-        w = self._time("warmup")
-        return w if isinstance(w, dict) else {}
+        return self.timing.warmup or {}
 
     @property
-    def reference(self) -> dict | None:
+    def reference(self) -> Reference | None:
         """The numpy reference measured interleaved with this variant's timing (None if it was not timed)."""
-        ref = self.extra.get("reference")
-        return ref if isinstance(ref, dict) else None
+        return Reference.from_dict(self.extra.get("reference"))
+
+    @property
+    def atoms(self) -> tuple:
+        """(mma, copy A, copy B, copy C): the atoms its plan chose, else those its config named (None: unknown)."""
+        plan = self.plan if isinstance(self.plan, dict) else {}
+        named = self.parameters.atoms
+        return tuple(plan.get(key) or name for key, name in zip(("mma", "copy_a", "copy_b", "copy_c"), named))
 
     @property
     def numpy_gflops(self) -> float | None:
@@ -153,7 +166,7 @@ class Evaluation:
     @property
     def high_cv(self) -> bool | None:
         """The interleaved measurement kept a CV above xegemm.evaluate.timing.CV_LIMIT after measuring twice."""
-        return self.reference.get("high_cv") if self.reference else None
+        return self.reference.high_cv if self.reference else None
 
     @property
     def label(self) -> str:
@@ -163,12 +176,23 @@ class Evaluation:
     @property
     def problem(self) -> tuple:
         """(m, n, k, batch): what groups variants into problems."""
-        return tuple(self.params.get(k) for k in PROBLEM_KEYS)
+        return self.parameters.problem
 
     @property
     def group_key(self) -> tuple:
         """(m, n, k, batch, a, b, acc, c, layout): a problem and its types."""
-        return (*self.problem, *(self.params.get(k) for k in TYPE_KEYS))
+        return (*self.problem, *self.parameters.types)
+
+    @property
+    def group_labels(self) -> list[str]:
+        """A grouped launch's groups (``MxNxK`` each) as its evaluation recorded them in ``extra``, or []."""
+        labels = self.extra.get("groups")
+        return labels if isinstance(labels, list) else []
+
+    @property
+    def built_for(self) -> tuple[str | None, int | None]:
+        """(target, GRF mode) an ahead-of-time build recorded beside its result (build.json's keys), or Nones."""
+        return self.extra.get("target"), self.extra.get("grf")
 
     def part(self, key: str) -> dict:
         """A dict ``extra`` holds (``isa``, ``predicted``, ``measured_messages``), or an empty one."""

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from xegemm.evaluate.timing import CV_LIMIT
+from xegemm.library.parts import Reference
 from xegemm.library.record import PROBLEM_KEYS, Evaluation
 from xegemm.reporting.sources import Source
 
@@ -50,34 +51,36 @@ class Ratio:
     reference_gflops: float | None
 
 
-def _cv(times: dict | None) -> float | None:
-    cv = (times or {}).get("cv")
+def _cv(ref: Reference) -> float | None:
+    cv = ref.cv
     return float(cv) if isinstance(cv, (int, float)) else None
 
 
-def problem_references(sources: list[Source]) -> dict[tuple[str, tuple], dict]:
+def problem_references(sources: list[Source]) -> dict[tuple[str, tuple], Reference]:
     """(source label, problem) -> the reference that source lists for that problem (run's results.json or a tune
     export's trials.json ``references``)."""
     out = {}
     for src in sources:
         for r in src.references:
-            out[(src.label, tuple(r["problem"].get(k) for k in PROBLEM_KEYS))] = r
+            problem = r.problem or {}
+            out[(src.label, tuple(problem.get(k) for k in PROBLEM_KEYS))] = r
     return out
 
 
-def ratio_of(v: Evaluation, listed: dict[tuple[str, tuple], dict]) -> Ratio | None:
+def ratio_of(v: Evaluation, listed: dict[tuple[str, tuple], Reference]) -> Ratio | None:
     """``v``'s :class:`Ratio` in its run (None when it was not timed)."""
     if not v.gflops:
         return None
     kernel_cv = v.cv
-    ref = v.reference if v.reference and v.reference.get("gflops") else listed.get((v.source, v.problem))
-    if ref and ref.get("gflops"):
-        ref_cv = _cv(ref.get("time_ms"))
+    own = v.reference
+    ref = own if own and own.gflops else listed.get((v.source, v.problem))
+    if ref and ref.gflops:
+        ref_cv = _cv(ref)
         parts = [x for x in (kernel_cv, ref_cv) if x is not None]
         cv = math.sqrt(sum(x * x for x in parts))
         stable = (kernel_cv is not None and kernel_cv <= CV_LIMIT and ref_cv is not None and ref_cv <= CV_LIMIT
-                  and not ref.get("high_cv"))
-        return Ratio(v.gflops / ref["gflops"], cv, "numpy", stable, kernel_cv, ref_cv, ref["gflops"])
+                  and not ref.high_cv)
+        return Ratio(v.gflops / ref.gflops, cv, "numpy", stable, kernel_cv, ref_cv, ref.gflops)
     cv = kernel_cv or 0.0
     return Ratio(v.gflops, cv, "GFLOP/s", kernel_cv is not None and kernel_cv <= CV_LIMIT, kernel_cv, None, None)
 
@@ -132,7 +135,7 @@ def compare(base: list[Source], new: list[Source]) -> list[dict]:
             speedup, noise, change = judge(ra, rb)
         either = vb or va
         rows.append({"name": key[0], "problem": dict(zip(PROBLEM_KEYS, key[1])), "label": either.label,
-                     "types": "/".join(str(either.params.get(k)) for k in ("a", "b", "acc", "c")),
+                     "types": "/".join(str(t) for t in either.parameters.types[:4]),
                      "status_a": va.status if va else None, "status_b": vb.status if vb else None,
                      "gflops_a": va.gflops if va else None, "gflops_b": vb.gflops if vb else None,
                      "ratio_a": ra.value if ra and ra.basis == "numpy" else None,

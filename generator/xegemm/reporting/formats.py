@@ -17,9 +17,10 @@ import json
 
 from xegemm import __version__
 from xegemm.reporting.model import (CV_LIMIT, ISA_FIGURES, PROFILER_COLUMNS, Group, best_overall, isa_rows,
-                                    profiler_rows, reference_detail, source_facts)
+                                    profiler_rows, source_facts)
 from xegemm.reporting.comparison import MIN_CHANGE, compare
 from xegemm.reporting.sources import Source
+from xegemm.library.parts import Reference
 from xegemm.library.record import COLUMNS, STATUSES, Evaluation
 
 FORMATS = ("html", "csv", "json", "md")
@@ -52,8 +53,8 @@ def render_json(sources: list[Source], group_list: list[Group], baseline: list[S
         "generated_by": f"xegemm {__version__}",
         "sources": [{"kind": s.kind, "path": str(s.path), "label": s.label, "missing": s.missing,
                      "meta": {k: v for k, v in s.meta.items() if k != "device"} |
-                     ({"device": {k: v for k, v in s.meta["device"].items() if k != "extensions"}}
-                      if isinstance(s.meta.get("device"), dict) else {})} for s in sources],
+                     ({"device": {k: v for k, v in s.info.device.items() if k != "extensions"}}
+                      if s.info.device is not None else {})} for s in sources],
         "groups": [{"problem": g.problem, "types": g.types, "best": g.best.name if g.best else None,
                     "best_against_references": g.best_against_references(),
                     "variants": [v.name for v in g.variants]} for g in group_list],
@@ -72,19 +73,19 @@ def _cell(text) -> str:
     return str(text or "").replace("|", "\\|").replace("\n", " ")[:300]
 
 
-def _reference_line(r: dict) -> str:
+def _reference_line(r: Reference) -> str:
     """One reference in words: what ran, how it was measured, its time and the conditions."""
     how = (f"measured interleaved with the variants (alternating runs, so both sides saw the same load; "
-           f"{r.get('pooled', 1)} measurement(s) pooled)" if r.get("interleaved")
+           f"{r.pooled or 1} measurement(s) pooled)" if r.interleaved
            else "measured on its own after the variants")
-    times, cond = r.get("time_ms") or {}, r.get("conditions") or {}
-    load = (cond.get("loadavg") or [None])[0]
-    return (f"{reference_detail(r)}, {how}: median {_num(times.get('median'), '.3f')} ms = "
-            f"{_num(r.get('gflops'), '.1f')} GFLOP/s (CV {_num(times.get('cv'), '.1%')}, load average "
-            f"{_num(load, '.2f')}, {cond.get('affinity_cpus', '?')} CPUs"
-            + (f", CPU code path {cond['cpu_code_path']}" if cond.get("cpu_code_path") else "")
-            + (f", governor {cond['cpu_governor']}" if cond.get("cpu_governor") else "")
-            + (f"; timed by {cond['timing_method']}" if cond.get("timing_method") else "") + ")")
+    cond = r.conditions
+    cpus = cond.affinity_cpus if cond and cond.affinity_cpus is not None else "?"
+    return (f"{r.detail()}, {how}: median {_num(r.median_ms, '.3f')} ms = "
+            f"{_num(r.gflops, '.1f')} GFLOP/s (CV {_num(r.cv, '.1%')}, load average "
+            f"{_num(r.load1, '.2f')}, {cpus} CPUs"
+            + (f", CPU code path {cond.cpu_code_path}" if cond and cond.cpu_code_path else "")
+            + (f", governor {cond.cpu_governor}" if cond and cond.cpu_governor else "")
+            + (f"; timed by {cond.timing_method}" if cond and cond.timing_method else "") + ")")
 
 
 def headline_lines(group_list: list[Group]) -> list[str]:

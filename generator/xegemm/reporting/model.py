@@ -10,14 +10,15 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xegemm.library.dtypes import UnknownDTypeError, dtype
 from xegemm.plan.kernel_name import KernelNameError, parse_kernel_name
 from xegemm.evaluate.timing import CV_LIMIT
 from xegemm.evaluate.timing import gemm_flops
 from xegemm.reporting.sources import Source
-from xegemm.library.record import COLUMNS, PROBLEM_KEYS, STATUSES, TYPE_KEYS, Evaluation, joined
+from xegemm.library.parts import Conditions, Reference, TimeStats, VariantParams
+from xegemm.library.record import COLUMNS, PROBLEM_KEYS, STATUSES, TYPE_KEYS, Evaluation
 # xegemm.evaluate.timing.CV_LIMIT, the one limit of a timing's coefficient of variation: above it a measurement is taken
 # again and then flagged, the reports draw it as noisy (amber), and a ratio is headlined only when both sides are
 # within it
@@ -41,30 +42,25 @@ PROFILER_COLUMNS = (
     "split_k_mode", "split_k_slices", "epilogue", "atom_a", "atom_b", "atom_c",
     "Bytes", "Flops", "Flops/Byte", "Runtime", "GB/s", "GFLOPs", "cv", "xegemm_status", "reason", "source")
 
+def _joined(*values) -> str | None:
+    """``32x32x16``, or None when one of the values is missing."""
+    return None if any(v is None for v in values) else "x".join(map(str, values))
+
+
 # the parameters a sweep or a tuner varies, as the axes of the parameter-effect plots: (title, value of params)
 EFFECT_AXES = (
-    ("work-group tile", lambda p: joined(p, ("wg_m", "wg_n", "wg_k"))),
-    ("sub-group grid", lambda p: joined(p, ("sg_m", "sg_n"))),
-    ("prefetch", lambda p: p.get("prefetch")),
-    ("GRF mode", lambda p: p.get("grf")),
-    ("sub-group size", lambda p: p.get("subgroup_size")),
-    ("split K", lambda p: p.get("split_k")),
-    ("stream-K work-groups", lambda p: p.get("stream_k")),
-    ("swizzle", lambda p: p.get("swizzle")),
-    ("register block", lambda p: p.get("register_block")),
-    ("epilogue", lambda p: p.get("epilogue")),
-    ("atoms", lambda p: " ".join(str(p.get(k)) for k in ("atom_mma", "atom_a", "atom_b", "atom_c")
-                                 if p.get(k)) or "planner's choice"),
+    ("work-group tile", lambda p: _joined(p.wg_m, p.wg_n, p.wg_k)),
+    ("sub-group grid", lambda p: _joined(p.sg_m, p.sg_n)),
+    ("prefetch", lambda p: p.prefetch),
+    ("GRF mode", lambda p: p.grf),
+    ("sub-group size", lambda p: p.subgroup_size),
+    ("split K", lambda p: p.split_k),
+    ("stream-K work-groups", lambda p: p.stream_k),
+    ("swizzle", lambda p: p.swizzle),
+    ("register block", lambda p: p.register_block),
+    ("epilogue", lambda p: p.epilogue),
+    ("atoms", lambda p: " ".join(str(atom) for atom in p.atoms if atom) or "planner's choice"),
 )
-
-
-def k_decomposition(params: dict) -> tuple[str, int]:
-    """How a variant splits the K loop, as CUTLASS's profiler names it: ("serial", 1); ("parallel", S) for split K
-    (slices reduced by a second kernel); ("stream_k", G) for stream-K over G work-groups."""
-    if params.get("stream_k"):
-        return "stream_k", params["stream_k"]
-    split = params.get("split_k") or 1
-    return ("parallel" if split > 1 else "serial"), split
 
 
 def noisy(v: Evaluation) -> bool:
@@ -85,7 +81,7 @@ class Group:
 
     key: tuple
     variants: list[Evaluation] = field(default_factory=list)
-    references: list[dict] = field(default_factory=list)
+    references: list[Reference] = field(default_factory=list)
 
     @property
     def problem(self) -> dict:
@@ -98,12 +94,12 @@ class Group:
     @property
     def groups(self) -> str | None:
         """A grouped or MoE launch's groups (``100x256x128+0x256x128``, ``moe32xT8048x5760x2880``), or None."""
-        return next((v.params["groups"] for v in self.variants if v.params.get("groups")), None)
+        return next((v.parameters.groups for v in self.variants if v.parameters.groups), None)
 
     def group_sizes(self) -> str:
         """A grouped launch's groups one by one (MxNxK, as its evaluation recorded them) and the total work:
         ``groups 17x128x96, 0x128x96; total 2.1 MFLOP; ``; empty when no variant recorded them."""
-        labels = next((v.extra["groups"] for v in self.variants if isinstance(v.extra.get("groups"), list)), None)
+        labels = next((v.group_labels for v in self.variants if v.group_labels), None)
         if not labels:
             return ""
         sizes = [[int(x) for x in label.split("x")] for label in labels]
@@ -158,23 +154,23 @@ class Group:
         """(axis title, the value of every timed variant) for each parameter that takes more than one value."""
         axes = []
         for title, value in EFFECT_AXES:
-            values = [value(v.params) for v in self.timed]
+            values = [value(v.parameters) for v in self.timed]
             if len({str(x) for x in values}) > 1:
                 axes.append((title, values))
         return axes
 
     @property
-    def reference(self) -> dict | None:
+    def reference(self) -> Reference | None:
         """The numpy reference of this problem in the best variant's run (one per problem and run: the same in
         every section of that problem), else the first one measured."""
-        numpy = [r for r in self.references if r.get("provider", "numpy") == "numpy"]
-        mine = [r for r in numpy if self.best and r.get("source") == self.best.source]
+        numpy = [r for r in self.references if r.is_numpy]
+        mine = [r for r in numpy if self.best and r.source == self.best.source]
         return (mine or numpy or [None])[0]
 
     def ratio(self, v: Evaluation) -> float | None:
         """A variant's GFLOP/s over the problem's numpy reference."""
         ref = self.reference
-        return v.gflops / ref["gflops"] if v.gflops and ref and ref.get("gflops") else None
+        return v.gflops / ref.gflops if v.gflops and ref and ref.gflops else None
 
     def headline(self) -> Headline | None:
         """The best variant against the numpy reference, headlined only when both sides were stable."""
@@ -182,14 +178,13 @@ class Group:
         if best is None:
             return None
         ref = self.reference
-        ref_cv = (ref.get("time_ms") or {}).get("cv") if ref else None
+        ref_cv = ref.cv if ref else None
         unstable = []
         if best.cv is None or best.cv > CV_LIMIT:
             unstable.append(f"xegemm best CV {_percent(best.cv)}")
-        if ref is not None and (ref_cv is None or ref_cv > CV_LIMIT or ref.get("high_cv")):
+        if ref is not None and (ref_cv is None or ref_cv > CV_LIMIT or ref.high_cv):
             unstable.append(f"numpy CV {_percent(ref_cv)}")
-        loads = [x for x in (best.load1, ((ref or {}).get("conditions") or {}).get("loadavg", [None])[0])
-                 if isinstance(x, (int, float))]
+        loads = [x for x in (best.load1, ref.load1 if ref else None) if isinstance(x, (int, float))]
         why = (f"machine busy: load {max(loads):.1f}" if loads else "timings unstable") + \
             (f"; {', '.join(unstable)}" if unstable else "")
         return Headline(self, best, ref, self.ratio(best), not unstable and ref is not None, why)
@@ -198,10 +193,9 @@ class Group:
         """The best variant's GFLOP/s against each reference of its problem: ``{"provider", "detail", "gflops",
         "ratio"}`` (the numpy one is the problem's pooled reference of the best variant's run)."""
         best, ref = self.best, self.reference
-        references = [ref, *(r for r in self.references if r.get("provider", "numpy") != "numpy")] if ref \
-            else self.references
-        return [{"provider": r.get("provider", "reference"), "detail": reference_detail(r), "gflops": r.get("gflops"),
-                 "ratio": best.gflops / r["gflops"] if best and r.get("gflops") else None}
+        references = [ref, *(r for r in self.references if not r.is_numpy)] if ref else self.references
+        return [{"provider": r.name, "detail": r.detail(), "gflops": r.gflops,
+                 "ratio": best.gflops / r.gflops if best and r.gflops else None}
                 for r in references]
 
 
@@ -216,7 +210,7 @@ class Headline:
 
     group: Group
     best: Evaluation
-    reference: dict | None
+    reference: Reference | None
     ratio: float | None
     reliable: bool
     why: str            # "machine busy: load 7.4; xegemm best CV 19%": what made it unreliable (and the load)
@@ -244,16 +238,6 @@ def best_overall(group_list: list[Group]) -> list[Headline]:
     return list(fastest.values())
 
 
-def reference_detail(r: dict) -> str:
-    """What a reference ran, in words: ``numpy 2.4.6 float32 matmul (OPENBLAS_CORETYPE=Haswell)``."""
-    bits = [str(r.get("provider", "reference"))]
-    if r.get("numpy"):
-        bits.append(f"{r['numpy']} float32 matmul")
-    if r.get("openblas_coretype"):
-        bits.append(f"(OPENBLAS_CORETYPE={r['openblas_coretype']})")
-    return " ".join(bits)
-
-
 def groups(sources: list[Source]) -> list[Group]:
     """Every variant of ``sources`` in its problem and type group (ordered by problem), each group with the
     references measured for its shape in each source (a source that lists none for a shape, such as one read
@@ -263,45 +247,47 @@ def groups(sources: list[Source]) -> list[Group]:
         for v in src.variants:
             by_key.setdefault(v.group_key, Group(v.group_key)).variants.append(v)
     for src in sources:
-        listed = [(tuple(r["problem"].get(k) for k in PROBLEM_KEYS), r) for r in src.references]
+        listed = [(VariantParams.from_dict(r.problem).problem, r) for r in src.references]
         for shape in sorted({v.problem for v in src.variants} - {shape for shape, _ in listed}, key=str):
             pooled = pooled_reference([v for v in src.variants if v.problem == shape])
             if pooled:
-                listed.append((shape, {"problem": dict(zip(PROBLEM_KEYS, shape)), **pooled}))
+                listed.append((shape, replace(pooled, problem=dict(zip(PROBLEM_KEYS, shape)))))
         for shape, r in listed:
             for g in by_key.values():
                 if g.key[:4] == shape:
-                    g.references.append({**r, "source": src.label})
+                    g.references.append(replace(r, source=src.label))
     return sorted(by_key.values(), key=lambda g: tuple((x is None, str(x) if x is None else x) for x in g.key[:4])
                   + tuple(str(x) for x in g.key[4:]))
 
 
 # ---- one reference per problem -----------------------------------------------------------------------------
 
-def pooled_reference(results: list[Evaluation]) -> dict | None:
+def pooled_reference(results: list[Evaluation]) -> Reference | None:
     """One numpy reference for a problem, from every numpy run measured interleaved with its variants (all of
     them, whatever their types): the median of those measurements' medians, the CV of all their runs pooled
     (so a reference that changed while the variants ran, on a busy machine, shows a high CV), and the
     conditions of the busiest of them.  None when no variant carries an interleaved reference."""
-    refs = [r.reference for r in results if r.reference and r.reference.get("interleaved")
-            and (r.reference.get("time_ms") or {}).get("median") and r.reference.get("gflops")]
+    refs = [ref for r in results if (ref := r.reference) and ref.interleaved and ref.median_ms and ref.gflops]
     if not refs:
         return None
-    times = [ref["time_ms"] for ref in refs]
-    runs = [t.get("runs") or 1 for t in times]
-    means = [t.get("mean") or t["median"] for t in times]
+    times = [ref.time_ms for ref in refs]
+    runs = [t.runs or 1 for t in times]
+    means = [t.mean or t.median for t in times]
     total = sum(runs)
     mean = sum(n * m for n, m in zip(runs, means)) / total
-    square = sum(n * (((t.get("cv") or 0.0) * m) ** 2 + m * m) for n, t, m in zip(runs, times, means)) / total
+    square = sum(n * (((t.cv or 0.0) * m) ** 2 + m * m) for n, t, m in zip(runs, times, means)) / total
     cv = math.sqrt(max(square - mean * mean, 0.0)) / mean
-    median = statistics.median(t["median"] for t in times)
-    flops = refs[0]["gflops"] * refs[0]["time_ms"]["median"]     # the same problem: one amount of work
-    busiest = max(refs, key=lambda ref: ((ref.get("conditions") or {}).get("loadavg") or [0.0])[0])
-    return {**{k: refs[0][k] for k in ("provider", "dtype", "numpy", "openblas_coretype") if k in refs[0]},
-            "time_ms": {"min": min(t.get("min", t["median"]) for t in times), "median": median,
-                        "max": max(t.get("max", t["median"]) for t in times), "mean": mean, "cv": cv, "runs": total},
-            "gflops": flops / median, "interleaved": True, "pooled": len(refs), "high_cv": cv > CV_LIMIT,
-            "conditions": busiest.get("conditions") or {}}
+    median = statistics.median(t.median for t in times)
+    flops = refs[0].gflops * refs[0].median_ms     # the same problem: one amount of work
+    busiest = max(refs, key=lambda ref: ref.load1 or 0.0)
+    first = refs[0]
+    return Reference(provider=first.provider, dtype=first.dtype, numpy=first.numpy,
+                     openblas_coretype=first.openblas_coretype,
+                     time_ms=TimeStats(min=min(t.median if t.min is None else t.min for t in times), median=median,
+                                       max=max(t.median if t.max is None else t.max for t in times), mean=mean, cv=cv,
+                                       runs=total),
+                     gflops=flops / median, interleaved=True, pooled=len(refs), high_cv=cv > CV_LIMIT,
+                     conditions=busiest.conditions or Conditions())
 
 
 # ---- cutlass_profiler-style rows --------------------------------------------------------------------------
@@ -309,24 +295,25 @@ def pooled_reference(results: list[Evaluation]) -> dict | None:
 _MMA_SHAPE = re.compile(r"^XE_(\d+)x(\d+)x(\d+)_")
 
 
-def _bytes(p: dict) -> int | None:
+def _bytes(p: VariantParams) -> int | None:
     try:
-        a, b, c = (dtype(p[k]).bits for k in ("a", "b", "c"))
-        return (p["m"] * p["k"] * a + p["k"] * p["n"] * b + p["m"] * p["n"] * c) * p["batch"] // 8
+        a, b, c = (dtype(t).bits for t in (p.a, p.b, p.c))
+        return (p.m * p.k * a + p.k * p.n * b + p.m * p.n * c) * p.batch // 8
     except (KeyError, TypeError, UnknownDTypeError):
         return None
 
 
-def _operand(p: dict, which: str, index: int) -> str | None:
-    layouts = str(p.get("layout") or "").split("/")
-    if p.get(which) is None:
+def _operand(p: VariantParams, which: str, index: int) -> str | None:
+    layouts = str(p.layout or "").split("/")
+    value = getattr(p, which)
+    if value is None:
         return None
-    return f"{p[which]}:{layouts[index]}" if len(layouts) == 3 else str(p[which])
+    return f"{value}:{layouts[index]}" if len(layouts) == 3 else str(value)
 
 
-def _measures(p: dict, median_ms: float | None) -> dict:
+def _measures(p: VariantParams, median_ms: float | None) -> dict:
     """What cutlass_profiler derives from the problem: bytes (A, B and C moved once), flops, intensity, GB/s."""
-    flops = gemm_flops(p["m"], p["n"], p["k"], p.get("batch") or 1) if None not in (p.get(k) for k in "mnk") else None
+    flops = gemm_flops(p.m, p.n, p.k, p.batch or 1) if None not in (p.m, p.n, p.k) else None
     nbytes = _bytes(p)
     return {"Bytes": nbytes, "Flops": flops, "Flops/Byte": round(flops / nbytes, 3) if flops and nbytes else None,
             "GB/s": nbytes / (median_ms * 1e6) if nbytes and median_ms else None}
@@ -346,10 +333,11 @@ def profiler_rows(group_list: list[Group]) -> list[dict]:
     rows = []
     for number, g in enumerate(group_list, 1):
         for v in g.variants:
-            p, plan, plain = v.params, v.plan or {}, v.columns()
-            mma = _MMA_SHAPE.match(str(plan.get("mma") or p.get("atom_mma") or ""))
+            p, plain = v.parameters, v.columns()
+            atom_mma, atom_a, atom_b, atom_c = v.atoms
+            mma = _MMA_SHAPE.match(str(atom_mma or ""))
             disposition, status = PROFILER_OUTCOME[v.status]
-            mode, slices = k_decomposition(p)
+            mode, slices = p.k_decomposition()
             rows.append({
                 **dict.fromkeys(PROFILER_COLUMNS), **{h: plain.get(name) for h, name in PROFILER_SHARED.items()},
                 "Problem": number, "Provider": "xegemm", "OperationKind": "gemm",
@@ -357,18 +345,16 @@ def profiler_rows(group_list: list[Group]) -> list[dict]:
                 "A": _operand(p, "a", 0), "B": _operand(p, "b", 1), "C": _operand(p, "c", 2),
                 "inst_m": int(mma[1]) if mma else None, "inst_n": int(mma[2]) if mma else None,
                 "inst_k": int(mma[3]) if mma else None, "split_k_mode": mode, "split_k_slices": slices,
-                "atom_a": plan.get("copy_a") or p.get("atom_a"), "atom_b": plan.get("copy_b") or p.get("atom_b"),
-                "atom_c": plan.get("copy_c") or p.get("atom_c"), **_measures(p, v.median_ms), "source": v.source})
+                "atom_a": atom_a, "atom_b": atom_b, "atom_c": atom_c, **_measures(p, v.median_ms), "source": v.source})
         for r in g.references:
-            q = {**r["problem"], "a": "f32", "b": "f32", "c": "f32", "acc": "f32", "layout": "row/row/row"}
-            times = r.get("time_ms") or {}
+            q = replace(VariantParams.from_dict(r.problem), a="f32", b="f32", c="f32", acc="f32", layout="row/row/row")
             rows.append({
-                **dict.fromkeys(PROFILER_COLUMNS), "Problem": number, "Provider": r.get("provider", "reference"),
-                "OperationKind": "gemm", "Operation": reference_detail(r), "Disposition": "not_verified",
-                "Status": "success", "m": q.get("m"), "n": q.get("n"), "k": q.get("k"), "batch_count": q.get("batch"),
+                **dict.fromkeys(PROFILER_COLUMNS), "Problem": number, "Provider": r.name,
+                "OperationKind": "gemm", "Operation": r.detail(), "Disposition": "not_verified",
+                "Status": "success", "m": q.m, "n": q.n, "k": q.k, "batch_count": q.batch,
                 "A": "f32:row", "B": "f32:row", "C": "f32:row", "accum": "f32",
-                **_measures(q, times.get("median")), "Runtime": times.get("median"), "GFLOPs": r.get("gflops"),
-                "cv": times.get("cv"), "source": r.get("source")})
+                **_measures(q, r.median_ms), "Runtime": r.median_ms, "GFLOPs": r.gflops,
+                "cv": r.cv, "source": r.source})
     return rows
 
 
@@ -377,32 +363,28 @@ def profiler_rows(group_list: list[Group]) -> list[dict]:
 
 # ---- what ran ----------------------------------------------------------------------------------------------
 
-def _when(meta: dict) -> str:
-    return " to ".join(x for x in (meta.get("started_at"), meta.get("written_at")) if x) or "unknown"
-
-
 def source_facts(src: Source, group_list: list[Group]) -> list[tuple[str, str]]:
     """The header of one source: what ran, where, with what, when, and how it was started (the page's and the
     Markdown's)."""
-    m = src.meta
+    info = src.info
     device = src.device
-    cfg = m.get("config") if isinstance(m.get("config"), dict) else {"name": m.get("config")}
-    versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}
+    cfg = info.config
     problems = sorted({g.title for g in group_list if any(v.source == src.label for v in g.variants)})
-    caps = m.get("compiler_capabilities") or m.get("capabilities")
+    caps = info.compiler_capabilities
     return [("directory", str(src.path)),
-            ("config", f"{cfg.get('name') or '?'}" + (f" ({cfg['source']})" if cfg.get("source") else "")
-             + (f": {cfg['description']}" if cfg.get("description") else "")),
+            ("config", f"{cfg.name or '?'}" + (f" ({cfg.source})" if cfg.source else "")
+             + (f": {cfg.description}" if cfg.description else "")),
             ("device", device.describe() if device else
-             (f"ahead of time for {m['target']}" if m.get("target") else "unknown")),
+             (f"ahead of time for {info.target}" if info.target else "unknown")),
             ("driver", device.driver_version or "unknown" if device else "-"),
-            ("runtime", ", ".join(f"{k} {v}" for k, v in versions.items()) or "unknown"),
-            ("lowering / compiler", f"{m.get('lowering') or 'native'}"
-             + (f": {m['lowering_note']}" if m.get("lowering_note") else "")
+            ("runtime", ", ".join(f"{k} {v}" for k, v in info.versions.items()) or "unknown"),
+            ("lowering / compiler", f"{info.lowering or 'native'}"
+             + (f": {info.lowering_note}" if info.lowering_note else "")
              + (f"; compiler capabilities {caps}" if caps else "")),
             ("problems", "; ".join(problems) or "unknown"),
-            ("date (UTC)", _when(m)),
-            ("command", m.get("command") or "not recorded")]
+            ("date (UTC)", info.when),
+            ("command", info.command or "not recorded")]
+
 
 
 # The machine-code figures of an ahead-of-time build beside the plan's prediction: (key, heading).  The

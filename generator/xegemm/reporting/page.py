@@ -16,8 +16,8 @@ from markupsafe import Markup
 
 from xegemm import __version__
 from xegemm.reporting import plots
-from xegemm.reporting.model import (CV_LIMIT, ISA_FIGURES, Group, best_overall, isa_rows, k_decomposition,
-                                    noisy, source_facts)
+from xegemm.reporting.model import CV_LIMIT, ISA_FIGURES, Group, best_overall, isa_rows, noisy, source_facts
+from xegemm.library.parts import DevicePeak
 from xegemm.library.record import PASSED, STATUSES, Evaluation
 from xegemm.reporting.comparison import CHANGES, MIN_CHANGE, compare
 from xegemm.reporting.sources import Source
@@ -33,32 +33,36 @@ def _environment() -> jinja2.Environment:
 
 
 def _conditions(src: Source) -> list[tuple[str, str]]:
-    c = src.meta.get("conditions") if isinstance(src.meta.get("conditions"), dict) else {}
+    c = src.info.conditions
     loads = [v.load1 for v in src.variants if isinstance(v.load1, (int, float))]
     cvs = [v.cv for v in src.variants if v.cv is not None]
+
+    def known(x):
+        return "?" if x is None else x
     return [("load average (1, 5, 15 min) when written",
-             ", ".join(f"{x:.2f}" for x in c["loadavg"]) if c.get("loadavg") else "not recorded"),
+             ", ".join(f"{x:.2f}" for x in c.loadavg) if c and c.loadavg else "not recorded"),
             ("1-min load while variants finished",
              f"{min(loads):.2f} to {max(loads):.2f}" if loads else "not recorded"),
-            ("CPUs (online / this process may use)", f"{c.get('cpu_count', '?')} / {c.get('affinity_cpus', '?')}"
+            ("CPUs (online / this process may use)", f"{known(c.cpu_count)} / {known(c.affinity_cpus)}"
              if c else "not recorded"),
-            ("CPU runtime code path", c.get("cpu_code_path") or "not recorded"),
-            ("CPU frequency governor", c.get("cpu_governor") or ("not readable here (no cpufreq: a VM or "
-             "container)" if "cpu_governor" in c else "not recorded")),
-            ("timing method", c.get("timing_method") or "not recorded"),
-            ("thread settings", ", ".join(f"{k}={v}" for k, v in (c.get("threads_env") or {}).items())
+            ("CPU runtime code path", c and c.cpu_code_path or "not recorded"),
+            ("CPU frequency governor", c and c.cpu_governor or ("not readable here (no cpufreq: a VM or "
+             "container)" if c and c.governor_recorded else "not recorded")),
+            ("timing method", c and c.timing_method or "not recorded"),
+            ("thread settings", ", ".join(f"{k}={v}" for k, v in ((c and c.threads_env) or {}).items())
              or ("none set" if c else "not recorded")),
             ("CV of the timings", f"{min(cvs):.1%} to {max(cvs):.1%} (each over one variant's timed launches)" if cvs else "-")]
 
 
 def _row(v: Evaluation) -> dict:
-    p, plan = v.params, v.plan or {}
+    p, (mma, *copies) = v.parameters, v.atoms
+    split = p.k_decomposition()
     return {"trial": v.trial, "status": v.status,
-            "tile": "x".join(str(p.get(k, "?")) for k in ("wg_m", "wg_n", "wg_k")),
-            "sg": f"{p.get('sg_m', '?')}x{p.get('sg_n', '?')}", "sgsize": p.get("subgroup_size"),
-            "prefetch": p.get("prefetch"), "grf": p.get("grf"), "mma": plan.get("mma") or p.get("atom_mma") or "-",
-            "epilogue": p.get("epilogue") or "-", "k_split": " ".join(map(str, k_decomposition(p))) if k_decomposition(p)[1] > 1 else "-",
-            "copies": [f"{x.upper()}: {plan.get('copy_' + x) or p.get('atom_' + x) or '-'}" for x in "abc"],
+            "tile": "x".join("?" if x is None else str(x) for x in (p.wg_m, p.wg_n, p.wg_k)),
+            "sg": "x".join("?" if x is None else str(x) for x in (p.sg_m, p.sg_n)), "sgsize": p.subgroup_size,
+            "prefetch": p.prefetch, "grf": p.grf, "mma": mma or "-",
+            "epilogue": p.epilogue or "-", "k_split": " ".join(map(str, split)) if split[1] > 1 else "-",
+            "copies": [f"{x.upper()}: {atom or '-'}" for x, atom in zip("abc", copies)],
             "gflops": v.gflops, "median": v.median_ms, "min": v.min_ms, "max": v.max_ms,
             "cv": v.cv, "noisy": noisy(v), "load1": v.load1, "err": v.max_abs_err, "name": v.name}
 
@@ -125,27 +129,25 @@ def _failures(sources: list[Source], group_list: list[Group], page_dir: Path, re
 def _title(sources: list[Source]) -> str:
     names = set()
     for s in sources:
-        cfg = s.meta.get("config")
-        names.add(str((cfg.get("name") if isinstance(cfg, dict) else cfg) or s.label))
+        names.add(str(s.info.config.name or s.label))
     return ", ".join(sorted(names)) or "no results"
 
 
-def _peaks(sources: list[Source]) -> dict[str, dict]:
+def _peaks(sources: list[Source]) -> dict[str, DevicePeak]:
     """Each source's measured device peak, by label (runs that measured one)."""
-    return {s.label: s.meta["device_peak"] for s in sources if isinstance(s.meta.get("device_peak"), dict)
-            and s.meta["device_peak"].get("gflops") and s.meta["device_peak"].get("gbps")}
+    return {s.label: peak for s in sources if (peak := s.info.device_peak) and peak.roofline}
 
 
 def _roofline_note(sources: list[Source]) -> str:
     notes = ["Each point is a timed variant at its arithmetic intensity (A, B and C moved once); dashed lines are the "
              "references measured in the same run."]
     for s in sources:
-        peak = s.meta.get("device_peak")
-        if isinstance(peak, dict) and peak.get("gflops"):
-            notes.append(f"The solid line is the device's roofline as measured by {s.label} ({peak.get('what')}): "
+        peak = s.info.device_peak
+        if peak is not None and peak.gflops:
+            notes.append(f"The solid line is the device's roofline as measured by {s.label} ({peak.what}): "
                          "a measured ceiling of simple kernels, not a data sheet's peak.")
-        elif isinstance(peak, dict):
-            notes.append(f"{s.label}: the device's peak could not be measured: {peak.get('error')}.")
+        elif peak is not None:
+            notes.append(f"{s.label}: the device's peak could not be measured: {peak.error}.")
         elif s.kind == "run":
             notes.append(f"{s.label}: the device's peak was not measured (nothing was timed, or the results predate "
                          "the measurement).")

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from xegemm.reporting.model import CV_LIMIT, Group, gflops_range, noisy
+from xegemm.library.parts import DevicePeak
 from xegemm.library.record import STATUSES, Evaluation
 
 MAX_BARS = 40            # bars drawn per chart; the tables list every variant
@@ -193,7 +194,7 @@ def convergence(series: dict[str, list[Evaluation]], plot_id: str) -> str:
     return _svg(fig, plot_id)
 
 
-def roofline(group_list: list[Group], plot_id: str, peaks: dict[str, dict]) -> str:
+def roofline(group_list: list[Group], plot_id: str, peaks: dict[str, DevicePeak]) -> str:
     """Every timed variant at its arithmetic intensity (ideal traffic: A, B and C once) under the device's
     measured roofline (``peaks``: a source's label -> its measured f32 FMA GFLOP/s and copy GB/s), with each
     reference measured in the same run as a dashed line."""
@@ -209,15 +210,15 @@ def roofline(group_list: list[Group], plot_id: str, peaks: dict[str, dict]) -> s
                 gid=f"{plot_id}-points-{j}", label=f"{g.problem['m']}x{g.problem['n']}x{g.problem['k']} "
                                                    f"{g.types['a']}")
         for r in g.references:
-            if r.get("gflops"):
-                ceilings[str(r.get("provider"))] = max(ceilings.get(str(r.get("provider")), 0), r["gflops"])
+            if r.gflops:
+                ceilings[str(r.provider)] = max(ceilings.get(str(r.provider), 0), r.gflops)
     lo, hi = min(xs, default=1) / 8, max(xs, default=1) * 8
     for i, (label, peak) in enumerate(peaks.items()):
-        ridge = peak["gflops"] / peak["gbps"]
+        ridge = peak.gflops / peak.gbps
         line_x = np.geomspace(min(lo, ridge / 4), max(hi, ridge * 4), 64)
-        ax.plot(line_x, np.minimum(peak["gflops"], peak["gbps"] * line_x), color="#212121", linewidth=1.5,
-                gid=f"{plot_id}-peak-{i}", label=f"device peak measured ({label}): {peak['gflops']:.0f} GFLOP/s "
-                                                 f"f32 FMA, {peak['gbps']:.1f} GB/s copy")
+        ax.plot(line_x, np.minimum(peak.gflops, peak.gbps * line_x), color="#212121", linewidth=1.5,
+                gid=f"{plot_id}-peak-{i}", label=f"device peak measured ({label}): {peak.gflops:.0f} GFLOP/s "
+                                                 f"f32 FMA, {peak.gbps:.1f} GB/s copy")
     for i, (provider, value) in enumerate(sorted(ceilings.items())):
         ax.axhline(value, color="#616161", linestyle="--", linewidth=1, gid=f"{plot_id}-ceiling-{i}")
         ax.annotate(f"{provider} measured in this run: {value:.1f} GFLOP/s", (0.01, value),

@@ -22,6 +22,7 @@ from xegemm.evaluate.timing import conditions
 from xegemm.reporting.formats import render_markdown, results_csv
 from xegemm.reporting.model import PROBLEM_KEYS, groups, pooled_reference
 from xegemm.reporting.sources import load_sources
+from xegemm.library.parts import Reference
 from xegemm.library.record import Evaluation
 
 
@@ -40,18 +41,18 @@ def utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def problem_references(results: list[Evaluation]) -> dict[tuple, dict]:
+def problem_references(results: list[Evaluation]) -> dict[tuple, Reference]:
     """(m, n, k, batch) -> the problem's one numpy reference, pooled over its variants' interleaved runs."""
     shapes = {r.problem for r in results}
     pooled = {shape: pooled_reference([r for r in results if r.problem == shape]) for shape in shapes}
     return {shape: ref for shape, ref in pooled.items() if ref}
 
 
-def set_ratios(results: list[Evaluation], references: dict[tuple, dict]) -> None:
+def set_ratios(results: list[Evaluation], references: dict[tuple, Reference]) -> None:
     """Each result's ``vs_numpy``: its GFLOP/s over its problem's reference."""
     for r in results:
         ref = references.get(r.problem)
-        r.vs_numpy = r.gflops / ref["gflops"] if r.gflops and ref and ref.get("gflops") else None
+        r.vs_numpy = r.gflops / ref.gflops if r.gflops and ref and ref.gflops else None
 
 
 def _sort_key(v: Evaluation):
@@ -69,7 +70,7 @@ def run_results(store: ResultStore, keys: list[str]) -> list[Evaluation]:
     return sorted(results, key=_sort_key)
 
 
-def write_reports(store: ResultStore, keys: list[str], references: dict, lowering: str,
+def write_reports(store: ResultStore, keys: list[str], references: dict[tuple, Reference], lowering: str,
                   capabilities: str | None = None, command: str | None = None,
                   started_at: float | None = None, device_peak: dict | None = None, lowering_note: str = "") -> dict:
     """Write results.json, results.csv and report.md for this run's variants (``keys``, in the journal).
@@ -107,8 +108,9 @@ def write_reports(store: ResultStore, keys: list[str], references: dict, lowerin
         "lowering_note": lowering_note or None,
         "compiler_capabilities": capabilities,
         "versions": versions(),
-        "reference": reference,
-        "references": [{"problem": dict(zip(PROBLEM_KEYS, shape)), **ref} for shape, ref in sorted(references.items())],
+        "reference": reference.to_dict() if reference else None,
+        "references": [{"problem": dict(zip(PROBLEM_KEYS, shape)), **ref.to_dict()}
+                       for shape, ref in sorted(references.items())],
         "best": best.name if best else None,
         "best_per_problem": [{"problem": dict(zip(PROBLEM_KEYS, shape)), "name": name}
                              for shape, name in sorted(best_per_problem.items())],

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from xegemm.errors import XegemmError
 from xegemm.files import RESULTS_BYTES, FileRefused, read_bytes
+from xegemm.library.parts import Reference, RunInfo
 from xegemm.library.record import DeviceRecord, Evaluation
 
 
@@ -32,13 +33,18 @@ class Source:
     label: str                    # how the report names it (the directory's name)
     meta: dict = field(default_factory=dict)
     variants: list[Evaluation] = field(default_factory=list)
-    references: list[dict] = field(default_factory=list)   # {"problem": {m, n, k, batch}, "provider", "gflops", ...}
+    references: list[Reference] = field(default_factory=list)   # each with its problem {m, n, k, batch}
     missing: list[str] = field(default_factory=list)
+
+    @property
+    def info(self) -> RunInfo:
+        """What ``meta`` says about the run, as a record."""
+        return RunInfo.from_dict(self.meta)
 
     @property
     def device(self) -> DeviceRecord | None:
         """The device the results were measured on (None: not recorded, e.g. an ahead-of-time build)."""
-        return DeviceRecord.from_dict(self.meta.get("device"))
+        return DeviceRecord.from_dict(self.info.device)
 
 
 def _read_json(path: Path, missing: list[str]):
@@ -129,9 +135,10 @@ def _load_results(path: Path, kind: str, name: str) -> tuple[Source, bool]:
     data = _read_json(path / name, src.missing)
     if isinstance(data, dict):
         src.meta = {k: v for k, v in data.items() if k not in ("variants", "references", "reference")}
+        # a damaged or interrupted document, or one older than references, may lack either list
         src.variants = _checked_variants(data.get("variants"), name, src)
         refs = data.get("references")
-        src.references = [r for r in refs if isinstance(r, dict) and isinstance(r.get("problem"), dict)] \
+        src.references = [ref for r in refs if (ref := Reference.from_dict(r)) and isinstance(ref.problem, dict)] \
             if isinstance(refs, list) else []
         if not src.references:
             src.missing.append(f"no reference was measured (an interrupted {kind}, or {name} predates them)")
@@ -151,7 +158,7 @@ def load_build(path: Path) -> Source:
     data = _read_json(path / "build.json", src.missing)
     if isinstance(data, dict):
         src.meta = {k: v for k, v in data.items() if k != "variants"}
-        src.variants = _checked_variants(data.get("variants"), "build.json", src)
+        src.variants = _checked_variants(data.get("variants"), "build.json", src)   # absent in a damaged one
     elif data is not None:
         src.missing.append("build.json is not a build object")
     return src

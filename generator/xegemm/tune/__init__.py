@@ -18,6 +18,7 @@ import importlib
 
 # name -> (the module that holds it, the attribute)
 _LAZY = {"TuneResult": ("xegemm.tune.api", "TuneResult"), "tune": ("xegemm.tune.api", "tune"),
+         "TuneOptions": ("xegemm.tune.options", "TuneOptions"),
          "Shape": ("xegemm.config.shapes", "Shape"),
          "parse_shapes": ("xegemm.config.shapes", "parse_shapes"),
          "STRATEGIES": ("xegemm.tune.strategies", "STRATEGIES"), "Strategy": ("xegemm.tune.strategies", "Strategy"),

@@ -11,12 +11,10 @@ evaluated are kept, interrupted ones are retried, and the budget is completed.
 from __future__ import annotations
 
 import hashlib
-import os
-import shlex
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -28,7 +26,6 @@ from xegemm.aot.toolchain import compiler_record
 from xegemm.config import load_config
 from xegemm.errors import XegemmError
 from xegemm.evaluate.aot import AotBuilder
-from xegemm.evaluate.isolated import TimeLimits
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
 from xegemm.evaluate.peak import ceiling_gflops
 from xegemm.jobs.pipeline import RunInterrupted, shielded
@@ -38,17 +35,20 @@ from xegemm.evaluate.timing import time_numpy_reference, time_reference
 from xegemm.files import write_json_atomic
 from xegemm.results.journal import writable_dir
 from xegemm.runtime import describe, select_sycl_device
+from xegemm.runtime.devices import DeviceInfo
 from xegemm.tune.cache import MeasurementCache, default_cache_path
 from xegemm.tune.export import META, PARAMETERS, export, owned_trials, trial_result, study_space as _study_space
-from xegemm.tune.leaders import ATTR as LEADERS_ATTR, BUDGET_S, LEADERS, Leader, not_retimed, retime
+from xegemm.tune.leaders import ATTR as LEADERS_ATTR, Leader, not_retimed, retime
 from xegemm.tune.model import Machine
+from xegemm.library.parts import StudyInfo
+from xegemm.library.record import DeviceRecord
 from xegemm.tune.objective import AotObjective, DeviceObjective
+from xegemm.tune.options import JOBS_PER_CPU, TuneOptions, check_jobs, max_jobs, usable_cpus  # noqa: F401 (re-exported)
 from xegemm.tune.runner import ShapeRun, Tally
 from xegemm.config.shapes import Shape, config_shapes, grouped_shape, parse_shapes
 from xegemm.tune.space import TuneSpace
 from xegemm.tune.strategies import get_strategy
 from xegemm.tune.study import (
-    HEARTBEAT_S,
     ClaimBook,
     StorageError,
     default_url,
@@ -56,14 +56,11 @@ from xegemm.tune.study import (
     describe_failure,
     mask_url,
     open_storage,
-    resumable_url,
     space_changes,
     study_definition,
     study_name,
 )
 from xegemm.verify.dense import check_fits
-
-JOBS_PER_CPU = 4        # --jobs at most this many workers per usable CPU
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # heartbeats (stale-trial detection) are "experimental" in Optuna and assume study.optimize; the tuner sends
@@ -106,48 +103,40 @@ def _progress(total: int, initial: int, enabled: bool | None):
                 bar_format=BAR_FORMAT)
 
 
-def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | None = None,
-         time_s: float | None = None, jobs: int = 1, storage: str | None = None, study: str | None = None,
-         seed: int | None = None, device: str | None = None, target: str | None = None,
-         out: str | Path | None = None, cache: str | Path | None = None, retime: bool = False,
-         limits: TimeLimits = TimeLimits(), heartbeat_s: int = HEARTBEAT_S, progress: bool | None = None,
-         capabilities: str | None = None, command: str | None = None, leaders: int = LEADERS,
-         leader_time_s: float = BUDGET_S, compiler: str | None = None) -> TuneResult:
+def tune(config_path, shapes=None, options: TuneOptions | None = None, **kwargs) -> TuneResult:
     """Tune ``config_path`` (its sweep and constraints) for each shape; see the module docstring.
 
-    ``strategy``: a name in :data:`xegemm.tune.strategies.STRATEGIES`; ``budget``: evaluated points per shape
-    (pruned points are free); ``time_s``: stop starting trials after this many seconds; ``jobs``: worker
-    processes building side by side (timing stays serial); ``storage``: an SQLAlchemy URL (default an SQLite
-    file in ``out``); ``target``: a GPU of the target registry (pvc, bmg, lnl, ptl, dg2) scores ahead-of-time
-    builds instead of timing on a device, built by ``compiler`` (``system``, ``current``, a path; None: the first
-    that knows the target);
-    ``cache``: the measurement cache file (False: none); ``retime``: ignore cache hits; ``command``: the command
-    line that started it, recorded in the study for the report; ``leaders``: how many of the best candidates of
-    a device study are timed again before a winner is named (:mod:`xegemm.tune.leaders`; 0 or 1: none),
-    ``leader_time_s``: the time budget of that re-timing per shape."""
+    ``options``: a :class:`xegemm.tune.options.TuneOptions` (every option, its default and its meaning);
+    keyword arguments change its fields (``tune(cfg, shapes=..., strategy="tpe", budget=20)``), and
+    ``limits=TimeLimits(...)`` sets both time limits.  In short: ``strategy`` a name in
+    :data:`xegemm.tune.strategies.STRATEGIES`; ``budget`` evaluated points per shape (pruned points are free);
+    ``time_s`` stop starting trials after this many seconds; ``jobs`` worker processes building side by side
+    (timing stays serial); ``storage`` an SQLAlchemy URL (default an SQLite file in ``out``); ``target`` a GPU of
+    the target registry (pvc, bmg, lnl, ptl, dg2) scores ahead-of-time builds instead of timing on a device,
+    built by ``compiler`` (``system``, ``current``, a path; None: the first that knows the target); ``cache`` the
+    measurement cache file (False: none); ``retime`` ignore cache hits; ``command`` the command line that started
+    it; ``leaders`` how many of the best candidates of a device study are timed again before a winner is named
+    (:mod:`xegemm.tune.leaders`; 0 or 1: none), ``leader_time_s`` the time budget of that re-timing per shape."""
+    opts = TuneOptions.of(options, **kwargs)
+    opts.check()
     config = load_config(config_path)
-    chosen = get_strategy(strategy)
-    check_jobs(jobs)
-    if seed is not None and not 0 <= seed < 2**32:
-        raise XegemmError(f"--seed {seed}: a seed is an integer from 0 to {2**32 - 1}")
+    chosen = get_strategy(opts.strategy)
+    target, jobs, cache = opts.target, opts.jobs, opts.cache
     shape_list = _shapes(config, shapes)
-    out_dir = writable_dir(Path(out) if out else Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
-    url = storage or default_url(out_dir)
-    resume = resume_command(config_path, shape_list, strategy, budget, time_s, jobs, storage, study, seed, device,
-                            target, capabilities, out_dir, cache, retime, limits, heartbeat_s, leaders,
-                            leader_time_s, compiler)
-    name = study or config.name
-    meta_common: dict = {"config": config.to_dict(), "strategy": strategy, "command": command}
+    out_dir = writable_dir(Path(opts.out) if opts.out else Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
+    url = opts.storage or default_url(out_dir)
+    resume = opts.resume_command(config_path, shape_list, out_dir)
+    name = opts.study or config.name
     if target is not None:
-        builder = AotBuilder(target, out_dir / "aot", compiler=compiler)   # a target it cannot build: one line
-        record = compiler_record(target, builder.compiler)                  # not installed: how to install it
-        lowering = named_lowering("native", capabilities, target, builder.compiler)
+        builder = AotBuilder(target, out_dir / "aot", compiler=opts.compiler)   # a target it cannot build: one line
+        record = compiler_record(target, builder.compiler)                       # not installed: how to install it
+        lowering = named_lowering("native", opts.capabilities, target, builder.compiler)
         admit = builder.admit
         machine = Machine.of_target(target)
-        meta_common.update(target=target, objective="aot score", compiler=record)
+        measured_on = {"target": target, "objective": "aot score", "compiler": record}
         info, ceiling = None, None
     else:
-        info = describe(select_sycl_device(device))
+        info = describe(select_sycl_device(opts.device))
         too_big = sorted({why for shape in shape_list
                           if (why := check_fits(config.with_overrides(shape.overrides()), info.global_mem_bytes))})
         if too_big:
@@ -157,60 +146,61 @@ def tune(config_path, shapes=None, strategy: str = "exhaustive", budget: int | N
         machine = Machine.of_device(info)
         ceiling = ceiling_gflops(info.compute_units)
         # the device record results.json has too (xegemm.library.record.DeviceRecord reads both)
-        meta_common.update(device=info.as_dict(), objective="GFLOP/s")
-    # capabilities: the set the kernels were spelled for; capabilities_named: how to get it again for the
-    # export (None = probe the installed ocloc again, as the tuning run did)
-    meta_common.update(lowering=lowering.name, capabilities=lowering.capabilities_name,
-                       capabilities_named=capabilities)
-    rdb = open_storage(url, heartbeat_s)
+        measured_on = {"device": info.as_dict(), "objective": "GFLOP/s"}
+    rdb = open_storage(url, opts.heartbeat_s)
     # a study made before a section axis became one parameter per field keeps its own parameters
     older = _older_studies(rdb, name, shape_list)
     spaces = [TuneSpace(config, shape, lowering, admit, fields=shape.label not in older) for shape in shape_list]
     if info is not None:
-        meta_common["device"] = compact_device(meta_common["device"], out_dir)
-    _check_resumable(rdb, name, meta_common, shape_list, spaces, url)
+        measured_on["device"] = compact_device(info, out_dir)
+    # capabilities: the set the kernels were spelled for; capabilities_named: how to get it again for the
+    # export (None = probe the installed ocloc again, as the tuning run did)
+    common = StudyInfo(config=config.to_dict(), strategy=opts.strategy, command=opts.command, **measured_on,
+                       lowering=lowering.name, capabilities=lowering.capabilities_name,
+                       capabilities_named=opts.capabilities)
+    _check_resumable(rdb, name, common, shape_list, spaces, url)
     measurements = None if cache is False else MeasurementCache(cache or default_cache_path(),
                                                                 ceiling_gflops=ceiling)
     if target is not None:
-        objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, retime, builder.compiler)
+        objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, opts.retime, builder.compiler)
                       for _ in range(jobs)]
     else:
         pinned = [config.target.lowering, *config.sweep.get("target.lowering", ())]   # a sweep over lowerings
         spirv = any(Lowering(name).source_kind == "spirv" for name in pinned if name)
-        objectives = [DeviceObjective(info, lowering, out_dir / "logs", limits, measurements, retime, spirv)
+        objectives = [DeviceObjective(info, lowering, out_dir / "logs", opts.limits, measurements, opts.retime, spirv)
                       for _ in range(jobs)]
-    deadline = time.monotonic() + time_s if time_s else None
+    deadline = time.monotonic() + opts.time_s if opts.time_s else None
     studies, tallies = {}, {}
-    planned = [min(budget, space.size) if budget else space.size for space in spaces]
+    planned = [min(opts.budget, space.size) if opts.budget else space.size for space in spaces]
     books = [ClaimBook(rdb, study_name(name, shape)) for shape in shape_list]
-    bar = _progress(sum(planned), sum(min(n, book.evaluated()) for n, book in zip(planned, books)), progress)
+    bar = _progress(sum(planned), sum(min(n, book.evaluated()) for n, book in zip(planned, books)), opts.progress)
     try:
         for shape, space, book, plan in zip(shape_list, spaces, books, planned):
             sname = study_name(name, shape)
             bar.set_description(shape.label)
             s = optuna.create_study(storage=rdb, study_name=sname, direction="maximize",
-                                    sampler=chosen.sampler(space, seed), load_if_exists=True)
-            meta = {**meta_common, "shape": shape.as_dict()}
-            if shape.label not in older:
-                meta["parameters"] = PARAMETERS
+                                    sampler=chosen.sampler(space, opts.seed), load_if_exists=True)
+            meta = replace(common, shape=shape.as_dict(), parameters=None if shape.label in older else PARAMETERS)
             # optuna-dashboard names the objective's axis by the study's metric name
-            s.set_metric_names([meta_common["objective"]])
-            if target is None and "reference" not in s.user_attrs.get(META, {}):
-                meta["reference"] = (time_reference(GroupedNumpyReference(GroupedProblem.of(shape.groups)))
-                                     if shape.groups else time_numpy_reference(shape.m, shape.n, shape.k, shape.batch))
-            elif META in s.user_attrs:
-                meta["reference"] = s.user_attrs[META].get("reference")
-            s.set_user_attr(META, meta)
+            s.set_metric_names([common.objective])
+            old = StudyInfo.from_dict(s.user_attrs.get(META))
+            if target is None and (old is None or old.reference is None):
+                meta = replace(meta, reference=(
+                    time_reference(GroupedNumpyReference(GroupedProblem.of(shape.groups))) if shape.groups
+                    else time_numpy_reference(shape.m, shape.n, shape.k, shape.batch)))
+            elif old is not None:
+                meta = replace(meta, reference=old.reference)
+            s.set_user_attr(META, meta.to_dict())
             # what a person reads in optuna-dashboard's study table (it cuts every attribute at 1024
             # characters, so the whole record above is only for xegemm)
             for key, value in summary_attrs(meta).items():
                 s.set_user_attr(key, value)
-            run = ShapeRun(s, rdb, space, book, chosen, budget, deadline, seed, machine,
-                           lambda summary: _advance(bar, tallies, summary), heartbeat_s)
+            run = ShapeRun(s, rdb, space, book, chosen, opts, deadline, machine,
+                           lambda summary: _advance(bar, tallies, summary))
             tallies[shape.label] = run.tally
             run.run(objectives)
             if target is None:
-                retime_leaders(s, rdb, space, objectives[0], leaders, leader_time_s)
+                retime_leaders(s, rdb, space, objectives[0], opts.leaders, opts.leader_time_s)
             studies[shape.label] = s
             unused = plan - min(plan, book.evaluated())
             if unused and run.done():     # the space ran out first (its pruned points): the total shrinks
@@ -245,31 +235,29 @@ def _older_studies(rdb, name: str, shapes: list[Shape]) -> set[str]:
     for shape in shapes:
         sname = study_name(name, shape)
         if sname in existing:
-            meta = optuna.load_study(study_name=sname, storage=rdb).user_attrs.get(META)
-            if meta and meta.get("parameters") != PARAMETERS:
+            meta = StudyInfo.from_dict(optuna.load_study(study_name=sname, storage=rdb).user_attrs.get(META))
+            if meta is not None and meta.parameters != PARAMETERS:
                 older.add(shape.label)
     return older
 
 
-def summary_attrs(meta: dict) -> dict[str, str]:
+def summary_attrs(meta: StudyInfo) -> dict[str, str]:
     """A study's short user attributes: shape, objective, strategy, lowering, and device or target."""
-    device = meta.get("device") or {}
-    return {"shape": Shape(**meta["shape"]).label, "objective": meta.get("objective"),
-            "strategy": meta.get("strategy"), "lowering": meta.get("lowering"),
-            "measured on": meta.get("target") or device.get("name") or "unknown"}
+    device = DeviceRecord.from_dict(meta.device)
+    return {"shape": Shape(**meta.shape).label, "objective": meta.objective, "strategy": meta.strategy,
+            "lowering": meta.lowering, "measured on": meta.target or (device and device.name) or "unknown"}
 
 
-def compact_device(device: dict, out_dir: Path) -> dict:
-    """The device record a study keeps: its extension list (dozens of names, repeated in every shape's study)
-    replaced by a hash, the list itself in ``OUT/device-<hash>.json`` (written atomically; the same list gives
-    the same file)."""
-    extensions = list(device.get("extensions") or [])
+def compact_device(info: DeviceInfo, out_dir: Path) -> dict:
+    """The device record a study keeps (``info.as_dict()``): its extension list (dozens of names, repeated in
+    every shape's study) replaced by a hash, the list itself in ``OUT/device-<hash>.json`` (written atomically;
+    the same list gives the same file)."""
+    extensions = list(info.extensions or [])
     digest = hashlib.sha256("\n".join(extensions).encode()).hexdigest()[:16]
     path = out_dir / f"device-{digest}.json"
     if not path.exists():
-        write_json_atomic(path, {"name": device.get("name"), "driver": device.get("driver_version"),
-                                 "extensions": extensions})
-    compact = {k: v for k, v in device.items() if k != "extensions"}
+        write_json_atomic(path, {"name": info.name, "driver": info.driver_version, "extensions": extensions})
+    compact = {k: v for k, v in info.as_dict().items() if k != "extensions"}
     compact.update(extensions_sha256=digest, extensions_count=len(extensions), extensions_file=path.name)
     return compact
 
@@ -279,7 +267,7 @@ def retime_leaders(study: optuna.Study, rdb, space: TuneSpace, objective: Device
     """Time the ``count`` best passing trials of ``study`` again (:func:`xegemm.tune.leaders.retime`, each
     re-timing a full evaluation by ``objective``'s worker, never from the cache, interleaved with numpy) and keep
     the verdict in the study (:data:`xegemm.tune.leaders.ATTR`), where the export reads it."""
-    meta = study.user_attrs.get(META, {})
+    meta = StudyInfo.from_dict(study.user_attrs.get(META)) or StudyInfo()
     trials = owned_trials(study, rdb)
     results = {t.number: r for t in trials if (r := trial_result(t, meta)) is not None}
     passing = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.number in results
@@ -303,7 +291,7 @@ def retime_leaders(study: optuna.Study, rdb, space: TuneSpace, objective: Device
         ratio = _ratio(result)
         if result.status != "ok" or ratio is None:
             return 0.0, 0.0, None
-        ref_cv = ((result.reference or {}).get("time_ms") or {}).get("cv")
+        ref_cv = result.reference.cv if result.reference else None
         return ratio, float(result.gflops), max(x for x in (result.cv, ref_cv, 0.0) if x is not None)
 
     verdict = retime(chosen, measure, budget_s)
@@ -315,8 +303,8 @@ def retime_leaders(study: optuna.Study, rdb, space: TuneSpace, objective: Device
 
 def _ratio(result) -> float | None:
     """A result's GFLOP/s over the numpy run timed interleaved with it."""
-    ref = result.reference or {}
-    return result.gflops / ref["gflops"] if result.gflops and ref.get("gflops") else None
+    ref = result.reference
+    return result.gflops / ref.gflops if result.gflops and ref and ref.gflops else None
 
 
 def _export_interrupted(rdb, name: str, out_dir: Path) -> str:
@@ -344,26 +332,7 @@ def _close(bar, objectives, measurements) -> None:
         measurements._xegemm_closed = True
 
 
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):   # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
-
-
-def max_jobs() -> int:
-    """The most ``--jobs`` workers this machine can use: each is a thread and a device worker process, and they
-    share the CPUs (timing stays serial)."""
-    return JOBS_PER_CPU * usable_cpus()
-
-
-def check_jobs(jobs: int) -> None:
-    if not 1 <= jobs <= max_jobs():
-        raise XegemmError(f"--jobs {jobs}: at least 1 and at most {max_jobs()} workers on this machine "
-                          f"({JOBS_PER_CPU} per usable CPU, {usable_cpus()} CPUs)")
-
-
-def _check_resumable(rdb, name: str, meta_common: dict, shapes: list[Shape], spaces: list[TuneSpace],
+def _check_resumable(rdb, name: str, common: StudyInfo, shapes: list[Shape], spaces: list[TuneSpace],
                      url: str) -> None:
     """Refuse, before any trial starts, to add to a study that another problem or another space made."""
     existing = set(optuna.study.get_all_study_names(rdb))
@@ -371,10 +340,10 @@ def _check_resumable(rdb, name: str, meta_common: dict, shapes: list[Shape], spa
         sname = study_name(name, shape)
         if sname not in existing:
             continue
-        old = optuna.load_study(study_name=sname, storage=rdb).user_attrs.get(META)
-        if not old:
+        old = StudyInfo.from_dict(optuna.load_study(study_name=sname, storage=rdb).user_attrs.get(META))
+        if old is None:
             continue
-        new = {**meta_common, "shape": shape.as_dict()}
+        new = replace(common, shape=shape.as_dict())
         changes = definition_changes(study_definition(old), study_definition(new))
         if not changes:
             changes = space_changes(_study_space(old).grid(), space.grid())
@@ -386,46 +355,6 @@ def _check_resumable(rdb, name: str, meta_common: dict, shapes: list[Shape], spa
                               + "; ".join(changes[:6]) + ("; ..." if len(changes) > 6 else "")
                               + ". Resume it with the config it was made with, or start a new study with "
                                 "--study NAME or another --out")
-
-
-def resume_command(config_path, shapes: list[Shape], strategy: str, budget, time_s, jobs: int, storage, study,
-                   seed, device, target, capabilities, out_dir, cache, retime: bool, limits: TimeLimits,
-                   heartbeat_s: int, leaders: int = LEADERS, leader_time_s: float = BUDGET_S,
-                   compiler: str | None = None) -> str:
-    """The ``xegemm tune`` command that resumes this run, started as this process was (:func:`program_words`),
-    with every option it was given, shell-quoted; the password of a storage URL as ``$XEGEMM_DB_PASSWORD`` (in
-    double quotes, so the shell expands it)."""
-    words = [*program_words(), "tune", str(config_path), "--out", str(out_dir),
-             "--shapes", ",".join(shape.label for shape in shapes), "--strategy", strategy]
-    options = [("--budget", budget), ("--time", f"{time_s:g}s" if time_s else None),
-               ("--jobs", jobs if jobs != 1 else None), ("--study", study), ("--seed", seed),
-               ("--device", device), ("--target", target), ("--compiler", compiler), ("--capabilities", capabilities),
-               ("--cache", cache if cache not in (None, False) else None),
-               ("--build-timeout", f"{limits.build_s:g}" if limits.build_s != TimeLimits.build_s else None),
-               ("--run-timeout", f"{limits.run_s:g}" if limits.run_s is not None else None),
-               ("--heartbeat", heartbeat_s if heartbeat_s != HEARTBEAT_S else None),
-               ("--leaders", leaders if leaders != LEADERS else None),
-               ("--leader-time", f"{leader_time_s:g}" if leader_time_s != BUDGET_S else None)]
-    words += [str(w) for option, value in options if value is not None for w in (option, value)]
-    words += (["--no-cache"] if cache is False else []) + (["--retime"] if retime else [])
-    text = shlex.join(words)
-    if storage:
-        url = resumable_url(storage).replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
-        text += f' --storage "{url}"'
-    return text
-
-
-def program_words() -> list[str]:
-    """How to start this program again: ``sys.argv[0]`` as it was run (``.venv/bin/xegemm``, a path relative to
-    the directory it was run from), ``python -m xegemm`` with this interpreter when it was run as a module, and
-    ``xegemm`` (the installed command) when it runs inside another program (the Python API)."""
-    first = sys.argv[0] if sys.argv else ""
-    path = Path(first)
-    if path.name == "__main__.py" and path.parent.name == "xegemm":
-        return [sys.executable, "-m", "xegemm"]
-    if path.name.startswith("xegemm"):
-        return [first]
-    return ["xegemm"]
 
 
 def _advance(bar, tallies: dict[str, Tally], summary: dict) -> None:

@@ -22,12 +22,14 @@ import os
 import sqlite3
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from xegemm.config import Config
 from xegemm.errors import XegemmError
 from xegemm.files import create_sqlite, set_aside, sqlite_problem
 from xegemm.evaluate.timing import TIMING_METHOD, gemm_flops
+from xegemm.library.parts import TimeStats, VariantParams
 from xegemm.runtime.program_cache import code_generation_settings
 
 CACHED_STATUSES = ("ok", "failed_build", "failed_verify")
@@ -56,17 +58,35 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """What the cache checks of an entry: a result row (Evaluation.to_row) or one read back from the cache file,
+    which an older version may have written or the disk damaged, so every key may be missing."""
+
+    status: str | None
+    gflops: float | None
+    timing: TimeStats | None
+    params: VariantParams
+    extra: dict
+
+    @classmethod
+    def of(cls, row: dict) -> _Entry:
+        extra = row.get("extra")
+        return cls(row.get("status"), row.get("gflops"), TimeStats.from_dict(row.get("time_ms")),
+                   VariantParams.from_dict(row.get("params")), extra if isinstance(extra, dict) else {})
+
+
 def implausible(evaluation: dict, ceiling: float | None) -> str | None:
     """Why a cached ``ok`` evaluation cannot be a measurement, or None: GFLOP/s that disagree with the problem
     and the median time, or above the device's physical ceiling (:func:`xegemm.evaluate.peak.ceiling_gflops`)."""
-    if evaluation.get("status") != "ok" or evaluation.get("time_ms") is None and evaluation.get("gflops") is None:
+    entry = _Entry.of(evaluation)
+    if entry.status != "ok" or entry.timing is None and entry.gflops is None:
         return None          # not a timing (a failure, or an ahead-of-time score)
-    gflops, median = evaluation.get("gflops"), (evaluation.get("time_ms") or {}).get("median")
-    params = evaluation.get("params") or {}
+    gflops, median, params = entry.gflops, entry.timing.median if entry.timing else None, entry.params
     try:
         gflops, median = float(gflops), float(median)
-        expected = gemm_flops(*(int(params[k]) for k in ("m", "n", "k", "batch"))) / (max(median, 1e-9) * 1e6)
-        if params.get("groups"):      # a grouped launch: its FLOPs are its groups', not the largest group's
+        expected = gemm_flops(*(int(x) for x in params.problem)) / (max(median, 1e-9) * 1e6)
+        if params.groups:      # a grouped launch: its FLOPs are its groups', not the largest group's
             expected = gflops
     except (TypeError, ValueError, KeyError):
         return "no GFLOP/s, time or problem"
@@ -167,7 +187,8 @@ class MeasurementCache:
         return evaluation
 
     def put(self, key: str, evaluation: dict) -> None:
-        if evaluation.get("status") in CACHED_STATUSES and "worker_lost" not in (evaluation.get("extra") or {}):
+        entry = _Entry.of(evaluation)
+        if entry.status in CACHED_STATUSES and "worker_lost" not in entry.extra:
             if implausible(evaluation, self.ceiling):
                 return
             text = json.dumps(evaluation)

@@ -35,6 +35,7 @@ from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic,
 from xegemm.reporting import write_report
 from xegemm.reporting.formats import results_csv
 from xegemm.reporting.results import problem_references, set_ratios, utc, versions
+from xegemm.library.parts import Reference, StudyInfo, TrialInfo
 from xegemm.library.record import Evaluation
 from xegemm.config.shapes import Shape, is_problem_axis
 from xegemm.tune import leaders
@@ -53,7 +54,16 @@ def shape_studies(storage, name: str) -> list[optuna.Study]:
     if not names:
         raise XegemmError(f"the storage holds no study named '{name}'")
     studies = [optuna.load_study(study_name=n, storage=storage) for n in names]
-    return sorted(studies, key=lambda s: Shape(**s.user_attrs[META]["shape"]))
+    return sorted(studies, key=lambda s: Shape(**study_info(s).shape))
+
+
+def study_info(study: optuna.Study) -> StudyInfo:
+    """A study's metadata (its :data:`META` user attribute); an error for a study xegemm did not make."""
+    info = StudyInfo.from_dict(study.user_attrs.get(META))
+    if info is None or not info.shape:
+        raise XegemmError(f"the study '{study.study_name}' was not made by xegemm tune (it has no '{META}' "
+                          "attribute with a shape)")
+    return info
 
 
 def owned_trials(study: optuna.Study, storage) -> list[optuna.trial.FrozenTrial]:
@@ -63,7 +73,7 @@ def owned_trials(study: optuna.Study, storage) -> list[optuna.trial.FrozenTrial]
     return [trials[n] for n in owners if trials[n].state in (TrialState.COMPLETE, TrialState.PRUNED)]
 
 
-def trial_result(trial: optuna.trial.FrozenTrial, meta: dict) -> Evaluation | None:
+def trial_result(trial: optuna.trial.FrozenTrial, meta: StudyInfo) -> Evaluation | None:
     """A finished trial's result, read back through :meth:`xegemm.library.record.Evaluation.from_user_attrs`, with its
     trial number, finish time and strategy (and an ahead-of-time study's score); None when it holds no result."""
     try:
@@ -72,7 +82,7 @@ def trial_result(trial: optuna.trial.FrozenTrial, meta: dict) -> Evaluation | No
         return None
     done = trial.datetime_complete
     result.trial, result.finished_at = trial.number, done.timestamp() if done else None
-    result.strategy, result.score = meta.get("strategy"), trial.value if meta.get("target") else None
+    result.strategy, result.score = meta.strategy, trial.value if meta.target else None
     return result
 
 
@@ -84,20 +94,20 @@ def best_trial(trials: list[optuna.trial.FrozenTrial], results: dict[int, Evalua
     return max(ok, key=lambda t: (t.value, -t.number)) if ok else None
 
 
-def study_config(meta: dict) -> Config:
-    return config_from_text(yaml.safe_dump(meta["config"], sort_keys=False), source="<study>")
+def study_config(meta: StudyInfo) -> Config:
+    return config_from_text(yaml.safe_dump(meta.config, sort_keys=False), source="<study>")
 
 
-def study_space(meta: dict) -> TuneSpace:
+def study_space(meta: StudyInfo) -> TuneSpace:
     """The tuning space a study's trials were drawn from (from its metadata)."""
-    return TuneSpace(study_config(meta), Shape(**meta["shape"]), Lowering(meta["lowering"]),
-                     fields=meta.get("parameters") == PARAMETERS)
+    return TuneSpace(study_config(meta), Shape(**meta.shape), Lowering(meta.lowering),
+                     fields=meta.parameters == PARAMETERS)
 
 
-def _winner(meta: dict, trial: optuna.trial.FrozenTrial) -> tuple[dict, dict]:
+def _winner(meta: StudyInfo, trial: optuna.trial.FrozenTrial) -> tuple[dict, dict]:
     """A winner as sweep axes (``problem`` and the config's axes: section choices stay whole) and as the
     dotted keys they set (for the constraint that pairs the shape with its winner)."""
-    space, shape = study_space(meta), Shape(**meta["shape"])
+    space, shape = study_space(meta), Shape(**meta.shape)
     point = space.point(trial.params)
     return {"problem": shape.as_dict(), **point}, {**shape.overrides(), **space.search.overrides(point)}
 
@@ -139,21 +149,21 @@ def best_config(config: Config, winners: list[tuple[dict, dict]]) -> dict:
 
 def _leading(trial: optuna.trial.FrozenTrial, axes: list[str]) -> dict:
     """trials.csv's columns before the result's: the shape, the point's axes, the trial's value, who ran it."""
-    a = trial.user_attrs
-    return {"shape": a.get("shape"), **{axis: trial.params.get(axis) for axis in axes}, "value": trial.value,
-            "retry_of": a.get("retry_of"), "worker": a.get("worker")}
+    a = TrialInfo.from_attrs(trial.user_attrs)
+    return {"shape": a.shape, **{axis: trial.params.get(axis) for axis in axes}, "value": trial.value,
+            "retry_of": a.retry_of, "worker": a.worker}
 
 
-def _trials_document(name: str, metas: list[dict], variants: list[Evaluation], references: list[dict]) -> dict:
+def _trials_document(name: str, metas: list[StudyInfo], variants: list[Evaluation], references: list[dict]) -> dict:
     """trials.json: the study's trials in the shape of ``run``'s results.json (what ``xegemm report`` reads)."""
-    meta = metas[0] if metas else {}
+    meta = metas[0] if metas else StudyInfo()
     starts = [v.finished_at for v in variants if v.finished_at]
-    config = meta.get("config") or {}
-    return {"kind": "tune", "study": name, "strategy": meta.get("strategy"), "objective": meta.get("objective"),
-            "config": {"name": config.get("name"), "source": f"study {name}", "description": config.get("description")},
-            "device": meta.get("device"), "command": meta.get("command"),
-            "target": meta.get("target"), "lowering": meta.get("lowering"),
-            "compiler_capabilities": meta.get("capabilities"), "versions": versions(),
+    config = meta.config_info
+    return {"kind": "tune", "study": name, "strategy": meta.strategy, "objective": meta.objective,
+            "config": {"name": config.name, "source": f"study {name}", "description": config.description},
+            "device": meta.device, "command": meta.command,
+            "target": meta.target, "lowering": meta.lowering,
+            "compiler_capabilities": meta.capabilities, "versions": versions(),
             "started_at": utc(min(starts)) if starts else None, "written_at": utc(time.time()),
             "variants": [v.to_row() for v in variants], "references": references}
 
@@ -164,7 +174,7 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
     leading, results, best, winners, config, kernels = [], [], {}, [], None, {}
     metas, references = [], []
     for study in shape_studies(storage, name):
-        meta = study.user_attrs[META]
+        meta = study_info(study)
         metas.append(meta)
         config = config or study_config(meta)
         trials = owned_trials(study, storage)
@@ -173,7 +183,7 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
         recorded = {t.number: r for t in trials if (r := trial_result(t, meta)) is not None}
         leading += [_leading(t, axes) for t in trials if t.number in recorded]
         results += recorded.values()
-        shape = Shape(**meta["shape"])
+        shape = Shape(**meta.shape)
         winner = best_trial(trials, recorded)
         passing = sorted(t.number for t in trials if t.state == TrialState.COMPLETE and t.number in recorded
                          and recorded[t.number].status == "ok")
@@ -185,21 +195,23 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
         # the numpy runs measured interleaved with every trial, pooled; else the study's, taken when the study
         # was created (an AOT study, or trials from before interleaved references)
         problem = (shape.m, shape.n, shape.k, shape.batch)
-        reference = problem_references(list(recorded.values())).get(problem) or meta.get("reference")
+        reference: Reference | None = problem_references(list(recorded.values())).get(problem) \
+            or meta.study_reference
         set_ratios(list(recorded.values()), {problem: reference} if reference else {})
         if reference:
-            references.append({"problem": shape.as_dict(), **reference})
+            references.append({"problem": shape.as_dict(), **reference.to_dict()})
         if winner is not None:
             r = recorded[winner.number]
             entry["best"] = {"trial": winner.number, "kernel": r.name, "params": dict(winner.params),
                              "config_params": r.params, "value": winner.value, "gflops": r.gflops,
-                             "time_ms": r.time_ms, "build_s": r.build_s, "extra": r.extra, "reference": reference,
+                             "time_ms": r.time_ms, "build_s": r.build_s, "extra": r.extra,
+                             "reference": reference.to_dict() if reference else None,
                              "ratio_to_reference": r.vs_numpy}
             winners.append(_winner(meta, winner))
             pv = plan_variant(space.search.variant(space.point(winner.params)))
-            kernels[pv.name] = render_variant(pv, named_lowering(meta["lowering"], meta.get("capabilities_named"),
-                                                                 meta.get("target") or "pvc",
-                                                                 (meta.get("compiler") or {}).get("name")))
+            kernels[pv.name] = render_variant(pv, named_lowering(meta.lowering, meta.capabilities_named,
+                                                                 meta.target or "pvc",
+                                                                 (meta.compiler or {}).get("name")))
         best[shape.label] = entry
     for moved in _keep_richer_export(out, len(results)):
         print(f"xegemm: note: {moved}", file=sys.stderr, flush=True)

@@ -32,6 +32,7 @@ from optuna.trial import TrialState
 from xegemm.library.record import Evaluation
 from xegemm.tune.model import Machine
 from xegemm.tune.objective import failure
+from xegemm.tune.options import TuneOptions
 from xegemm.tune.space import Candidate, TuneSpace
 from xegemm.tune.strategies import Strategy
 from xegemm.tune.study import ClaimBook
@@ -60,14 +61,15 @@ class ShapeRun:
     """One shape's study driven to its budget by ``jobs`` threads (see the module docstring)."""
 
     def __init__(self, study: optuna.Study, storage: optuna.storages.RDBStorage, space: TuneSpace,
-                 claims: ClaimBook, strategy: Strategy,
-                 budget: int | None, deadline: float | None, seed: int | None, machine: Machine,
-                 on_trial: Callable[[dict], None], heartbeat_s: int):
+                 claims: ClaimBook, strategy: Strategy, options: TuneOptions, deadline: float | None,
+                 machine: Machine, on_trial: Callable[[dict], None]):
+        """``options``: the tune's (its budget per shape, sampler seed and heartbeat); ``deadline``: the
+        monotonic time after which no trial starts (from ``options.time_s``, shared by every shape)."""
         self.study, self.space, self.claims, self.strategy = study, space, claims, strategy
-        self.budget, self.deadline = budget, deadline
+        self.budget, self.deadline = options.budget, deadline
         self.on_trial = on_trial
-        self.heartbeat_s = heartbeat_s
-        self.rng = random.Random(seed)
+        self.heartbeat_s = options.heartbeat_s
+        self.rng = random.Random(options.seed)
         self.order = strategy.order(space, machine) if strategy.order else []
         if strategy.shuffled:             # every point once, in the seed's order (enqueued one at a time)
             self.order = list(space.all_params())

@@ -45,6 +45,8 @@ from sqlalchemy.exc import (
 
 from xegemm.errors import XegemmError
 from xegemm.files import create_sqlite, sqlite_problem
+from xegemm.library.parts import StudyInfo
+from xegemm.library.record import DeviceRecord
 
 from xegemm.config.shapes import Shape
 
@@ -371,19 +373,19 @@ class ClaimBook:
 DEFINING_SECTIONS = ("types", "layout", "epilogue", "quantization")
 
 
-def study_definition(meta: dict) -> dict:
+def study_definition(meta: StudyInfo) -> dict:
     """The defining parts of a study's metadata (``meta``: the study's ``xegemm`` user attribute): the config's
     types, layouts, epilogue and quantization (and any sweep over them), the shape, the objective and what it
     was measured on."""
-    config = meta.get("config") or {}
+    config = meta.config
+    # the config as Config.to_dict wrote it, in this version or an older one: a section may be absent
     sweep = config.get("sweep") or {}
-    parts = {section: config.get(section) for section in DEFINING_SECTIONS if section in config}
+    parts = {section: config[section] for section in DEFINING_SECTIONS if section in config}
     parts.update({f"sweep {axis}": choices for axis, choices in sweep.items()
                   if axis.split(".", 1)[0] in DEFINING_SECTIONS})
-    parts["shape"] = meta.get("shape")
-    parts["objective"] = meta.get("objective")
-    parts["target"] = meta.get("target")
-    parts["device"] = (meta.get("device") or {}).get("name")
+    device = DeviceRecord.from_dict(meta.device)
+    parts.update(shape=meta.shape or None, objective=meta.objective, target=meta.target,
+                 device=device.name if device else None)
     return parts
 
 
