@@ -375,7 +375,7 @@ if (lane < t[2])
 }
 
 /* XE_2D_U16x8x16_ST_N from local memory: component i of this lane at v[i * 16], v pointing at this lane's first
-   (the rolled epilogue's D, xegemm.render.epilogue_tiles).  A loop of alike rows and the edge path's table walk
+   (the rolled epilogue's D, xegemm.epilogues.tiles.epilogue_tiles).  A loop of alike rows and the edge path's table walk
    are one statement each, also in the CPU runtime's masked copy of the kernel. */
 static inline void xe_copy_u16x8x16_st_n_from_local(
     global uchar* base, int width_bytes, int height, int pitch_bytes, int x, int y, local const ushort* v)

@@ -49,7 +49,7 @@ class Lowering:
     name: ClassVar[str]
     stages_kstep: ClassVar[bool]   # DPAS atoms of a GEMM composed through a local-memory stage (see render)
     # The epilogue's C tiles as one loop over a private array of the accumulators instead of one unrolled block
-    # per tile (see render.epilogue_tiles): the CPU runtime's build time grows with every inlined copy of a
+    # per tile (see xegemm.epilogues.tiles.epilogue_tiles): the CPU runtime's build time grows with every inlined copy of a
     # store and its conversions, while a GPU would put a dynamically indexed private array in scratch memory.
     rolls_epilogue: ClassVar[bool]
     # what render_plan returns, for the builders: "opencl-c" (a .cl source) or "spirv" (SPIR-V assembly)
