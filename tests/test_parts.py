@@ -9,7 +9,9 @@ import pytest
 
 from xegemm.evaluate.timing import Timing, Warmup
 from xegemm.library.parts import (
+    BuildFigures,
     Conditions,
+    Confidence,
     DevicePeak,
     Reference,
     RunInfo,
@@ -166,3 +168,45 @@ def test_conditions_keep_an_unreadable_governor_apart_from_an_older_file_without
     assert read.cpu_governor == "performance" and read.to_dict() == {"cpu_governor": "performance"}
     older = Conditions.from_dict({"loadavg": [1.0, 1.0, 1.0]})
     assert not older.governor_recorded and "cpu_governor" not in older.to_dict()
+
+
+def _tune_dir(tmp_path, winners):
+    """A trials.json with two passing trials of one shape: trial 0 the faster single measurement, trial 1 the
+    one the leaders' re-timing may name."""
+    out = tmp_path / "tuned"
+    out.mkdir(parents=True)
+    rows = [{"name": f"k{i}", "status": "ok", "reason": None, "params": PARAMS, "time_ms": TIMES, "gflops": g,
+             "trial": i} for i, g in enumerate((0.5, 0.4))]
+    (out / "trials.json").write_text(json.dumps({"kind": "tune", "variants": rows, "references": [],
+                                                 **({"winners": winners} if winners is not None else {})}))
+    return out
+
+
+def test_a_tune_reports_the_winner_its_re_timing_named(tmp_path):
+    problem = {"m": 64, "n": 48, "k": 32, "batch": 1}
+    named = [{"problem": problem, "kernel": "k1", "trial": 1, "retimed": True, "separated": False}]
+    (g,) = groups([load_source(_tune_dir(tmp_path / "a", named))])
+    assert g.best.name == "k1" and "within the noise" in g.chosen_by
+    # an older trials.json names none: the fastest single measurement heads it
+    (older,) = groups([load_source(_tune_dir(tmp_path / "b", None))])
+    assert older.best.name == "k0" and older.chosen_by is None
+    # a damaged winner (no kernel) is not a winner
+    (damaged,) = groups([load_source(_tune_dir(tmp_path / "c", [{"problem": problem}]))])
+    assert damaged.best.name == "k0"
+    assert RunInfo.from_dict({"winners": "x"}).winners == ()
+
+
+def test_confidence_and_build_figures_read_what_the_tuner_and_the_build_wrote():
+    record = {"retimed": True, "winner_trial": 3, "complete_trials": 5, "order": [3, 1], "leaders": [{}],
+              "method": "m", "later_key": 1}
+    c = Confidence.from_dict(record)
+    assert c.retimed and c.winner_trial == 3 and c.current(5) and not c.current(6)
+    assert c.to_dict() == {**record, "retimed": True}
+    assert Confidence.from_dict({"retimed": "yes"}).retimed is False and Confidence.from_dict([]) is None
+    figures = BuildFigures.from_extra({"isa": {"dpas": 4, "target": "pvc", "grf": 256, "sends": 9},
+                                       "predicted": {"dpas": 4, "prefetch_per_kstep": {"prefetch_block2d": 2}},
+                                       "measured_messages": {"load_block1d": 0, "prefetch": 1}})
+    assert figures.built and figures.target == "pvc" and figures.grf == 256 and figures.stat("sends") == 9
+    assert (figures.have("dpas"), figures.want("dpas"), figures.want("load_block1d")) == (4, 4, 0)
+    assert (figures.prefetches_have, figures.prefetches_want) == (1, 2)
+    assert not BuildFigures.from_extra({}).built and BuildFigures.from_extra({}).want("dpas") is None

@@ -84,6 +84,14 @@ class Config:
     description: str = ""
     source: str = "<string>"
 
+    def values_of(self, key: str) -> tuple[Any, ...]:
+        """Every value ``key`` (dotted) takes in this config: its own and the sweep's, in order, once each."""
+        values: list[Any] = []
+        for x in (self.flat_values()[key] if key in LEAF_CHECKS else None, *self.sweep.get(key, ())):
+            if x is not None and x not in values:
+                values.append(x)
+        return tuple(values)
+
     def flat_values(self) -> dict[str, Any]:
         """Every config value by dotted key (``tile.workgroup`` -> (256, 256, 32)); no sweep, no constraints."""
         values = {key: getattr(self, key) for key in TOP_LEAVES}

@@ -11,7 +11,10 @@ An :class:`xegemm.library.record.Evaluation` keeps its parts as the JSON data it
 - :class:`Reference`: the numpy (or another provider's) reference a variant is measured against;
 - :class:`DevicePeak`: a run's measured device peak (:mod:`xegemm.evaluate.peak`);
 - :class:`RunInfo`: what a results document (results.json, trials.json, build.json) says about how it ran;
-- :class:`StudyInfo`: a tuning study's metadata (its ``xegemm`` user attribute).
+- :class:`StudyInfo`: a tuning study's metadata (its ``xegemm`` user attribute);
+- :class:`Confidence`: how a tuned shape's winner was chosen (the leaders' re-timing), and :class:`Winner`, the
+  winner trials.json names for the report;
+- :class:`BuildFigures`: a built variant's machine-code figures beside its plan's prediction.
 
 Every ``from_dict`` accepts what older versions wrote (the spellings are listed beside each record) and
 returns None (or an empty record) for data that is not an object; every ``to_dict`` writes the keys the files
@@ -321,6 +324,7 @@ class RunInfo:
     study: str | None = None
     strategy: str | None = None
     objective: str | None = None
+    winners: tuple = ()                  # trials.json: each tuned shape's named winner (Winner)
 
     @classmethod
     def from_dict(cls, data) -> RunInfo:
@@ -334,7 +338,9 @@ class RunInfo:
                    versions=_dict(data.get("versions")), started_at=data.get("started_at"),
                    written_at=data.get("written_at"), conditions=Conditions.from_dict(data.get("conditions")),
                    device_peak=DevicePeak.from_dict(data.get("device_peak")), study=data.get("study"),
-                   strategy=data.get("strategy"), objective=data.get("objective"))
+                   strategy=data.get("strategy"), objective=data.get("objective"),
+                   winners=tuple(w for x in data.get("winners") or () if (w := Winner.from_dict(x)) is not None)
+                   if isinstance(data.get("winners"), list) else ())
 
     @property
     def when(self) -> str:
@@ -406,3 +412,128 @@ class StudyInfo:
     @property
     def study_reference(self) -> Reference | None:
         return Reference.from_dict(self.reference)
+
+    @property
+    def compiler_name(self) -> str | None:
+        """Which compiler an ahead-of-time study built with (``system``, ``current`` or a path; None: the
+        installed one, or a study from before the choice)."""
+        name = _dict(self.compiler).get("name")
+        return name if isinstance(name, str) else None
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """How a tuned shape's winner was chosen: the study attribute the re-timing of the leaders writes
+    (xegemm.tune.leaders.Verdict.as_dict, or ``not_retimed``'s record of why it did not run), and best.json's
+    ``confidence``.  ``complete_trials`` is the number of passing trials when it was decided (a resume that adds
+    trials makes the record stale).  A study from before re-timing has none."""
+
+    retimed: bool = False
+    why: str | None = None
+    winner_trial: int | None = None
+    complete_trials: int | None = None
+    order: list = field(default_factory=list)
+    rounds: int | None = None
+    order_held: bool | None = None
+    separated: bool | None = None
+    stopped: str | None = None
+    seconds: float | None = None
+    method: str | None = None
+    leaders: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data) -> Confidence | None:
+        if not isinstance(data, dict):
+            return None
+        known, rest = _known(cls, data)
+        known["retimed"] = known.get("retimed") is True
+        for key in ("order", "leaders"):
+            known[key] = known[key] if isinstance(known.get(key), list) else []
+        return cls(**known, extra=rest)
+
+    def to_dict(self) -> dict:
+        return _plain(self, ("retimed",))
+
+    def current(self, complete_trials: int) -> bool:
+        """Whether it was decided over the ``complete_trials`` passing trials there are now."""
+        return self.complete_trials == complete_trials
+
+
+@dataclass(frozen=True)
+class Winner:
+    """A tuned shape's named winner as trials.json lists it (``winners``), so that a report of the tune
+    directory heads the shape with the kernel best.json names, re-timed or not."""
+
+    problem: dict                       # {m, n, k, batch}
+    kernel: str
+    trial: int | None = None
+    retimed: bool = False               # chosen by the leaders' re-timing (else: the best single measurement)
+    separated: bool | None = None       # its lead over the second exceeded the re-timings' noise
+
+    @classmethod
+    def from_dict(cls, data) -> Winner | None:
+        known, _ = _known(cls, _dict(data))
+        if not isinstance(known.get("problem"), dict) or not isinstance(known.get("kernel"), str):
+            return None          # damaged, or not a winner
+        known["retimed"] = known.get("retimed") is True
+        return cls(**known)
+
+    def to_dict(self) -> dict:
+        return _plain(self, ("retimed",))
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.problem.get(key) for key in PROBLEM_KEYS)
+
+
+# ---- an ahead-of-time build's machine-code figures ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class BuildFigures:
+    """A built variant's machine-code figures beside its plan's prediction, from the Evaluation's ``extra``:
+    ``isa`` (xegemm.aot.isa.IsaStats.to_dict), ``predicted`` (xegemm.evaluate.aot.predicted_counts: message kind
+    -> count, and ``prefetch_per_kstep``), ``measured_messages`` (every counted message kind), and the build's
+    own ``target``, ``grf`` and ``capabilities``.  A variant that was never built has no ``isa`` (``built`` is
+    False); a row of an older build may lack any count (None)."""
+
+    isa: dict = field(default_factory=dict)
+    predicted: dict = field(default_factory=dict)
+    measured: dict = field(default_factory=dict)
+    target: str | None = None
+    grf: int | None = None
+    capabilities: str | None = None
+
+    @classmethod
+    def from_extra(cls, extra) -> BuildFigures:
+        extra = _dict(extra)
+        isa = _dict(extra.get("isa"))
+        return cls(isa=isa, predicted=_dict(extra.get("predicted")), measured=_dict(extra.get("measured_messages")),
+                   target=extra.get("target") or isa.get("target"), grf=extra.get("grf") or isa.get("grf"),
+                   capabilities=extra.get("capabilities"))
+
+    @property
+    def built(self) -> bool:
+        return bool(self.isa)
+
+    def stat(self, key: str):
+        """A statistic of the machine code (instructions, sends, spill_bytes, ...), None when not recorded."""
+        return self.isa.get(key)
+
+    def have(self, key: str) -> int | None:
+        """How many messages of a kind the machine code has (a statistic, else a counted message kind)."""
+        return self.isa.get(key, self.measured.get(key))
+
+    def want(self, key: str) -> int | None:
+        """How many the plan predicts (1D block loads: 0 where a prediction exists without them)."""
+        return self.predicted.get(key, 0 if key == "load_block1d" and self.predicted else None)
+
+    @property
+    def prefetches_have(self) -> int | None:
+        values = [x for x in (self.have("prefetch_block2d"), self.measured.get("prefetch")) if x is not None]
+        return sum(values) if values else None
+
+    @property
+    def prefetches_want(self) -> int | None:
+        per = self.predicted.get("prefetch_per_kstep")
+        return sum(per.values()) if isinstance(per, dict) else (0 if self.predicted else None)

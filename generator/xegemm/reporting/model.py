@@ -17,7 +17,7 @@ from xegemm.plan.kernel_name import KernelNameError, parse_kernel_name
 from xegemm.evaluate.timing import CV_LIMIT
 from xegemm.evaluate.timing import gemm_flops
 from xegemm.reporting.sources import Source
-from xegemm.library.parts import Conditions, Reference, TimeStats, VariantParams
+from xegemm.library.parts import BuildFigures, Conditions, Reference, TimeStats, VariantParams
 from xegemm.library.record import COLUMNS, PROBLEM_KEYS, STATUSES, TYPE_KEYS, Evaluation
 # xegemm.evaluate.timing.CV_LIMIT, the one limit of a timing's coefficient of variation: above it a measurement is taken
 # again and then flagged, the reports draw it as noisy (amber), and a ratio is headlined only when both sides are
@@ -82,6 +82,9 @@ class Group:
     key: tuple
     variants: list[Evaluation] = field(default_factory=list)
     references: list[Reference] = field(default_factory=list)
+    # per source (its label): the winner its document names for this shape (a tune directory's re-timed or
+    # best single-measurement winner, xegemm.library.parts.Winner), which heads the source's variants
+    declared: dict = field(default_factory=dict)
 
     @property
     def problem(self) -> dict:
@@ -148,7 +151,28 @@ class Group:
 
     @property
     def best(self) -> Evaluation | None:
-        return next((v for v in self.timed if v.status == "ok"), None)
+        """The fastest passing variant; within a source that names its winner (a tune directory: the leaders'
+        re-timing may overturn the fastest single measurement), that one."""
+        ok = [v for v in self.timed if v.status == "ok"]
+        picks = []
+        for label in dict.fromkeys(v.source for v in ok):
+            mine = [v for v in ok if v.source == label]
+            named = self.declared.get(label)
+            picks.append(next((v for v in mine if named and v.name == named.kernel
+                               and named.trial in (None, v.trial)), mine[0]))
+        return max(picks, key=lambda v: v.gflops, default=None)
+
+    @property
+    def chosen_by(self) -> str | None:
+        """How the best was chosen, where its source named it: ``re-timed leaders``, with the noise verdict."""
+        best = self.best
+        named = self.declared.get(best.source) if best else None
+        if named is None or named.kernel != best.name:
+            return None
+        if not named.retimed:
+            return "the best single measurement (the leaders were not timed again)"
+        return "the leaders timed again, " + ("its lead beyond the noise" if named.separated else
+                                             "its lead within the noise (a tie)")
 
     def swept_axes(self) -> list[tuple[str, list]]:
         """(axis title, the value of every timed variant) for each parameter that takes more than one value."""
@@ -256,6 +280,10 @@ def groups(sources: list[Source]) -> list[Group]:
             for g in by_key.values():
                 if g.key[:4] == shape:
                     g.references.append(replace(r, source=src.label))
+        for winner in src.info.winners:
+            for g in by_key.values():
+                if g.key[:4] == winner.shape:
+                    g.declared[src.label] = winner
     return sorted(by_key.values(), key=lambda g: tuple((x is None, str(x) if x is None else x) for x in g.key[:4])
                   + tuple(str(x) for x in g.key[4:]))
 
@@ -397,17 +425,6 @@ ISA_FIGURES = (("dpas", "dpas"), ("load_block2d", "2D block loads"), ("load_bloc
 GATED_FIGURES = ("dpas", "load_block2d", "load_block1d")     # a difference here fails the build
 
 
-def _measured_prefetches(isa: dict, messages: dict) -> int | None:
-    values = [x for x in (isa.get("prefetch_block2d", messages.get("prefetch_block2d")), messages.get("prefetch"))
-              if x is not None]
-    return sum(values) if values else None
-
-
-def _predicted_prefetches(pred: dict) -> int | None:
-    per = pred.get("prefetch_per_kstep")
-    return sum(per.values()) if isinstance(per, dict) else (0 if pred else None)
-
-
 def _why_different(key: str, have: int, want: int) -> str:
     if key in GATED_FIGURES:
         return f"{key}: machine code {have}, plan {want} (gated: the build fails)"
@@ -425,26 +442,25 @@ def isa_rows(sources: list[Source]) -> list[dict]:
     ``extra.measured_messages``)."""
     rows = []
     for src in sources:
-        caps = src.meta.get("capabilities") or src.meta.get("compiler_capabilities")
+        caps = src.info.compiler_capabilities
         for v in src.variants:
-            isa, pred, messages = v.part("isa"), v.part("predicted"), v.part("measured_messages")
-            if not isa:          # never built (rejected: listed with the failures)
+            figures = BuildFigures.from_extra(v.extra)
+            if not figures.built:          # never built (rejected: listed with the failures)
                 continue
             cells, differences = [], []
             for key, heading in ISA_FIGURES:
                 if key == "prefetch":
-                    have, want = _measured_prefetches(isa, messages), _predicted_prefetches(pred)
+                    have, want = figures.prefetches_have, figures.prefetches_want
                 else:
-                    have = isa.get(key, messages.get(key))
-                    want = pred.get(key, 0 if key == "load_block1d" and pred else None)
+                    have, want = figures.have(key), figures.want(key)
                 off = have is not None and want is not None and have != want
                 cells.append({"key": key, "heading": heading, "have": have, "want": want, "off": off,
                               "text": f"{'-' if have is None else have} ({'-' if want is None else want})"})
                 if off:
                     differences.append(_why_different(key, have, want))
-            rows.append({"status": v.status, "target": v.extra.get("target") or isa.get("target"),
-                         "grf": v.extra.get("grf") or isa.get("grf"), "cells": cells, "sends": isa.get("sends"),
-                         "instructions": isa.get("instructions"), "spills": isa.get("spill_bytes"),
-                         "capabilities": v.extra.get("capabilities") or caps, "name": v.name, "reason": v.reason,
+            rows.append({"status": v.status, "target": figures.target, "grf": figures.grf, "cells": cells,
+                         "sends": figures.stat("sends"), "instructions": figures.stat("instructions"),
+                         "spills": figures.stat("spill_bytes"), "capabilities": figures.capabilities or caps,
+                         "name": v.name, "reason": v.reason,
                          "differences": differences})
     return rows

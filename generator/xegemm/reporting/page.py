@@ -89,7 +89,8 @@ def _group_view(n: int, g: Group) -> dict:
     series = _convergence_series(g)
     converges = any(len(trials) > 1 for trials in series.values()) and bool(g.timed)
     return {"title": g.title, "short": g.short,
-            "best": g.best, "best_label": g.best.label if g.best else None, "measured": g.measured,
+            "best": g.best, "best_label": g.best.label if g.best else None, "chosen_by": g.chosen_by,
+            "measured": g.measured,
             "headline": g.headline(), "references": g.best_against_references() if g.best else [],
             "rows": [_row(v) for v in sorted(g.variants, key=lambda v: (v.status != "ok", -(v.gflops or 0)))
                      if v.status != "rejected"],

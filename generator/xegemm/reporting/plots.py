@@ -242,7 +242,7 @@ def speedups(rows: list[dict], plot_id: str) -> str:
     for i, r in enumerate(timed):
         y = len(timed) - 1 - i
         ax.barh(y, r["speedup"] - 1, left=1, color=CHANGE_COLOURS[r["change"]], height=0.7,
-                xerr=r.get("noise"), error_kw={"ecolor": "#616161", "capsize": 2, "linewidth": 0.8})[0] \
+                xerr=r["noise"], error_kw={"ecolor": "#616161", "capsize": 2, "linewidth": 0.8})[0] \
             .set_gid(f"{plot_id}-bar-{i}")
         ax.annotate(f"{r['speedup']:.2f}x", (max(r["speedup"], 1), y), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)

@@ -40,7 +40,7 @@ from xegemm.tune.cache import MeasurementCache, default_cache_path
 from xegemm.tune.export import META, PARAMETERS, export, owned_trials, trial_result, study_space as _study_space
 from xegemm.tune.leaders import ATTR as LEADERS_ATTR, Leader, not_retimed, retime
 from xegemm.tune.model import Machine
-from xegemm.library.parts import StudyInfo
+from xegemm.library.parts import Confidence, StudyInfo
 from xegemm.library.record import DeviceRecord
 from xegemm.tune.objective import AotObjective, DeviceObjective
 from xegemm.tune.options import JOBS_PER_CPU, TuneOptions, check_jobs, max_jobs, usable_cpus  # noqa: F401 (re-exported)
@@ -165,8 +165,7 @@ def tune(config_path, shapes=None, options: TuneOptions | None = None, **kwargs)
         objectives = [AotObjective(target, lowering, out_dir / "aot", measurements, opts.retime, builder.compiler)
                       for _ in range(jobs)]
     else:
-        pinned = [config.target.lowering, *config.sweep.get("target.lowering", ())]   # a sweep over lowerings
-        spirv = any(Lowering(name).source_kind == "spirv" for name in pinned if name)
+        spirv = any(Lowering(name).source_kind == "spirv" for name in config.values_of("target.lowering"))
         objectives = [DeviceObjective(info, lowering, out_dir / "logs", opts.limits, measurements, opts.retime, spirv)
                       for _ in range(jobs)]
     deadline = time.monotonic() + opts.time_s if opts.time_s else None
@@ -272,9 +271,9 @@ def retime_leaders(study: optuna.Study, rdb, space: TuneSpace, objective: Device
     results = {t.number: r for t in trials if (r := trial_result(t, meta)) is not None}
     passing = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.number in results
                       and results[t.number].status == "ok"), key=lambda t: (-t.value, t.number))
-    old = study.user_attrs.get(LEADERS_ATTR)
-    if isinstance(old, dict) and old.get("retimed") and old.get("complete_trials") == len(passing):
-        return old                        # nothing new since the last re-timing (a resume of a finished study)
+    old = Confidence.from_dict(study.user_attrs.get(LEADERS_ATTR))
+    if old is not None and old.retimed and old.current(len(passing)):
+        return old.to_dict()                        # nothing new since the last re-timing (a resume of a finished study)
     if count < 2 or len(passing) < 2:
         record = not_retimed("only one candidate passed" if len(passing) == 1 else
                              "no candidate passed" if not passing else f"--leaders {count}: re-timing is off",
@@ -316,7 +315,7 @@ def _export_interrupted(rdb, name: str, out_dir: Path) -> str:
     except (StorageInternalError, SQLAlchemyError) as exc:
         return f"the export failed: {describe_failure(exc, '')}"
     found = [f"{label}: {entry['best']['gflops']:.4g} GFLOP/s ({entry['best']['kernel']})"
-             if entry["best"] and entry["best"].get("gflops") else f"{label}: no kernel passed yet"
+             if entry["best"] and entry["best"]["gflops"] else f"{label}: no kernel passed yet"
              for label, entry in best["shapes"].items()]
     return (f"the best so far ({'; '.join(found)}) and the report are in {out_dir} (best.json, best.yaml, "
             "trials.json, trials.csv, report.html)")

@@ -37,7 +37,7 @@ SCHEMA = 2             # 2: entries carry a checksum (table `entries`)
 
 
 def default_cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = os.getenv("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "xegemm" / "measurements.db"
 
 

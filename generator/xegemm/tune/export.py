@@ -35,7 +35,7 @@ from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic,
 from xegemm.reporting import write_report
 from xegemm.reporting.formats import results_csv
 from xegemm.reporting.results import problem_references, set_ratios, utc, versions
-from xegemm.library.parts import Reference, StudyInfo, TrialInfo
+from xegemm.library.parts import Confidence, Reference, StudyInfo, TrialInfo, Winner
 from xegemm.library.record import Evaluation
 from xegemm.config.shapes import Shape, is_problem_axis
 from xegemm.tune import leaders
@@ -154,7 +154,8 @@ def _leading(trial: optuna.trial.FrozenTrial, axes: list[str]) -> dict:
             "retry_of": a.retry_of, "worker": a.worker}
 
 
-def _trials_document(name: str, metas: list[StudyInfo], variants: list[Evaluation], references: list[dict]) -> dict:
+def _trials_document(name: str, metas: list[StudyInfo], variants: list[Evaluation], references: list[dict],
+                     named: list[Winner]) -> dict:
     """trials.json: the study's trials in the shape of ``run``'s results.json (what ``xegemm report`` reads)."""
     meta = metas[0] if metas else StudyInfo()
     starts = [v.finished_at for v in variants if v.finished_at]
@@ -165,6 +166,7 @@ def _trials_document(name: str, metas: list[StudyInfo], variants: list[Evaluatio
             "target": meta.target, "lowering": meta.lowering,
             "compiler_capabilities": meta.capabilities, "versions": versions(),
             "started_at": utc(min(starts)) if starts else None, "written_at": utc(time.time()),
+            "winners": [w.to_dict() for w in named],
             "variants": [v.to_row() for v in variants], "references": references}
 
 
@@ -172,7 +174,7 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
     """Write best.yaml, best.json, trials.csv and kernels/ into ``out_dir`` from the study; return best.json."""
     out = Path(out_dir)
     leading, results, best, winners, config, kernels = [], [], {}, [], None, {}
-    metas, references = [], []
+    metas, references, named = [], [], []
     for study in shape_studies(storage, name):
         meta = study_info(study)
         metas.append(meta)
@@ -208,10 +210,14 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
                              "reference": reference.to_dict() if reference else None,
                              "ratio_to_reference": r.vs_numpy}
             winners.append(_winner(meta, winner))
+            sure = Confidence.from_dict(confident) or Confidence()
+            named.append(Winner(problem={key: shape.as_dict()[key] for key in ("m", "n", "k", "batch")},
+                                kernel=r.name, trial=winner.number, retimed=retimed is not None,
+                                separated=sure.separated if retimed is not None else None))
             pv = plan_variant(space.search.variant(space.point(winner.params)))
             kernels[pv.name] = render_variant(pv, named_lowering(meta.lowering, meta.capabilities_named,
                                                                  meta.target or "pvc",
-                                                                 (meta.compiler or {}).get("name")))
+                                                                 meta.compiler_name))
         best[shape.label] = entry
     for moved in _keep_richer_export(out, len(results)):
         print(f"xegemm: note: {moved}", file=sys.stderr, flush=True)
@@ -223,7 +229,7 @@ def export(storage, name: str, out_dir: Path | str) -> dict:
                           + yaml.safe_dump(best_config(config, winners), sort_keys=False))
     for kernel, source in kernels.items():
         write_text_atomic(out / "kernels" / f"{kernel}.cl", source)
-    write_json_atomic(out / "trials.json", _trials_document(name, metas, results, references))
+    write_json_atomic(out / "trials.json", _trials_document(name, metas, results, references, named))
     write_report([out], out / "report.html")
     return result
 

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from xegemm.library.parts import Confidence
+
 LEADERS = 3             # candidates timed again before a winner is named
 MIN_ROUNDS = 2          # at least this many rounds of re-timing
 STABLE_ROUNDS = 2       # the order must be the same after this many successive rounds
@@ -141,8 +143,9 @@ def confidence(record: dict | None, complete_ok: list[int]) -> tuple[int | None,
     if not isinstance(record, dict):
         return None, not_retimed("the leaders were not timed again (an ahead-of-time study, an interrupted tune, "
                                  "or a study from before re-timing)", len(complete_ok))
-    if record.get("complete_trials") != len(complete_ok):
+    verdict = Confidence.from_dict(record)
+    if not verdict.current(len(complete_ok)):
         return None, {**record, "retimed": False, "why": "trials were added after the leaders were timed again: "
                       "the best single measurement is named; tune again to re-time"}
-    winner = record.get("winner_trial")
-    return (winner if record.get("retimed") and winner in complete_ok else None), record
+    winner = verdict.winner_trial
+    return (winner if verdict.retimed and winner in complete_ok else None), record

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xegemm.evaluate import Evaluation, Evaluator, params_of
+from xegemm.library.parts import BuildFigures
 from xegemm.aot.toolchain import compiler_version
 from xegemm.evaluate.aot import aot_evaluator
 from xegemm.evaluate.device import device_build_options
@@ -109,7 +110,7 @@ class AotObjective(_CachedObjective):
     def value(result: Evaluation) -> float:
         if result.status != "ok":
             return 0.0
-        spill = result.part("isa").get("spill_bytes", 0)
+        spill = BuildFigures.from_extra(result.extra).stat("spill_bytes")
         return -float(spill) if spill else float(result.extra["score"])
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
