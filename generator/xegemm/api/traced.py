@@ -17,8 +17,8 @@ import numpy as np
 from xegemm.api.errors import DTypeMismatchError, ShapeMismatchError
 from xegemm.api.operands import expected_dtype, is_device_array
 from xegemm.config import Config
-from xegemm.epilogues.config import function_of, graph_of
-from xegemm.epilogues.graph import RESERVED, kind_shape
+from xegemm.epilogues.config import function_of
+from xegemm.epilogues.graph import RESERVED, Graph, kind_shape
 from xegemm.epilogues.tracer import EpilogueFunction, input_kind
 from xegemm.epilogues.plan import input_param
 from xegemm.errors import XegemmError
@@ -48,9 +48,9 @@ def call_inputs(config: Config, named: dict, m: int, n: int) -> tuple:
     return tuple((name, kind, t) for name, (kind, t) in declared.items())
 
 
-def check_named(config: Config, named: dict, m: int, n: int, batch: int, batched: bool) -> None:
-    """Every input the graph reads is given, with its shape and dtype; nothing else is given."""
-    graph = graph_of(config)
+def check_named(graph: Graph, named: dict, m: int, n: int, batch: int, batched: bool) -> None:
+    """Every input the graph (the chosen kernel's plan's) reads is given, with its shape and dtype; nothing else
+    is given."""
     wanted = {i.name: i for i in graph.inputs if i.name not in ("acc", "c")}
     extra = sorted(set(named) - set(wanted))
     if extra:
@@ -74,9 +74,8 @@ def check_named(config: Config, named: dict, m: int, n: int, batch: int, batched
                                      f"{m if i.kind == 'row' else n}")
 
 
-def named_buffers(config: Config, named: dict, batch: int, m: int, n: int) -> tuple[dict, dict]:
+def named_buffers(graph: Graph, named: dict, batch: int, m: int, n: int) -> tuple[dict, dict]:
     """(host arrays by kernel parameter, scalars by kernel parameter) of a call's named inputs."""
-    graph = graph_of(config)
     arrays, scalars = {}, {}
     for name, value in named.items():
         i, param = graph.input(name), input_param(name)
@@ -89,9 +88,9 @@ def named_buffers(config: Config, named: dict, batch: int, m: int, n: int) -> tu
     return arrays, scalars
 
 
-def outputs_of(config: Config, d_shape: tuple) -> list[tuple[str, str, tuple]]:
+def outputs_of(graph: Graph, d_shape: tuple) -> list[tuple[str, str, tuple]]:
     """(kernel parameter, type, shape) of each extra output: an auxiliary matrix is shaped as D, a row reduction
     (batch, M), a column reduction (batch, N), a sum (batch,) (without the batch for an unbatched call)."""
-    graph, (*batch, m, n) = graph_of(config), d_shape
+    *batch, m, n = d_shape
     return [(f"out_{o.name}", o.type, kind_shape(graph.nodes[o.node].kind, m, n, tuple(batch)))
             for o in graph.outputs[1:]]

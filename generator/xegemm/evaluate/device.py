@@ -21,7 +21,6 @@ from xegemm.lowering import Lowering
 from xegemm.evaluate.timing import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.program import BuildError, build_source, from_device, source_unavailable, launch, make_queue, to_device
 from xegemm.errors import XegemmError
-from xegemm.epilogues.config import graph_of
 from xegemm.epilogues.plan import input_param
 from xegemm.plan.planner import plan
 from xegemm.verify.dense import check, check_fits, make_operands, poison_c, reference, reference_key
@@ -55,15 +54,16 @@ class DeviceSession:
         self._buffers = None
         self._reference = None
 
-    def buffers(self, config: Config):
-        """Device buffers and reference for the config's problem and types (rebuilt when they change)."""
+    def buffers(self, config: Config, graph=None):
+        """Device buffers and reference for the config's problem and types (rebuilt when they change); ``graph``
+        is the plan's traced epilogue (None: the fixed one)."""
         key = (config.problem, config.types, config.layout, config.epilogue, reference_key(config), config.verify.seed,
                workspace_bytes(config), config.quant, config.quant_a)
         if key != self._problem_key:
             too_big = check_fits(config, getattr(self.device, "global_mem_size", None))
             if too_big:          # refused before numpy or the device is asked for the memory
                 raise XegemmError(too_big)
-            ops = make_operands(config)
+            ops = make_operands(config, graph=graph)
             poison = poison_c(config)
             nothing = np.zeros(4, np.uint8)    # what a kernel that reads no C or bias is given instead
             self._buffers = {"ops": ops, "reference": reference(config, ops), "a": to_device(self.queue, ops.a_bytes),
@@ -84,7 +84,7 @@ class DeviceSession:
         """B as a lowering that reads it packed takes it (the coopmat lowering: VNNI, lowering.coopmat.pack_b),
         on the device, and the milliseconds the host spent packing it (once per problem and packing; the
         kernel's timing does not include it, the evaluation records it as ``extra["pack_b_ms"]``)."""
-        bufs = self.buffers(config)
+        bufs = self.buffers(config, plan.graph)
         key = ("b_packed", lowering.b_pack_factor(plan))
         if key not in bufs:
             p, t0 = config.problem, time.perf_counter()
@@ -146,7 +146,7 @@ class DeviceBuilder(Builder):
             setup = grouped_setup(self.session, config, pv.plan)
             return DeviceKernel(self.session, config, {"grouped": setup},
                                 grouped_submit(queue, call, kernels[0], setup, epilogue_scalars(config)))
-        bufs = self.session.buffers(config)
+        bufs = self.session.buffers(config, pv.plan.graph)
         buffers = device_buffers(bufs)
         if low.b_pack_factor(pv.plan):       # B as the kernel reads it: packed on the host, once per problem
             buffers["B"], evaluation.extra["pack_b_ms"] = self.session.packed_b(config, low, pv.plan)
@@ -168,7 +168,7 @@ def traced_buffers(queue, config: Config, ops) -> dict:
     """A traced epilogue's buffers (docs/epilogues.md): its named inputs' (``named``, by kernel parameter), its
     scalars' values (``named_scalars``) and its auxiliary outputs' (``aux_outputs``: parameter -> (buffer, poison,
     output name)); all empty for the fixed epilogue."""
-    graph = graph_of(config)
+    graph = ops.graph
     named, scalars, outputs = {}, {}, {}
     for name, value in ops.named.items():
         kind = graph.input(name).kind

@@ -25,7 +25,7 @@ from xegemm.epilogues.reference import reference as graph_reference, within
 from xegemm.plan.planner import k_slice
 from xegemm.quant import compute_type, dequantize, operand_spec, random_quantized
 from xegemm.plan.stream_k import tile_pieces
-from xegemm.epilogues.graph import kind_shape
+from xegemm.epilogues.graph import Graph, kind_shape
 
 GUARD_BYTES = 4096
 GUARD_BYTE = 0xA5
@@ -49,6 +49,7 @@ class Operands:
     named_bytes: dict = field(default_factory=dict)  # scalars, matrices batch x M x N) and the matrices' storage
     quant: dict | None = None             # a quantized B: {"scales", "zeros"} bytes, batch after batch (else None);
                                           # with an FP8 A also "a_scales"
+    graph: Graph | None = None            # the traced epilogue's graph the inputs were made for (None: the fixed one)
 
 
 def _values(rng, name: str, shape) -> np.ndarray:
@@ -76,8 +77,14 @@ def _storage(name: str, values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(t.encode(values).astype(f"<u{t.bits // 8}")).view(np.uint8)
 
 
-def make_operands(config: Config, seed: int | None = None) -> Operands:
-    """Seeded inputs for a config's problem, laid out as its layouts say."""
+_OF_CONFIG = object()
+
+
+def make_operands(config: Config, seed: int | None = None, graph=_OF_CONFIG) -> Operands:
+    """Seeded inputs for a config's problem, laid out as its layouts say; ``graph`` is its traced epilogue's
+    (the plan's ``graph``; by default traced from the config) and travels with them to :func:`reference`."""
+    if graph is _OF_CONFIG:
+        graph = graph_of(config)
     p, t = config.problem, config.types
     rng = np.random.default_rng(config.verify.seed if seed is None else seed)
     a_spec = operand_spec(config, "a")
@@ -94,7 +101,7 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
     else:
         b = _values(rng, t.b, (p.batch, p.k, p.n))
         b_bytes = _storage(t.b, b if config.layout.b == "row" else np.swapaxes(b, 1, 2))
-    spec, graph = EpilogueSpec.of(config), graph_of(config)
+    spec = EpilogueSpec.of(config)
     c_in = _values(rng, t.c, (p.batch, p.m, p.n)) if (graph.reads("c") if graph else spec.reads_c) else None
     bias = None
     if spec.bias != "none":
@@ -108,7 +115,7 @@ def make_operands(config: Config, seed: int | None = None) -> Operands:
                     ldc=p.n * dtype(t.c).bits // 8, c_in=c_in,
                     c_in_bytes=None if c_in is None else _storage(t.c, c_in), bias=bias, quant=quant, named=named,
                     named_bytes={name: _storage(graph.input(name).type, v) for name, v in named.items()
-                                 if graph.input(name).kind == "matrix"})
+                                 if graph.input(name).kind == "matrix"}, graph=graph)
 
 
 def _quantized(config: Config, spec, rng, operand: str) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -142,7 +149,7 @@ def reference(config: Config, ops: Operands) -> Reference:
     (:func:`xegemm.epilogues.fixed.reference_bounds`: the same operations in float64, with the tolerance carried
     through them, then the output type's conversion of each end of the interval)."""
     acc, tol = accumulator_reference(config, ops)
-    graph = graph_of(config)
+    graph = ops.graph
     if graph is not None:     # a traced epilogue: its graph in float64 with the tolerance of each op
         bounds = graph_reference(graph, acc, tol, {"c": ops.c_in, **ops.named})
         d = bounds["d"]

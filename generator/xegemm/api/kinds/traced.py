@@ -59,16 +59,17 @@ class TracedCall(CallKind):
             check_memory(choice, gemm.info, gemm.sycl_device, False)
             gemm.choices[key] = choice
         config, t, s = choice.config, choice.config.types, choice.sizes
-        traced.check_named(config, named, m, n, batch, batched)
+        graph = choice.call.plan.graph
+        traced.check_named(graph, named, m, n, batch, batched)
         d_shape = (batch, m, n) if batched else (m, n)
-        reads_c = choice.call.plan.graph.reads("c")
+        reads_c = graph.reads("c")
         if reads_c:
             if c is None:
                 raise ShapeMismatchError(f"the epilogue reads c: pass c ({shape_text(d_shape)} of {t.c})")
             check_output_like("c", c, d_shape, t.c)
-        arrays, values = traced.named_buffers(config, named, batch, m, n)
+        arrays, values = traced.named_buffers(graph, named, batch, m, n)
         q, nothing = gemm.queue, np.zeros(4, np.uint8)
-        outputs = traced.outputs_of(config, d_shape)
+        outputs = traced.outputs_of(graph, d_shape)
         bufs = {"A": to_device(q, host_bytes(opa, choice.layout_a, t.a)),
                 "B": to_device(q, host_bytes(opb, choice.layout_b, t.b)),
                 "D": to_device(q, np.zeros(max(4, s["stride_c"] * batch), np.uint8)),
