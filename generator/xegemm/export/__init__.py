@@ -30,7 +30,9 @@ import numpy as np
 from xegemm.aot.build import compile_kernel, compose_options
 from xegemm.aot.toolchain import compiler_record
 from xegemm.config.sources import load_source
-from xegemm.kernel.arguments import KernelCall
+from xegemm.api.dispatch import RULES as DISPATCH_RULES
+from xegemm.export.dispatch import dispatch_entries
+from xegemm.kernel.arguments import BUFFERS, SCALARS, KernelCall
 from xegemm.config import expand
 from xegemm.library.dtypes import dtype
 from xegemm.epilogues.fixed import EpilogueSpec
@@ -63,6 +65,26 @@ class Exported:
     isa: dict | None
     example: str | None        # why example.c leaves it out, or None when it runs it
     compiler: dict | None = None   # the compiler that built the binary (xegemm.jobs.pipeline.compiler_record)
+    short: str = ""                # the C name of its kernels and launchers; the plan's name is the key
+
+    def kernel_name(self, entry: str) -> str:
+        """The exported name of one of the plan's entries (the GEMM kernel, its ``_reduce``, its reductions)."""
+        return entry.replace(self.call.plan.name, self.short, 1)
+
+
+CORE_BUFFERS = ("A", "B", "D", "C", "bias", "workspace")    # every launcher's buffers, in this order
+# the kernel's parameter names of D's pitch and batch stride, as the launchers and the manifest name them
+ARGUMENT_NAMES = {"ldc": "ldd", "stride_c": "stride_d"}
+
+
+def short_name(index: int, config) -> str:
+    """A C name for the ``index``-th kernel: its index, types, layouts and work-group tile (the full key, the plan's
+    name, is in manifest.json and beside each launcher)."""
+    t, lay = config.types, config.layout
+    bm, bn, bk = config.tile.workgroup
+    tile = config.tile
+    walk = f"_split{tile.split_k}" if tile.split_k > 1 else f"_streamk{tile.stream_k}" if tile.stream_k else ""
+    return f"xegemm_k{index}_{t.a}_{t.b}_{t.c}_{lay.a[0]}{lay.b[0]}_{bm}x{bn}x{bk}{walk}"
 
 
 def _rules(config, target: str) -> list[str]:
@@ -84,8 +106,11 @@ GROUPED_NOT_EXPORTED = ("a grouped or MoE kernel: its C launcher (the problem ta
                         "exported; call it from Python (Gemm.grouped, Gemm.moe; docs/grouped.md)")
 
 
-def _example_skip(config) -> str | None:
+def _example_skip(config, plan=None) -> str | None:
     t = config.types
+    if plan is not None and plan.graph is not None:
+        return ("a traced epilogue: example.c's reference does not evaluate its graph (tests/test_export.py runs "
+                "its launcher and checks D and its outputs against xegemm's reference)")
     if config.quant.format != "none" or config.quant_a.format != "none":
         return "example.c's reference does not dequantize a quantized operand (the call API's tests verify it)"
     if t.a not in EXAMPLE_TYPES or t.b not in EXAMPLE_TYPES:
@@ -105,8 +130,9 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None, compile
         raise XegemmError(f"unknown export target {unknown[0]!r}: choose from {', '.join(TARGETS)}")
     if out.exists() and any(out.iterdir()):
         raise XegemmError(f"{out} exists and is not empty: export into a new directory")
-    config, _, label = load_source(source)
+    config, best, label = load_source(source)
     exported: list[Exported] = []
+    shorts: dict[str, str] = {}       # plan name -> its C name, one per kernel whatever the target
     skipped: list[dict] = []
     gpus = [t for t in targets if t != "cpu"]
     builders = {t: AotBuilder(t, out / t, compiler=compiler) for t in gpus}   # unbuildable target: one line, now
@@ -137,20 +163,32 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None, compile
             if why:
                 skipped.append({"target": target, "variant": pv.plan.name, "reason": why})
                 continue
+            short = shorts.setdefault(pv.plan.name, short_name(len(shorts), pv.config))
             exported.append(_write_kernel(out, target, pv, text, progress, admit.compiler if admit else None,
-                                          compilers.get(target)))
+                                          compilers.get(target), short))
     if not exported:
         raise XegemmError(f"{label}: no kernel could be exported for {', '.join(targets)}: "
                           + "; ".join(f"{s['variant']} ({s['target']}): {s['reason']}" for s in skipped[:3]))
-    manifest = _manifest(label, exported, skipped)
+    launchers = _unique_launchers(exported)
+    index = {e.call.plan.name: i for i, e in enumerate(launchers)}
+    plain = {e.call.plan.name for e in launchers if _plain(e)}
+    table, not_dispatched = dispatch_entries(config, best, named_lowering("portable"), index, plain)
+    manifest = _manifest(label, exported, skipped, not_dispatched)
     write_json_atomic(out / "manifest.json", manifest)
     env = environment()
     cpu = [e for e in exported if e.target == "cpu"]
-    context = {"kernels": [_c_kernel(e) for e in _unique_launchers(exported)], "runnable": [
-        _c_kernel(e) for e in cpu if e.example is None], "left_out": [(e.call.plan.name, e.example) for e in cpu
-                                                                      if e.example is not None],
-        "values": VALUES.tolist(), "f16_bits": VALUES.astype(np.float16).view(np.uint16).tolist(),
-        "u32": 2.0 ** -24}
+    kernels = [_c_kernel(e, i, [x for x in exported if x.call.plan.name == e.call.plan.name])
+               for i, e in enumerate(launchers)]
+    by_name = {k["key"]: k for k in kernels}
+    context = {"kernels": kernels, "runnable": [by_name[e.call.plan.name] for e in cpu if e.example is None],
+               "left_out": [(e.short, e.example) for e in cpu if e.example is not None],
+               "dispatch": [entry.c_row() for entry in table], "not_dispatched": not_dispatched,
+               "max_launches": max(len(k["launches"]) for k in kernels),
+               "program_count": sum(len(k["programs"]) for k in kernels),
+               "max_buffers": len(CORE_BUFFERS) + max(len(k["extra_buffers"]) for k in kernels),
+               "max_scalars": max(1, max(len(k["extra_scalars"]) for k in kernels)),
+               "values": VALUES.tolist(), "f16_bits": VALUES.astype(np.float16).view(np.uint16).tolist(),
+               "u32": 2.0 ** -24}
     write_text_atomic(out / "xegemm_kernels.h", env.get_template("export/xegemm_kernels.h.j2").render(**context))
     write_text_atomic(out / "example.c", env.get_template("export/example.c.j2").render(**context))
     write_text_atomic(out / "Makefile", env.get_template("export/Makefile.j2").render(**context))
@@ -158,9 +196,11 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None, compile
 
 
 def _write_kernel(out: Path, target: str, pv, text: str, progress, compiler: str | None = None,
-                  record: dict | None = None) -> Exported:
+                  record: dict | None = None, short: str = "") -> Exported:
     plan = pv.plan
-    name = plan.name
+    name = short
+    # the entries take the short name (the plan's name is a prefix of every entry's); the key stays in a comment
+    text = f"/* xegemm kernel {short}: {plan.name} */\n" + text.replace(plan.name, short)
     source_file = f"{target}/{name}.cl"
     write_text_atomic(out / source_file, text)
     options = BUILD_OPTIONS if target == "cpu" else compose_options(pv.config.target.grf)
@@ -178,36 +218,47 @@ def _write_kernel(out: Path, target: str, pv, text: str, progress, compiler: str
         isa = build.stats.to_dict() if build.stats else None
         shutil.rmtree(out / target / f".{name}.build", ignore_errors=True)
     return Exported(target, KernelCall.of(plan), source_file, binary_file, options, isa,
-                    _example_skip(pv.config) if target == "cpu" else "not a cpu kernel", record)
+                    _example_skip(pv.config, plan) if target == "cpu" else "not a cpu kernel", record, short)
 
 
-def _manifest(label: str, exported: list[Exported], skipped: list[dict]) -> dict:
+def _argument(a, name_of) -> dict:
+    """One argument in manifest.json: ``name`` says what it is (the value it takes: D, not the kernel's ``C``),
+    ``parameter`` is the kernel's own name of it."""
+    d = a.as_dict()
+    d["parameter"] = d["name"]
+    d["name"] = ARGUMENT_NAMES.get(a.value, a.value)
+    return d
+
+
+def _manifest(label: str, exported: list[Exported], skipped: list[dict], not_dispatched: list[str]) -> dict:
     kernels = []
     for e in exported:
         plan, call = e.call.plan, e.call
         config = plan.config
         kernels.append({
-            "name": plan.name, "target": e.target, "source": e.source_file, "binary": e.binary_file,
-            "launcher": f"xegemm_{_c_name(plan.name)}_launch",
+            "name": e.short, "key": plan.name, "target": e.target, "source": e.source_file, "binary": e.binary_file,
+            "launcher": f"{e.short}_launch",
+            "launchers": {"compact": f"{e.short}_launch", "strided": f"{e.short}_launch_strided",
+                          "usm": f"{e.short}_launch_usm"},
             "types": {"a": config.types.a, "b": config.types.b, "acc": config.types.acc, "c": config.types.c},
             "layout": {"a": config.layout.a, "b": config.layout.b, "c": config.layout.c},
             "epilogue": {"alpha": config.epilogue.alpha, "beta": config.epilogue.beta, "bias": config.epilogue.bias,
-                         "activation": config.epilogue.activation, "clamp": list(config.epilogue.clamp)},
+                         "activation": config.epilogue.activation, "clamp": list(config.epilogue.clamp)}
+            if plan.graph is None else {"traced": plan.graph.describe()},
             "sub_group_size": config.tile.subgroup_size,
             "formulas": [{"name": n, "value": v} for n, v in call.formulas],
             "workspace_bytes": call.workspace,
-            "entries": [{"kernel": launch.kernel, "arguments": [a.as_dict() for a in launch.arguments],
+            "entries": [{"kernel": e.kernel_name(launch.kernel), "arguments": [_argument(a, ARGUMENT_NAMES)
+                                                                                 for a in launch.arguments],
                          "global_size": list(launch.global_size), "local_size": list(launch.local_size)}
                         for launch in call.launches],
             "rules": _rules(config, e.target), "build_options": e.options, "isa": e.isa,
             **({"compiler": e.compiler} if e.compiler else {}),
             "example": "runs" if e.example is None else f"left out: {e.example}"})
     return {"source": label, "formulas_are": "C integer arithmetic over M, N, K, batch (xegemm.library.formula)",
-            "kernels": kernels, "skipped": skipped}
-
-
-def _c_name(name: str) -> str:
-    return name.replace("-", "_")
+            "kernels": kernels, "skipped": skipped,
+            "dispatch": {"function": "xegemm_dispatch", "rules": [r.name for r in DISPATCH_RULES],
+                         "left_out": not_dispatched}}
 
 
 def _unique_launchers(exported: list[Exported]) -> list[Exported]:
@@ -220,19 +271,46 @@ def _unique_launchers(exported: list[Exported]) -> list[Exported]:
     return out
 
 
-def _c_kernel(e: Exported) -> dict:
-    """What the C templates print for one kernel."""
+def _extras(call: KernelCall) -> tuple[list, list]:
+    """The buffers and float scalars a kernel takes beyond every launcher's (a quantized B's scales and zeros, an
+    FP8 A's scales, a traced epilogue's inputs and outputs), in the order the launches first use them."""
+    buffers, scalars = [], []
+    for launch in call.launches:
+        for a in launch.arguments:
+            if a.is_buffer and a.value not in CORE_BUFFERS and a.value not in [b for b, _ in buffers]:
+                buffers.append((a.value, a.meaning))
+            elif a.ctype == "float" and a.value not in SCALARS and a.value not in [x for x, _ in scalars]:
+                scalars.append((a.value, a.meaning))
+    return buffers, scalars
+
+
+def _plain(e: Exported) -> bool:
+    """A kernel whose launcher takes every launcher's operands only (what the dispatch can run)."""
+    buffers, scalars = _extras(e.call)
+    return not buffers and not scalars
+
+
+def _c_kernel(e: Exported, index: int, programs: list[Exported]) -> dict:
+    """What the C templates print for one kernel (``programs``: its exported files, one per target)."""
     plan, call = e.call.plan, e.call
     config = plan.config
     t = config.types
     spec = EpilogueSpec.of(config)
     act = ACTIVATIONS[spec.activation]
-    return {"name": plan.name, "c": _c_name(plan.name), "source": e.source_file, "options": e.options,
+    buffers, scalars = _extras(call)
+    assert all(b in BUFFERS or b.startswith(("in_", "out_")) for b, _ in buffers), buffers
+    return {"name": e.short, "c": e.short, "key": plan.name, "index": index, "source": e.source_file,
+            "options": e.options,
+            "programs": [{"target": p.target, "source": p.source_file, "binary": p.binary_file, "options": p.options}
+                         for p in programs],
+            "cpu": next(({"source": p.source_file, "options": p.options} for p in programs if p.target == "cpu"), None),
             "formulas": call.formulas, "workspace": call.workspace,
-            "launches": [{"kernel": launch.kernel, "arguments": launch.arguments, "global": launch.global_size,
-                          "local": launch.local_size} for launch in call.launches],
+            "launches": [{"kernel": e.kernel_name(launch.kernel), "arguments": launch.arguments,
+                          "global": launch.global_size, "local": launch.local_size} for launch in call.launches],
+            "extra_buffers": buffers, "extra_scalars": scalars, "plain": not buffers and not scalars,
             "a": dtype(t.a), "b": dtype(t.b), "acc": dtype(t.acc), "c_type": dtype(t.c),
             "layout_a": config.layout.a, "layout_b": config.layout.b,
+            "epilogue": plan.graph.describe() if plan.graph is not None else spec.describe(),
             "alpha": spec.alpha, "beta": spec.beta, "bias": spec.bias, "activation": spec.activation,
             "clamp": spec.clamp, "lipschitz": act.lipschitz, "act_error": act.error_units,
             "exact": spec.exact_integer, "quantized": plan.quant is not None,
