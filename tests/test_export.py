@@ -49,6 +49,19 @@ types: {a: bf16, b: bf16, acc: f32, c: bf16}
 tile: {workgroup: [32, 32, 32], subgroups: [1, 2]}
 epilogue: {function: "epilogue_examples:bias_gelu", inputs: {bias: row}, outputs: {pre: f32}}
 """
+GROUPED = """name: groups
+problem: {groups: [37x48x64, 0x32x32, 20x64x32]}
+types: {a: bf16, b: bf16, acc: f32, c: bf16}
+tile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 16}
+epilogue: {beta: 1.0, bias: col, activation: relu}
+sweep: {tile.walk: [static, dynamic]}
+"""
+MOE = """name: experts
+problem: {m: 50, n: 32, k: 64}
+moe: {experts: 3, rows: [10, 0, 40]}
+types: {a: f16, b: f16, acc: f32, c: f32}
+tile: {workgroup: [16, 32, 32], subgroups: [1, 2], subgroup_size: 16}
+"""
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
@@ -185,6 +198,28 @@ def test_a_wrong_kernel_fails_the_example(exported, tmp_path):
     # the broken kernel's strided and USM calls are not made; the other kernel passes all three
     assert done.returncode != 0 and "FAILED xegemm_k0_" in done.stdout, done.stdout
     assert re.search(r"\n[23] passed, 1 failed\n", done.stdout), done.stdout
+
+
+@pytest.mark.device
+@NEEDS_CC
+def test_grouped_and_moe_kernels_build_their_table_in_c_and_pass_group_by_group(tmp_path):
+    for name, text in (("groups", GROUPED), ("experts", MOE)):
+        (tmp_path / f"{name}.yaml").write_text(text)
+        _export_cli(tmp_path / f"{name}.yaml", tmp_path / name)
+    done = _make(tmp_path / "groups", "run", env=_runtime_env())
+    assert done.returncode == 0 and "2 passed, 0 failed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "passed grouped xegemm_k0_bf16_bf16_bf16_rr_32x32x32_grouped_static (3 groups, 6 tiles" in done.stdout
+    assert "passed grouped xegemm_k1_bf16_bf16_bf16_rr_32x32x32_grouped_dynamic" in done.stdout
+    moe = _make(tmp_path / "experts", "run", env=_runtime_env())
+    assert moe.returncode == 0 and "passed grouped xegemm_k0_f16_f16_f32_rr_16x32x32_moe_static (3 groups" \
+        in moe.stdout and "1 passed, 0 failed" in moe.stdout, moe.stdout[-2000:] + moe.stderr[-2000:]
+    # a wrong table fails: every group's first tile at 0 (the scheduler then walks the first group only)
+    header = tmp_path / "groups" / "xegemm_kernels.h"
+    text = header.read_text()
+    assert text.count("= begin;") == 2
+    header.write_text(text.replace("= begin;", "= 0;"))
+    broken = _make(tmp_path / "groups", "run", env=_runtime_env())
+    assert broken.returncode != 0 and "0 passed, 2 failed" in broken.stdout, broken.stdout
 
 
 def _tune_directory(folder: Path) -> tuple[Shape, Shape]:

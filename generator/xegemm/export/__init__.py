@@ -32,7 +32,12 @@ from xegemm.aot.toolchain import compiler_record
 from xegemm.config.sources import load_source
 from xegemm.api.dispatch import RULES as DISPATCH_RULES
 from xegemm.export.dispatch import dispatch_entries
+from xegemm.grouped.problem import from_config as grouped_problem
+from xegemm.grouped.table import FIELD
+from xegemm.grouped.table import FIELDS as TABLE_FIELDS
 from xegemm.kernel.arguments import BUFFERS, SCALARS, KernelCall
+from xegemm.kernel.grouped_launch import grouped_launch
+from xegemm.library.targets import HW_THREADS
 from xegemm.config import expand
 from xegemm.library.dtypes import dtype
 from xegemm.epilogues.fixed import EpilogueSpec
@@ -72,6 +77,11 @@ class Exported:
         return entry.replace(self.call.plan.name, self.short, 1)
 
 
+# each field of a grouped launch's problem table (xegemm.grouped.table.FIELDS) as the C helper fills it for group g
+TABLE_EXPRESSIONS = {"m": "m[g]", "n": "n[g]", "k": "k[g]", "tiles_m": "tiles_m", "tiles_n": "tiles_n",
+                     "tile_begin": "begin", "a_offset": "a_offset[g]", "b_offset": "b_offset[g]",
+                     "c_offset": "d_offset[g]", "lda": "lda[g]", "ldb": "ldb[g]", "ldc": "ldd[g]",
+                     "bias_offset": "bias_offset ? bias_offset[g] : 0"}
 CORE_BUFFERS = ("A", "B", "D", "C", "bias", "workspace")    # every launcher's buffers, in this order
 # the kernel's parameter names of D's pitch and batch stride, as the launchers and the manifest name them
 ARGUMENT_NAMES = {"ldc": "ldd", "stride_c": "stride_d"}
@@ -84,6 +94,8 @@ def short_name(index: int, config) -> str:
     bm, bn, bk = config.tile.workgroup
     tile = config.tile
     walk = f"_split{tile.split_k}" if tile.split_k > 1 else f"_streamk{tile.stream_k}" if tile.stream_k else ""
+    if config.problem.groups or config.moe.experts:
+        walk = f"_{'moe' if config.moe.experts else 'grouped'}_{tile.walk}"
     return f"xegemm_k{index}_{t.a}_{t.b}_{t.c}_{lay.a[0]}{lay.b[0]}_{bm}x{bn}x{bk}{walk}"
 
 
@@ -102,12 +114,10 @@ def _rules(config, target: str) -> list[str]:
     return rules
 
 
-GROUPED_NOT_EXPORTED = ("a grouped or MoE kernel: its C launcher (the problem table, the persistent grid) is not "
-                        "exported; call it from Python (Gemm.grouped, Gemm.moe; docs/grouped.md)")
-
-
 def _example_skip(config, plan=None) -> str | None:
     t = config.types
+    if plan is not None and plan.grouped and plan.quant is not None:
+        return "a grouped kernel of quantized experts: example.c's reference does not dequantize them"
     if plan is not None and plan.graph is not None:
         return ("a traced epilogue: example.c's reference does not evaluate its graph (tests/test_export.py runs "
                 "its launcher and checks D and its outputs against xegemm's reference)")
@@ -152,9 +162,6 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None, compile
             if pv.plan.name in seen:
                 continue
             seen.add(pv.plan.name)
-            if pv.plan.grouped:
-                skipped.append({"target": target, "variant": pv.plan.name, "reason": GROUPED_NOT_EXPORTED})
-                continue
             why = admit.admit(pv) if admit else None
             try:
                 text = why or render_variant(pv, lowering)
@@ -180,11 +187,15 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None, compile
     kernels = [_c_kernel(e, i, [x for x in exported if x.call.plan.name == e.call.plan.name])
                for i, e in enumerate(launchers)]
     by_name = {k["key"]: k for k in kernels}
-    context = {"kernels": kernels, "runnable": [by_name[e.call.plan.name] for e in cpu if e.example is None],
+    context = {"kernels": kernels, "runnable": [by_name[e.call.plan.name] for e in cpu if e.example is None
+                                                and not e.call.plan.grouped],
+               "runnable_grouped": [by_name[e.call.plan.name] for e in cpu if e.example is None
+                                    and e.call.plan.grouped],
                "left_out": [(e.short, e.example) for e in cpu if e.example is not None],
                "dispatch": [entry.c_row() for entry in table], "not_dispatched": not_dispatched,
                "max_launches": max(len(k["launches"]) for k in kernels),
                "program_count": sum(len(k["programs"]) for k in kernels),
+               "table_fields": TABLE_FIELDS, "field_expr": TABLE_EXPRESSIONS,
                "max_buffers": len(CORE_BUFFERS) + max(len(k["extra_buffers"]) for k in kernels),
                "max_scalars": max(1, max(len(k["extra_scalars"]) for k in kernels)),
                "values": VALUES.tolist(), "f16_bits": VALUES.astype(np.float16).view(np.uint16).tolist(),
@@ -285,9 +296,9 @@ def _extras(call: KernelCall) -> tuple[list, list]:
 
 
 def _plain(e: Exported) -> bool:
-    """A kernel whose launcher takes every launcher's operands only (what the dispatch can run)."""
+    """A single GEMM's kernel whose launcher takes every launcher's operands only (what the dispatch can run)."""
     buffers, scalars = _extras(e.call)
-    return not buffers and not scalars
+    return not buffers and not scalars and not e.call.plan.grouped
 
 
 def _c_kernel(e: Exported, index: int, programs: list[Exported]) -> dict:
@@ -299,7 +310,10 @@ def _c_kernel(e: Exported, index: int, programs: list[Exported]) -> dict:
     act = ACTIVATIONS[spec.activation]
     buffers, scalars = _extras(call)
     assert all(b in BUFFERS or b.startswith(("in_", "out_")) for b, _ in buffers), buffers
-    return {"name": e.short, "c": e.short, "key": plan.name, "index": index, "source": e.source_file,
+    if plan.grouped:
+        buffers = [(b, m) for b, m in buffers if b not in ("table", "tile_counter")]
+    return {"grouped": _grouped(plan) if plan.grouped else None,
+            "plain": not buffers and not scalars and not plan.grouped, "name": e.short, "c": e.short, "key": plan.name, "index": index, "source": e.source_file,
             "options": e.options,
             "programs": [{"target": p.target, "source": p.source_file, "binary": p.binary_file, "options": p.options}
                          for p in programs],
@@ -307,7 +321,7 @@ def _c_kernel(e: Exported, index: int, programs: list[Exported]) -> dict:
             "formulas": call.formulas, "workspace": call.workspace,
             "launches": [{"kernel": e.kernel_name(launch.kernel), "arguments": launch.arguments,
                           "global": launch.global_size, "local": launch.local_size} for launch in call.launches],
-            "extra_buffers": buffers, "extra_scalars": scalars, "plain": not buffers and not scalars,
+            "extra_buffers": buffers, "extra_scalars": scalars,
             "a": dtype(t.a), "b": dtype(t.b), "acc": dtype(t.acc), "c_type": dtype(t.c),
             "layout_a": config.layout.a, "layout_b": config.layout.b,
             "epilogue": plan.graph.describe() if plan.graph is not None else spec.describe(),
@@ -318,3 +332,22 @@ def _c_kernel(e: Exported, index: int, programs: list[Exported]) -> dict:
             "problem": (config.problem.m, config.problem.n, config.problem.k, config.problem.batch),
             "splits": config.tile.split_k + (2 * math.ceil(config.problem.k / config.tile.workgroup[2])
                                              if config.tile.stream_k else 0)}
+
+
+def _grouped(plan) -> dict:
+    """What the C templates print for a grouped or MoE kernel: the tile (the table's tile counts), the persistent
+    grid's rule (:func:`xegemm.kernel.grouped_launch.persistent_workgroups`) and, for example.c, the config's own
+    problem laid out as the call API lays it out (:func:`xegemm.kernel.grouped_launch.grouped_launch`)."""
+    config = plan.config
+    sgm, sgn = config.tile.subgroups
+    problem = grouped_problem(config)
+    layout = grouped_launch(plan, problem, 1)
+    table = layout.table
+    return {"bm": config.tile.workgroup[0], "bn": config.tile.workgroup[1], "fixed": config.tile.persistent,
+            "per_unit_gpu": HW_THREADS.get(config.target.grf, 4) / (sgm * sgn), "walk": config.tile.walk,
+            "experts": problem.experts,
+            "groups": [[int(table[g, FIELD[f]]) for f in ("m", "n", "k", "a_offset", "b_offset", "c_offset", "lda",
+                                                          "ldb", "ldc", "bias_offset")]
+                       for g in range(len(problem.groups))],
+            "nbytes": [max(4, layout.nbytes[x]) for x in ("A", "B", "D")],
+            "bias_floats": max(1, layout.nbytes["bias"] // 4)}
