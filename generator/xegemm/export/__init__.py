@@ -46,13 +46,17 @@ from xegemm.errors import XegemmError
 from xegemm.evaluate import plan_variant, render_variant
 from xegemm.evaluate.aot import AotBuilder
 from xegemm.library.build_flags import STANDARD as BUILD_OPTIONS
-from xegemm.lowering import named_lowering
+from xegemm.lowering import Lowering, named_lowering
 from xegemm.library.targets import AOT_TARGETS
 from xegemm.plan.planner import BLOCK2D_SUB_GROUP
 from xegemm.kernel.render import environment
-from xegemm.files import write_json_atomic, write_text_atomic
+from xegemm.files import read_text, write_bytes_atomic, write_json_atomic, write_text_atomic
+from xegemm.runtime.spirv import AMX_TARGET, assemble
 
-TARGETS = ("cpu", *AOT_TARGETS)   # cpu, and every GPU of the target registry (each built by a compiler that knows it)
+# cpu (portable OpenCL C), coopmat (the coopmat lowering's SPIR-V module, loaded with clCreateProgramWithIL), and
+# every GPU of the target registry (each built by a compiler that knows it)
+TARGETS = ("cpu", "coopmat", *AOT_TARGETS)
+HOST_TARGETS = ("cpu", "coopmat")      # what example.c runs on the OpenCL CPU runtime
 EXAMPLE_TYPES = {"f16", "bf16", "tf32", "f32", "s8", "u8", "s4", "u4"}     # inputs example.c generates
 EXAMPLE_ACCUMULATORS = {"f32", "s32"}
 VALUES = np.arange(-8, 9) / 8      # example.c's float inputs: k/8, exact in every input type
@@ -71,6 +75,11 @@ class Exported:
     example: str | None        # why example.c leaves it out, or None when it runs it
     compiler: dict | None = None   # the compiler that built the binary (xegemm.jobs.pipeline.compiler_record)
     short: str = ""                # the C name of its kernels and launchers; the plan's name is the key
+
+    @property
+    def key(self) -> str:
+        """What makes one launcher: the plan's name, and for the coopmat module its own (B is VNNI-packed)."""
+        return self.call.plan.name + ("@coopmat" if self.target == "coopmat" else "")
 
     def kernel_name(self, entry: str) -> str:
         """The exported name of one of the plan's entries (the GEMM kernel, its ``_reduce``, its reductions)."""
@@ -104,6 +113,11 @@ def _rules(config, target: str) -> list[str]:
     rules = ["operands are compact: pitch = the row's width (lda, ldb, ldc are formulas of M, N, K), batch after "
              "batch; 4-bit elements two per byte, lower index in the low nibble, odd rows padded",
              "D and C are row-major; A and B as the kernel's layouts say"]
+    if target == "coopmat":
+        return rules[:1] + ["A row-major; B VNNI-packed (manifest argument B: per batch [ceil(K/v)][N*v] elements, "
+                            "ldb still the bytes of a row of B as a K x N matrix); D and C row-major in the "
+                            "accumulator type", "the Intel OpenCL CPU runtime runs it only with an AMX target: "
+                            "CL_CONFIG_CPU_TARGET_ARCH=" + AMX_TARGET + " (docs/lowerings.md)"]
     if target == "cpu":
         return rules
     if config.tile.subgroup_size == BLOCK2D_SUB_GROUP:
@@ -144,13 +158,13 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None, compile
     exported: list[Exported] = []
     shorts: dict[str, str] = {}       # plan name -> its C name, one per kernel whatever the target
     skipped: list[dict] = []
-    gpus = [t for t in targets if t != "cpu"]
+    gpus = [t for t in targets if t not in HOST_TARGETS]
     builders = {t: AotBuilder(t, out / t, compiler=compiler) for t in gpus}   # unbuildable target: one line, now
     compilers = {t: compiler_record(t, compiler) for t in gpus}
     for target in targets:
         admit = builders.get(target)
-        lowering = named_lowering("portable") if target == "cpu" else named_lowering("native", None, target,
-                                                                                     admit.compiler)
+        lowering = (named_lowering("portable") if target == "cpu" else named_lowering("coopmat")
+                    if target == "coopmat" else named_lowering("native", None, target, admit.compiler))
         seen = set()
         for variant in expand(config):
             if variant.rejected:
@@ -170,26 +184,27 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None, compile
             if why:
                 skipped.append({"target": target, "variant": pv.plan.name, "reason": why})
                 continue
-            short = shorts.setdefault(pv.plan.name, short_name(len(shorts), pv.config))
+            key = pv.plan.name + ("@coopmat" if target == "coopmat" else "")
+            short = shorts.setdefault(key, short_name(len(shorts), pv.config) + ("_coopmat" if target == "coopmat"
+                                                                               else ""))
             exported.append(_write_kernel(out, target, pv, text, progress, admit.compiler if admit else None,
                                           compilers.get(target), short))
     if not exported:
         raise XegemmError(f"{label}: no kernel could be exported for {', '.join(targets)}: "
                           + "; ".join(f"{s['variant']} ({s['target']}): {s['reason']}" for s in skipped[:3]))
     launchers = _unique_launchers(exported)
-    index = {e.call.plan.name: i for i, e in enumerate(launchers)}
-    plain = {e.call.plan.name for e in launchers if _plain(e)}
+    index = {e.call.plan.name: i for i, e in enumerate(launchers) if e.target != "coopmat"}
+    plain = {e.call.plan.name for e in launchers if _plain(e) and e.target != "coopmat"}
     table, not_dispatched = dispatch_entries(config, best, named_lowering("portable"), index, plain)
     manifest = _manifest(label, exported, skipped, not_dispatched)
     write_json_atomic(out / "manifest.json", manifest)
     env = environment()
-    cpu = [e for e in exported if e.target == "cpu"]
-    kernels = [_c_kernel(e, i, [x for x in exported if x.call.plan.name == e.call.plan.name])
-               for i, e in enumerate(launchers)]
-    by_name = {k["key"]: k for k in kernels}
-    context = {"kernels": kernels, "runnable": [by_name[e.call.plan.name] for e in cpu if e.example is None
+    cpu = [e for e in exported if e.target in HOST_TARGETS]
+    kernels = [_c_kernel(e, i, [x for x in exported if x.key == e.key]) for i, e in enumerate(launchers)]
+    by_name = {e.key: k for e, k in zip(launchers, kernels)}
+    context = {"kernels": kernels, "runnable": [by_name[e.key] for e in cpu if e.example is None
                                                 and not e.call.plan.grouped],
-               "runnable_grouped": [by_name[e.call.plan.name] for e in cpu if e.example is None
+               "runnable_grouped": [by_name[e.key] for e in cpu if e.example is None
                                     and e.call.plan.grouped],
                "left_out": [(e.short, e.example) for e in cpu if e.example is not None],
                "dispatch": [entry.c_row() for entry in table], "not_dispatched": not_dispatched,
@@ -198,6 +213,7 @@ def export(source, out_dir: Path | str, targets=("cpu",), progress=None, compile
                "table_fields": TABLE_FIELDS, "field_expr": TABLE_EXPRESSIONS,
                "max_buffers": len(CORE_BUFFERS) + max(len(k["extra_buffers"]) for k in kernels),
                "max_scalars": max(1, max(len(k["extra_scalars"]) for k in kernels)),
+               "amx_target": AMX_TARGET, "amx_needed": any(e.target == "coopmat" for e in exported),
                "values": VALUES.tolist(), "f16_bits": VALUES.astype(np.float16).view(np.uint16).tolist(),
                "u32": 2.0 ** -24}
     write_text_atomic(out / "xegemm_kernels.h", env.get_template("export/xegemm_kernels.h.j2").render(**context))
@@ -212,6 +228,13 @@ def _write_kernel(out: Path, target: str, pv, text: str, progress, compiler: str
     name = short
     # the entries take the short name (the plan's name is a prefix of every entry's); the key stays in a comment
     text = f"/* xegemm kernel {short}: {plan.name} */\n" + text.replace(plan.name, short)
+    if target == "coopmat":     # SPIR-V assembly, and the module a host loads (clCreateProgramWithIL)
+        source_file, binary_file = f"{target}/{name}.spvasm", f"{target}/{name}.spv"
+        write_text_atomic(out / source_file, text.replace(f"/* xegemm kernel {short}: {plan.name} */\n",
+                                                          f"; xegemm kernel {short}: {plan.name}\n"))
+        write_bytes_atomic(out / binary_file, assemble(read_text(out / source_file, 1 << 24, "SPIR-V assembly")))
+        return Exported(target, KernelCall.of(plan), source_file, binary_file, "", None,
+                        _example_skip(pv.config, plan), record, short)
     source_file = f"{target}/{name}.cl"
     write_text_atomic(out / source_file, text)
     options = BUILD_OPTIONS if target == "cpu" else compose_options(pv.config.target.grf)
@@ -276,8 +299,8 @@ def _unique_launchers(exported: list[Exported]) -> list[Exported]:
     """One launcher per kernel name (the same arguments on every target)."""
     seen, out = set(), []
     for e in exported:
-        if e.call.plan.name not in seen:
-            seen.add(e.call.plan.name)
+        if e.key not in seen:
+            seen.add(e.key)
             out.append(e)
     return out
 
@@ -317,7 +340,10 @@ def _c_kernel(e: Exported, index: int, programs: list[Exported]) -> dict:
             "options": e.options,
             "programs": [{"target": p.target, "source": p.source_file, "binary": p.binary_file, "options": p.options}
                          for p in programs],
-            "cpu": next(({"source": p.source_file, "options": p.options} for p in programs if p.target == "cpu"), None),
+            "cpu": next(({"source": p.source_file if p.target == "cpu" else p.binary_file, "options": p.options,
+                          "il": p.target == "coopmat"} for p in programs if p.target in HOST_TARGETS), None),
+            "vnni": Lowering(config.target.lowering).b_pack_factor(plan) or 0 if config.target.lowering else 0,
+            "coopmat": e.target == "coopmat",
             "formulas": call.formulas, "workspace": call.workspace,
             "launches": [{"kernel": e.kernel_name(launch.kernel), "arguments": launch.arguments,
                           "global": launch.global_size, "local": launch.local_size} for launch in call.launches],
