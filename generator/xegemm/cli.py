@@ -456,8 +456,9 @@ def _export_arguments(p) -> None:
     p.add_argument("source", help="a config file or a tune output directory (best.yaml)")
     p.add_argument("--out", required=True, help="a new directory")
     p.add_argument("--target", action="append", choices=EXPORT_TARGETS,
-                   help="cpu (OpenCL C for any OpenCL device; the default) or a GPU (also ocloc binaries: "
-                        f"{', '.join(t for t in EXPORT_TARGETS if t != 'cpu')}); repeatable")
+                   help="cpu (OpenCL C for any OpenCL device; the default), coopmat (the coopmat lowering's SPIR-V "
+                        "module, for clCreateProgramWithIL) or a GPU (also ocloc binaries: "
+                        f"{', '.join(t for t in EXPORT_TARGETS if t not in ('cpu', 'coopmat'))}); repeatable")
     _compiler_option(p, "the compiler that builds the GPU targets' binaries")
     _code_options(p)
     p.set_defaults(func=cmd_export)

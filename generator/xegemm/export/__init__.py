@@ -1,21 +1,25 @@
-"""``xegemm export``: kernels a C, C++ or SYCL host program can load and launch without xegemm.
+"""``xegemm export``: kernels a C, C++ or SYCL host program can load and launch without xegemm (docs/use.md).
 
-Per target (``cpu``: the portable lowering for any OpenCL device; ``pvc`` / ``dg2``: the native lowering,
-built ahead of time with ocloc) and per kernel of the source (a config, its sweep, or a tune directory's
-best.yaml): the OpenCL C source and, ahead of time, the device binary.  Beside them:
+Per target (``cpu``: the portable lowering for any OpenCL device; ``coopmat``: the coopmat lowering's SPIR-V
+module, loaded with clCreateProgramWithIL; ``pvc`` / ``dg2`` ...: the native lowering, built ahead of time with
+ocloc) and per kernel of the source (a config, its sweep, or a tune directory's best.yaml): its source and, where
+one is built, its binary, named by a short C name (:func:`short_name`; the plan's name is its key).  Beside them:
 
-- ``manifest.json``: per kernel its entries (the GEMM kernel and, for split K and stream-K, its second kernel),
-  each entry's arguments in order with type, meaning and value (:class:`xegemm.kernel.arguments.KernelCall`, the
-  description the call API binds through), global sizes as formulas of M, N, K and batch, the local size and
-  the required sub-group size, the workspace size formula, the pitch and alignment rules, the build options,
-  and for binaries the ISA statistics;
-- ``xegemm_kernels.h``: per kernel a launcher of compact operands (``xegemm_<name>_launch``) and one taking each
-  operand's offset, pitch and batch stride (``xegemm_<name>_launch_strided``: a strided sub-matrix of a larger
-  buffer) that set the arguments in that order and enqueue, returning the OpenCL status, the compact pitches
-  (``xegemm_<name>_compact``) and the buffers' sizes (``xegemm_<name>_buffer_bytes``);
+- ``manifest.json``: per kernel its name and key, entries (the GEMM kernel and, for split K, stream-K and a traced
+  epilogue's reductions, its later kernels), each entry's arguments in order with the name of what they take
+  (``D``, not the kernel's parameter ``C``), type, meaning and value (:class:`xegemm.kernel.arguments.KernelCall`,
+  the description the call API binds through), global sizes as formulas, the local and sub-group sizes, the
+  workspace size formula, the pitch and alignment rules, the build options, for binaries the ISA statistics;
+  and the dispatch table's rules and what it leaves out;
+- ``xegemm_kernels.h``: the kernels' and programs' tables (files and exact build options), per kernel launchers
+  of compact operands, of offsets, pitches and batch strides (a strided sub-matrix of a larger buffer) and of
+  USM pointers (cl_intel_unified_shared_memory); for grouped and MoE kernels the problem table, the persistent
+  grid and the launch; ``xegemm_dispatch``: the call API's device-less ranking over the exported variants
+  (:mod:`xegemm.export.dispatch`);
 - ``example.c`` and a ``Makefile``: ``make -C DIR run`` builds the example against the OpenCL ICD loader and
-  runs every ``cpu`` kernel on generated data against a plain C reference, compact and as strided sub-matrices
-  (``N passed, 0 failed``); the Makefile names no path of this machine (the runtime is found when it runs).
+  runs every ``cpu`` and ``coopmat`` kernel on generated data against a plain C reference, compact, strided and
+  through USM (grouped kernels group by group); ``example run KERNEL DIR`` runs one kernel on operand files and
+  ``example dispatch ...`` prints the dispatch's choice.  The Makefile names no path of this machine.
 """
 
 from __future__ import annotations
