@@ -206,6 +206,11 @@ def test_grouped_and_moe_kernels_build_their_table_in_c_and_pass_group_by_group(
     for name, text in (("groups", GROUPED), ("experts", MOE)):
         (tmp_path / f"{name}.yaml").write_text(text)
         _export_cli(tmp_path / f"{name}.yaml", tmp_path / name)
+    manifest = json.loads((tmp_path / "groups" / "manifest.json").read_text())
+    header = (tmp_path / "groups" / "xegemm_kernels.h").read_text()
+    for k in manifest["kernels"]:
+        assert k["launcher"] == k["name"] + "_launch_grouped" and all(f"{name}(" in header
+                                                                       for name in k["launchers"].values())
     done = _make(tmp_path / "groups", "run", env=_runtime_env())
     assert done.returncode == 0 and "2 passed, 0 failed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     assert "passed grouped xegemm_k0_bf16_bf16_bf16_rr_32x32x32_grouped_static (3 groups, 6 tiles" in done.stdout

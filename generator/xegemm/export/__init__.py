@@ -101,8 +101,8 @@ ARGUMENT_NAMES = {"ldc": "ldd", "stride_c": "stride_d"}
 
 
 def short_name(index: int, config) -> str:
-    """A C name for the ``index``-th kernel: its index, types, layouts and work-group tile (the full key, the plan's
-    name, is in manifest.json and beside each launcher)."""
+    """A C name for the ``index``-th kernel: its index, types, layouts, work-group tile and walk (split K, stream-K,
+    a grouped or MoE launch's); the full key, the plan's name, is in manifest.json and beside each launcher."""
     t, lay = config.types, config.layout
     bm, bn, bk = config.tile.workgroup
     tile = config.tile
@@ -259,7 +259,7 @@ def _write_kernel(out: Path, target: str, pv, text: str, progress, compiler: str
                     _example_skip(pv.config, plan) if target == "cpu" else "not a cpu kernel", record, short)
 
 
-def _argument(a, name_of) -> dict:
+def _argument(a) -> dict:
     """One argument in manifest.json: ``name`` says what it is (the value it takes: D, not the kernel's ``C``),
     ``parameter`` is the kernel's own name of it."""
     d = a.as_dict()
@@ -275,8 +275,10 @@ def _manifest(label: str, exported: list[Exported], skipped: list[dict], not_dis
         config = plan.config
         kernels.append({
             "name": e.short, "key": plan.name, "target": e.target, "source": e.source_file, "binary": e.binary_file,
-            "launcher": f"{e.short}_launch",
-            "launchers": {"compact": f"{e.short}_launch", "strided": f"{e.short}_launch_strided",
+            "launcher": f"{e.short}_launch_grouped" if plan.grouped else f"{e.short}_launch",
+            "launchers": {"table": f"{e.short}_grouped_table", "workgroups": f"{e.short}_persistent_workgroups",
+                          "grouped": f"{e.short}_launch_grouped"} if plan.grouped else
+                         {"compact": f"{e.short}_launch", "strided": f"{e.short}_launch_strided",
                           "usm": f"{e.short}_launch_usm"},
             "types": {"a": config.types.a, "b": config.types.b, "acc": config.types.acc, "c": config.types.c},
             "layout": {"a": config.layout.a, "b": config.layout.b, "c": config.layout.c},
@@ -286,8 +288,7 @@ def _manifest(label: str, exported: list[Exported], skipped: list[dict], not_dis
             "sub_group_size": config.tile.subgroup_size,
             "formulas": [{"name": n, "value": v} for n, v in call.formulas],
             "workspace_bytes": call.workspace,
-            "entries": [{"kernel": e.kernel_name(launch.kernel), "arguments": [_argument(a, ARGUMENT_NAMES)
-                                                                                 for a in launch.arguments],
+            "entries": [{"kernel": e.kernel_name(launch.kernel), "arguments": [_argument(a) for a in launch.arguments],
                          "global_size": list(launch.global_size), "local_size": list(launch.local_size)}
                         for launch in call.launches],
             "rules": _rules(config, e.target), "build_options": e.options, "isa": e.isa,
