@@ -195,7 +195,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from xegemm.reporting import FORMATS, render, write_report
+    from xegemm.reporting import FORMATS, load_sources, render, write_report
     to_stdout = args.out == "-" or (args.out is None and args.format not in (None, "html"))
     fmt = args.format or (Path(args.out).suffix.lstrip(".") if args.out and not to_stdout else "html")
     if fmt not in FORMATS:
@@ -204,6 +204,10 @@ def cmd_report(args) -> int:
     with tempfile.TemporaryDirectory(prefix="xegemm-report-") as scratch:
         results = [d for i, r in enumerate(args.results) for d in _results_dirs(r, Path(scratch) / str(i))]
         baseline = [d for i, r in enumerate(args.compare or []) for d in _results_dirs(r, Path(scratch) / f"a{i}")]
+        for source in load_sources([*results, *baseline]):     # rows left out of the report, each said once
+            for note in source.missing:
+                if note.endswith("; skipped"):
+                    print(f"xegemm: warning: {note}", file=sys.stderr)
         if to_stdout:
             sys.stdout.write(render(results, fmt, baseline or None, ".", args.command_line))
             return 0

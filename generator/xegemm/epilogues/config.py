@@ -69,6 +69,15 @@ def consent() -> CodeConsent:
     return CodeConsent(True, inner.paths + env.paths)
 
 
+def consent_flags() -> list[str]:
+    """The command-line words that give a command the consent in force (``--allow-code``, a ``--code-path`` per
+    folder): what a resume command carries, so the resumed run may import what this one did."""
+    given = consent()
+    if not given.allowed:
+        return []
+    return ["--allow-code", *(word for folder in dict.fromkeys(given.paths) for word in ("--code-path", folder))]
+
+
 def _folders(paths) -> tuple[str, ...]:
     out = []
     for p in paths:

@@ -19,6 +19,7 @@ from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observe
 from xegemm.evaluate.grouped import grouped_setup, grouped_submit, verify_grouped
 from xegemm.lowering import Lowering
 from xegemm.evaluate.timing import NumpyReference, gemm_flops, launch_ms, measure_against_reference
+from xegemm.runtime.devices import failure_reason
 from xegemm.runtime.program import BuildError, build_source, from_device, source_unavailable, launch, make_queue, to_device
 from xegemm.errors import XegemmError
 from xegemm.epilogues.plan import input_param
@@ -228,7 +229,7 @@ class VerifyObserver(Observer):
             verdict = check(kernel.config, from_device(bufs["c"], np.uint8, bufs["poison"].shape), bufs["reference"],
                             outputs)
         except Exception as exc:  # noqa: BLE001 - a launch failure is recorded, the sweep goes on
-            evaluation.fail("error", f"launch failed: {exc!r}")
+            evaluation.fail("error", f"launch failed: {failure_reason(exc)}")
             return
         evaluation.max_abs_err, evaluation.max_rel_err = verdict.max_abs_err, verdict.max_rel_err
         evaluation.bad_elements = verdict.bad_elements
@@ -241,7 +242,7 @@ class VerifyObserver(Observer):
         try:
             verdict, reason = verify_grouped(setup, kernel.submit)
         except Exception as exc:  # noqa: BLE001 - a launch failure is recorded, the sweep goes on
-            evaluation.fail("error", f"launch failed: {exc!r}")
+            evaluation.fail("error", f"launch failed: {failure_reason(exc)}")
             return
         checked = [v for v in verdict.verdicts if v is not None]
         errors = [v.max_abs_err for v in checked if v.max_abs_err is not None]
@@ -278,7 +279,7 @@ class TimingObserver(Observer):
                 timing, evaluation.extra["reference"] = measure_against_reference(
                     lambda: launch_ms(kernel.submit), reference, prof.warmup, prof.repeats, prof.min_time_ms)
         except Exception as exc:  # noqa: BLE001 - verified, but timing failed: recorded, the sweep goes on
-            evaluation.fail("error", f"timing failed after verification: {exc!r}")
+            evaluation.fail("error", f"timing failed after verification: {failure_reason(exc)}")
             return
         evaluation.time_ms = timing.as_dict()
         seconds = max(timing.median, 1e-9) * 1e-3

@@ -29,7 +29,7 @@ from xegemm.evaluate.peak import measure_peak
 from xegemm.evaluate.gate import DeviceGate, GateHandle
 from xegemm.lowering import Lowering
 from xegemm.evaluate.timing import WARMUP_BOUND_MS, gemm_flops
-from xegemm.runtime.devices import select_sycl_device
+from xegemm.runtime.devices import failure_reason, select_sycl_device
 from xegemm.runtime.spirv import prepare_environment
 
 WORKER_START_S = 120.0     # importing dpctl and opening the device
@@ -82,7 +82,7 @@ def _worker_main(conn, filter_string: str | None, gate: DeviceGate | None = None
     try:
         session = DeviceSession(select_sycl_device(filter_string))
     except Exception as exc:  # noqa: BLE001 - reported to the parent as the worker's failure
-        conn.send(("fatal", f"{type(exc).__name__}: {exc}"))
+        conn.send(("fatal", failure_reason(exc)))
         return
     conn.send(("ready", None))
     while True:
@@ -103,7 +103,7 @@ def _worker_main(conn, filter_string: str | None, gate: DeviceGate | None = None
             evaluation = evaluator.evaluate(pv, source)
         except Exception as exc:  # noqa: BLE001 - e.g. the device refused an allocation: that variant's error
             evaluation = Evaluation(pv.name, "ok", None, {})
-            evaluation.fail("error", f"{type(exc).__name__}: {exc}")
+            evaluation.fail("error", failure_reason(exc))
         if handle is not None:
             handle.release()
         conn.send(("done", evaluation))
@@ -114,7 +114,7 @@ def _peak(session: DeviceSession) -> dict:
     try:
         return measure_peak(session.queue, device.max_compute_units, device.global_mem_size)
     except Exception as exc:  # noqa: BLE001 - a report without a measured peak, not a failed run
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        return {"error": failure_reason(exc)}
 
 
 def _signal_text(exitcode: int | None) -> str:

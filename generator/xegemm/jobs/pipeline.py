@@ -35,6 +35,7 @@ from xegemm.evaluate import (
     render_variant,
 )
 from xegemm.evaluate.aot import IsaConsoleObserver, aot_evaluator
+from xegemm.epilogues.config import consent_flags
 from xegemm.errors import XegemmError
 from xegemm.evaluate.device import DeviceSession, device_evaluator
 from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
@@ -213,7 +214,8 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
             + (["--lowering", lowering] if lowering else []) \
             + (["--build-timeout", f"{limits.build_s:g}"] if limits.build_s != TimeLimits.build_s else []) \
             + (["--run-timeout", f"{limits.run_s:g}"] if limits.run_s is not None else []) \
-            + (["--shapes", ",".join(problem.label for problem in requested)] if requested else [])
+            + (["--shapes", ",".join(problem.label for problem in requested)] if requested else []) \
+            + consent_flags()
         raise RunInterrupted(f"interrupted: {len(keys)} of {len(planned)} variants are recorded in {out} (partial "
                              f"reports written); resume with: {shlex.join(words)}") from None
     finally:

@@ -61,6 +61,14 @@ def tile_label(params: dict) -> str:
     return " ".join(x for x in parts if x) + (" " + "/".join(atoms) if atoms else "") or "?"
 
 
+class RowFieldError(ValueError):
+    """A result row whose field should hold a number and holds something else (a hand-edited ``gflops: "fast"``)."""
+
+    def __init__(self, key: str, value):
+        super().__init__(f"{key} is {str(value)[:40]!r}, not a number")
+        self.key = key
+
+
 @dataclass
 class Evaluation:
     """What happened to one variant: one row of results.json, results.csv, trials.json, build.json, one trial's
@@ -227,6 +235,11 @@ class Evaluation:
         extra.update({k: row[k] for k in BUILD_KEYS if row.get(k) is not None and k not in extra})
         known = {f.name for f in fields(cls)} - {"extra", "build_log"}
         values = {k: v for k, v in row.items() if k in known}
+        for key, value in [*values.items(), *((f"time_ms.{k}", v) for k, v in (row.get("time_ms") or {}).items()
+                                               if isinstance(row.get("time_ms"), dict))]:
+            if (key in NUMBERS or key.startswith("time_ms.")) and value is not None and (
+                    isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise RowFieldError(key, value)
         values["params"] = row["params"] if isinstance(row.get("params"), dict) else {}
         values["time_ms"] = row["time_ms"] if isinstance(row.get("time_ms"), dict) else None
         values.setdefault("reason", None)
@@ -247,6 +260,8 @@ class Evaluation:
         return {**{c.name: c.value(self) for c in COLUMNS}, **self.params}
 
 
+# the fields a result row holds a number in (or null): what from_row checks of a hand-edited row
+NUMBERS = frozenset(f.name for f in fields(Evaluation) if f.type in ("float | None", "int | None"))
 # the fields that say where and when a result was recorded (left out of a row until they are set)
 RECORD_FIELDS = ("trial", "finished_at", "load1", "cached", "strategy", "score")
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xegemm.errors import XegemmError
 from xegemm.files import write_text_atomic
 from xegemm.reporting.formats import FORMATS, render_csv, render_json, render_markdown
-from xegemm.reporting.model import groups
+from xegemm.reporting.model import PROFILER_COLUMNS, groups
 from xegemm.reporting.page import render_page
 from xegemm.reporting.sources import LOADERS, Source, load_source, load_sources
 
@@ -39,9 +40,28 @@ def render(paths, fmt: str = "html", baseline=None, page_dir: Path | str = ".", 
     return render_markdown(sources, group_list, base)
 
 
+# how each format's report starts (what tells a report xegemm wrote from a user's file of the same name)
+MARKS = {"html": '<meta name="generator" content="xegemm ', "json": '"generated_by": "xegemm ',
+         "md": "# xegemm report: ", "csv": ",".join(PROFILER_COLUMNS)}
+
+
+def written_by_xegemm(path: Path, fmt: str) -> bool:
+    """Whether the file at ``path`` is a report of ``fmt`` that xegemm wrote (its mark in its first 4 KiB)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return MARKS[fmt] in head
+
+
 def write_report(paths, out: Path | str, fmt: str = "html", baseline=None, command: str | None = None) -> Path:
-    """Write the report of ``paths`` to ``out`` atomically; return its path."""
+    """Write the report of ``paths`` to ``out`` atomically; return its path.  An existing ``out`` that is not a
+    report of ``fmt`` xegemm wrote is never replaced: XegemmError naming it and the fix, before any work."""
     out = Path(out)
+    if (out.exists() or out.is_symlink()) and not (out.is_file() and written_by_xegemm(out, fmt)):
+        raise XegemmError(f"{out} exists and is not a report xegemm wrote (as {fmt}); it is left as it is: give "
+                          f"another file with --out, or move it away")
     write_text_atomic(out, render(paths, fmt, baseline, out.parent, command))
     return out
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from xegemm.errors import XegemmError
 from xegemm.files import RESULTS_BYTES, FileRefused, read_bytes
 from xegemm.library.parts import Reference, RunInfo
-from xegemm.library.record import DeviceRecord, Evaluation
+from xegemm.library.record import DeviceRecord, Evaluation, RowFieldError
 
 
 @dataclass
@@ -67,6 +67,10 @@ def _checked_variants(rows, where: str, src: Source) -> list[Evaluation]:
     for number, row in enumerate(rows if isinstance(rows, list) else [], 1):
         try:
             result = Evaluation.from_row(row)
+        except RowFieldError as exc:
+            name = row.get("name") if isinstance(row.get("name"), str) else "?"
+            missing.append(f"{src.path / where}: variant {number} ({name[:80]}): {exc}; skipped")
+            continue
         except ValueError:
             missing.append(f"{where}: variant {number} is not a result row (no name or an unknown status); skipped")
             continue

@@ -95,6 +95,17 @@ def _resource_limits() -> list[str]:
     return found
 
 
+def failure_reason(exc: BaseException) -> str:
+    """An exception as a variant's reason: ``TYPE: text``; running out of memory says so, with this process's
+    memory limits (a MemoryError under ``ulimit -v`` carries no text of its own)."""
+    if isinstance(exc, MemoryError):
+        limits = _resource_limits()
+        detail = f" ({type(exc).__name__}: {exc})" if str(exc) else ""
+        return (f"out of memory{detail}: " + (" and ".join(limits) if limits else "no process limit is set, the "
+                                               "machine ran out") + "; raise the limit or run a smaller problem")
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _no_device_message() -> str:
     lib = find_cpu_runtime()
     limits = _resource_limits()

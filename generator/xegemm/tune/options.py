@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from xegemm.aot.toolchain import compiler_help
+from xegemm.epilogues.config import consent_flags
 from xegemm.errors import XegemmError
 from xegemm.evaluate.isolated import TimeLimits
 from xegemm.library.targets import AOT_TARGETS
@@ -175,7 +176,7 @@ class TuneOptions:
         with every option it was given, shell-quoted; the password of a storage URL as ``$XEGEMM_DB_PASSWORD`` (in
         double quotes, so the shell expands it)."""
         words = [*program_words(), "tune", str(config_path), "--out", str(out_dir),
-                 "--shapes", ",".join(shape.label for shape in shapes), "--strategy", self.strategy, *self.flags()]
+                 "--shapes", ",".join(shape.label for shape in shapes), "--strategy", self.strategy, *self.flags(), *consent_flags()]
         text = shlex.join(words)
         if self.storage:
             url = resumable_url(self.storage).replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
