@@ -104,7 +104,7 @@ class Gemm:
         self.last_kernel: LastKernel | None = None
         self.dispatcher = Dispatcher(candidates, label, ranking_rules(candidates, self.info, self.lowering))
         self.choices: dict[tuple, object] = {}     # each call kind's decisions, by its dispatch key
-        self.programs = Programs()
+        self.programs = Programs(self.sycl_device, self.lowering)
         self.host_types = {(c.config.types.a, c.config.types.b) for c in candidates}
         quant = {operand_spec(c.config, "b") for c in candidates}
         if len(quant) > 1:

@@ -225,22 +225,32 @@ class Evaluator:
     def evaluate(self, pv: PlannedVariant, source: str | None = None) -> Evaluation:
         """Render (unless ``source`` is given: render once, e.g. for a resume key), build, observe."""
         evaluation = Evaluation(pv.name, "ok", None, params_of(pv.config))
-        self._evaluate(pv, source, evaluation)
+        source = self._evaluate(pv, source, evaluation)
+        rebuild = getattr(self.builder, "rebuild", None)
+        if evaluation.status == "failed_verify" and evaluation.extra.get("build_cached") and rebuild is not None:
+            # the program came from the persistent program cache: its binary, not the kernel, may be wrong
+            why = evaluation.reason
+            rebuild(pv, source, why)
+            evaluation = Evaluation(pv.name, "ok", None, params_of(pv.config))
+            self._evaluate(pv, source, evaluation)
+            evaluation.extra["cache_discarded"] = (f"the program loaded from the program cache failed verification "
+                                                   f"({why}); it was discarded and the kernel rebuilt from source")
         for observer in self.observers:
             observer.finished(pv, evaluation)
         return evaluation
 
-    def _evaluate(self, pv: PlannedVariant, source: str | None, evaluation: Evaluation) -> None:
+    def _evaluate(self, pv: PlannedVariant, source: str | None, evaluation: Evaluation) -> str | None:
+        """Build and observe one variant into ``evaluation``; the source it built (None: rejected first)."""
         why = pv.reason if pv.plan is None else self.builder.admit(pv)
         if why is not None:
             evaluation.fail("rejected", why)
-            return
+            return None
         if source is None:
             try:
                 source = render_variant(pv, self.lowering)
             except PlanRejected as exc:
                 evaluation.fail("rejected", str(exc))
-                return
+                return None
         evaluation.plan = pv.plan.summary()
         evaluation.source_sha256 = Evaluation.digest(source)
         kernel = self.builder.build(pv, source, evaluation)
@@ -248,3 +258,4 @@ class Evaluator:
             if not evaluation.passed:
                 break
             observer.built(pv, evaluation, kernel)
+        return source

@@ -20,7 +20,7 @@ from xegemm.evaluate.grouped import grouped_setup, grouped_submit, verify_groupe
 from xegemm.lowering import Lowering
 from xegemm.evaluate.timing import NumpyReference, gemm_flops, launch_ms, measure_against_reference
 from xegemm.runtime.devices import failure_reason
-from xegemm.runtime.program import BuildError, build_source, from_device, source_unavailable, launch, make_queue, to_device
+from xegemm.runtime.program import BuildError, build_source, from_device, rebuild_source, source_unavailable, launch, make_queue, to_device
 from xegemm.errors import XegemmError
 from xegemm.epilogues.plan import input_param
 from xegemm.plan.planner import plan
@@ -48,9 +48,9 @@ def epilogue_scalars(config: Config) -> dict[str, float]:
 class DeviceSession:
     """A device, a profiling queue, and the inputs/reference of one problem kept between variants."""
 
-    def __init__(self, sycl_device):
+    def __init__(self, sycl_device, queue=None):
         self.device = sycl_device
-        self.queue = make_queue(sycl_device, profiling=True)
+        self.queue = queue if queue is not None else make_queue(sycl_device, profiling=True)
         self._problem_key = None
         self._buffers = None
         self._reference = None
@@ -122,6 +122,15 @@ class DeviceBuilder(Builder):
 
     def admit(self, pv: PlannedVariant) -> str | None:
         return source_unavailable(self.session.queue, lowering_of(pv, self.lowering).source_kind)
+
+    def rebuild(self, pv: PlannedVariant, source: str, why: str) -> None:
+        """Drop the cached program of a variant that failed verification: its next build is from source."""
+        low = lowering_of(pv, self.lowering)
+        try:
+            rebuild_source(self.session.queue, source, self.options or device_build_options(low, pv.config),
+                           low.source_kind, why)
+        except BuildError:
+            pass            # the next build says why
 
     def build(self, pv: PlannedVariant, source: str, evaluation: Evaluation) -> DeviceKernel | None:
         low = lowering_of(pv, self.lowering)

@@ -34,6 +34,26 @@ def ceiling_gflops(compute_units: int) -> float:
     return max(1, compute_units) * CEILING_FLOPS_PER_CLOCK * CEILING_GHZ
 
 
+# A matrix engine does at most this many times the f32 multiply-add rate of its device: Intel's Data Center GPU
+# Max 1550 peaks at 52 TFLOP/s of f32 vector FMAs and 1678 TOP/s of int8 XMX (32x); a Xeon core's AMX does 2048
+# int8 operations per clock against AVX-512's 64 f32 flops (32x).  Twice that, for a peak measured low on a busy
+# machine (docs/reliability.md): a cached timing above it is a damaged or forged record, not a fast kernel.
+MATRIX_ENGINE_FACTOR = 64
+
+
+def plausible_ceiling(peak: dict | None, compute_units: int) -> tuple[float, str]:
+    """The most GFLOP/s a measurement on this device can honestly show, and what that bound is: the physical
+    ceiling, or MATRIX_ENGINE_FACTOR times the device's measured f32 multiply-add peak (``peak``: what
+    :func:`measure_peak` returned, or None) when that is lower."""
+    physical = ceiling_gflops(compute_units)
+    measured = (peak or {}).get("gflops")
+    if isinstance(measured, (int, float)) and not isinstance(measured, bool) and 0 < measured < float("inf") \
+            and MATRIX_ENGINE_FACTOR * measured < physical:
+        return (MATRIX_ENGINE_FACTOR * measured,
+                f"{MATRIX_ENGINE_FACTOR}x the device's measured f32 multiply-add peak of {measured:.0f} GFLOP/s")
+    return physical, "the device's physical ceiling"
+
+
 SOURCE = f"""
 __kernel void xegemm_peak_copy(__global const float4 *src, __global float4 *dst) {{
     size_t i = get_global_id(0);

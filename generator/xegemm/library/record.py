@@ -235,8 +235,8 @@ class Evaluation:
         extra.update({k: row[k] for k in BUILD_KEYS if row.get(k) is not None and k not in extra})
         known = {f.name for f in fields(cls)} - {"extra", "build_log"}
         values = {k: v for k, v in row.items() if k in known}
-        for key, value in [*values.items(), *((f"time_ms.{k}", v) for k, v in (row.get("time_ms") or {}).items()
-                                               if isinstance(row.get("time_ms"), dict))]:
+        times = row.get("time_ms") if isinstance(row.get("time_ms"), dict) else {}
+        for key, value in [*values.items(), *((f"time_ms.{k}", times.get(k)) for k in TIME_NUMBERS)]:
             if (key in NUMBERS or key.startswith("time_ms.")) and value is not None and (
                     isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise RowFieldError(key, value)
@@ -262,6 +262,7 @@ class Evaluation:
 
 # the fields a result row holds a number in (or null): what from_row checks of a hand-edited row
 NUMBERS = frozenset(f.name for f in fields(Evaluation) if f.type in ("float | None", "int | None"))
+TIME_NUMBERS = ("min", "median", "max", "mean", "cv", "runs")
 # the fields that say where and when a result was recorded (left out of a row until they are set)
 RECORD_FIELDS = ("trial", "finished_at", "load1", "cached", "strategy", "score")
 

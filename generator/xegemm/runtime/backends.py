@@ -19,6 +19,7 @@ reverses them.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -99,6 +100,7 @@ class OpenCLBackend(Backend):
                 program_cache.discard(key)          # refused by the runtime: rebuilt and replaced below
             else:
                 program_cache.STATS["hits"] += 1
+                program.cache_key, program.cached_digest = key, hashlib.sha256(binary).hexdigest()
                 return program
         program_cache.STATS["misses"] += 1
         try:
@@ -106,6 +108,7 @@ class OpenCLBackend(Backend):
         except opencl.OpenCLBuildFailure as exc:
             raise rejected(exc.log or str(exc)) from exc
         program_cache.store(key, program.binary())
+        program.cache_key = key
         return program
 
     def allocate(self, queue, nbytes: int):

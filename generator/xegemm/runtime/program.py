@@ -16,9 +16,10 @@ import numpy as np
 
 from xegemm.errors import RuntimeSetupError
 from xegemm.runtime.backends import BuildError, backend_for, queue_backend
-from xegemm.runtime.spirv import SpirvError, build_spirv, probe_coopmat
+from xegemm.runtime import program_cache
+from xegemm.runtime.spirv import SpirvError, build_spirv, forget_program, probe_coopmat
 
-__all__ = ["BuildError", "build_program", "build_source", "from_device", "source_unavailable", "launch", "make_queue", "scalar", "source_key", "to_device",
+__all__ = ["BuildError", "build_program", "build_source", "from_device", "source_unavailable", "launch", "make_queue", "rebuild_source", "scalar", "source_key", "to_device",
            "uses_opencl"]
 
 _PROGRAMS: dict[tuple[int, str], object] = {}     # this process's programs, by context and key
@@ -90,6 +91,19 @@ def build_source(queue, source: str, options: str = "", kind: str = "opencl-c"):
     """Build a kernel source of a lowering's ``kind`` (``opencl-c``: :func:`build_program`; ``spirv``: SPIR-V
     assembly through :func:`xegemm.runtime.spirv.build_spirv`, a child process first); BuildError with why."""
     return BUILDERS[kind](queue, source, options)
+
+
+def rebuild_source(queue, source: str, options: str = "", kind: str = "opencl-c", why: str = "") -> object:
+    """Build a source afresh from the source itself: its entry in the persistent program cache (said once, with
+    ``why``) and this process's program of it are dropped first (a loaded binary that failed verification)."""
+    program = build_source(queue, source, options, kind)
+    key = getattr(program, "cache_key", None)
+    if key:
+        program_cache.discard_failed(key, why or "rebuilt on request")
+        forget_program(queue, key)
+    with _PROGRAMS_LOCK:
+        _PROGRAMS.pop((id(getattr(queue, "context", None)), source_key(source, options, queue.sycl_device)), None)
+    return build_source(queue, source, options, kind)
 
 
 def to_device(queue, array: np.ndarray):

@@ -6,8 +6,15 @@ settings that change the CPU runtime's code generation, and on a CPU device its 
 binary is only ever loaded where the same compiler would have produced it.  The directory is
 ``$XEGEMM_CACHE_DIR`` (empty: no persistent cache), else ``$XDG_CACHE_HOME/xegemm/programs``
 (``~/.cache/xegemm/programs``).  Entries are written atomically (a temporary file renamed into place) and
-carry a checksum; an entry that is torn, corrupt or refused by the runtime is rebuilt and replaced, never an
-error.  :data:`STATS` counts what happened in this process.
+carry their key and a checksum; an entry that is torn, corrupt, filed under another key or refused by the
+runtime is rebuilt and replaced, never an error.  :data:`STATS` counts what happened in this process.
+
+A checksum cannot tell a forged entry from an honest one (whoever can write the directory can write both
+the binary and its checksum), and a binary is machine code the process runs: the directory is trusted like the
+installed code.  What guards the results is verification: ``run`` and ``tune`` verify every kernel, and one
+loaded from here that fails is discarded and rebuilt from source once (:mod:`xegemm.evaluate`); the call API
+verifies a program loaded from here once per process before its first result is returned
+(:mod:`xegemm.api.trust`).
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from xegemm.files import FileRefused, read_bytes
 from xegemm.runtime.cpu_path import cpuinfo_fields
 
 CACHE_VARIABLE = "XEGEMM_CACHE_DIR"
-MAGIC = b"XEGEMM-PROGRAM-1\n"
+MAGIC = b"XEGEMM-PROGRAM-2\n"   # 2: the entry names its key (an entry filed under another key is refused)
+OLD_MAGICS = (b"XEGEMM-PROGRAM-1\n",)
 MAX_ENTRY_BYTES = 512 << 20    # a program binary; the largest GEMM kernels' are a few MiB
 _REPORTED: list[str] = []      # the first damaged entry of this process, reported on stderr
 STATS = {"hits": 0, "misses": 0, "stores": 0, "discarded": 0}
@@ -94,10 +102,19 @@ def load(key: str) -> bytes | None:
             _report_once(f"{exc}; it is removed and the program rebuilt")
             discard(key)
         return None
-    head, digest, payload = data[:len(MAGIC)], data[len(MAGIC):len(MAGIC) + 32], data[len(MAGIC) + 32:]
-    if head != MAGIC or hashlib.sha256(payload).digest() != digest or not payload:
+    if data.startswith(OLD_MAGICS):     # an older xegemm's entry: replaced without a word
+        discard(key)
+        return None
+    head, named = data[:len(MAGIC)], data[len(MAGIC):len(MAGIC) + 64]
+    digest, payload = data[len(MAGIC) + 64:len(MAGIC) + 96], data[len(MAGIC) + 96:]
+    if head != MAGIC or hashlib.sha256(named + payload).digest() != digest or not payload:
         _report_once(f"the program cache entry {path} is damaged (its checksum does not match); it is removed "
                      "and the program rebuilt (later damaged entries are replaced without a message)")
+        discard(key)
+        return None
+    if named != key.encode():
+        _report_once(f"the program cache entry {path} holds the build of another source (its key is "
+                     f"{named[:16].decode(errors='replace')}...); it is removed and the program rebuilt")
         discard(key)
         return None
     return payload
@@ -107,6 +124,13 @@ def _report_once(text: str) -> None:
     if not _REPORTED:
         _REPORTED.append(text)
         print(f"xegemm: warning: {text}", file=sys.stderr, flush=True)
+
+
+def discard_failed(key: str, why: str) -> None:
+    """Remove an entry whose program failed verification (``why``), saying so once per process."""
+    _report_once(f"the program cache entry {_path(key)} gave a kernel that failed verification ({why}); it is "
+                 "removed and the program rebuilt from source")
+    discard(key)
 
 
 def discard(key: str) -> None:
@@ -130,7 +154,8 @@ def store(key: str, binary: bytes) -> bool:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}-", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + hashlib.sha256(binary).digest() + binary)
+                named = key.encode()
+                f.write(MAGIC + named + hashlib.sha256(named + binary).digest() + binary)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

@@ -256,6 +256,7 @@ def build_spirv(module: str | bytes, queue, options: str = ""):
         except (OpenCLError, OpenCLBuildFailure):
             program_cache.discard(cache_key)
         else:
+            program.cache_key, program.cached_digest = cache_key, hashlib.sha256(binary).hexdigest()
             with _LOCK:
                 return _PROGRAMS.setdefault((id(queue.context), cache_key), program)
     key = _key(il, device, options)
@@ -277,8 +278,15 @@ def build_spirv(module: str | bytes, queue, options: str = ""):
         program_cache.store(cache_key, program.binary())
     except (OpenCLError, XegemmError):
         pass          # a runtime that gives no binary: built again next time
+    program.cache_key = cache_key
     with _LOCK:
         return _PROGRAMS.setdefault((id(queue.context), cache_key), program)
+
+
+def forget_program(queue, cache_key: str) -> None:
+    """Drop this process's program of ``cache_key`` on the queue's context (the next build starts afresh)."""
+    with _LOCK:
+        _PROGRAMS.pop((id(queue.context), cache_key), None)
 
 
 def launch_kernel(queue, program, name: str, args, global_size, local_size):

@@ -27,7 +27,7 @@ from xegemm.config import load_config
 from xegemm.errors import XegemmError
 from xegemm.evaluate.aot import AotBuilder
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
-from xegemm.evaluate.peak import ceiling_gflops
+from xegemm.evaluate.peak import ceiling_gflops, plausible_ceiling
 from xegemm.jobs.pipeline import RunInterrupted, shielded
 from xegemm.evaluate.grouped import GroupedNumpyReference
 from xegemm.grouped.problem import GroupedProblem
@@ -168,6 +168,10 @@ def tune(config_path, shapes=None, options: TuneOptions | None = None, **kwargs)
         spirv = any(Lowering(name).source_kind == "spirv" for name in config.values_of("target.lowering"))
         objectives = [DeviceObjective(info, lowering, out_dir / "logs", opts.limits, measurements, opts.retime, spirv)
                       for _ in range(jobs)]
+    if measurements is not None and target is None and not opts.retime and measurements.holds_timings():
+        # a cached timing above what this device can do is refused: its measured peak, once per tune
+        measurements.limit_to_peak(*plausible_ceiling(objectives[0].evaluator.builder.measure_peak(),
+                                                      info.compute_units))
     deadline = time.monotonic() + opts.time_s if opts.time_s else None
     studies, tallies = {}, {}
     planned = [min(opts.budget, space.size) if opts.budget else space.size for space in spaces]

@@ -76,7 +76,7 @@ class _Entry:
                    VariantParams.from_dict(row.get("params")), extra if isinstance(extra, dict) else {})
 
 
-def implausible(evaluation: dict, ceiling: float | None) -> str | None:
+def implausible(evaluation: dict, ceiling: float | None, what: str = "the device's physical ceiling") -> str | None:
     """Why a cached ``ok`` evaluation cannot be a measurement, or None: GFLOP/s that disagree with the problem
     and the median time, or above the device's physical ceiling (:func:`xegemm.evaluate.peak.ceiling_gflops`)."""
     entry = _Entry.of(evaluation)
@@ -95,7 +95,7 @@ def implausible(evaluation: dict, ceiling: float | None) -> str | None:
     if abs(gflops - expected) > 0.01 * expected:
         return f"{gflops:.1f} GFLOP/s, but its problem in {median} ms is {expected:.1f}"
     if ceiling is not None and gflops > ceiling:
-        return f"{gflops:.1f} GFLOP/s is above the device's physical ceiling of {ceiling:.0f}"
+        return f"{gflops:.1f} GFLOP/s is above {what}, {ceiling:.0f}"
     return None
 
 
@@ -110,10 +110,23 @@ class MeasurementCache:
     def __init__(self, path: Path | str, warn=None, ceiling_gflops: float | None = None):
         self.path = Path(path)
         self.ceiling = ceiling_gflops
+        self.ceiling_what = "the device's physical ceiling"     # lowered by limit_to_peak
         self._warn = warn or (lambda text: print(f"xegemm: warning: {text}", file=sys.stderr, flush=True))
         self._reported: set[str] = set()
         self.discarded = 0
         self.db = self._open()
+
+    def limit_to_peak(self, gflops: float, what: str) -> None:
+        """Refuse timings above ``gflops`` too (the device's measured peak times a factor, ``what`` it is)."""
+        if self.ceiling is None or gflops < self.ceiling:
+            self.ceiling, self.ceiling_what = gflops, what
+
+    def holds_timings(self) -> bool:
+        """Whether any entry holds a timing (what a measured peak would be needed to check)."""
+        try:
+            return self.db.execute("SELECT 1 FROM entries LIMIT 1").fetchone() is not None
+        except sqlite3.DatabaseError:
+            return False
 
     def _say_once(self, kind: str, text: str) -> None:
         if kind not in self._reported:
@@ -180,7 +193,8 @@ class MeasurementCache:
         except ValueError:
             self._forget(key, "not JSON")
             return None
-        why = implausible(evaluation, self.ceiling) if isinstance(evaluation, dict) else "not a record"
+        why = implausible(evaluation, self.ceiling, self.ceiling_what) if isinstance(evaluation, dict) \
+            else "not a record"
         if why:
             self._forget(key, why)
             return None

@@ -21,7 +21,8 @@ from xegemm.config.shapes import Shape
 from xegemm.errors import XegemmError
 from xegemm.evaluate.device import submit_in_order
 from xegemm.lowering import variant_lowering
-from xegemm.runtime.program import BuildError, build_source
+from xegemm.api.trust import trusted_program
+from xegemm.runtime.program import BuildError
 
 
 @dataclass
@@ -45,22 +46,28 @@ class LastKernel:
 class Programs:
     """A Gemm's built kernels per (kernel name, queue), from the persistent program cache; built once."""
 
-    def __init__(self):
+    def __init__(self, sycl_device=None, lowering=None):
         self._kernels: dict[tuple, list] = {}
         self._lock = threading.Lock()
+        self.sycl_device, self.lowering = sycl_device, lowering     # the Gemm's: what a cached program is verified on
 
-    def kernels(self, queue, name: str, source: str, options: str, entries, kind: str = "opencl-c") -> list:
+    def kernels(self, queue, name: str, source: str, options: str, entries, kind: str = "opencl-c",
+                config: Config | None = None) -> list:
         """The kernels ``entries`` (names) of the program ``name`` on ``queue`` (``kind``: the lowering's
-        source kind, OpenCL C or SPIR-V assembly)."""
+        source kind, OpenCL C or SPIR-V assembly; ``config``: the variant's, what a program loaded from the
+        program cache is verified with first, xegemm.api.trust)."""
         key = (name, id(queue))
         kernels = self._kernels.get(key)
         if kernels is None:
             with self._lock:
-                try:
-                    program = build_source(queue, source, options, kind)
-                except BuildError as exc:
-                    raise XegemmError(f"{name}: {exc}") from exc
-                kernels = self._kernels[key] = [program.get_sycl_kernel(entry) for entry in entries]
+                kernels = self._kernels.get(key)
+                if kernels is None:
+                    try:
+                        program = trusted_program(queue, self.sycl_device or queue.sycl_device, self.lowering,
+                                                  config, name, source, options, kind)
+                    except BuildError as exc:
+                        raise XegemmError(f"{name}: {exc}") from exc
+                    kernels = self._kernels[key] = [program.get_sycl_kernel(entry) for entry in entries]
         return kernels
 
     def of(self, queue, choice: Choice, lowering=None) -> list:
@@ -68,7 +75,7 @@ class Programs:
         the Gemm's, which with the variant's own pin says what kind of source the choice holds."""
         kind = variant_lowering(lowering, choice.config.target.lowering).source_kind if lowering else "opencl-c"
         return self.kernels(queue, choice.call.plan.name, choice.source, choice.options,
-                            [launch.kernel for launch in choice.call.launches], kind)
+                            [launch.kernel for launch in choice.call.launches], kind, choice.config)
 
 
 def scalars(config: Config, alpha: float, beta: float) -> dict:

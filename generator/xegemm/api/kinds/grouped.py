@@ -89,7 +89,8 @@ class GroupedCall(CallKind):
         for name in ("scales", "zeros"):
             if name in parts:
                 buffers[name] = to_device(queue, parts[name](layout))
-        (kernel,) = gemm.programs.kernels(queue, call.plan.name, chosen.source, chosen.options, [call.plan.name])
+        (kernel,) = gemm.programs.kernels(queue, call.plan.name, chosen.source, chosen.options, [call.plan.name],
+                                          config=chosen.config)
         ((_, args, gsize, lsize),) = call.bind(call.grouped_sizes(**layout.sizes), buffers,
                                                scalars(config, alpha, beta))
         event = launch(queue, kernel, args, gsize, lsize)
