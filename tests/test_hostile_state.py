@@ -338,3 +338,68 @@ def test_a_cache_entry_replaced_under_a_running_process_never_gives_a_wrong_d(tm
     assert running.returncode == 0 and out.strip() == "ok", err          # its own program, whatever the file
     assert program_cache.load(key) in (forged, honest)                   # never torn
     assert not list(own_cache.rglob("*.tmp"))
+
+
+# ---- 8. a full disk, a read-only one ---------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs of this test, mounted and unmounted by it (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (the full-disk and read-only attacks run as root)")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _one_line(capsys, *words) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("xegemm: error")]
+    assert len(err) == 1 and all(w in err[0] for w in words), err
+    return err[0]
+
+
+def test_a_full_and_a_read_only_disk_stop_run_tune_and_export_with_one_line_keeping_what_was_written(
+        tmp_path, small_disk, capsys):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    assert main(["run", str(config), "--out", str(small_disk / "run")]) == 0
+    assert main(["tune", str(config), "--out", str(small_disk / "tune"), "--no-cache", "--leaders", "0"]) == 0
+    capsys.readouterr()
+    before = _files(small_disk)
+    fd = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)     # the disk full to the last block
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    before["filler"] = (small_disk / "filler").read_bytes()
+    view = tmp_path / "read-only"          # the same files through a read-only bind mount
+    view.mkdir()
+    subprocess.run(["mount", "--bind", str(small_disk), str(view)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+        for why, disk in (("No space left on device", small_disk), ("Read-only file system", view)):
+            assert main(["run", str(config), "--out", str(disk / "run")]) == 2
+            _one_line(capsys, why)
+            assert main(["tune", str(config), "--out", str(disk / "tune"), "--no-cache", "--leaders", "0"]) == 2
+            _one_line(capsys, why)
+            assert main(["export", str(config), "--out", str(disk / f"export-{why[:2]}")]) == 2
+            _one_line(capsys, why)
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False)
+    after = _files(small_disk)
+    assert after == before, sorted(set(after) ^ set(before))      # every result kept, no file half-written
+    assert not [p for p in small_disk.rglob("*") if p.name.endswith(".tmp")]

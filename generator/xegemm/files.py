@@ -236,9 +236,11 @@ def write_bytes_atomic(path: Path | str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; results are ordinary files
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:     # a full disk: say which file it was
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
 
 
