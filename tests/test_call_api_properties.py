@@ -37,7 +37,7 @@ sweep:
 
 
 @pytest.fixture(scope="module")
-def gemm(tmp_path_factory):
+def loaded(tmp_path_factory):
     path = tmp_path_factory.mktemp("properties") / "properties.yaml"
     path.write_text(CONFIG)
     return xegemm.load(path)
@@ -65,7 +65,8 @@ def values(rng, type_name: str, shape) -> np.ndarray:
 @settings(max_examples=EXAMPLES, deadline=20_000, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
-def test_every_call_matches_numpy_or_is_refused_with_out_untouched(gemm, data):
+def test_every_call_matches_numpy_or_is_refused_with_out_untouched(loaded, data):
+    gemm = loaded
     m, n, k = (data.draw(st.integers(1, 70), label=size) for size in "mnk")
     type_a = data.draw(st.sampled_from(["bf16", "f16"]), label="type of A")
     type_b = data.draw(st.sampled_from([type_a] * 7 + ["f32"]), label="type of B")    # f32: refused
