@@ -135,14 +135,17 @@ def test_sycl_tla_tiles_build_as_planned_with_the_current_compiler(case, target,
 @pytest.mark.usefixtures("no_overrides")
 def test_sycl_tlas_w4a16_tile_builds_for_pvc(tmp_path):
     lowering = named_lowering("native", None, "pvc", "current")
-    (pv,) = plan_variants(load_config(BENCH / "sycl_tla_w4a16.yaml"), lowering)
-    assert pv.plan is not None, pv.reason
-    assert (pv.config.problem.m, pv.config.problem.n, pv.config.problem.k) == (32, 14336, 4096)
-    assert pv.config.tile.workgroup == (32, 128, 32) and pv.config.layout.b == "col"
-    assert pv.plan.b.atom.name == "XE_2D_U4x16x32_LD_T"        # the d32 transpose 4 wide: this compiler has it
-    ev = aot_evaluator(lowering, "pvc", tmp_path, compiler="current").evaluate(pv)
-    _assert_built_as_planned(ev, "pvc", 256)
-    assert ev.extra["gates"]["to_f16"]["ok"] and ev.extra["gates"]["to_f16"]["isa"] > 0   # B dequantized
+    planned = [pv for pv in plan_variants(load_config(BENCH / "sycl_tla_w4a16.yaml"), lowering) if pv.plan]
+    assert [(pv.config.types.a, pv.config.quant.scale) for pv in planned] == [("f16", "f16"), ("bf16", "bf16")]
+    evaluator = aot_evaluator(lowering, "pvc", tmp_path, compiler="current")
+    for pv in planned:
+        assert (pv.config.problem.m, pv.config.problem.n, pv.config.problem.k) == (32, 14336, 4096)
+        assert pv.config.tile.workgroup == (32, 128, 32) and pv.config.layout.b == "col"
+        assert pv.plan.b.atom.name == "XE_2D_U4x16x32_LD_T"        # the d32 transpose 4 wide: this compiler has it
+        ev = evaluator.evaluate(pv)
+        _assert_built_as_planned(ev, "pvc", 256)
+        conversion = ev.extra["gates"][f"to_{pv.config.types.a}"]
+        assert conversion["ok"] and conversion["isa"] > 0          # B dequantized into A's type
 
 
 @needs_current
@@ -176,8 +179,7 @@ def test_sycl_tlas_w4a16_tile_verifies_through_the_emulation(session, sycl_devic
     config = load_config(BENCH / "sycl_tla_w4a16.yaml").with_overrides({"profile.warmup": 0, "profile.repeats": 1})
     # the same tile at a small shape: N ragged against 128, K two groups and a ragged k-tile
     config = config.at_problems([{"m": 32, "n": 200, "k": 288, "batch": 1}])
-    (pv,) = plan_variants(config, lowering)
-    assert pv.plan is not None, pv.reason
+    pv = next(pv for pv in plan_variants(config, lowering) if pv.plan and pv.config.types.a == "f16")
     assert pv.plan.b.atom.name == "XE_2D_U4x16x32_LD_T"
     result = run_variant(pv, session, lowering)
     assert result.status == "ok", f"{pv.name}: {result.status}: {result.reason}"
