@@ -40,16 +40,19 @@ DG2_DPAS = """\
 # pvc: a DPAS of the kernel with a zero accumulator is written with null too, its multiplicands elsewhere
 ZERO_ACC_DPAS = "        dpas.8x8 (16|M0)         r16:f         null:f            r6:hf             r2.0:hf\n"
 
-# one 2D load, one prefetch and one 2D store as the disassembly prints them (sends) and as the dump does (by name)
+# one 2D load, one prefetch, one 2D store and an atomic (a grouped launch's tile counter) as the disassembly prints
+# them (sends) and as the dump does (by name)
 DISASM_MESSAGES = """\
         send.ugm (1|M0)          r7       r149    null:0  0x0            0x02F00203           {A@1,$1} // wr:1+0, rd:31; load_block2d.ugm.d16.a64
         send.ugm (1|M0)          null     r81     null:0  0x0            0x02000203           {$2} // wr:1+0, rd:0; load_block2d.ugm.d16.a64.ca.ca
         send.ugm (1|M0)          null     r153    r82:8   0x0            0x020000207          {$3} // wr:1+8, rd:0; store_block2d.ugm.d32.a64
+(W)     send.ugm (1|M0)          r10      r6      r8:1    0x0            0x0410058C           {I@1,$6} // wr:2+1, rd:1; atomic_iadd.ugm.d32.a64
 """
 DUMP_MESSAGES = """\
         load_block2d.ugm.d16.a64 (1|M0)  r7:31   [r149:1]    {A@1,$1} // ex_desc:0x0; desc:0x2F00203 // $10
         load_block2d.ugm.d16.a64.ca.ca (1|M0)  null:0  [r81:1]   {$2} // ex_desc:0x0; desc:0x2000203 // $11
         store_block2d.ugm.d32.a64 (1|M0)  [r153:1]  r82:8       {$3} // ex_desc:0x0; desc:0x20000207 // $12
+(W)     atomic_iadd.ugm.d32.a64 (1|M0)  r10:1   [r6:2]            r8:1               {I@1,$6} // ex_desc:0x0; desc:0x410058C // $23
 """
 
 
@@ -71,11 +74,11 @@ def test_igcs_workaround_dpas_is_told_apart_from_the_kernels():
 def test_a_dumps_named_messages_count_as_the_disassemblys_sends():
     disasm, dump = parse_instructions(DISASM_MESSAGES), parse_instructions(DUMP_MESSAGES)
     assert [i.message_kind for i in disasm] == [i.message_kind for i in dump] == \
-        ["load_block2d", "prefetch_block2d", "store_block2d"]
-    assert [i.response_grfs for i in disasm] == [i.response_grfs for i in dump] == [31, 0, 0]
-    from_dump = dump_kernel_stats(parse_shader_dump("x_simd16_entry_0001.asm", _dump(DUMP_MESSAGES, 3)))
+        ["load_block2d", "prefetch_block2d", "store_block2d", "atomic_iadd"]
+    assert [i.response_grfs for i in disasm] == [i.response_grfs for i in dump] == [31, 0, 0, 1]
+    from_dump = dump_kernel_stats(parse_shader_dump("x_simd16_entry_0001.asm", _dump(DUMP_MESSAGES, 4)))
     from_disasm = isa_stats({"k": DISASM_MESSAGES}).kernels["k"]
-    for key in ("instructions", "load_block2d", "prefetch_block2d", "store_block2d", "sends", "dpas"):
+    for key in ("instructions", "load_block2d", "prefetch_block2d", "store_block2d", "sends", "dpas", "messages"):
         assert getattr(from_dump, key) == getattr(from_disasm, key), key
     assert from_dump.grf == 256 and from_dump.spill_bytes == 0
 
@@ -84,12 +87,12 @@ def test_a_dump_matches_by_its_listing_and_only_with_the_same_figures():
     code = DG2_DPAS + DUMP_MESSAGES
     disasm = DG2_DPAS + DISASM_MESSAGES
     # IGC 2.40's dg2 headers count more instructions than they list: the listing decides
-    assert isa_stats({"k": disasm}, {"a_simd8_entry_0001.asm": _dump(code, 14)}).dump_exact is True
+    assert isa_stats({"k": disasm}, {"a_simd8_entry_0001.asm": _dump(code, 15)}).dump_exact is True
     # a dump of another compile of the kernel (one DPAS fewer, or a message of another kind) does not match
     fewer = code.replace(DG2_DPAS.splitlines()[2] + "\n", "        mov (8|M0)  r1.0<1>:f  0.0:f\n")
-    assert isa_stats({"k": disasm}, {"a_simd8_entry_0001.asm": _dump(fewer, 6)}).dump_exact is False
+    assert isa_stats({"k": disasm}, {"a_simd8_entry_0001.asm": _dump(fewer, 7)}).dump_exact is False
     other = code.replace("store_block2d", "load_block2d")
-    assert isa_stats({"k": disasm}, {"a_simd8_entry_0001.asm": _dump(other, 6)}).dump_exact is False
+    assert isa_stats({"k": disasm}, {"a_simd8_entry_0001.asm": _dump(other, 7)}).dump_exact is False
 
 
 # ---- real builds with the current compiler ----------------------------------------------------------------------

@@ -60,7 +60,15 @@ _OPERAND_TYPE = re.compile(r":([a-z]\w*)")
 SEND_OPCODES = frozenset({"send", "sendc", "sends", "sendsc"})
 # The LSC messages IGC 2.x's dumps print by name rather than as a send (``load_block2d.ugm.d16.a64 (1|M0) r7:31
 # [r149:1]``): read as the send they are, the name and its operands as the message.
-NAMED_MESSAGES = frozenset({"load", "store", "load_block2d", "store_block2d", "atomic", "fence"})
+# The LSC ops as IGA names them: load, load_block2d, load_quad, ..., store..., the atomic_* ops (atomic_iadd, ...),
+# fence and read_state.
+NAMED_MESSAGES = frozenset({"load", "store", "fence", "read_state"})
+_NAMED_PREFIXES = ("load_", "store_", "atomic_")
+
+
+def is_named_message(opcode: str) -> bool:
+    """An LSC message as a dump prints it, by name (``load_block2d``, ``atomic_iadd``, ``fence``, ...)."""
+    return opcode in NAMED_MESSAGES or opcode.startswith(_NAMED_PREFIXES)
 _NAMED_RESPONSE = re.compile(r"^(?:r\d+|null):(\d+)$")
 
 
@@ -159,7 +167,7 @@ def _parse_lines(asm: str) -> list[Instruction]:
             sc = _SEND_COMMENT.search(comment)
             if sc:
                 message, rd = sc["message"], int(sc["rd"])
-        elif opcode in NAMED_MESSAGES:
+        elif is_named_message(opcode):
             message = f"{mnemonic} {operands}"
             first = operands.split()[0] if operands.split() else ""
             named = _NAMED_RESPONSE.match(first)
@@ -328,7 +336,7 @@ def _counts(instructions: list[Instruction]) -> tuple[int, int, dict[str, int]]:
     """(dpas of the kernel, IGC's workaround DPAS, every message kind counted) of one listing."""
     messages: dict[str, int] = {}
     for ins in instructions:
-        if (ins.opcode in SEND_OPCODES or ins.opcode in NAMED_MESSAGES) and ins.message_kind:
+        if (ins.opcode in SEND_OPCODES or is_named_message(ins.opcode)) and ins.message_kind:
             messages[ins.message_kind] = messages.get(ins.message_kind, 0) + 1
     dpas = [i for i in instructions if i.opcode == "dpas"]
     workaround = sum(1 for i in dpas if i.is_workaround_dpas)
@@ -392,7 +400,7 @@ def kernel_stats(kernel: str, asm: str, dumps: list[ShaderDump], target: str | N
         load_block2d=messages.get("load_block2d", 0),
         store_block2d=messages.get("store_block2d", 0),
         prefetch_block2d=messages.get("prefetch_block2d", 0),
-        sends=sum(1 for i in instructions if i.opcode in SEND_OPCODES or i.opcode in NAMED_MESSAGES),
+        sends=sum(1 for i in instructions if i.opcode in SEND_OPCODES or is_named_message(i.opcode)),
         spill_bytes=dump.spill_bytes if dump is not None else None,
         kernel=kernel, dump_exact=exact if dump is not None else None, messages=messages,
         conversions=conversion_counts(instructions), dpas_workaround=workaround)
