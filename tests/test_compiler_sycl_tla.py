@@ -186,3 +186,28 @@ def test_sycl_tlas_w4a16_tile_verifies_through_the_emulation(session, sycl_devic
     assert pv.plan.b.atom.name == "XE_2D_U4x16x32_LD_T"
     result = run_variant(pv, session, lowering)
     assert result.status == "ok", f"{pv.name}: {result.status}: {result.reason}"
+
+
+@needs_current
+@pytest.mark.ocloc
+@pytest.mark.usefixtures("no_overrides")
+@pytest.mark.parametrize("lowering", ["native", "coopmat"])
+def test_build_prints_each_variants_isa_figures_for_either_lowering(lowering, tmp_path):
+    """`xegemm build` shows every variant's machine-code figures beside the plan's on the console, the coopmat
+    lowering's too (its dpas against its multiply-adds, the 2D loads beside its global tiles)."""
+    import io
+
+    from xegemm.jobs.pipeline import build_config
+    config = tmp_path / "c.yaml"
+    config.write_text("name: gpu\nproblem: {m: 256, n: 256, k: 256}\ntypes: {a: bf16, b: bf16, acc: f32, c: f32}\n"
+                      "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n")
+    console = io.StringIO()
+    result = build_config(config, target="pvc", compiler="current", out_dir=tmp_path / "b", lowering=lowering,
+                          progress=console)
+    (v,) = result["variants"]
+    assert v["status"] == "ok", v["reason"]
+    lines = console.getvalue().splitlines()
+    figures = lines[lines.index(next(ln for ln in lines if ln.startswith("[1/1]"))) + 1]
+    want = v["predicted"]["dpas"]
+    for word in (f"dpas {want}/{want}", "load2d", "grf 256/", "spills", "sends", "instructions"):
+        assert word in figures, figures

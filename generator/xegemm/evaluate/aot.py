@@ -270,9 +270,13 @@ class IsaObserver(Observer):
         k = self.lowering.kernel_of(pv.plan)
         stats = kernel.stats
         predicted = {"dpas": 3 * k.mt * k.nt, "load_block2d": k.mt + k.nt, "spill_bytes": 0}
+        spills = "?" if stats.spill_bytes is None else stats.spill_bytes
+        line = (f"dpas {stats.dpas}/{predicted['dpas']}  load2d {stats.load_block2d} (global tiles "
+                f"{predicted['load_block2d']})  store2d {stats.store_block2d}  grf {stats.grf}/{evaluation.extra['grf']}"
+                f"  spills {spills}  sends {stats.sends}  instructions {stats.instructions}")
         evaluation.extra.update(isa=stats.to_dict(), predicted=predicted,
                                 measured_messages={"dpas": stats.dpas, "load_block2d": stats.load_block2d,
-                                                   "store_block2d": stats.store_block2d})
+                                                   "store_block2d": stats.store_block2d}, isa_line=line)
         wrong = [f"dpas: ISA has {stats.dpas}, the kernel's multiply-adds are {predicted['dpas']}"] \
             if stats.dpas != predicted["dpas"] else []
         if stats.spill_bytes:
