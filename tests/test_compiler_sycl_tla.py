@@ -211,3 +211,43 @@ def test_build_prints_each_variants_isa_figures_for_either_lowering(lowering, tm
     want = v["predicted"]["dpas"]
     for word in (f"dpas {want}/{want}", "load2d", "grf 256/", "spills", "sends", "instructions"):
         assert word in figures, figures
+
+
+def test_statistics_from_dumps_alone_need_one_dump_per_kernel():
+    from xegemm.aot.build import stats_from_dumps
+    dump = _dump(DG2_DPAS + DUMP_MESSAGES, 7)
+    stats = stats_from_dumps({"a_simd8_entry_0001.asm": dump}, "dg2", 256)
+    assert (stats.dpas, stats.dpas_workaround, stats.load_block2d, stats.store_block2d, stats.prefetch_block2d) == \
+        (2, 1, 1, 1, 1)
+    assert stats.grf == 256 and stats.spill_bytes == 0 and set(stats.kernels) == {"k"}
+    # a kernel compiled twice (IGC's retry): which one is in the binary is unknown, so no figures
+    assert stats_from_dumps({"a_simd8_entry_0001.asm": dump, "a_1_simd8_entry_0001.asm": dump}, "dg2", 256) is None
+    assert stats_from_dumps({}, "dg2", 256) is None
+
+
+@pytest.mark.ocloc
+@pytest.mark.usefixtures("no_overrides")
+def test_a_build_whose_disassembly_gives_no_code_takes_the_dumps_figures(tmp_path, monkeypatch):
+    """Where `ocloc disasm` writes no kernel code, the figures come from IGC's dumps of the same compile: the
+    same as the disassembly's where both exist (the default compiler for pvc, a 2D-load + DPAS kernel)."""
+    from xegemm.aot import build as aot_build
+    from xegemm.aot.errors import OclocToolError
+    from xegemm.config import config_from_text
+    from xegemm.kernel.render import render_kernel
+
+    text = ("problem: {m: 64, n: 64, k: 64}\ntypes: {a: bf16, b: bf16, acc: f32, c: f32}\n"
+            "tile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 16}\n")
+    lowering = named_lowering("native", None, "pvc")
+    (pv,) = plan_variants(config_from_text(text), lowering)
+    source = render_kernel(pv.plan, lowering)
+    real = aot_build.compile_kernel(source, "pvc", grf=256, workdir=tmp_path / "a")
+    assert real.ok and real.isa_source == "disassembly", real.log
+
+    def no_code(*args, **kwargs):
+        raise OclocToolError("`ocloc disasm` gave no kernels (exit 0)", "")
+
+    monkeypatch.setattr(aot_build, "disassemble", no_code)
+    from_dumps = aot_build.compile_kernel(source, "pvc", grf=256, workdir=tmp_path / "b")
+    assert from_dumps.ok and from_dumps.isa_source == "dumps" and not from_dumps.kernel_asm
+    assert from_dumps.stats.to_dict() == real.stats.to_dict()
+    assert from_dumps.stats.messages == real.stats.messages and from_dumps.stats.dpas > 0
