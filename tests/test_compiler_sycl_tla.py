@@ -67,6 +67,10 @@ def test_igcs_workaround_dpas_is_told_apart_from_the_kernels():
     assert not parse_instructions(ZERO_ACC_DPAS)[0].is_workaround_dpas       # a zero accumulator is the kernel's
     # a null accumulator with the destination as only one of the multiplicands is a real product too
     assert not parse_instructions(DG2_DPAS.splitlines()[0].replace("r168.0:bf", "r160.0:bf"))[0].is_workaround_dpas
+    # at 128 GRFs (spilling) IGC gives the dummy another destination, still one register as both multiplicands
+    assert parse_instructions(
+        "        dpas.8x8 (8|M0)          r24:f         null:f            r97:bf            r97.0:bf         {Atomic}\n"
+    )[0].is_workaround_dpas
     stats = isa_stats({"k": DG2_DPAS})
     assert (stats.dpas, stats.dpas_workaround) == (2, 1)
 

@@ -27,11 +27,12 @@ of a dump (:func:`dump_kernel_stats`) and of the disassembly are computed alike,
 its dpas and messages are the disassembly's too (``dump_exact``).
 
 On dg2 IGC 2.40 adds a copy of a DPAS before some DPAS (the dump tags it with the vISA id of the DPAS after
-it): ``dpas.8x8 (8|M0) r168:f null:f r168:bf r168.0:bf`` -- no accumulator, and the destination's own
-registers as both multiplicands.  It comes from the vISA finalizer's software scoreboard, which creates a
+it): ``dpas.8x8 (8|M0) r168:f null:f r168:bf r168.0:bf`` -- no accumulator, and one register as both
+multiplicands (the destination's at 256 GRFs; another at 128, ``r24:f null:f r97:bf r97.0:bf``).  It comes from the vISA finalizer's software scoreboard, which creates a
 dummy DPAS for the DPAS read-suppression workaround (intel-graphics-compiler
 ``visa/LocalScheduler/SWSB_G4IR.h`` ``createADummyDpasRSWAInst``; IGC flag ``DPASReadSuppressionWA``,
-``IGC/common/igc_flags.h``), not from the kernel: no kernel of xegemm multiplies a register by itself.  Such a
+``IGC/common/igc_flags.h``), not from the kernel: no kernel of xegemm multiplies a register by itself (A and B
+are always separate loads).  Such a
 DPAS is counted apart (``dpas_workaround``), not as one of the kernel's.
 """
 
@@ -95,14 +96,14 @@ class Instruction:
 
     @property
     def is_workaround_dpas(self) -> bool:
-        """A DPAS with no accumulator whose multiplicands are both its destination's registers: IGC's dummy
-        DPAS of the read-suppression workaround (module docstring), not a product of the kernel's."""
+        """A DPAS with no accumulator whose two multiplicands are the same register: IGC's dummy DPAS of the
+        read-suppression workaround (module docstring), not a product of the kernel's."""
         if self.opcode != "dpas":
             return False
         parts = self.operands.split()
         if len(parts) < 4 or not parts[1].startswith("null"):
             return False
-        regs = {re.sub(r"(\.\d+)?:\w+$", "", op) for op in (parts[0], parts[2], parts[3])}
+        regs = {re.sub(r"(\.\d+)?:\w+$", "", op) for op in (parts[2], parts[3])}
         return len(regs) == 1
 
     @property
