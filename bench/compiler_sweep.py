@@ -7,7 +7,8 @@ code back; per pair this prints one row: variants planned, built ``ok``, rejecte
 failed, the largest spill, and the gates that differ anywhere (xegemm.evaluate.aot.isa_gates: dpas, block loads,
 stores and prefetches against the plan, the GRF mode asked, spills, the dump's instruction count).  Pairs whose
 compiler is not installed are listed as skipped with the reason.  The results go to docs/compilers.md ("Every
-shipped config, built") with the date.
+shipped config, built") with the date.  ``--configs bench/cppgen_tiles.yaml,bench/sycl_tla_legacy.yaml`` builds
+sycl-tla's tiles in the four A/B layouts instead (docs/compilers.md "sycl-tla's tiles, built").
 
 ``python -m bench.compiler_sweep [--pairs pvc:current,bmg:current] [--configs a.yaml,...] [--json FILE] [--compact]``
 (about 10 minutes for the default pairs on 2 cores).

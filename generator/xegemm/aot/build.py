@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xegemm.aot.errors import IgaMissingError, OclocToolError
-from xegemm.aot.isa import KERNEL_HEADER, IsaStats, isa_stats
+from xegemm.aot.isa import KERNEL_HEADER, SYMBOL_TABLE_KERNEL, IsaStats, dump_kernel_stats, isa_stats, parse_shader_dump
 from xegemm.aot.toolchain import OCLOC_TIMEOUT, aot_target, build_compiler, run_ocloc
 from xegemm.library.build_flags import LARGE_GRF, ocloc_options
 from xegemm.library.targets import UnknownTargetError
@@ -42,6 +42,7 @@ class AotBuild:
     stats: IsaStats | None = None
     seconds: float = 0.0
     compiler: str | None = None   # the compiler that built it: "system", "current" or a path
+    isa_source: str = "disassembly"   # where ``stats`` come from: "disassembly" of the binary, or IGC's "dumps"
 
     @property
     def ok(self) -> bool:
@@ -147,9 +148,43 @@ still running after ``timeout`` seconds is killed: status "timed_out", ``dumps``
         build.seconds = time.perf_counter() - start
         return build
     build.binary = binaries[0]
-    build.kernel_asm, disasm_log = disassemble(build.binary, t.ocloc_device, work / "disasm", compiler)
-    build.log += disasm_log
     build.dumps = read_dumps(dump_dir) if dumps else {}
+    try:
+        build.kernel_asm, disasm_log = disassemble(build.binary, t.ocloc_device, work / "disasm", compiler)
+    except OclocToolError:
+        # `ocloc disasm` wrote no kernel code (a zebin whose sections it did not dump): the dumps' listings are
+        # the same machine code (their figures equal the disassembly's wherever both exist: xegemm.aot.isa)
+        build.stats = stats_from_dumps(build.dumps, t.name, grf)
+        if build.stats is None:
+            raise
+        build.isa_source = "dumps"
+        build.seconds = time.perf_counter() - start
+        return build
+    build.log += disasm_log
     build.stats = isa_stats(build.kernel_asm, build.dumps, target=t.name, grf=grf)
     build.seconds = time.perf_counter() - start
     return build
+
+
+def stats_from_dumps(dumps: dict[str, str], target: str, grf: int) -> IsaStats | None:
+    """:class:`IsaStats` of a binary from IGC's dumps alone: one dump per kernel (a kernel compiled twice, a retry,
+    leaves which variant is in the binary unknown, so then None, as without dumps)."""
+    parsed = [d for d in (parse_shader_dump(name, text) for name, text in dumps.items())
+              if d is not None and d.kernel != SYMBOL_TABLE_KERNEL]
+    kernels = [d.kernel for d in parsed]
+    if not parsed or len(set(kernels)) != len(kernels):
+        return None
+    per = {d.kernel: dump_kernel_stats(d, target, grf) for d in parsed}
+    ks = list(per.values())
+    total = IsaStats(target=target, grf=max(k.grf or 0 for k in ks) or grf,
+                     instructions=sum(k.instructions for k in ks), dpas=sum(k.dpas for k in ks),
+                     load_block2d=sum(k.load_block2d for k in ks), store_block2d=sum(k.store_block2d for k in ks),
+                     prefetch_block2d=sum(k.prefetch_block2d for k in ks), sends=sum(k.sends for k in ks),
+                     spill_bytes=sum(k.spill_bytes or 0 for k in ks), kernels=per,
+                     dpas_workaround=sum(k.dpas_workaround for k in ks))
+    for k in ks:
+        for kind, n in k.messages.items():
+            total.messages[kind] = total.messages.get(kind, 0) + n
+        for kind, n in k.conversions.items():
+            total.conversions[kind] = total.conversions.get(kind, 0) + n
+    return total

@@ -16,7 +16,24 @@ unresolved function).  ``spill_bytes`` therefore counts the field only when the 
 
 IGC may compile a kernel twice (a retry after spilling, dumped with an extra ``_1_`` in the name); the
 variant in the binary is the one whose ``instCount`` equals the instruction count of the disassembly
-(checked: 337 vs 1556 for a retried kernel), which is how dumps are matched here.
+(checked: 337 vs 1556 for a retried kernel), which is how dumps are matched here.  ``instCount`` is not always
+the listing's length: for dg2, IGC 2.40's header says 8 more than the code it lists (9056 against 9048, the
+disassembly's count), so a dump also matches when its listing has the disassembly's instruction count.
+
+The dump's listing is the same machine code in the same IGA syntax, except that IGC 2.x prints LSC messages by
+name (``load_block2d.ugm.d16.a64 (1|M0) r7:31 [r149:1]``) where the disassembly has a ``send`` with the name in
+its comment; :func:`parse_instructions` reads both forms into the same :class:`Instruction`, so the statistics
+of a dump (:func:`dump_kernel_stats`) and of the disassembly are computed alike, and a dump matches only when
+its dpas and messages are the disassembly's too (``dump_exact``).
+
+On dg2 IGC 2.40 adds a copy of a DPAS before some DPAS (the dump tags it with the vISA id of the DPAS after
+it): ``dpas.8x8 (8|M0) r168:f null:f r168:bf r168.0:bf`` -- no accumulator, and one register as both
+multiplicands (the destination's at 256 GRFs; another at 128, ``r24:f null:f r97:bf r97.0:bf``).  It comes from the vISA finalizer's software scoreboard, which creates a
+dummy DPAS for the DPAS read-suppression workaround (intel-graphics-compiler
+``visa/LocalScheduler/SWSB_G4IR.h`` ``createADummyDpasRSWAInst``; IGC flag ``DPASReadSuppressionWA``,
+``IGC/common/igc_flags.h``), not from the kernel: no kernel of xegemm multiplies a register by itself (A and B
+are always separate loads).  Such a
+DPAS is counted apart (``dpas_workaround``), not as one of the kernel's.
 """
 
 from __future__ import annotations
@@ -42,6 +59,18 @@ _INSTRUCTION = re.compile(
 _SEND_COMMENT = re.compile(r"wr:\d+h?\+\d+,\s*rd:(?P<rd>\d+);\s*(?P<message>.+?)\s*$")
 _OPERAND_TYPE = re.compile(r":([a-z]\w*)")
 SEND_OPCODES = frozenset({"send", "sendc", "sends", "sendsc"})
+# The LSC messages IGC 2.x's dumps print by name rather than as a send (``load_block2d.ugm.d16.a64 (1|M0) r7:31
+# [r149:1]``): read as the send they are, the name and its operands as the message.
+# The LSC ops as IGA names them: load, load_block2d, load_quad, ..., store..., the atomic_* ops (atomic_iadd, ...),
+# fence and read_state.
+NAMED_MESSAGES = frozenset({"load", "store", "fence", "read_state"})
+_NAMED_PREFIXES = ("load_", "store_", "atomic_")
+
+
+def is_named_message(opcode: str) -> bool:
+    """An LSC message as a dump prints it, by name (``load_block2d``, ``atomic_iadd``, ``fence``, ...)."""
+    return opcode in NAMED_MESSAGES or opcode.startswith(_NAMED_PREFIXES)
+_NAMED_RESPONSE = re.compile(r"^(?:r\d+|null):(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -61,6 +90,23 @@ class Instruction:
         return self.operands.split()[0] if self.operands.split() else ""
 
     @property
+    def is_null_destination(self) -> bool:
+        """The destination is ``null`` (``null`` in a send, ``null:0`` in a dump's named message)."""
+        return self.destination.split(":")[0] == "null"
+
+    @property
+    def is_workaround_dpas(self) -> bool:
+        """A DPAS with no accumulator whose two multiplicands are the same register: IGC's dummy DPAS of the
+        read-suppression workaround (module docstring), not a product of the kernel's."""
+        if self.opcode != "dpas":
+            return False
+        parts = self.operands.split()
+        if len(parts) < 4 or not parts[1].startswith("null"):
+            return False
+        regs = {re.sub(r"(\.\d+)?:\w+$", "", op) for op in (parts[2], parts[3])}
+        return len(regs) == 1
+
+    @property
     def operand_types(self) -> tuple[str, ...]:
         """Type suffixes in operand order, e.g. ``('f', 'f', 'bf', 'bf')`` for a bf16 ``dpas``."""
         return tuple(_OPERAND_TYPE.findall(self.operands))
@@ -77,7 +123,7 @@ class Instruction:
         op = self.message.split()[0].split(".")[0]
         if "scratch" in self.message or ".ss[" in self.message:  # scratch space: spills, private memory, stack
             return "scratch_write" if "write" in self.message or op == "store" else "scratch_read"
-        to_null = self.destination == "null"
+        to_null = self.is_null_destination
         if op == "load_block2d":
             return "prefetch_block2d" if to_null else "load_block2d"
         if op == "load" and to_null:
@@ -122,6 +168,11 @@ def _parse_lines(asm: str) -> list[Instruction]:
             sc = _SEND_COMMENT.search(comment)
             if sc:
                 message, rd = sc["message"], int(sc["rd"])
+        elif is_named_message(opcode):
+            message = f"{mnemonic} {operands}"
+            first = operands.split()[0] if operands.split() else ""
+            named = _NAMED_RESPONSE.match(first)
+            rd = int(named.group(1)) if named else 0
         out.append(Instruction(opcode=opcode, mnemonic=mnemonic,
                                exec_size=int(m["exec"]) if m["exec"] else None,
                                operands=operands, message=message, response_grfs=rd))
@@ -197,6 +248,7 @@ class ShaderDump:
     spilled: bool  # the allocator spilled: SPILL RA type or a "//.spill GRF est. ref count" line
     simd: int | None  # from the file name (..._simd16_entry_0001.asm)
     retry: int  # 0 for the first compile, N for the "_N_simd" retry dumps
+    text: str = field(default="", repr=False, compare=False)   # the whole dump: its listing is the machine code
 
     @property
     def spill_bytes(self) -> int:
@@ -225,7 +277,7 @@ def parse_shader_dump(file: str, text: str) -> ShaderDump | None:
                       spill_size=number(r"^//\.spill size (\d+)") or 0,
                       ra_type=ra_type.group(1) if ra_type else None, spilled=spilled,
                       simd=int(simd.group(1)) if simd else None,
-                      retry=int(retry.group(1)) if retry else 0)
+                      retry=int(retry.group(1)) if retry else 0, text=text)
 
 
 # The message kinds xegemm counts in machine code and predicts from a plan: one vocabulary for the native
@@ -253,6 +305,7 @@ class IsaStats:
     spill_bytes: int | None
     kernel: str | None = None
     dump_exact: bool | None = None
+    dpas_workaround: int = 0   # IGC's dummy DPAS of the read-suppression workaround, not counted in ``dpas``
     messages: dict[str, int] = field(default_factory=dict)  # every send's message kind, counted
     kernels: dict[str, IsaStats] = field(default_factory=dict)
     conversions: dict[str, int] = field(default_factory=dict)   # CONVERSIONS, counted
@@ -280,14 +333,35 @@ def split_disassembly(disassembly: str | Mapping[str, str]) -> dict[str, str]:
     return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
 
 
-def _pick_dump(kernel: str, instructions: int, dumps: list[ShaderDump]) -> tuple[ShaderDump | None, bool]:
+def _counts(instructions: list[Instruction]) -> tuple[int, int, dict[str, int]]:
+    """(dpas of the kernel, IGC's workaround DPAS, every message kind counted) of one listing."""
+    messages: dict[str, int] = {}
+    for ins in instructions:
+        if (ins.opcode in SEND_OPCODES or is_named_message(ins.opcode)) and ins.message_kind:
+            messages[ins.message_kind] = messages.get(ins.message_kind, 0) + 1
+    dpas = [i for i in instructions if i.opcode == "dpas"]
+    workaround = sum(1 for i in dpas if i.is_workaround_dpas)
+    return len(dpas) - workaround, workaround, messages
+
+
+def _pick_dump(kernel: str, instructions: list[Instruction], dumps: list[ShaderDump]) -> tuple[ShaderDump | None, bool]:
+    """The dump of the compiled variant in the binary, and whether it is exactly that machine code: its
+    ``instCount`` or its listing's length is the disassembly's, and its listing has the same dpas and messages."""
     mine = [d for d in dumps if d.kernel == kernel]
-    exact = [d for d in mine if d.inst_count == instructions]
+    if not mine:
+        return None, False
+    want = _counts(instructions)
+
+    def same(d: ShaderDump) -> bool:
+        listed = parse_instructions(d.text) if d.text else []
+        if d.inst_count != len(instructions) and len(listed) != len(instructions):
+            return False
+        return not listed or _counts(listed) == want
+
+    exact = [d for d in mine if same(d)]
     if exact:
         return max(exact, key=lambda d: d.retry), True
-    if mine:  # no exact match: the last retry is the one IGC keeps when it retries
-        return max(mine, key=lambda d: d.retry), False
-    return None, False
+    return max(mine, key=lambda d: d.retry), False  # no exact match: the last retry is the one IGC keeps
 
 
 # Conversions of f32 values to the 16-bit DPAS types, as xegemm's kernels spell them and IGC (Debian's 1.0.12504,
@@ -317,24 +391,30 @@ def kernel_stats(kernel: str, asm: str, dumps: list[ShaderDump], target: str | N
                  grf: int | None = None) -> IsaStats:
     """Statistics of one kernel's disassembly, with GRF count and spills from its matching dump."""
     instructions = parse_instructions(asm)
-    messages: dict[str, int] = {}
-    for ins in instructions:
-        if ins.opcode in SEND_OPCODES and ins.message_kind:
-            messages[ins.message_kind] = messages.get(ins.message_kind, 0) + 1
-    dump, exact = _pick_dump(kernel, len(instructions), dumps)
+    dpas, workaround, messages = _counts(instructions)
+    dump, exact = _pick_dump(kernel, instructions, dumps)
     if dump is not None:
         target = target or (target_for_platform(dump.platform) if dump.platform else None)
         grf = dump.num_grf if dump.num_grf is not None else grf
     return IsaStats(
-        target=target, grf=grf, instructions=len(instructions),
-        dpas=sum(1 for i in instructions if i.opcode == "dpas"),
+        target=target, grf=grf, instructions=len(instructions), dpas=dpas,
         load_block2d=messages.get("load_block2d", 0),
         store_block2d=messages.get("store_block2d", 0),
         prefetch_block2d=messages.get("prefetch_block2d", 0),
-        sends=sum(1 for i in instructions if i.opcode in SEND_OPCODES),
+        sends=sum(1 for i in instructions if i.opcode in SEND_OPCODES or is_named_message(i.opcode)),
         spill_bytes=dump.spill_bytes if dump is not None else None,
         kernel=kernel, dump_exact=exact if dump is not None else None, messages=messages,
-        conversions=conversion_counts(instructions))
+        conversions=conversion_counts(instructions), dpas_workaround=workaround)
+
+
+def dump_kernel_stats(dump: ShaderDump, target: str | None = None, grf: int | None = None) -> IsaStats:
+    """The same statistics read from an IGC dump's own listing (its named messages read as the sends they are),
+    for a binary whose disassembly is not available; ``dump_exact`` is None (nothing to compare with)."""
+    stats = kernel_stats(dump.kernel, dump.text, [], target or (target_for_platform(dump.platform)
+                                                              if dump.platform else None), grf)
+    stats.grf = dump.num_grf if dump.num_grf is not None else grf
+    stats.spill_bytes = dump.spill_bytes
+    return stats
 
 
 def isa_stats(disassembly: str | Mapping[str, str], dumps: Mapping[str, str] | None = None, *,
@@ -363,4 +443,5 @@ def isa_stats(disassembly: str | Mapping[str, str], dumps: Mapping[str, str] | N
         prefetch_block2d=sum(k.prefetch_block2d for k in ks), sends=sum(k.sends for k in ks),
         spill_bytes=sum(spills) if spills and None not in spills else None,
         dump_exact=all(k.dump_exact for k in ks) if ks else None, messages=messages, kernels=per_kernel,
-        conversions={kind: sum(k.conversions.get(kind, 0) for k in ks) for kind in CONVERSIONS})
+        conversions={kind: sum(k.conversions.get(kind, 0) for k in ks) for kind in CONVERSIONS},
+        dpas_workaround=sum(k.dpas_workaround for k in ks))
