@@ -45,6 +45,8 @@ except ``problem`` has a default; this is the complete list with the defaults::
                                       # kernel's time is steady (xegemm.evaluate.timing.warm_up), whatever this says
       repeats: 100                    # timed launches (at least)
       min_time_ms: 0.0                # keep launching until this much time is measured (0 = off)
+      rotate: auto                    # time a small problem over rotating copies of its operands, so that it
+                                      # is not timed from the cache: auto (below a measured size) | true | false
     sweep: {}                         # dotted key -> list of values; cartesian product
     constraints: []                   # expressions every variant must satisfy
 

@@ -221,6 +221,19 @@ def _word(what: str, words: tuple[str, ...], aliases: Mapping[str, str]) -> Chec
     return check
 
 
+ROTATE_SETTINGS = ("auto", "on", "off")
+
+
+def rotate_setting(value: Any) -> str:
+    """``profile.rotate``: auto, or true / false (YAML's on / off are booleans too): rotating buffers in timing
+    (xegemm.evaluate.timing.rotation_for)."""
+    if value is True or value is False:
+        return "on" if value else "off"
+    if isinstance(value, str) and value.lower() in ROTATE_SETTINGS:
+        return value.lower()
+    raise expected("auto, true or false (rotate the operands' buffers while timing)", value)
+
+
 def int_choice(what: str, numbers: tuple[int, ...]) -> Check:
     def check(value: Any) -> int:
         if is_int(value) and value in numbers:

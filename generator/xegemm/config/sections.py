@@ -35,6 +35,7 @@ from xegemm.config.checks import (
     output_dtype,
     positive_int,
     positive_ints,
+    rotate_setting,
     row_counts,
     quant_format,
     quant_group,
@@ -232,11 +233,14 @@ class Verify:
 class Profile:
     """Timing: at least ``warmup`` untimed launches (a minimum: the warm-up goes on by time and stability until
     the kernel's time is steady, :func:`xegemm.evaluate.timing.warm_up`), at least ``repeats`` timed launches, and at
-    least ``min_time_ms`` of measured time."""
+    least ``min_time_ms`` of measured time; ``rotate``: time over rotating copies of the operands so that a small
+    problem is not timed from the cache (auto: below :data:`xegemm.evaluate.timing.ROTATE_BELOW_BYTES`; on;
+    off: the same buffers every launch)."""
 
     warmup: int = _key(non_negative_int, 10)
     repeats: int = _key(positive_int, 100)
     min_time_ms: float = _key(non_negative_number, 0.0)
+    rotate: str = _key(rotate_setting, "auto")
 
 
 SECTIONS: dict[str, type] = {

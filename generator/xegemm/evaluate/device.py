@@ -18,7 +18,8 @@ from xegemm.config import Config
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant, lowering_of
 from xegemm.evaluate.grouped import grouped_setup, grouped_submit, verify_grouped
 from xegemm.lowering import Lowering
-from xegemm.evaluate.timing import NumpyReference, gemm_flops, launch_ms, measure_against_reference
+from xegemm.evaluate.timing import (NumpyReference, Rotation, gemm_flops, last_level_cache_bytes, launch_ms,
+                                    measure_against_reference, rotation_for)
 from xegemm.runtime.devices import failure_reason
 from xegemm.runtime.program import BuildError, build_source, from_device, rebuild_source, source_unavailable, launch, make_queue, to_device
 from xegemm.errors import XegemmError
@@ -54,6 +55,10 @@ class DeviceSession:
         self._problem_key = None
         self._buffers = None
         self._reference = None
+        self._sets: list[dict] | None = None      # the problem's buffer sets (buffer_sets), the first its buffers
+        cpu = "cpu" in str(getattr(sycl_device, "device_type", "")).lower()
+        self.llc_bytes = last_level_cache_bytes(int(getattr(sycl_device, "global_mem_cache_size", 0) or 0), cpu)
+        self.memory_bytes = int(getattr(sycl_device, "global_mem_size", 0) or 0)
 
     def buffers(self, config: Config, graph=None):
         """Device buffers and reference for the config's problem and types (rebuilt when they change); ``graph``
@@ -61,6 +66,7 @@ class DeviceSession:
         key = (config.problem, config.types, config.layout, config.epilogue, reference_key(config), config.verify.seed,
                workspace_bytes(config), config.quant, config.quant_a)
         if key != self._problem_key:
+            self._buffers = self._sets = self._problem_key = None    # the old buffers go before new ones are made
             too_big = check_fits(config, getattr(self.device, "global_mem_size", None))
             if too_big:          # refused before numpy or the device is asked for the memory
                 raise XegemmError(too_big)
@@ -81,7 +87,37 @@ class DeviceSession:
             self._problem_key = key
         return self._buffers
 
-    def packed_b(self, config: Config, lowering: Lowering, plan) -> tuple[object, float]:
+    def rotation(self, config: Config) -> Rotation:
+        """The buffers the config's problem is timed over (xegemm.evaluate.timing.rotation_for, ``profile.rotate``):
+        its operands', C's and the quantization arrays' bytes against the device's last-level cache."""
+        bufs = self.buffers(config)
+        ops, quant = bufs["ops"], bufs["ops"].quant or {}
+        working = sum(x.nbytes for x in (ops.a_bytes, ops.b_bytes, bufs["poison"]))
+        working += sum(0 if x is None else x.nbytes for x in (ops.c_in_bytes, ops.bias))
+        working += sum(0 if quant.get(name) is None else quant[name].nbytes for name in ("scales", "zeros", "a_scales"))
+        return rotation_for(working, self.llc_bytes, config.profile.rotate, self.memory_bytes)
+
+    def buffer_sets(self, config: Config, copies: int) -> list[dict]:
+        """``copies`` sets of the problem's buffers, the first :meth:`buffers` itself: each further set has its
+        own A, B, C (output and input), bias and quantization arrays with the same contents; the workspace and a
+        traced epilogue's named inputs and auxiliary outputs are shared (kept between problems like
+        :meth:`buffers`)."""
+        bufs = self.buffers(config)
+        if self._sets is None or self._sets[0] is not bufs:     # a new problem: the old copies are let go
+            self._sets = [bufs]
+        sets = self._sets
+        ops, quant = bufs["ops"], bufs["ops"].quant or {}
+        nothing = np.zeros(4, np.uint8)
+        while len(sets) < copies:
+            sets.append({**bufs, "a": to_device(self.queue, ops.a_bytes), "b": to_device(self.queue, ops.b_bytes),
+                         "c": to_device(self.queue, bufs["poison"]),
+                         "c_in": to_device(self.queue, nothing if ops.c_in_bytes is None else ops.c_in_bytes),
+                         "bias": to_device(self.queue, nothing if ops.bias is None else ops.bias.astype(np.float32)),
+                         **{name: to_device(self.queue, nothing if quant.get(name) is None else quant[name])
+                            for name in ("scales", "zeros", "a_scales")}})
+        return sets[:copies]
+
+    def packed_b(self, config: Config, lowering: Lowering, plan, copy: int = 0) -> tuple[object, float]:
         """B as a lowering that reads it packed takes it (the coopmat lowering: VNNI, lowering.coopmat.pack_b),
         on the device, and the milliseconds the host spent packing it (once per problem and packing; the
         kernel's timing does not include it, the evaluation records it as ``extra["pack_b_ms"]``)."""
@@ -91,24 +127,62 @@ class DeviceSession:
             p, t0 = config.problem, time.perf_counter()
             packed = lowering.pack_b(plan, bufs["ops"].b_bytes, p.k, p.n)
             bufs[key] = (to_device(self.queue, packed), (time.perf_counter() - t0) * 1e3)
-        return bufs[key]
+            bufs[key + ("host",)] = packed
+        if copy == 0:
+            return bufs[key]
+        copies = bufs.setdefault(key + ("copies",), {})     # the copy of B each further buffer set reads
+        if copy not in copies:
+            copies[copy] = to_device(self.queue, bufs[key + ("host",)])
+        return copies[copy], bufs[key][1]
 
     def numpy_reference(self, config: Config) -> NumpyReference:
-        """numpy's float32 matmul of the config's problem (kept while the problem stays the same)."""
+        """numpy's float32 matmul of the config's problem, timed over rotating buffers as the kernels are
+        (``profile.rotate``; kept while the problem and that setting stay the same)."""
         p = config.problem
-        if self._reference is None or self._reference[0] != p:
-            self._reference = (p, NumpyReference(p.m, p.n, p.k, p.batch))
+        key = (p, config.profile.rotate)
+        if self._reference is None or self._reference[0] != key:
+            rotation = rotation_for(NumpyReference.working_bytes(p.m, p.n, p.k, p.batch), self.llc_bytes,
+                                    config.profile.rotate, self.memory_bytes)
+            self._reference = (key, NumpyReference(p.m, p.n, p.k, p.batch, rotation=rotation))
         return self._reference[1]
+
+
+class RotatingSubmit:
+    """Launches over several bound sets of buffers, the next set each call (:class:`Rotation`): ``next`` is the
+    set the coming call launches, ``last`` the one the latest call launched (None before the first)."""
+
+    def __init__(self, queue, launch_sets: list):
+        self.queue, self.launch_sets = queue, launch_sets
+        self.next, self.last = 0, None
+
+    def __call__(self):
+        self.last, self.next = self.next, (self.next + 1) % len(self.launch_sets)
+        return submit_in_order(self.queue, self.launch_sets[self.last])
 
 
 @dataclass
 class DeviceKernel:
-    """A built kernel bound to its problem's buffers: ``submit()`` launches it once."""
+    """A built kernel bound to its problem's buffers: ``submit()`` launches it once (over ``sets``, the buffer
+    sets of its :class:`Rotation`, in turn when it is a :class:`RotatingSubmit`)."""
 
     session: DeviceSession
     config: Config
     buffers: dict
     submit: object
+    rotation: Rotation | None = None
+    sets: list | None = None
+
+    def set_at(self, index: int | None) -> dict:
+        """The buffers of set ``index`` (the only set when it does not rotate)."""
+        return self.sets[index or 0] if self.sets else self.buffers
+
+    @property
+    def next_set(self) -> int:
+        return self.submit.next if isinstance(self.submit, RotatingSubmit) else 0
+
+    @property
+    def last_set(self) -> int:
+        return (self.submit.last or 0) if isinstance(self.submit, RotatingSubmit) else 0
 
 
 class DeviceBuilder(Builder):
@@ -157,13 +231,17 @@ class DeviceBuilder(Builder):
             return DeviceKernel(self.session, config, {"grouped": setup},
                                 grouped_submit(queue, call, kernels[0], setup, epilogue_scalars(config)))
         bufs = self.session.buffers(config, pv.plan.graph)
-        buffers = device_buffers(bufs)
-        if low.b_pack_factor(pv.plan):       # B as the kernel reads it: packed on the host, once per problem
-            buffers["B"], evaluation.extra["pack_b_ms"] = self.session.packed_b(config, low, pv.plan)
-        bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), buffers,
-                          epilogue_scalars(config) | bufs["named_scalars"])
-        launches = [(kernel, args, gsize, lsize) for kernel, (_, args, gsize, lsize) in zip(kernels, bound)]
-        return DeviceKernel(self.session, config, bufs, lambda: submit_in_order(queue, launches))
+        rotation = self.session.rotation(config)
+        sets = self.session.buffer_sets(config, rotation.copies)
+        launch_sets = []
+        for index, one in enumerate(sets):
+            buffers = device_buffers(one)
+            if low.b_pack_factor(pv.plan):   # B as the kernel reads it: packed on the host, once per problem
+                buffers["B"], evaluation.extra["pack_b_ms"] = self.session.packed_b(config, low, pv.plan, index)
+            bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), buffers,
+                              epilogue_scalars(config) | bufs["named_scalars"])
+            launch_sets.append([(kernel, args, gsize, lsize) for kernel, (_, args, gsize, lsize) in zip(kernels, bound)])
+        return DeviceKernel(self.session, config, bufs, RotatingSubmit(queue, launch_sets), rotation, sets)
 
 
 def device_buffers(bufs) -> dict:
@@ -220,23 +298,32 @@ def submit_in_order(queue, launches):
     return events[0] if len(events) == 1 else EventSpan(events)
 
 
+def poison_outputs(bufs: dict) -> None:
+    """Fill a buffer set's C and auxiliary outputs with the poison, so that only what a launch writes is checked."""
+    bufs["c"].copy_from_host(bufs["poison"])
+    for buffer, poison, _ in bufs["aux_outputs"].values():
+        buffer.copy_from_host(poison)
+
+
+def check_outputs(kernel: DeviceKernel, bufs: dict):
+    """The verdict (xegemm.verify.dense.check) on a buffer set's C and auxiliary outputs as the device holds them."""
+    outputs = {name: from_device(buffer, np.uint8, poison.shape)
+               for buffer, poison, name in bufs["aux_outputs"].values()}
+    return check(kernel.config, from_device(bufs["c"], np.uint8, bufs["poison"].shape), bufs["reference"], outputs)
+
+
 class VerifyObserver(Observer):
     """Runs the kernel once on poisoned C and compares C with the numpy reference (xegemm.verify.dense)."""
 
     def built(self, pv: PlannedVariant, evaluation: Evaluation, kernel: DeviceKernel) -> None:
-        bufs = kernel.buffers
-        if "grouped" in bufs:
+        if "grouped" in kernel.buffers:
             self._grouped(evaluation, kernel)
             return
         try:
-            bufs["c"].copy_from_host(bufs["poison"])      # poisoned before every verified run
-            for buffer, poison, _ in bufs["aux_outputs"].values():
-                buffer.copy_from_host(poison)
+            target = kernel.set_at(kernel.next_set)      # the buffers the coming launch uses
+            poison_outputs(target)                       # poisoned before every verified run
             kernel.submit().wait()
-            outputs = {name: from_device(buffer, np.uint8, poison.shape)
-                       for buffer, poison, name in bufs["aux_outputs"].values()}
-            verdict = check(kernel.config, from_device(bufs["c"], np.uint8, bufs["poison"].shape), bufs["reference"],
-                            outputs)
+            verdict = check_outputs(kernel, target)
         except Exception as exc:  # noqa: BLE001 - a launch failure is recorded, the sweep goes on
             evaluation.fail("error", f"launch failed: {failure_reason(exc)}")
             return
@@ -281,14 +368,24 @@ class TimingObserver(Observer):
         config, prof = kernel.config, kernel.config.profile
         grouped = kernel.buffers.get("grouped")
         reference = grouped.reference if grouped else kernel.session.numpy_reference(config)
+        rotation = kernel.rotation or Rotation()
         try:
+            for one in kernel.sets or ():     # every set's outputs poisoned: the last launch's are checked after
+                poison_outputs(one)
             if self.timer is not None:
                 timing = self.timer(kernel.submit, prof.warmup, prof.repeats, prof.min_time_ms)
             else:
                 timing, evaluation.extra["reference"] = measure_against_reference(
-                    lambda: launch_ms(kernel.submit), reference, prof.warmup, prof.repeats, prof.min_time_ms)
+                    lambda: launch_ms(kernel.submit), reference, prof.warmup, prof.repeats, prof.min_time_ms,
+                    rotation)
+            after = check_outputs(kernel, kernel.set_at(kernel.last_set)) if kernel.sets else None
         except Exception as exc:  # noqa: BLE001 - verified, but timing failed: recorded, the sweep goes on
             evaluation.fail("error", f"timing failed after verification: {failure_reason(exc)}")
+            return
+        evaluation.extra["timing_buffers"] = rotation.describe()
+        if after is not None and not after.ok:     # the timed launches' results, on the buffers launched last
+            evaluation.fail("failed_verify", f"after timing, on buffer set {kernel.last_set + 1} of "
+                            f"{len(kernel.sets)}: {after.reason}")
             return
         evaluation.time_ms = timing.as_dict()
         seconds = max(timing.median, 1e-9) * 1e-3

@@ -107,7 +107,8 @@ def launch_ms(submit) -> float:
     return (event.profiling_info_end - event.profiling_info_start) * 1e-6
 
 
-TIMING_METHOD = "warm-up by time and stability, rounds re-warmed, device events, median"   # in cache keys
+TIMING_METHOD = ("warm-up by time and stability, rounds re-warmed, device events, median, "
+                 "operands rotated below 16 MiB unless profile.rotate says otherwise")        # in cache keys
 WARMUP_MIN_MS = 100.0    # warm up at least this much measured time (Triton's do_bench: 25 ms; a 1024^3 kernel
                          # of 14 ms a launch measured 30 % slower after 2 warm-up launches than after 10)
 WARMUP_MAX_MS = 2000.0   # and stop at this much, settled or not (the config's minimum count may add more)
@@ -260,56 +261,151 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 GOVERNOR = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"   # Linux cpufreq: powersave, performance...
 
 
-def cpu_governor() -> str | None:
-    """The CPU frequency governor of CPU 0 where Linux exposes it (None in a VM or container without cpufreq)."""
+def _read_small(path: str) -> str | None:
+    """The first line of a small system file (at most 64 characters), None if unreadable or empty."""
     try:
-        with open(GOVERNOR, encoding="ascii") as f:
+        with open(path, encoding="ascii") as f:
             return f.read(64).strip() or None
     except (OSError, UnicodeDecodeError):
         return None
 
 
-def conditions() -> dict:
+def cpu_governor() -> str | None:
+    """The CPU frequency governor of CPU 0 where Linux exposes it (None in a VM or container without cpufreq)."""
+    return _read_small(GOVERNOR)
+
+
+def conditions(rotation: Rotation | None = None) -> dict:
     """What else ran and how many threads could run, now: load average, CPUs, the CPU runtime's code path
     (xegemm.runtime.cpu_path), thread and CPU-target settings, the CPU frequency governor (None: not readable
-    here) and the timing method (:data:`TIMING_METHOD`)."""
+    here), the timing method (:data:`TIMING_METHOD`) and, given, the buffers it timed (:class:`Rotation`)."""
     return {"loadavg": list(os.getloadavg()), "cpu_count": os.cpu_count(), "cpu_code_path": cpu_code_path().name,
             "affinity_cpus": len(os.sched_getaffinity(0)), "machine": platform.machine(),
             "threads_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ},
-            "cpu_governor": cpu_governor(), "timing_method": TIMING_METHOD}
+            "cpu_governor": cpu_governor(), "timing_method": TIMING_METHOD,
+            **({"timing_buffers": rotation.describe()} if rotation is not None else {})}
+
+
+# ---- rotating buffers ------------------------------------------------------------------------------------
+#
+# A problem whose operands fit in the last-level cache is timed from that cache when every launch reads the
+# same buffers: its second launch finds A and B where the first left them, which no layer of a model does.  As
+# NVIDIA's cutlass_profiler does (``--workspace-count``, 0 = derived from ``--llc-capacity``: several copies of
+# the operands, one per launch in turn, https://github.com/NVIDIA/cutlass/blob/main/media/docs/cpp/profiler.md),
+# a problem below :data:`ROTATE_BELOW_BYTES` is timed over copies of its operands whose total is at least
+# :data:`ROTATE_LLC_MULTIPLE` times the last-level cache, each launch on the next copy.  ``profile.rotate``
+# (auto | true | false) decides; the buffers used are recorded with the conditions (``timing_buffers``).
+
+ROTATE_LLC_MULTIPLE = 2                # the copies' total: at least this many times the last-level cache
+ROTATE_BELOW_BYTES = 16 << 20          # auto: rotate a problem whose buffers are smaller than this.  Measured on
+                                       # the 2-core Xeon VM (docs/benchmarks.md "Rotating buffers", bench.rotation):
+                                       # rotating made launches 1.13-1.45x slower up to 4.5 MiB, was within the
+                                       # noise at 6-8 MiB and made no difference from 32 MiB up
+ROTATE_MAX_COPIES = 256                # never more copies than this
+ROTATE_MAX_FRACTION = 8                # nor more bytes in all than 1/8 of the device's global memory
+CACHE_SYSFS = "/sys/devices/system/cpu/cpu0/cache"     # Linux: index<i>/level and index<i>/size ("491520K")
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """The buffers a measurement times: ``copies`` sets of ``bytes_each`` bytes, one launch on each in turn (1:
+    the same buffers every launch)."""
+
+    copies: int = 1
+    bytes_each: int = 0
+
+    def describe(self) -> str:
+        if self.copies <= 1:
+            return "same buffers"
+        size = (f"{self.bytes_each / (1 << 20):.1f} MiB" if self.bytes_each >= 1 << 20
+                else f"{self.bytes_each / (1 << 10):.1f} KiB")
+        return f"rotating {self.copies} buffers of {size}"
+
+
+def host_last_level_cache_bytes(root: str = CACHE_SYSFS) -> int:
+    """The size of CPU 0's highest-level cache as Linux reports it (``index<i>/level``, ``index<i>/size``), 0 if
+    unreadable."""
+    best = (0, 0)
+    for i in range(16):
+        level, size = _read_small(f"{root}/index{i}/level"), _read_small(f"{root}/index{i}/size")
+        if level is None or size is None:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        try:
+            number = int(size[:-1]) * units[size[-1].upper()] if size[-1].upper() in units else int(size)
+            best = max(best, (int(level), number))
+        except ValueError:
+            continue
+    return best[1]
+
+
+def last_level_cache_bytes(device_cache_bytes: int, cpu_device: bool) -> int:
+    """The last-level cache a device's launches share: a GPU's reported global memory cache; on a CPU device
+    (which reports one core's L2) the host's highest-level cache, or the device's figure when unreadable."""
+    if cpu_device:
+        return max(host_last_level_cache_bytes(), device_cache_bytes)
+    return device_cache_bytes
+
+
+def rotation_for(working_bytes: int, llc_bytes: int, setting: str = "auto", memory_bytes: int = 0) -> Rotation:
+    """How many copies of a problem's buffers (``working_bytes`` in all) to time over: ``setting`` "off" -> one;
+    "on", or "auto" below :data:`ROTATE_BELOW_BYTES` -> enough copies for :data:`ROTATE_LLC_MULTIPLE` x the
+    last-level cache, at least two, at most :data:`ROTATE_MAX_COPIES` and 1 / :data:`ROTATE_MAX_FRACTION` of
+    ``memory_bytes`` (the device's global memory; 0: unknown, no such bound)."""
+    working = max(1, int(working_bytes))
+    if setting == "off" or (setting == "auto" and working >= ROTATE_BELOW_BYTES) or llc_bytes <= 0:
+        return Rotation(1, working)
+    copies = max(2, -(-ROTATE_LLC_MULTIPLE * llc_bytes // working))
+    if memory_bytes > 0:
+        copies = min(copies, memory_bytes // ROTATE_MAX_FRACTION // working)
+    copies = min(copies, ROTATE_MAX_COPIES)
+    return Rotation(copies if copies >= 2 else 1, working)
 
 
 class NumpyReference:
     """numpy's float32 matmul of a problem: the reference every variant is measured against, interleaved."""
 
-    def __init__(self, m: int, n: int, k: int, batch: int = 1, seed: int = 0):
+    def __init__(self, m: int, n: int, k: int, batch: int = 1, seed: int = 0, rotation: Rotation | None = None):
         rng = np.random.default_rng(seed)
         self.a = rng.standard_normal((batch, m, k), dtype=np.float32)
         self.b = rng.standard_normal((batch, k, n), dtype=np.float32)
         self.flops = gemm_flops(m, n, k, batch)
+        self.rotation = rotation or Rotation(1, self.working_bytes(m, n, k, batch))
+        # the same timing method as the kernel's: copies of A, B and the product, one run on each in turn
+        self._sets = [(self.a, self.b, np.empty((batch, m, n), np.float32))]
+        self._sets += [(self.a.copy(), self.b.copy(), np.empty((batch, m, n), np.float32))
+                       for _ in range(self.rotation.copies - 1)]
+        self._next = 0
+
+    @staticmethod
+    def working_bytes(m: int, n: int, k: int, batch: int = 1) -> int:
+        """The bytes one run touches: A, B and the product, float32."""
+        return 4 * batch * (m * k + k * n + m * n)
 
     def sample(self) -> float:
-        """Run the matmul once; its wall-clock time in ms."""
+        """Run the matmul once (on the next set of buffers); its wall-clock time in ms."""
+        a, b, out = self._sets[self._next]
+        self._next = (self._next + 1) % len(self._sets)
         t0 = time.perf_counter()
-        np.matmul(self.a, self.b)
+        np.matmul(a, b, out=out)
         return (time.perf_counter() - t0) * 1e3
 
     def record(self, timing: Timing) -> dict:
         """The reference as results record it."""
         return {"provider": "numpy", "dtype": "f32", "numpy": np.__version__,
                 "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "time_ms": timing.as_dict(),
-                "gflops": self.flops / (timing.median * 1e6)}
+                "gflops": self.flops / (timing.median * 1e6), "timing_buffers": self.rotation.describe()}
 
 
 def measure_against_reference(sample_kernel, reference: NumpyReference, warmup: int, repeats: int,
-                              min_time_ms: float = 0.0) -> tuple[Timing, dict]:
+                              min_time_ms: float = 0.0, rotation: Rotation | None = None) -> tuple[Timing, dict]:
     """Time a kernel interleaved with the reference; once more if either CV exceeds :data:`CV_LIMIT`.
 
     Returns the kernel's timing and a record: the reference (as :meth:`NumpyReference.record`, measured in
     the same rounds), ``interleaved: True``, ``high_cv`` (still above the limit after the second try), the
-    number of ``attempts`` and the :func:`conditions`.
+    number of ``attempts`` and the :func:`conditions` (with ``rotation``: the kernel's buffers).
     """
-    before = conditions()
+    before = conditions(rotation)
     best, warmed = None, None
     for attempt in (1, 2):
         kernel, ref = time_interleaved(sample_kernel, reference.sample, warmup, repeats, min_time_ms, warmed=warmed)

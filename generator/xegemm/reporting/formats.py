@@ -85,7 +85,8 @@ def _reference_line(r: Reference) -> str:
             f"{_num(r.load1, '.2f')}, {cpus} CPUs"
             + (f", CPU code path {cond.cpu_code_path}" if cond and cond.cpu_code_path else "")
             + (f", governor {cond.cpu_governor}" if cond and cond.cpu_governor else "")
-            + (f"; timed by {cond.timing_method}" if cond and cond.timing_method else "") + ")")
+            + (f"; timed by {cond.timing_method}" if cond and cond.timing_method else "")
+            + (f", {cond.timing_buffers}" if cond and cond.timing_buffers else "") + ")")
 
 
 def headline_lines(group_list: list[Group]) -> list[str]:

@@ -48,7 +48,8 @@ def _conditions(src: Source) -> list[tuple[str, str]]:
             ("CPU runtime code path", c and c.cpu_code_path or "not recorded"),
             ("CPU frequency governor", c and c.cpu_governor or ("not readable here (no cpufreq: a VM or "
              "container)" if c and c.governor_recorded else "not recorded")),
-            ("timing method", c and c.timing_method or "not recorded"),
+            ("timing method", c and c.timing_method and "; ".join(filter(None, (c.timing_method, c.timing_buffers)))
+             or "not recorded"),
             ("thread settings", ", ".join(f"{k}={v}" for k, v in ((c and c.threads_env) or {}).items())
              or ("none set" if c else "not recorded")),
             ("CV of the timings", f"{min(cvs):.1%} to {max(cvs):.1%} (each over one variant's timed launches)" if cvs else "-")]

@@ -70,6 +70,23 @@ def run_results(store: ResultStore, keys: list[str]) -> list[Evaluation]:
     return sorted(results, key=_sort_key)
 
 
+def timing_buffers(variants: list[Evaluation]) -> dict:
+    """The buffers this run's variants were timed over (xegemm.evaluate.timing.Rotation, as each interleaved
+    measurement recorded it), per problem where they differ: ``{"timing_buffers": ...}``, or {} if none was
+    recorded."""
+    seen: dict[tuple, str] = {}
+    for v in variants:
+        ref = v.extra.get("reference") if isinstance(v.extra, dict) else None
+        cond = ref.get("conditions") if isinstance(ref, dict) else None
+        if isinstance(cond, dict) and isinstance(cond.get("timing_buffers"), str):
+            seen.setdefault(v.problem, cond["timing_buffers"])
+    if not seen:
+        return {}
+    if len(set(seen.values())) == 1:
+        return {"timing_buffers": next(iter(seen.values()))}
+    return {"timing_buffers": "; ".join(f"{'x'.join(map(str, p[:3]))}: {b}" for p, b in sorted(seen.items()))}
+
+
 def write_reports(store: ResultStore, keys: list[str], references: dict[tuple, Reference], lowering: str,
                   capabilities: str | None = None, command: str | None = None,
                   started_at: float | None = None, device_peak: dict | None = None, lowering_note: str = "") -> dict:
@@ -102,7 +119,7 @@ def write_reports(store: ResultStore, keys: list[str], references: dict[tuple, R
         "command": command,
         "started_at": utc(started_at) if started_at else None,
         "written_at": utc(time.time()),
-        "conditions": conditions(),
+        "conditions": {**conditions(), **timing_buffers(variants)},
         "device_peak": device_peak,
         "lowering": lowering,
         "lowering_note": lowering_note or None,

@@ -48,7 +48,7 @@ def measurement_key(source: str, build_options: str, device_name: str, driver: s
     parts = {"schema": SCHEMA, "source": hashlib.sha256(source.encode()).hexdigest(), "options": build_options,
              "device": device_name, "driver": driver, "settings": code_generation_settings(), "lowering": lowering,
              "problem": [p.m, p.n, p.k, p.batch], "seed": config.verify.seed,
-             "profile": [prof.warmup, prof.repeats, prof.min_time_ms], "timing": TIMING_METHOD}
+             "profile": [prof.warmup, prof.repeats, prof.min_time_ms, prof.rotate], "timing": TIMING_METHOD}
     if p.groups or config.moe.experts:     # a grouped kernel's source is the same for every grouped problem
         parts["groups"] = [list(p.groups), config.moe.experts, list(config.moe.rows)]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
