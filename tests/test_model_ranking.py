@@ -56,3 +56,34 @@ def test_a_gpu_is_calibrated_for_the_product_its_name_names_and_a_cpu_never():
     assert gpu.calibrated and gpu.describe() == "calibrated for max1550"
     cpu = DeviceModel.of_device(SimpleNamespace(device_type="cpu", name="Max 1550 (a CPU named so)", **info))
     assert not cpu.calibrated and cpu.machine.compute_units == 2
+
+
+def _decode_plans(m: int, n: int, k: int) -> dict:
+    """configs/llm_gptq.yaml's planned variants at a decode shape, by (work-group tile, split K)."""
+    from pathlib import Path
+
+    from xegemm.config import load_config
+    from xegemm.evaluate import plan_variants
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "llm_gptq.yaml")
+    shape = {"problem.m": m, "problem.n": n, "problem.k": k}
+    return {(pv.config.tile.workgroup, pv.plan.split_k): pv.plan
+            for pv in plan_variants(config.with_overrides(shape)) if pv.plan is not None}
+
+
+def test_split_k_slices_count_as_work_groups_and_a_gpu_prefers_them_for_a_skinny_shape():
+    from xegemm.model.static import Machine, features, predict
+
+    plans = _decode_plans(1, 4096, 4096)
+    whole, sliced = plans[((8, 128, 128), 1)], plans[((8, 128, 128), 4)]
+    # 32 tiles on 64 compute units: half a wave; four K slices each: 128 work-groups, two full waves
+    assert predict(whole, Machine(64, 0)).waves == pytest.approx(0.5)
+    assert predict(sliced, Machine(64, 0)).waves == pytest.approx(1.0)
+    assert features(sliced, "max1550").launches == 2 and features(whole, "max1550").launches == 1
+    gpu = DeviceModel(Machine(64, 0), "max1550")
+    for m in (1, 8, 16):
+        ranked = sorted(_decode_plans(m, 4096, 4096).items(), key=lambda kv: -gpu.predicted(kv[1]))
+        assert ranked[0][0] == ((8, 128, 128), 4), (m, [key for key, _ in ranked])
+    # on a 2-core CPU the tiles alone fill the cores: slicing K only adds the workspace's traffic
+    cpu = DeviceModel(Machine(2, 2 << 20))
+    assert cpu.predicted(whole) > cpu.predicted(sliced)

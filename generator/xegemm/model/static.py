@@ -7,7 +7,8 @@ It multiplies six factors, each in (0, 1]:
 - occupancy: threads an Xe core keeps resident in the plan's GRF mode (8 in 128-GRF mode, 4 in 256-GRF
   mode), and the register estimate's headroom (a plan near its budget is more likely to spill);
 - waves: how evenly the work-groups fill the device's compute units (a last partial wave idles the rest;
-  stream-K, ``tile.stream_k``: its G work-groups per batch of about I / G MAC-loop iterations each);
+  split K, ``tile.split_k``: S work-groups per C tile, one per K slice; stream-K, ``tile.stream_k``: its G
+  work-groups per batch of about I / G MAC-loop iterations each);
 - edges: the share of the padded tiles (M, N and K rounded up to the tile) that is real work;
 - prefetch: a small bonus for k-tiles prefetched ahead (latency hidden), none beyond two;
 - locality: the problem's flops per byte fetched from beyond the cache (:func:`memory_traffic`: the
@@ -133,7 +134,8 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     threads = THREADS_PER_CORE.get(grf, 4)
     headroom = 1.0 - plan.registers["total_grf"] / plan.registers["budget_grf"]    # < 0: "may spill"
     occupancy = (threads / max(THREADS_PER_CORE.values())) * (0.75 + 0.25 * max(-1.0, min(1.0, headroom * 4)))
-    workgroups = math.ceil(p.m / bm) * math.ceil(p.n / bn) * p.batch
+    # split K's slices are work-groups of their own (grid z): a decode shape's few tiles fill more slots
+    workgroups = math.ceil(p.m / bm) * math.ceil(p.n / bn) * p.batch * max(1, plan.split_k)
     slots = max(1, machine.compute_units)
     waves = workgroups / (math.ceil(workgroups / slots) * slots)
     if plan.stream_k:       # work-groups of ceil(I / G) iterations: the time of that many, per wave
@@ -173,6 +175,7 @@ class Features:
     edges: float                 # real work over padded work
     prefetch: float
     dequant: str | None          # None: B is a DPAS type; "f16" / "bf16": converted in registers into that DPAS
+    launches: int = 1            # kernel launches per call (split K's reduction is a second one)
 
 
 def features(plan: Plan, part: Part | str) -> Features:
@@ -203,7 +206,8 @@ def features(plan: Plan, part: Part | str) -> Features:
         moved = memory_traffic(plan, part.l2_bytes)
     quantized = dtype(config.types.b).name != plan.mma.b_type.name
     return Features(part.name, flops, moved, part.bf16_tflops * plan.mma.k / 16, ai, base.occupancy,
-                    waves, edges, base.prefetch, (plan.mma.a_type.name if quantized else None))
+                    waves, edges, base.prefetch, (plan.mma.a_type.name if quantized else None),
+                    1 + int(bool(plan.reduces)))
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,8 @@ def throughput(f: Features, c: Constants = CALIBRATED) -> Throughput:
 
     compute efficiency = efficiency x intensity x occupancy^occupancy_exponent x waves x edges x prefetch
     (x dequant for a B converted in registers), each in (0, 1]; memory time = bytes / (bandwidth x the
-    product's DRAM bandwidth); time = (t_compute^p + t_memory^p)^(1/p) + launch_us.  Never above the peak."""
+    product's DRAM bandwidth); time = (t_compute^p + t_memory^p)^(1/p) + launch_us per launch.  Never above the
+    peak."""
     part = get_part(f.part)
     intensity = f.loads_per_flop / (f.loads_per_flop + c.ridge_flops_per_byte)
     convert = {None: 1.0, "bf16": c.dequant_bf16}.get(f.dequant, c.dequant)
@@ -239,7 +244,7 @@ def throughput(f: Features, c: Constants = CALIBRATED) -> Throughput:
               * f.prefetch * convert)
     t_compute = f.flops / (f.peak_tflops * 1e12 * eff)
     t_memory = f.bytes / (part.memory_gbs * 1e9 * c.bandwidth)
-    t = (t_compute ** c.overlap + t_memory ** c.overlap) ** (1.0 / c.overlap) + c.launch_us * 1e-6
+    t = (t_compute ** c.overlap + t_memory ** c.overlap) ** (1.0 / c.overlap) + c.launch_us * 1e-6 * f.launches
     return Throughput(f.flops / t / 1e12, f.peak_tflops, f.flops / t_compute / 1e12, f.flops / t_memory / 1e12,
                       eff)
 
