@@ -2,7 +2,9 @@
 (docs/benchmarks.md, "Decode shapes and the untuned pick").
 
 ``python -m bench.decode [--part weights bf16 tuned] [--rounds R] [--launches L] [--prefill-m M] [--budget B]
-[--json FILE]``, three parts:
+[--others split|skinny|none] [--m M ...] [--json FILE]``, three parts (``--others``: the config's split-K variants, or
+every skinny one, timed in the same rounds beside the first two parts' pick, the pick's speed over each printed:
+whether the model's order holds at the shape):
 
 * ``weights``: W4A16 GPTQ (``configs/llm_gptq.yaml``) at M = 1, 8, 16 with N = K = 4096: the kernel the call API
   picks with no measurement (:meth:`xegemm.api.gemm.Gemm.choose`, the model-ranked rule), built and verified,
@@ -63,6 +65,30 @@ def _kernel_side(session, lowering, config):
     return (lambda submit=kernel.submit: launch_ms(submit)), pv.plan
 
 
+def _at_shape(config, m: int, n: int, k: int):
+    return config.with_overrides({"problem.m": m, "problem.n": n, "problem.k": k, "problem.batch": 1})
+
+
+def _others(gemm, choice, m: int, n: int, k: int, which: str) -> list:
+    """The config's other skinny variants at the shape, to time beside the pick: ``split`` the split-K ones,
+    ``skinny`` every variant whose work-group M is at most 16, ``none`` nothing."""
+    if which == "none":
+        return []
+    out = []
+    for c in gemm.candidates:
+        t = c.config.tile
+        if t == choice.config.tile or t.workgroup[0] > 16 or (which == "split" and t.split_k <= 1):
+            continue
+        out.append(_at_shape(c.config, m, n, k))
+    return out
+
+
+def _label(plan) -> str:
+    bm, bn, bk = plan.config.tile.workgroup
+    sgm, sgn = plan.config.tile.subgroups
+    return f"{bm}x{bn}x{bk} {sgm}x{sgn}" + (f" split K {plan.split_k}" if plan.split_k > 1 else "")
+
+
 def _numpy_copy_side():
     src = np.ones(COPY_MB << 18, dtype=np.float32)
     dst = np.empty_like(src)
@@ -98,7 +124,7 @@ def _stats(timings) -> dict:
             for name, t in timings.items()}
 
 
-def weights(rounds: int, launches: int, ms=(1, 8, 16), n: int = 4096, k: int = 4096) -> list[dict]:
+def weights(rounds: int, launches: int, ms=(1, 8, 16), n: int = 4096, k: int = 4096, others: str = "split") -> list[dict]:
     gemm = load(LLM_GPTQ)
     session = DeviceSession(gemm.sycl_device)
     config = gemm.candidates[0].config
@@ -116,32 +142,45 @@ def weights(rounds: int, launches: int, ms=(1, 8, 16), n: int = 4096, k: int = 4
         a = rng.standard_normal((m, k), dtype=np.float32)
         sides = {"kernel": kernel, "numpy copy": np_copy, "device float4 copy": dev_copy,
                  "numpy f32 matmul (dequantized)": _matmul_side(a, w)}
+        for other in _others(gemm, choice, m, n, k, others):
+            side, other_plan = _kernel_side(session, gemm.lowering, other)
+            sides[f"not picked: {_label(other_plan)}"] = side
         before = conditions()
         stats = _stats(round_robin(sides, rounds, launches))
         t = stats["kernel"]["median_ms"]
         rate = weight_bytes / t * 1e-6
         np_bw = np_bytes / stats["numpy copy"]["median_ms"] * 1e-6
         dev_bw = dev_bytes / stats["device float4 copy"]["median_ms"] * 1e-6
-        rows.append({"part": "weights", "problem": f"{m}x{n}x{k}", "kernel": plan.name, "reason": choice.reason,
+        rows.append({"part": "weights", "problem": f"{m}x{n}x{k}", "kernel": plan.name, "label": _label(plan),
+                     "reason": choice.reason,
                      "weight_bytes": weight_bytes, "weight_gbps": rate, "numpy_copy_gbps": np_bw,
                      "device_copy_gbps": dev_bw, "of_numpy_copy": rate / np_bw, "of_device_copy": rate / dev_bw,
                      "vs_numpy_matmul": stats["numpy f32 matmul (dequantized)"]["median_ms"] / t,
+                     "pick_over_others": {name: s["median_ms"] / t for name, s in stats.items()
+                                          if name.startswith("not picked")},
                      "sides": stats, "conditions_before": before, "conditions_after": conditions()})
     return rows
 
 
-def bf16(rounds: int, launches: int, n: int = 4096, k: int = 4096) -> list[dict]:
+def bf16(rounds: int, launches: int, n: int = 4096, k: int = 4096, others: str = "split") -> list[dict]:
     gemm = load(LLM)
     session = DeviceSession(gemm.sycl_device)
     choice = gemm.choose(1, n, k, 1, "bf16", "bf16", ("row",), ("row",))
     kernel, plan = _kernel_side(session, gemm.lowering, choice.config)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((1, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    sides = {"kernel": kernel, "numpy f32 GEMV": _matmul_side(a, b)}
+    for other in _others(gemm, choice, 1, n, k, others):
+        side, other_plan = _kernel_side(session, gemm.lowering, other)
+        sides[f"not picked: {_label(other_plan)}"] = side
     before = conditions()
-    stats = _stats(round_robin({"kernel": kernel, "numpy f32 GEMV": _matmul_side(a, b)}, rounds, launches))
+    stats = _stats(round_robin(sides, rounds, launches))
     t = stats["kernel"]["median_ms"]
-    return [{"part": "bf16", "problem": f"1x{n}x{k}", "kernel": plan.name, "reason": choice.reason,
+    return [{"part": "bf16", "problem": f"1x{n}x{k}", "kernel": plan.name, "label": _label(plan),
+             "reason": choice.reason,
              "gflops": gemm_flops(1, n, k, 1) / t * 1e-6, "vs_numpy": stats["numpy f32 GEMV"]["median_ms"] / t,
+             "pick_over_others": {name: s["median_ms"] / t for name, s in stats.items()
+                                  if name.startswith("not picked")},
              "sides": stats, "conditions_before": before, "conditions_after": conditions()}]
 
 
@@ -174,6 +213,11 @@ def tuned(rounds: int, launches: int, prefill_m: int, budget: int) -> list[dict]
     return rows
 
 
+def _versus(r: dict) -> str:
+    return "".join(f"\n    the pick's speed over {name[len('not picked: '):]}'s: {ratio:.2f}"
+                   for name, ratio in r.get("pick_over_others", {}).items())
+
+
 def _print(r: dict) -> None:
     sides = ", ".join(f"{name} {s['median_ms']:.3f} ms (CV {s['cv']:.0%}, {s['runs']})" for name, s in r["sides"].items())
     load_avg = f"load {r['conditions_before']['loadavg'][0]:.1f}->{r['conditions_after']['loadavg'][0]:.1f}, " \
@@ -182,10 +226,10 @@ def _print(r: dict) -> None:
         print(f"W4A16 {r['problem']}: weights {r['weight_gbps']:.2f} GB/s = {r['of_numpy_copy']:.0%} of numpy's copy "
               f"({r['numpy_copy_gbps']:.2f} GB/s), {r['of_device_copy']:.0%} of the device copy "
               f"({r['device_copy_gbps']:.2f} GB/s); {r['vs_numpy_matmul']:.2f}x numpy's f32 matmul; {sides}; "
-              f"{load_avg}\n    {r['kernel']}: {r['reason']}")
+              f"{load_avg}\n    {r['label']} {r['kernel']}: {r['reason']}{_versus(r)}")
     elif r["part"] == "bf16":
         print(f"bf16 {r['problem']}: {r['gflops']:.2f} GFLOP/s, {r['vs_numpy']:.2f}x numpy's f32 GEMV; {sides}; "
-              f"{load_avg}\n    {r['kernel']}: {r['reason']}")
+              f"{load_avg}\n    {r['label']} {r['kernel']}: {r['reason']}{_versus(r)}")
     else:
         print(f"tuned {r['problem']}: the untuned pick at {r['pick_speed_over_winner']:.2f}x the tuned winner's speed"
               f"{' (the same kernel)' if r['same_kernel'] else ''}; {sides}; {load_avg}\n"
@@ -199,11 +243,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--launches", type=int, default=3)
     parser.add_argument("--prefill-m", type=int, default=512)
     parser.add_argument("--budget", type=int, default=6, help="points per shape of the small tune")
+    parser.add_argument("--others", choices=("split", "skinny", "none"), default="split",
+                        help="the config's variants timed beside the pick: split K ones (default), every skinny one")
+    parser.add_argument("--m", type=int, nargs="+", default=[1, 8, 16], help="the weights part's M")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
     rows, t0 = [], time.perf_counter()
     for part in args.part:
-        fresh = {"weights": lambda: weights(args.rounds, args.launches), "bf16": lambda: bf16(args.rounds, args.launches),
+        fresh = {"weights": lambda: weights(args.rounds, args.launches, tuple(args.m), others=args.others),
+                 "bf16": lambda: bf16(args.rounds, args.launches, others=args.others),
                  "tuned": lambda: tuned(args.rounds, args.launches, args.prefill_m, args.budget)}[part]()
         for r in fresh:
             _print(r)

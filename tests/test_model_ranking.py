@@ -58,14 +58,14 @@ def test_a_gpu_is_calibrated_for_the_product_its_name_names_and_a_cpu_never():
     assert not cpu.calibrated and cpu.machine.compute_units == 2
 
 
-def _decode_plans(m: int, n: int, k: int) -> dict:
-    """configs/llm_gptq.yaml's planned variants at a decode shape, by (work-group tile, split K)."""
+def _decode_plans(m: int, n: int, k: int, name: str = "llm_gptq") -> dict:
+    """A shipped LLM config's planned variants at a decode shape, by (work-group tile, split K)."""
     from pathlib import Path
 
     from xegemm.config import load_config
     from xegemm.evaluate import plan_variants
 
-    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "llm_gptq.yaml")
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml")
     shape = {"problem.m": m, "problem.n": n, "problem.k": k}
     return {(pv.config.tile.workgroup, pv.plan.split_k): pv.plan
             for pv in plan_variants(config.with_overrides(shape)) if pv.plan is not None}
@@ -87,3 +87,20 @@ def test_split_k_slices_count_as_work_groups_and_a_gpu_prefers_them_for_a_skinny
     # on a 2-core CPU the tiles alone fill the cores: slicing K only adds the workspace's traffic
     cpu = DeviceModel(Machine(2, 2 << 20))
     assert cpu.predicted(whole) > cpu.predicted(sliced)
+
+
+@pytest.mark.parametrize("name", ["llm", "llm_gptq"])
+def test_a_gemv_shaped_tile_ranks_first_at_m_1_and_an_8_row_one_from_m_8(name):
+    from xegemm.model.static import Machine
+
+    cpu, gpu = DeviceModel(Machine(2, 2 << 20)), DeviceModel(Machine(64, 0), "max1550")
+    for m, rows in ((1, 1), (8, 8), (16, 8)):
+        plans = _decode_plans(m, 4096, 4096, name)
+        best = max(plans, key=lambda key: cpu.predicted(plans[key]))
+        assert best[0][0] == rows or (m == 16 and best[0][0] == 16), (m, best)
+    # on a GPU a 1-row DPAS is taken to do 1/8 of an 8-row one's work: never ahead where M > 1 (a tie, both
+    # memory-bound, keeps the sweep's order, the 8-row tiles first)
+    for m in (8, 16):
+        plans = _decode_plans(m, 4096, 4096, name)
+        ranked = sorted(plans, key=lambda key: -gpu.predicted(plans[key]))     # stable: the sweep's order
+        assert ranked[0][0][0] > 1, (m, ranked)

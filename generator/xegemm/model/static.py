@@ -168,7 +168,7 @@ class Features:
     part: str
     flops: float                 # useful flops (2 M N K per batch or expert)
     bytes: float                 # bytes fetched from beyond the L2 (memory_traffic; per expert for an MoE layer)
-    peak_tflops: float           # the product's DPAS peak for the plan's DPAS type
+    peak_tflops: float           # the product's DPAS peak for the plan's DPAS type and repeat count
     loads_per_flop: float        # a sub-group's flops per loaded byte per k-step (the intensity factor's input)
     occupancy: float             # the model's occupancy factor, in (0, 1]
     waves: float                 # the work-groups over the product's slots
@@ -205,7 +205,11 @@ def features(plan: Plan, part: Part | str) -> Features:
         edges, waves = base.edges, base.waves
         moved = memory_traffic(plan, part.l2_bytes)
     quantized = dtype(config.types.b).name != plan.mma.b_type.name
-    return Features(part.name, flops, moved, part.bf16_tflops * plan.mma.k / 16, ai, base.occupancy,
+    # a DPAS of repeat count M < 8 (a GEMV-shaped tile's 1-row atom) is taken to do M/8 of an 8-row DPAS's work
+    # in the same time: an assumption (no public figure of DPAS throughput per repeat count was found) that
+    # keeps a 1-row tile from looking as fast as an 8-row one wherever M > 1
+    peak = part.bf16_tflops * plan.mma.k / 16 * min(plan.mma.m, 8) / 8
+    return Features(part.name, flops, moved, peak, ai, base.occupancy,
                     waves, edges, base.prefetch, (plan.mma.a_type.name if quantized else None),
                     1 + int(bool(plan.reduces)))
 
