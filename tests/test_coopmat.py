@@ -39,9 +39,42 @@ SHAPES = {   # name: (types, problem, tile)
     "u8_ragged": ("{a: u8, b: u8, acc: s32, c: s32}", "{m: 20, n: 30, k: 70}", "[16, 16, 32], subgroups: [1, 1]"),
 }
 EPILOGUES = {"plain": "", "alpha_beta": "epilogue: {alpha: 0.5, beta: -1.5}\n"}
+# the fixed epilogue beyond alpha and beta, and D in other types than the accumulator's: (shape, types, epilogue);
+# ragged shapes, so that the stores stay inside M x N and bias vectors are read at the right rows and columns
+RAGGED_BF16 = ("{m: 77, n: 45, k: 70}", "[64, 32, 32], subgroups: [2, 1]")
+RAGGED_S8 = ("{m: 50, n: 33, k: 99}", "[32, 32, 64], subgroups: [2, 1]")
+FIXED = {
+    "bf16_out_bias_row_gelu_tanh": (RAGGED_BF16, "{a: bf16, b: bf16, acc: f32, c: bf16}",
+                                    "{alpha: 0.5, beta: -1.5, bias: row, activation: gelu_tanh}"),
+    "f16_out_bias_col_silu": (RAGGED_BF16, "{a: bf16, b: bf16, acc: f32, c: f16}",
+                              "{alpha: 0.25, beta: 2.0, bias: col, activation: silu}"),
+    "f32_out_gelu_erf": (RAGGED_BF16, "{a: bf16, b: bf16, acc: f32, c: f32}", "{bias: row, activation: gelu_erf}"),
+    "bf16_out_clamp_batch": (("{m: 33, n: 50, k: 17, batch: 2}", "[16, 32, 16], subgroups: [1, 2]"),
+                             "{a: bf16, b: bf16, acc: f32, c: bf16}", "{activation: clamp, clamp: [-1.0, 2.5]}"),
+    "s8_out_saturating": (RAGGED_S8, "{a: s8, b: s8, acc: s32, c: s8}", "{alpha: 0.05, bias: col}"),
+    "s8_out_relu_exact": (RAGGED_S8, "{a: s8, b: s8, acc: s32, c: s8}", "{activation: relu}"),
+    "u8_out_clamp": (("{m: 20, n: 30, k: 70}", "[16, 16, 32], subgroups: [1, 1]"), "{a: u8, b: u8, acc: s32, c: u8}",
+                     "{alpha: 0.01, beta: 0.5, activation: clamp, clamp: [3.0, 200.0]}"),
+    "s32_out_bias_relu": (RAGGED_S8, "{a: s8, b: s8, acc: s32, c: s32}", "{alpha: 0.5, bias: row, activation: relu}"),
+}
+LAYOUTS = {   # column-major operands: (shape, types, layout); A staged at every k-step, B packed from its layout
+    "bf16_a_col": (RAGGED_BF16, "{a: bf16, b: bf16, acc: f32, c: f32}", "{a: col}"),
+    "bf16_b_col": (RAGGED_BF16, "{a: bf16, b: bf16, acc: f32, c: f32}", "{b: col}"),
+    "bf16_both_col_batch": (("{m: 33, n: 50, k: 17, batch: 2}", "[16, 32, 16], subgroups: [1, 2]"),
+                            "{a: bf16, b: bf16, acc: f32, c: bf16}", "{a: col, b: col}"),
+    "s8_a_col": (RAGGED_S8, "{a: s8, b: s8, acc: s32, c: s32}", "{a: col, b: col}"),
+}
 
 
 def _config(name: str, epilogue: str = ""):
+    if name in LAYOUTS:
+        (problem, tile), types, layout = LAYOUTS[name]
+        return config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
+                                f"layout: {layout}\nepilogue: {{alpha: 0.5, beta: -1.5}}\n")
+    if name in FIXED:
+        (problem, tile), types, section = FIXED[name]
+        return config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
+                                f"epilogue: {section}\n")
     types, problem, tile = SHAPES[name]
     return config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
                             + epilogue)
@@ -63,7 +96,7 @@ def _run(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storag
     from xegemm.verify.dense import check, make_operands, poison_c, reference
 
     queue = _queue()
-    config = _config(name, EPILOGUES[epilogue])
+    config = _config(name, EPILOGUES.get(epilogue, ""))
     p, t = config.problem, config.types
     ops = make_operands(config)
     k = coopmat_kernel(plan(config))
@@ -73,17 +106,17 @@ def _run(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storag
     if edit is not None:
         assert edit[0] in text, "the mutant no longer applies"
         text = text.replace(*edit)
-    b = pack_b(ops.b_bytes, p.k, p.n, t.a) if b_storage == "packed" else ops.b_bytes
+    b = pack_b(ops.b_bytes, p.k, p.n, t.a, config.layout.b) if b_storage == "packed" else ops.b_bytes
     bufs = {}
     for key, data in (("A", ops.a_bytes), ("B", b), ("D", poison_c(config)),
                       ("C", ops.c_in_bytes if ops.c_in_bytes is not None else np.zeros(4, np.uint8)),
-                      ("bias", np.zeros(4, np.uint8))):
+                      ("bias", ops.bias.astype(np.float32) if ops.bias is not None else np.zeros(4, np.uint8))):
         data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         bufs[key] = OpenCLBuffer(queue, data.nbytes)
         bufs[key].copy_from_host(data)
     program = build_spirv(text, queue)
     e = config.epilogue
-    args = kernel_arguments(p.m, p.n, p.k, p.batch, t.a, bufs, e.alpha, e.beta)
+    args = kernel_arguments(p.m, p.n, p.k, p.batch, t.a, bufs, e.alpha, e.beta, t.c, tuple(e.clamp), config.layout.a)
     program.get_sycl_kernel(k.name).launch(queue, args, k.global_size(p.m, p.n, p.batch), k.local).wait()
     verdict = check(config, bufs["D"].copy_to_host(), reference(config, ops))
     return verdict.ok, verdict.reason
@@ -146,6 +179,51 @@ def _in_worker(worker, *args, **kwargs):
 def test_coopmat_gemm_verifies_on_the_cpu(name, epilogue, amx_worker):
     ok, reason = _in_worker(amx_worker, name, epilogue)
     assert ok, reason
+
+
+@pytest.mark.parametrize("name", sorted(FIXED))
+def test_the_fixed_epilogue_and_output_types_verify_on_the_cpu(name, amx_worker):
+    """Bias rows and columns, the activations, D as bf16 / f16 (round to nearest even), s8 / u8 (saturating) and s32,
+    the exact integer path: the element code of the OpenCL C lowerings compiled into the kernel's SPIR-V."""
+    ok, reason = _in_worker(amx_worker, name, "fixed")
+    assert ok, reason
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_column_major_operands_verify_on_the_cpu(name, amx_worker):
+    ok, reason = _in_worker(amx_worker, name, "layouts")
+    assert ok, reason
+
+
+def test_a_column_major_a_read_as_row_major_fails_verification(amx_worker):
+    """The mutant: the staged copy of a column-major A indexes it as row-major."""
+    old = "%st_fa_ro = OpIMul %u64 %st_fa_gc64 %lda_e\n%st_fa_o = OpIAdd %u64 %st_fa_ro %st_fa_gr64"
+    new = "%st_fa_ro = OpIMul %u64 %st_fa_gr64 %lda_e\n%st_fa_o = OpIAdd %u64 %st_fa_ro %st_fa_gc64"
+    try:
+        ok, _ = _in_worker(amx_worker, "bf16_a_col", "layouts", edit=(old, new))
+    except concurrent.futures.process.BrokenProcessPool:
+        ok = False
+    assert not ok
+
+
+EPILOGUE_MUTANTS = {   # edits of the compiled epilogue that must break the result: (case, old, new)
+    "bias_read_by_column": ("bf16_out_bias_row_gelu_tanh", "%bias %e_gm64", "%bias %e_gn64"),
+    "bf16_truncated": ("bf16_out_bias_row_gelu_tanh", "%k32_7fff = OpConstant %u32 32767",
+                       "%k32_7fff = OpConstant %u32 0"),
+    "tanh_as_sinh": ("bf16_out_bias_row_gelu_tanh", "%ocl tanh", "%ocl sinh"),
+    "s8_wraps": ("s8_out_saturating", "%kf_c3000000 = OpConstant %f32 -128.0", "%kf_c3000000 = OpConstant %f32 -1e9"),
+    "clamp_bound_lost": ("u8_out_clamp", "%ocl fmin", "%ocl fmax"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(EPILOGUE_MUTANTS))
+def test_a_broken_epilogue_fails_verification(mutant, amx_worker):
+    name, old, new = EPILOGUE_MUTANTS[mutant]
+    try:
+        ok, _ = _in_worker(amx_worker, name, "fixed", edit=(old, new))
+    except concurrent.futures.process.BrokenProcessPool:
+        ok = False
+    assert not ok
 
 
 MUTANTS = {   # rendered-text edits that must break the result: (shape, old, new)
@@ -222,10 +300,17 @@ def test_tiles_and_rejections():
     f16 = config_from_text("problem: {m: 64, n: 64, k: 64}\ntypes: {a: f16, b: f16, acc: f32, c: f32}\n"
                            "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n")
     assert "bf16" in plan_violation(plan(f16))
-    col = config_from_text("problem: {m: 64, n: 64, k: 64}\nlayout: {a: col}\n"
-                           "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n")
+    def with_layout(layout):
+        return plan(config_from_text(f"problem: {{m: 64, n: 64, k: 64}}\nlayout: {layout}\n"
+                                     "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n"))
     with pytest.raises(PlanRejected, match="row-major"):
-        coopmat_kernel(plan(col))
+        coopmat_kernel(with_layout("{c: col}"))
+    assert coopmat_kernel(with_layout("{a: col, b: col}")).a_col
+    with pytest.raises(PlanRejected, match="CPU runtime only"):
+        coopmat_kernel(with_layout("{a: col}"), family="xe")
+    split = config_from_text("problem: {m: 64, n: 64, k: 256}\ntile: {workgroup: [64, 64, 32], subgroups: [2, 2], "
+                             "subgroup_size: 16, split_k: 2}\n")
+    assert "split K" in plan_violation(plan(split))
 
 
 def test_spirv_val_judges_the_khr_parts_and_says_when_it_cannot():
@@ -302,6 +387,79 @@ def test_a_broken_coopmat_kernel_fails_the_runs_verification(tmp_path, sycl_devi
     assert bad.status == "failed_verify", bad.reason
 
 
+TRACED_SHAPE = """\
+problem: {{m: 37, n: 45, k: 40, batch: 2}}
+types: {{a: bf16, b: bf16, acc: f32, c: {c}}}
+tile: {{workgroup: [32, 32, 32], subgroups: [1, 2], subgroup_size: 16}}
+profile: {{warmup: 0, repeats: 1}}
+epilogue: {epilogue}
+"""
+# traced epilogues (tests/epilogue_examples.py): D's type, the epilogue section
+TRACED = {
+    "bias_gelu_pre": ("bf16", '{function: "epilogue_examples:bias_gelu", inputs: {bias: row}, outputs: {pre: f32}}'),
+    "gated_pre_f16": ("f16", '{function: "epilogue_examples:gated_pre", inputs: {up: {kind: matrix, type: f16}}, '
+                             'outputs: {act: bf16}}'),
+    "residual_bf16": ("bf16", '{function: "epilogue_examples:residual"}'),
+    "scale_clamp_s8": ("s8", '{function: "epilogue_examples:scaled_s8", inputs: {scale: row}}'),
+}
+
+
+@pytest.fixture(scope="module")
+def coopmat_evaluator(sycl_device):
+    """The isolated evaluator a run with coopmat variants uses (its worker starts with the AMX target)."""
+    from xegemm.evaluate.isolated import isolated_device_evaluator
+    _needs_amx(sycl_device)
+    evaluator = isolated_device_evaluator(sycl_device.filter_string, Lowering("coopmat"))
+    yield evaluator
+    evaluator.builder.close()
+
+
+def _traced(name: str, **replace):
+    from xegemm.evaluate import plan_variants
+    c, epilogue = TRACED[name]
+    for old, new in replace.items():
+        epilogue = epilogue.replace(old, new)
+    (pv,) = plan_variants(config_from_text(TRACED_SHAPE.format(c=c, epilogue=epilogue)), Lowering("coopmat"))
+    assert pv.plan is not None, pv.reason
+    return pv
+
+
+@pytest.mark.usefixtures("code_allowed")
+@pytest.mark.parametrize("name", sorted(TRACED))
+def test_a_traced_epilogue_verifies_in_the_coopmat_kernel(name, coopmat_evaluator):
+    """Named row vectors, auxiliary input matrices (f16) and outputs (f32, bf16), C read as bf16, D as bf16 / f16 /
+    s8: verified by the run's evaluator, D and every auxiliary output, against the graph's numpy reference."""
+    from xegemm.evaluate import render_variant
+    pv = _traced(name)
+    result = coopmat_evaluator.evaluate(pv, render_variant(pv, Lowering("coopmat")))
+    assert result.status == "ok", (name, result.reason)
+
+
+@pytest.mark.usefixtures("code_allowed")
+@pytest.mark.parametrize("case, old, new", [("bias_gelu_pre", "%ocl erf", "%ocl erfc"),
+                                            ("gated_pre_f16", "OpStore %e_st_out_act", None)])
+def test_a_broken_traced_epilogue_fails_the_runs_verification(case, old, new, coopmat_evaluator):
+    """GELU's erf changed, or (``new`` None) the auxiliary output's store lost: the evaluator fails the kernel."""
+    from xegemm.evaluate import render_variant
+    pv = _traced(case)
+    source = render_variant(pv, Lowering("coopmat"))
+    assert old in source
+    broken = source.replace(old, new) if new is not None else \
+        "".join(line for line in source.splitlines(keepends=True) if not line.startswith(old))
+    result = coopmat_evaluator.evaluate(pv, broken)
+    assert result.status == "failed_verify", result.reason
+
+
+@pytest.mark.usefixtures("code_allowed")
+def test_a_traced_epilogue_with_reductions_is_rejected_with_the_reason():
+    from xegemm.evaluate import plan_variants
+    text = TRACED_SHAPE.format(c="f32", epilogue='{function: "epilogue_examples:row_stats", inputs: {bias: col}}')
+    (pv,) = plan_variants(config_from_text(text), Lowering("coopmat"))
+    assert "reductions" in plan_violation(pv.plan)
+    with pytest.raises(PlanRejected, match="reductions"):
+        coopmat_kernel(pv.plan)
+
+
 def test_generate_writes_spirv_assembly(tmp_path):
     from xegemm.jobs.pipeline import generate
     config = tmp_path / "c.yaml"
@@ -354,19 +512,27 @@ def test_call_api_in_a_process_started_without_the_target_says_how(sycl_device):
 
 
 # -- ahead of time for Intel GPUs ------------------------------------------------------------------------------
+GPU_EPILOGUES = {"plain": ("f32", "", ""),
+                 "bias_gelu_bf16_b_col": ("bf16", "layout: {b: col}\n",
+                                          "epilogue: {alpha: 0.5, beta: 1.0, bias: row, activation: gelu_tanh}\n")}
+
+
 @pytest.mark.ocloc
+@pytest.mark.parametrize("epilogue", sorted(GPU_EPILOGUES))
 @pytest.mark.parametrize("target", ["pvc", "bmg"])
-def test_gpu_build_with_the_current_compiler_issues_the_kernels_dpas(target, tmp_path):
+def test_gpu_build_with_the_current_compiler_issues_the_kernels_dpas(target, epilogue, tmp_path):
     """`xegemm build --lowering coopmat`: the SPIR-V in the GPU's tiles (8-row A), built by the current compiler,
     one dpas per coop-matrix multiply-add of the three k-step bodies, 2D block loads for the direct k-step's
-    global tiles, no spill; the gate fails a kernel whose dpas count differs."""
+    global tiles, no spill, with the plain store and with an epilogue (bias, GELU, D as bf16; B column-major, packed
+    on the host); the gate fails a kernel whose dpas count differs."""
     from xegemm.aot.toolchain import find_ocloc
     from xegemm.jobs.pipeline import build_config
     if find_ocloc("current") is None:
         pytest.skip("the current compiler is not installed: make ocloc-current")
     config = tmp_path / "c.yaml"
-    config.write_text("name: gpu\nproblem: {m: 256, n: 256, k: 256}\ntypes: {a: bf16, b: bf16, acc: f32, c: f32}\n"
-                      "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n")
+    c, layout, section = GPU_EPILOGUES[epilogue]
+    config.write_text(f"name: gpu\nproblem: {{m: 256, n: 256, k: 256}}\ntypes: {{a: bf16, b: bf16, acc: f32, c: {c}}}\n"
+                      "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n" + layout + section)
     result = build_config(config, target=target, out_dir=tmp_path / "b", lowering="coopmat")
     (v,) = result["variants"]
     assert v["status"] == "ok", v["reason"]

@@ -120,6 +120,26 @@ def element_code(graph: Graph, names: dict[str, str] | None = None, temp: str = 
                        tuple(dict.fromkeys(conversions)), integer)
 
 
+def input_names(graph: Graph, param, vector_load, c_register: str, suffix: str = "") -> dict[str, str]:
+    """The names :func:`element_code` takes for the graph's inputs other than ``acc``, as every kernel's epilogue
+    stage binds them: ``c`` C's element as a float from the storage bits in ``c_register`` + ``suffix``; a scalar
+    its kernel parameter (``param(name)``); an auxiliary matrix its element as a float from the storage bits in
+    ``xe_ai_<name>`` + ``suffix``; a row or column vector what ``vector_load(param(name), kind)`` names."""
+    names = {}
+    for i in graph.inputs:
+        if i.name == "acc":
+            continue
+        if i.name == "c":
+            names["c"] = load_float(i.type, c_register + suffix)
+        elif i.kind == "scalar":
+            names[i.name] = param(i.name)
+        elif i.kind == "matrix":
+            names[i.name] = load_float(i.type, f"xe_ai_{i.name}{suffix}")
+        else:
+            names[i.name] = vector_load(param(i.name), i.kind)
+    return names
+
+
 def _conversion(type_name: str, conversions: list[str]) -> None:
     if type_name in ("bf16", "f16"):
         conversions.append(type_name)

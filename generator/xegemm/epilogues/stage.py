@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xegemm.library.dtypes import dtype
-from xegemm.epilogues.outputs import load_float
-from xegemm.epilogues.emit import element_code, fixup_kernel
+from xegemm.epilogues.emit import element_code, fixup_kernel, input_names
 from xegemm.epilogues.fixed import fixed_graph
 from xegemm.epilogues.graph import Graph
 from xegemm.epilogues.plan import input_param
@@ -94,18 +93,7 @@ class Stage:
         component of the C / auxiliary registers (``.s3``, ``[48]``, or "" for a one-element register),
         ``vector_load(name, kind)`` the variable holding a row or column vector's value for it; ``c_register``:
         where C was read into."""
-        names = {"acc": acc}
-        for i in self.graph.inputs:
-            if i.name == "acc":
-                continue
-            if i.name == "c":
-                names["c"] = load_float(self.graph.input("c").type, c_register + c_suffix)
-            elif i.kind == "scalar":
-                names[i.name] = self.param(i.name)
-            elif i.kind == "matrix":
-                names[i.name] = load_float(i.type, f"xe_ai_{i.name}{c_suffix}")
-            else:
-                names[i.name] = vector_load(self.param(i.name), i.kind)
+        names = {"acc": acc} | input_names(self.graph, self.param, vector_load, c_register, c_suffix)
         return element_code(self.graph, names, temp=temp)
 
     # -- what the template prints once ------------------------------------------------------------------------

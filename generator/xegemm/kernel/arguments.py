@@ -95,7 +95,7 @@ class KernelCall:
             b_meaning = (f"B VNNI-packed by {vnni} (per batch [ceil(K/{vnni})][N*{vnni}] elements: packed[r][{vnni}*c+i] "
                          f"= B[{vnni}*r+i][c]), batch after batch")
         steps = [("lda", _pitch("K" if lay.a == "row" else "M", a_bits)),
-                 ("ldb", _pitch("N" if lay.b == "row" else "K", b_bits)),
+                 ("ldb", _pitch("N" if lay.b == "row" or vnni else "K", b_bits)),   # packed: K x N whatever B's layout
                  ("ldc", _pitch("N", c_bits)),
                  ("stride_a", "lda * " + ("M" if lay.a == "row" else "K")),
                  ("stride_b", f"ldb * {b_rows}"),

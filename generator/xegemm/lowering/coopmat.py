@@ -27,8 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xegemm.epilogues.fixed import EpilogueSpec, fixed_graph
+from xegemm.epilogues.outputs import storage_ctype
+from xegemm.epilogues.emit import element_code, input_names
+from xegemm.epilogues.graph import Graph
+from xegemm.epilogues.plan import input_param
+from xegemm.epilogues.spirv import Compiler, SpirvCompileError, Value
 from xegemm.errors import PlanRejected, XegemmError
-from xegemm.lowering.templating import environment
+from xegemm.library.dtypes import dtype
+from xegemm.lowering.templating import environment, render_macro
 
 TEMPLATE = "spirv/gemm.spvasm.j2"
 
@@ -43,11 +50,127 @@ CAP_BFLOAT16_COMPONENTS = 6437                    # CooperativeMatrixBFloat16Com
 TILE_N = 16
 MAX_TILE_M = 16
 
-# The kernel's parameters, as xegemm.kernel.arguments' plain GEMM (KernelCall.of): name -> SPIR-V type id
-PARAMETERS = (("A", "%pcw_ab"), ("B", "%pcw_ab"), ("C", "%pcw_acc"), ("M", "%u32"), ("N", "%u32"), ("K", "%u32"),
+# The kernel's parameters, as xegemm.kernel.arguments' plain GEMM (KernelCall.of): name -> SPIR-V type id (``ab``,
+# ``out``: pointers to A's and B's, to D's storage type), then a traced epilogue's (xegemm.kernel.arguments.traced_arguments' order)
+PARAMETERS = (("A", "ab"), ("B", "ab"), ("C", "out"), ("M", "%u32"), ("N", "%u32"), ("K", "%u32"),
               ("lda", "%u32"), ("ldb", "%u32"), ("ldc", "%u32"), ("batch_stride_a", "%u64"),
-              ("batch_stride_b", "%u64"), ("batch_stride_c", "%u64"), ("Cin", "%pcw_acc"), ("bias", "%pcw_f32"),
+              ("batch_stride_b", "%u64"), ("batch_stride_c", "%u64"), ("Cin", "out"), ("bias", "%pcw_f32"),
               ("alpha", "%f32"), ("beta", "%f32"), ("clamp_lo", "%f32"), ("clamp_hi", "%f32"))
+STORAGE_IDS = {"uchar": "%u8", "ushort": "%u16", "uint": "%u32"}
+
+
+@dataclass(frozen=True)
+class ElementStage:
+    """The epilogue of one element, as the kernel's SPIR-V computes it after the accumulators went to local memory:
+    D's storage type (``out_t``, a SPIR-V id, and its bytes), whether C is read (into ``%e_cbits``), the row/column
+    vectors (var, parameter, kind) and auxiliary input matrices (var, parameter, storage type id) the template
+    loads for the element, the compiled element code (``constants``, ``decorations``, ``lines``), the id of D's
+    storage bits (``d``), the auxiliary outputs (parameter, storage type id, value id) and the traced epilogue's
+    extra kernel parameters."""
+
+    describe: str
+    out_t: str
+    out_bytes: int
+    reads_c: bool
+    vectors: tuple = ()
+    matrices: tuple = ()
+    constants: tuple = ()
+    decorations: tuple = ()
+    lines: tuple = ()
+    d: str = ""
+    outputs: tuple = ()
+    params: tuple = ()
+
+
+def _helpers() -> str:
+    """The OpenCL C conversion helpers of templates/convert.cl.j2 the element code may call, in the portable
+    lowering's integer spelling (the native one goes through private memory, which the element code here has not)."""
+    return render_macro("convert.cl.j2", "bf16_rne", "portable") + render_macro("convert.cl.j2", "f16_rne", "portable")
+
+
+def element_stage(graph: Graph, traced: bool, acc: str, describe: str) -> ElementStage:
+    """The SPIR-V of an epilogue graph (the fixed epilogue's, or a ``traced`` one's: its inputs are then the
+    ``in_<name>`` parameters) over an accumulator of type ``acc``: the element code the OpenCL C lowerings print
+    (emit.element_code over the names every epilogue stage binds, emit.input_names) compiled by
+    :mod:`xegemm.epilogues.spirv`.  Reductions are refused (they need the fix-up kernel, not rendered here)."""
+    if graph.reductions():
+        raise PlanRejected(f"coopmat: epilogue {graph.function} has reductions "
+                           f"({', '.join(o.name for o in graph.reductions())}); their per-tile partials and fix-up "
+                           "kernel are not rendered in SPIR-V")
+    exact = graph.exact_integer
+    acc_int = dtype(acc).is_int
+    acc_c = ("as_int(xe_acc)" if exact else "(float)as_int(xe_acc)") if acc_int else "xe_acc"
+    vectors: dict[str, tuple[str, str, str]] = {}
+
+    def vector(param: str, kind: str) -> str:
+        var = f"xe_v_{param}"
+        vectors.setdefault(var, (var, param, kind))
+        return var
+
+    def param(name: str) -> str:
+        return input_param(name) if traced else name
+
+    names = {"acc": acc_c} | input_names(graph, param, vector, "xe_cbits")
+    code = element_code(graph, names, temp="xe_e")
+    compiler = Compiler("xe")
+    compiler.define(_helpers())
+    compiler.define(code.definitions)
+    compiler.bind("xe_acc", Value("%e_acc", "uint" if acc_int else "float"))
+    out_type = graph.out
+    out_c = storage_ctype(out_type)
+    if graph.reads("c"):
+        if graph.input("c").type != out_type:
+            raise PlanRejected(f"coopmat: C of type {graph.input('c').type} beside D of type {out_type}: C is read "
+                               "laid out and typed as D")
+        compiler.load("xe_cbits", "%e_cbits", out_c)
+    params, matrices = [], []
+    for i in graph.inputs:
+        if i.name in ("acc", "c"):
+            continue
+        name = param(i.name)
+        if i.kind == "scalar":
+            compiler.bind(name, Value(f"%{name}", "float"))
+            if traced:
+                params.append((name, "%f32"))
+        elif i.kind == "matrix":
+            ctype = storage_ctype(i.type)
+            var = f"xe_ai_{i.name}"
+            compiler.load(var, f"%{var}", ctype)
+            matrices.append((var, name, STORAGE_IDS[ctype]))
+            params.append((name, "%pcw_" + STORAGE_IDS[ctype][1:]))
+        elif traced:
+            params.append((name, "%pcw_f32"))
+    for var, _, _ in vectors.values():
+        compiler.bind(var, Value(f"%{var}", "float"))
+    try:
+        for statement in code.statements:
+            compiler.statement(statement)
+        d = compiler.store_bits(compiler.expression(code.outputs["d"]), out_c)
+        outputs = []
+        for aux in graph.auxiliaries():
+            ctype = storage_ctype(aux.type)
+            value = compiler.store_bits(compiler.expression(code.outputs[aux.name]), ctype)
+            outputs.append((f"out_{aux.name}", STORAGE_IDS[ctype], value))
+            params.append((f"out_{aux.name}", "%pcw_" + STORAGE_IDS[ctype][1:]))
+    except SpirvCompileError as exc:
+        raise PlanRejected(str(exc)) from None
+    return ElementStage(describe, STORAGE_IDS[out_c], dtype(out_type).bits // 8, graph.reads("c"),
+                        tuple(vectors.values()), tuple(matrices), tuple(compiler.constants),
+                        tuple(compiler.decorations), tuple(compiler.lines), d, tuple(outputs), tuple(params))
+
+
+def identity_stage(acc: str) -> ElementStage:
+    """D = acc stored in the accumulator's type (a kernel made without a plan, e.g. the runtime's probe)."""
+    spec = EpilogueSpec(1.0, 0.0, "none", "none", (0.0, 0.0), acc, acc)
+    return element_stage(fixed_graph(spec), False, acc, spec.describe())
+
+
+def plan_stage(plan) -> ElementStage:
+    """The element stage of a plan's epilogue (fixed or traced)."""
+    if plan.graph is not None:
+        return element_stage(plan.graph, True, plan.config.types.acc, plan.graph.describe())
+    spec = plan.kernel_epilogue
+    return element_stage(fixed_graph(spec), False, plan.config.types.acc, spec.describe())
 
 
 @dataclass(frozen=True)
@@ -65,8 +188,12 @@ class CoopmatKernel:
     tn: int
     tk: int
     b_layout: int = LAYOUT_PACKED_INTEL
+    a_col: bool = False     # A column-major: read through local memory at every k-step (no ColumnMajorKHR A here)
+    epilogue: ElementStage | None = None     # None: D = acc in the accumulator type (identity_stage)
 
     def __post_init__(self):
+        if self.epilogue is None:
+            object.__setattr__(self, "epilogue", identity_stage(TYPES[self.ab][0] if self.ab in TYPES else "f32"))
         if self.ab not in TYPES:
             raise PlanRejected(f"coopmat: A and B of type {self.ab!r}: the lowering takes {', '.join(TYPES)}")
         if self.sgm % self.tm or self.sgn % self.tn or self.tm > MAX_TILE_M or self.tn != TILE_N:
@@ -136,7 +263,9 @@ class CoopmatKernel:
 
     @property
     def parameters(self) -> tuple[tuple[str, str], ...]:
-        return PARAMETERS
+        """(name, SPIR-V type id) of each kernel parameter: :data:`PARAMETERS`, then the traced epilogue's."""
+        ids = {"out": "%pcw_" + self.epilogue.out_t[1:], "ab": f"%pcw_u{self.ab_bits}"}
+        return tuple((n, ids.get(t, t)) for n, t in PARAMETERS) + self.epilogue.params
 
     @property
     def local_bytes(self) -> int:
@@ -177,19 +306,18 @@ def choose_tiles(ab: str, sgm: int, sgn: int, bk: int, family: str = "amx") -> t
 def plan_violation(plan) -> str | None:
     """Why the coopmat lowering cannot render a plan, or None."""
     config = plan.config
-    t, lay, e = config.types, config.layout, plan.epilogue
+    t, lay = config.types, config.layout
     if t.a != t.b or t.a not in TYPES:
         return f"coopmat: A and B must be one of {', '.join(TYPES)} alike (got A={t.a}, B={t.b})"
-    if t.acc != TYPES[t.a][0] or t.c != t.acc:
-        return (f"coopmat: {t.a} accumulates in {TYPES[t.a][0]} and stores D in that type (got acc={t.acc}, "
-                f"c={t.c}); other output types are not done")
-    if lay.a != "row" or lay.b != "row" or lay.c != "row":
-        return ("coopmat: A, B and C must be row-major (layout: row); B is passed VNNI-packed (pack_b): the CPU "
-                "runtime takes A row-major and B packed only")
-    if plan.split_k > 1 or plan.stream_k or plan.grouped or plan.quant or plan.graph is not None:
-        return "coopmat: split K, stream-K, grouped problems, quantized operands and traced epilogues are not done"
-    if e is not None and (e.bias != "none" or e.activation != "none"):
-        return "coopmat: the epilogue is D = alpha * acc + beta * C; bias and activations are not done"
+    if t.acc != TYPES[t.a][0]:
+        return f"coopmat: {t.a} accumulates in {TYPES[t.a][0]} (got acc={t.acc})"
+    if lay.c != "row":
+        return "coopmat: C and D must be row-major (layout.c: row)"
+    if plan.split_k > 1 or plan.stream_k or plan.grouped or plan.quant:
+        return "coopmat: split K, stream-K, grouped problems and quantized operands are not done"
+    if plan.graph is not None and plan.graph.reductions():
+        return (f"coopmat: the traced epilogue {plan.graph.function} has reductions; their per-tile partials and "
+                "fix-up kernel are not rendered in SPIR-V")
     return None
 
 
@@ -203,7 +331,13 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx") -> Coopma
     sgm, sgn = plan.subgroup_tile
     tm, tn, tk = choose_tiles(plan.config.types.a, sgm, sgn, tile.workgroup[2], family)
     sg_m, sg_n = tile.subgroups
-    return CoopmatKernel(name or plan.name, plan.config.types.a, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk)
+    a_col = plan.config.layout.a == "col"
+    if a_col and family != "amx":
+        raise PlanRejected("coopmat: a column-major A is staged through local memory at every k-step, which is "
+                           "rendered for the CPU runtime only; the GPU build (and its 2D block load gate) takes A "
+                           "row-major")
+    return CoopmatKernel(name or plan.name, plan.config.types.a, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk,
+                         a_col=a_col, epilogue=plan_stage(plan))
 
 
 def render_kernel(kernel: CoopmatKernel) -> str:
@@ -216,14 +350,18 @@ def render_coopmat(plan, family: str = "amx") -> str:
     return render_kernel(coopmat_kernel(plan, family=family))
 
 
-def pack_b(b_bytes: np.ndarray, k: int, n: int, ab: str) -> np.ndarray:
-    """B's storage as the kernel reads it: row-major K x N bytes (batch, K, N * element bytes, as
-    xegemm.verify.dense's operands) VNNI-packed, per batch ``[ceil(K/v)][N*v]`` elements, zero rows padding K to a
-    multiple of v: packed[r][v*c + i] = B[v*r + i][c] (intel/llvm sycl_ext_intel_matrix.asciidoc,
-    ext_intel_packed).  Returns uint8 (batch, ceil(K/v), N * v * element bytes)."""
+def pack_b(b_bytes: np.ndarray, k: int, n: int, ab: str, layout: str = "row") -> np.ndarray:
+    """B's storage as the kernel reads it: K x N bytes (row-major: batch, K, N * element bytes, as
+    xegemm.verify.dense's operands; ``layout`` col: batch, N, K * element bytes, transposed here) VNNI-packed, per
+    batch ``[ceil(K/v)][N*v]`` elements, zero rows padding K to a multiple of v: packed[r][v*c + i] = B[v*r + i][c]
+    (intel/llvm sycl_ext_intel_matrix.asciidoc, ext_intel_packed).  Returns uint8 (batch, ceil(K/v),
+    N * v * element bytes), whatever B's layout."""
     _, bits, v, *_ = TYPES[ab]
     eb = bits // 8
-    view = np.ascontiguousarray(b_bytes).reshape(-1, k, n, eb)
+    if layout == "col":
+        view = np.ascontiguousarray(b_bytes).reshape(-1, n, k, eb).transpose(0, 2, 1, 3)
+    else:
+        view = np.ascontiguousarray(b_bytes).reshape(-1, k, n, eb)
     batch, kp = view.shape[0], -(-k // v) * v
     padded = np.zeros((batch, kp, n, eb), np.uint8)
     padded[:, :k] = view
@@ -293,7 +431,7 @@ def make_lowering_class(base):
             return TYPES[plan.config.types.b][2] if plan.config.types.b in TYPES else None
 
         def pack_b(self, plan, b_bytes, k: int, n: int):
-            return pack_b(b_bytes, k, n, plan.config.types.b)
+            return pack_b(b_bytes, k, n, plan.config.types.b, plan.config.layout.b)
 
         def build_options(self, grf: int) -> str:
             return ""        # a SPIR-V module: no OpenCL C options
@@ -302,12 +440,15 @@ def make_lowering_class(base):
 
 
 def kernel_arguments(m: int, n: int, k: int, batch: int, ab: str, buffers: dict, alpha: float = 1.0,
-                     beta: float = 0.0) -> list:
+                     beta: float = 0.0, out: str | None = None, clamp: tuple[float, float] = (0.0, 0.0),
+                     a_layout: str = "row") -> list:
     """The kernel's argument values in :data:`PARAMETERS` order for a compact problem (as xegemm.kernel.arguments
-    computes them, B's batch stride that of :func:`pack_b`); ``buffers``: A, B (packed), D, C, bias."""
-    eb, acc_bytes = TYPES[ab][1] // 8, 4
-    lda, ldb, ldc = k * eb, n * eb, n * acc_bytes
+    computes them, B's batch stride that of :func:`pack_b`); ``buffers``: A, B (packed), D, C, bias; ``out``: D's
+    type (the accumulator's by default); ``a_layout``: A's (col: K rows of M elements)."""
+    eb = TYPES[ab][1] // 8
+    lda = (k if a_layout == "row" else m) * eb
+    ldb, ldc = n * eb, n * dtype(out or TYPES[ab][0]).bits // 8
     i, l_, f = ctypes.c_int, ctypes.c_long, ctypes.c_float
-    return [buffers["A"], buffers["B"], buffers["D"], i(m), i(n), i(k), i(lda), i(ldb), i(ldc), l_(lda * m),
-            l_(packed_b_batch_stride(k, ldb, ab)), l_(ldc * m), buffers["C"], buffers["bias"], f(alpha), f(beta),
-            f(0.0), f(0.0)]
+    return [buffers["A"], buffers["B"], buffers["D"], i(m), i(n), i(k), i(lda), i(ldb), i(ldc),
+            l_(lda * (m if a_layout == "row" else k)), l_(packed_b_batch_stride(k, ldb, ab)), l_(ldc * m),
+            buffers["C"], buffers["bias"], f(alpha), f(beta), f(clamp[0]), f(clamp[1])]
