@@ -474,10 +474,14 @@ def test_generate_writes_spirv_assembly(tmp_path):
 
 def test_the_call_api_takes_the_lowering(tmp_path, sycl_device):
     """xegemm.load(..., lowering="coopmat") in a fresh process (it sets the AMX target before the runtime
-    starts): B packed at the call, D verified against numpy."""
+    starts): B packed at the call (from a column-major B too), D verified against numpy, with alpha and beta and
+    with a bias, GELU and D stored as bf16."""
     _needs_amx(sycl_device)
-    config = tmp_path / "c.yaml"
+    config, epilogue = tmp_path / "c.yaml", tmp_path / "e.yaml"
     config.write_text(RAGGED)
+    epilogue.write_text(RAGGED.replace("acc: f32, c: f32", "acc: f32, c: bf16").replace("{alpha: 0.5, beta: -1.5}",
+                                                                    "{bias: row, activation: gelu_tanh}")
+                        + "layout: {b: col}\n")
     script = f"""
 import numpy as np, ml_dtypes, xegemm
 g = xegemm.load({str(config)!r}, lowering="coopmat")
@@ -487,13 +491,20 @@ b = rng.standard_normal((2, 70, 33)).astype(ml_dtypes.bfloat16)
 d = g(a, b, alpha=1.0, beta=0.0)
 ref = np.matmul(a.astype(np.float32), b.astype(np.float32))
 print(g.last_kernel.name, float(np.abs(d - ref).max() / max(1.0, float(np.abs(ref).max()))))
+e = xegemm.load({str(epilogue)!r}, lowering="coopmat")          # bias, GELU, D as bf16, B column-major
+bias = rng.standard_normal(50).astype(np.float32)
+d = e(a[0], np.asfortranarray(b[0]), bias=bias).astype(np.float64)
+z = a[0].astype(np.float64) @ b[0].astype(np.float64) + bias[:, None]
+ref = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+print(e.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-3))))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != TARGET_ARCH_VARIABLE})
     assert done.returncode == 0, done.stderr[-2000:]
-    name, err = done.stdout.split()
-    assert name.endswith("_coopmat")
+    name, err, epilogue_name, epilogue_err = done.stdout.split()
+    assert name.endswith("_coopmat") and "_tnt_" in epilogue_name and epilogue_name.endswith("_gelu_tanh_coopmat")
     assert float(err) < 1e-5
+    assert float(epilogue_err) <= 1.0         # within bf16's rounding (2^-9 relative) and the f32 sums
 
 
 def test_call_api_in_a_process_started_without_the_target_says_how(sycl_device):

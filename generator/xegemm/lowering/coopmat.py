@@ -9,14 +9,20 @@ What this module knows (docs/lowerings.md "coopmat"):
   64 (8-bit) where the work-group's k-tile allows, else 16 / 32: the Intel AMX shapes (bf16 -> f32 up to
   16x16x32, 8-bit -> s32 up to 16x16x64; intel/llvm sycl_ext_oneapi_matrix.asciidoc, "Intel AMX Supported
   Combinations");
-- the operand rules: A row-major, B VNNI-packed in memory (layout PackedINTEL = 2: ``[ceil(K/v)][N*v]``, v = 2
-  for 16-bit, 4 for 8-bit elements; :func:`pack_b`), accumulators and C/D row-major in the accumulator type;
+- the operand rules: A row-major as a matrix (a column-major A is copied through local memory at every k-step:
+  the CPU runtime refuses ColumnMajorKHR A), B VNNI-packed in memory from either layout (layout PackedINTEL = 2:
+  ``[ceil(K/v)][N*v]``, v = 2 for 16-bit, 4 for 8-bit elements; :func:`pack_b`), accumulators in the
+  accumulator type, C/D row-major in their own type;
+- the epilogue of each element (:func:`element_stage`): the OpenCL C element code of the plan's epilogue graph
+  (fixed or traced), compiled into SPIR-V by xegemm.epilogues.spirv, with the loads and stores the template
+  lays around it;
 - the SPIR-V words: bf16 is carried as 16-bit integers with the multiply-add operand
   MatrixAAndBBFloat16ComponentsINTEL (0x40, capability 6437); signed 8-bit with Matrix{A,B,C,Result}
   SignedComponentsKHR; the capability PackedCooperativeMatrixINTEL (6434) is NOT declared (the Intel CPU runtime
   refuses modules that declare it, and accepts layout 2 without it);
 - the kernel's arguments (:data:`PARAMETERS`): those of xegemm.kernel.arguments' plain GEMM, in its order and meaning,
-  except that B's buffer holds B VNNI-packed (``ldb`` still counts the bytes of a row of B as a K x N matrix).
+  then a traced epilogue's, except that B's buffer holds B VNNI-packed (``ldb`` counts the bytes of a row of B as
+  a K x N matrix, whatever B's layout).
 """
 
 from __future__ import annotations
