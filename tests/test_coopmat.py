@@ -67,6 +67,10 @@ LAYOUTS = {   # column-major operands: (shape, types, layout); A staged at every
 
 
 def _config(name: str, epilogue: str = ""):
+    if name in QUANTIZED:
+        (problem, tile), quant = QUANTIZED[name]
+        return config_from_text(f"problem: {problem}\ntypes: {{a: bf16, b: u4, acc: f32, c: bf16}}\nquant: {quant}\n"
+                                f"tile: {{workgroup: {tile}, subgroup_size: 16}}\nepilogue: {{bias: col}}\n")
     if name in LAYOUTS:
         (problem, tile), types, layout = LAYOUTS[name]
         return config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
@@ -106,7 +110,11 @@ def _run(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storag
     if edit is not None:
         assert edit[0] in text, "the mutant no longer applies"
         text = text.replace(*edit)
-    b = pack_b(ops.b_bytes, p.k, p.n, t.a, config.layout.b) if b_storage == "packed" else ops.b_bytes
+    if config.quant.format != "none":     # dequantized on the host (``wrong_zeros``: from zero points all 0)
+        quant = ops.quant if b_storage != "wrong_zeros" else {**ops.quant, "zeros": np.zeros_like(ops.quant["zeros"])}
+        b = Lowering("coopmat").pack_b(plan(config), ops.b_bytes, p.k, p.n, quant=quant)
+    else:
+        b = pack_b(ops.b_bytes, p.k, p.n, t.a, config.layout.b) if b_storage == "packed" else ops.b_bytes
     bufs = {}
     for key, data in (("A", ops.a_bytes), ("B", b), ("D", poison_c(config)),
                       ("C", ops.c_in_bytes if ops.c_in_bytes is not None else np.zeros(4, np.uint8)),
@@ -116,7 +124,8 @@ def _run(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storag
         bufs[key].copy_from_host(data)
     program = build_spirv(text, queue)
     e = config.epilogue
-    args = kernel_arguments(p.m, p.n, p.k, p.batch, t.a, bufs, e.alpha, e.beta, t.c, tuple(e.clamp), config.layout.a)
+    args = kernel_arguments(p.m, p.n, p.k, p.batch, t.a, bufs, e.alpha, e.beta, t.c, tuple(e.clamp), config.layout.a,
+                            k.dequantized)
     program.get_sycl_kernel(k.name).launch(queue, args, k.global_size(p.m, p.n, p.batch), k.local).wait()
     verdict = check(config, bufs["D"].copy_to_host(), reference(config, ops))
     return verdict.ok, verdict.reason
@@ -187,6 +196,25 @@ def test_the_fixed_epilogue_and_output_types_verify_on_the_cpu(name, amx_worker)
     the exact integer path: the element code of the OpenCL C lowerings compiled into the kernel's SPIR-V."""
     ok, reason = _in_worker(amx_worker, name, "fixed")
     assert ok, reason
+
+
+QUANTIZED = {   # a 4-bit B dequantized into bf16 on the host before the multiply: (shape, quant section)
+    "gptq_g128": (("{m: 37, n: 64, k: 256, batch: 2}", "[32, 32, 32], subgroups: [1, 2]"),
+                  "{format: gptq, group: 128, scale: f16, zero: u4}"),
+    "awq_g128": (("{m: 20, n: 48, k: 128}", "[16, 16, 32], subgroups: [1, 1]"),
+                 "{format: awq, group: 128, scale: f16, zero: u4}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUANTIZED))
+def test_a_quantized_b_dequantized_on_the_host_verifies(name, amx_worker):
+    ok, reason = _in_worker(amx_worker, name, "quantized")
+    assert ok, reason
+
+
+def test_a_quantized_b_dequantized_with_its_zero_points_lost_fails_verification(amx_worker):
+    ok, _ = _in_worker(amx_worker, "gptq_g128", "quantized", b_storage="wrong_zeros")
+    assert not ok
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
@@ -448,6 +476,17 @@ def test_a_broken_traced_epilogue_fails_the_runs_verification(case, old, new, co
         "".join(line for line in source.splitlines(keepends=True) if not line.startswith(old))
     result = coopmat_evaluator.evaluate(pv, broken)
     assert result.status == "failed_verify", result.reason
+
+
+def test_the_runs_evaluator_dequantizes_a_gptq_b_for_the_coopmat_kernel(coopmat_evaluator):
+    """The evaluator's launch path (DeviceSession.packed_b): the GPTQ arrays dequantized into bf16 and packed once
+    per problem, the kernel verified against the quantized GEMM's reference."""
+    from xegemm.evaluate import plan_variants, render_variant
+    (pv,) = plan_variants(_config("gptq_g128"), Lowering("coopmat"))
+    assert pv.plan is not None, pv.reason
+    result = coopmat_evaluator.evaluate(pv, render_variant(pv, Lowering("coopmat")))
+    assert result.status == "ok", result.reason
+    assert result.extra["pack_b_ms"] >= 0
 
 
 @pytest.mark.usefixtures("code_allowed")

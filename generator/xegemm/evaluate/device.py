@@ -125,7 +125,7 @@ class DeviceSession:
         key = ("b_packed", lowering.b_pack_factor(plan))
         if key not in bufs:
             p, t0 = config.problem, time.perf_counter()
-            packed = lowering.pack_b(plan, bufs["ops"].b_bytes, p.k, p.n)
+            packed = lowering.pack_b(plan, bufs["ops"].b_bytes, p.k, p.n, quant=bufs["ops"].quant)
             bufs[key] = (to_device(self.queue, packed), (time.perf_counter() - t0) * 1e3)
             bufs[key + ("host",)] = packed
         if copy == 0:

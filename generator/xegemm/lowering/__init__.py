@@ -111,9 +111,10 @@ class Lowering:
         """K rows per VNNI group of B's storage when this lowering reads B packed (pack_b), else None."""
         return None
 
-    def pack_b(self, plan, b_bytes, k: int, n: int):
+    def pack_b(self, plan, b_bytes, k: int, n: int, quant: dict | None = None):
         """B's storage as this lowering's kernel reads it, from the plain one (uint8 bytes, batch x K x N row
-        bytes); the OpenCL C lowerings read it as it is."""
+        bytes; a quantized B's stored weights, with ``quant`` its scales' and zeros' bytes); the OpenCL C lowerings
+        read it as it is."""
         return b_bytes
 
     def issues(self, atom) -> bool:

@@ -42,6 +42,9 @@ from xegemm.epilogues.spirv import Compiler, SpirvCompileError, Value
 from xegemm.errors import PlanRejected, XegemmError
 from xegemm.library.dtypes import dtype
 from xegemm.lowering.templating import environment, render_macro
+from xegemm.quant import compute_type, dequantize, operand_spec
+from xegemm.quant.codec import QuantizedMatrix
+from xegemm.quant.formats import FORMATS
 
 TEMPLATE = "spirv/gemm.spvasm.j2"
 
@@ -63,6 +66,8 @@ PARAMETERS = (("A", "ab"), ("B", "ab"), ("C", "out"), ("M", "%u32"), ("N", "%u32
               ("batch_stride_b", "%u64"), ("batch_stride_c", "%u64"), ("Cin", "out"), ("bias", "%pcw_f32"),
               ("alpha", "%f32"), ("beta", "%f32"), ("clamp_lo", "%f32"), ("clamp_hi", "%f32"))
 STORAGE_IDS = {"uchar": "%u8", "ushort": "%u16", "uint": "%u32"}
+# a quantized B's arguments (xegemm.kernel.arguments, after the epilogue's): not read, B is dequantized on the host
+QUANT_PARAMETERS = (("S", "%pcw_u8"), ("Z", "%pcw_u8"), ("batch_stride_s", "%u64"), ("batch_stride_z", "%u64"))
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,7 @@ class CoopmatKernel:
     tk: int
     b_layout: int = LAYOUT_PACKED_INTEL
     a_col: bool = False     # A column-major: read through local memory at every k-step (no ColumnMajorKHR A here)
+    dequantized: bool = False   # B quantized, dequantized into bf16 on the host (its scales' arguments follow)
     epilogue: ElementStage | None = None     # None: D = acc in the accumulator type (identity_stage)
 
     def __post_init__(self):
@@ -271,7 +277,8 @@ class CoopmatKernel:
     def parameters(self) -> tuple[tuple[str, str], ...]:
         """(name, SPIR-V type id) of each kernel parameter: :data:`PARAMETERS`, then the traced epilogue's."""
         ids = {"out": "%pcw_" + self.epilogue.out_t[1:], "ab": f"%pcw_u{self.ab_bits}"}
-        return tuple((n, ids.get(t, t)) for n, t in PARAMETERS) + self.epilogue.params
+        quant = QUANT_PARAMETERS if self.dequantized else ()
+        return tuple((n, ids.get(t, t)) for n, t in PARAMETERS) + self.epilogue.params + quant
 
     @property
     def local_bytes(self) -> int:
@@ -313,14 +320,18 @@ def plan_violation(plan) -> str | None:
     """Why the coopmat lowering cannot render a plan, or None."""
     config = plan.config
     t, lay = config.types, config.layout
-    if t.a != t.b or t.a not in TYPES:
+    if plan.quant:
+        if plan.quant.a_spec is not None or t.a != "bf16" or compute_type(t) != "bf16":
+            return ("coopmat: a quantized B is dequantized into bf16 on the host before the multiply: A must be "
+                    f"bf16 and the compute type bf16 (got A={t.a}, compute={compute_type(t)}; FP8 A is not done)")
+    elif t.a != t.b or t.a not in TYPES:
         return f"coopmat: A and B must be one of {', '.join(TYPES)} alike (got A={t.a}, B={t.b})"
     if t.acc != TYPES[t.a][0]:
         return f"coopmat: {t.a} accumulates in {TYPES[t.a][0]} (got acc={t.acc})"
     if lay.c != "row":
         return "coopmat: C and D must be row-major (layout.c: row)"
-    if plan.split_k > 1 or plan.stream_k or plan.grouped or plan.quant:
-        return "coopmat: split K, stream-K, grouped problems and quantized operands are not done"
+    if plan.split_k > 1 or plan.stream_k or plan.grouped:
+        return "coopmat: split K, stream-K and grouped problems are not done"
     if plan.graph is not None and plan.graph.reductions():
         return (f"coopmat: the traced epilogue {plan.graph.function} has reductions; their per-tile partials and "
                 "fix-up kernel are not rendered in SPIR-V")
@@ -343,7 +354,7 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx") -> Coopma
                            "rendered for the CPU runtime only; the GPU build (and its 2D block load gate) takes A "
                            "row-major")
     return CoopmatKernel(name or plan.name, plan.config.types.a, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk,
-                         a_col=a_col, epilogue=plan_stage(plan))
+                         a_col=a_col, epilogue=plan_stage(plan), dequantized=plan.quant is not None)
 
 
 def render_kernel(kernel: CoopmatKernel) -> str:
@@ -373,6 +384,32 @@ def pack_b(b_bytes: np.ndarray, k: int, n: int, ab: str, layout: str = "row") ->
     padded[:, :k] = view
     packed = padded.reshape(batch, kp // v, v, n, eb).transpose(0, 1, 3, 2, 4)
     return np.ascontiguousarray(packed).reshape(batch, kp // v, n * v * eb)
+
+
+def dequantized_b(config, b_bytes: np.ndarray, quant: dict | None, k: int, n: int) -> np.ndarray:
+    """A quantized B dequantized on the host into bf16, the compute type, by the format's own codec
+    (xegemm.quant.dequantize: ``round_to_bf16((q - z) * s)``, the values every lowering multiplies): from its arrays
+    as a kernel takes them (``b_bytes``: the stored weights, batch x rows x bytes; ``quant``: the scales' and zeros'
+    bytes, batch after batch).  Returns uint8 (batch, K, N * 2), row-major bf16 bits."""
+    spec = operand_spec(config, "b")
+    want = FORMATS[spec.format].arrays(spec, k, n)
+    weights = np.ascontiguousarray(b_bytes).reshape(-1)
+    per_batch = {name: int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for name, w in want.items()}
+    batch = weights.size // per_batch["qweight"]
+    sources = {"qweight": weights}
+    for name in want:
+        if name != "qweight":
+            key = "scales" if name == "scales" else "zeros"
+            if quant is None or quant.get(key) is None:
+                raise XegemmError(f"coopmat: the quantized B's {name} are needed to dequantize it")
+            sources[name] = np.ascontiguousarray(quant[key]).reshape(-1).view(np.uint8)
+    out = []
+    for i in range(batch):
+        arrays = {name: sources[name][i * per_batch[name]:(i + 1) * per_batch[name]].view(w.dtype)
+                  .reshape(w.shape) for name, w in want.items()}
+        values = dequantize(QuantizedMatrix.from_arrays(spec, k, n, arrays), "bf16")
+        out.append(np.ascontiguousarray(values).view(np.uint8).reshape(k, n * 2))
+    return np.stack(out)
 
 
 def packed_b_batch_stride(k: int, ldb: int, ab: str) -> int:
@@ -434,9 +471,12 @@ def make_lowering_class(base):
             return coopmat_kernel(plan, family=self.tiles)
 
         def b_pack_factor(self, plan) -> int | None:
-            return TYPES[plan.config.types.b][2] if plan.config.types.b in TYPES else None
+            ab = plan.config.types.a if plan.quant else plan.config.types.b
+            return TYPES[ab][2] if ab in TYPES else None
 
-        def pack_b(self, plan, b_bytes, k: int, n: int):
+        def pack_b(self, plan, b_bytes, k: int, n: int, quant: dict | None = None):
+            if plan.quant:
+                return pack_b(dequantized_b(plan.config, b_bytes, quant, k, n), k, n, "bf16")
             return pack_b(b_bytes, k, n, plan.config.types.b, plan.config.layout.b)
 
         def build_options(self, grf: int) -> str:
@@ -447,14 +487,16 @@ def make_lowering_class(base):
 
 def kernel_arguments(m: int, n: int, k: int, batch: int, ab: str, buffers: dict, alpha: float = 1.0,
                      beta: float = 0.0, out: str | None = None, clamp: tuple[float, float] = (0.0, 0.0),
-                     a_layout: str = "row") -> list:
+                     a_layout: str = "row", dequantized: bool = False) -> list:
     """The kernel's argument values in :data:`PARAMETERS` order for a compact problem (as xegemm.kernel.arguments
     computes them, B's batch stride that of :func:`pack_b`); ``buffers``: A, B (packed), D, C, bias; ``out``: D's
-    type (the accumulator's by default); ``a_layout``: A's (col: K rows of M elements)."""
+    type (the accumulator's by default); ``a_layout``: A's (col: K rows of M elements); ``dequantized``: a kernel of
+    a quantized B (:data:`QUANT_PARAMETERS` follow, bound to the bias buffer: the kernel does not read them)."""
     eb = TYPES[ab][1] // 8
     lda = (k if a_layout == "row" else m) * eb
     ldb, ldc = n * eb, n * dtype(out or TYPES[ab][0]).bits // 8
     i, l_, f = ctypes.c_int, ctypes.c_long, ctypes.c_float
     return [buffers["A"], buffers["B"], buffers["D"], i(m), i(n), i(k), i(lda), i(ldb), i(ldc),
             l_(lda * (m if a_layout == "row" else k)), l_(packed_b_batch_stride(k, ldb, ab)), l_(ldc * m),
-            buffers["C"], buffers["bias"], f(alpha), f(beta), f(clamp[0]), f(clamp[1])]
+            buffers["C"], buffers["bias"], f(alpha), f(beta), f(clamp[0]), f(clamp[1])] \
+        + ([buffers["bias"], buffers["bias"], l_(0), l_(0)] if dequantized else [])

@@ -87,6 +87,9 @@ class PlainCall(CallKind):
         if not low.b_pack_factor(choice.call.plan):
             return b_bytes
         p = choice.config.problem
+        if choice.call.plan.quant:
+            raise XegemmError("the coopmat lowering dequantizes a quantized B on the host in `xegemm run` and "
+                              "`tune` only; the call API does not yet: load a portable or native variant for it")
         return low.pack_b(choice.call.plan, b_bytes, p.k, p.n)
 
     # -- the call ---------------------------------------------------------------------------------------------
