@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS=ignore::UserWarning $(PY) -m pip install --quiet -e '.[test]'
 	# xegemm.torch's tests: this exact version only (any other pulls gigabytes of CUDA wheels)
 	$(PY) -m pip install --quiet torch==2.13.0
+	# the checkpoint tests' reference library, after torch so that pip keeps the CPU build (pyproject.toml)
+	PYTHONWARNINGS=ignore::UserWarning $(PY) -m pip install --quiet -e '.[checkpoints]'
 	touch $(STAMP)
 
 # System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests, Debian's chromium and

@@ -9,13 +9,19 @@ reference dequantization written here from each format's published packing rule 
   ``W = s[n, k // g] q`` (symmetric);
 * FP8: ``W = weight[n, k] * weight_scale`` (per tensor or per channel);
 * gpt-oss MXFP4 (openai/gpt-oss ``gpt_oss/torch/weights.py``): ``blocks[..., n, b, j]`` low nibble = element 2j,
-  e2m1 LUT [0, .5, 1, 1.5, 2, 3, 4, 6] (and negatives), scaled by ``2^(scales[..., n, b] - 127)``.
+  e2m1 LUT [0, .5, 1, 1.5, 2, 3, 4, 6] (and negatives), scaled by ``2^(scales[..., n, b] - 127)``; as a batch and
+  through ``gemm.moe`` with rows per expert and the experts' bias;
+* zero points outside the codes' range (a u4 zero of 200) refused, naming the tensor.
+
+Block FP8 (W8A8) and pack-quantized W8A16, written and dequantized by compressed-tensors itself, are in
+tests/test_quant_checkpoints_reference.py.
 
 Each has a mutant: the same file read the wrong way (v2 as v1, act-order ignored) must fail the tolerance."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -209,8 +215,6 @@ def test_plain_weight_and_bias_and_what_is_refused(tmp_path):
 def test_the_readme_example_copies_an_f_ordered_b_and_counts_it():
     """README.md and docs/use.md: an F-ordered B for row-major kernels is copied (named in last_kernel.copies), or
     refused with the fix when copy=False."""
-    from pathlib import Path
-
     gemm = xegemm.load(Path(__file__).resolve().parent.parent / "configs" / "default.yaml")
     rng = np.random.default_rng(0)
     a = rng.random((30, 20)).astype(ml_dtypes.bfloat16)
@@ -226,3 +230,63 @@ def test_the_readme_example_copies_an_f_ordered_b_and_counts_it():
     strided = np.asarray(rng.random((20, 20)).astype(ml_dtypes.bfloat16))[:, ::2]
     gemm(a, strided)
     assert any("strided" in note for note in gemm.last_kernel.copies)
+
+
+MOE_TILE = "tile: {workgroup: [16, 64, 32], subgroups: [1, 2]}\nprofile: {warmup: 0, repeats: 1}\n"
+
+
+def test_gpt_oss_moe_layer_through_the_moe_call_verified_per_expert(tmp_path):
+    """gpt-oss's MoE weights as openai/gpt-oss names them (``block.0.mlp.mlp1_weight.blocks`` [E, N, K/32, 16],
+    ``.scales`` [E, N, K/32] uint8 e8m0, the bias ``block.0.mlp.mlp1_bias`` [E, N] beside them) through
+    ``gemm.moe`` with rows per expert (one empty), each expert's rows against its own dequantized weight."""
+    rng = np.random.default_rng(29)
+    experts, rows = 3, [5, 0, 7]
+    blocks = rng.integers(0, 256, (experts, N, K // 32, 16), dtype=np.uint8)
+    scales = rng.integers(118, 128, (experts, N, K // 32), dtype=np.uint8)
+    bias = rng.uniform(-1, 1, (experts, N)).astype(ml_dtypes.bfloat16)
+    lo, hi = E2M1[blocks & 15], E2M1[blocks >> 4]
+    values = np.stack([lo, hi], axis=-1).reshape(experts, N, K // 32, 32)          # low nibble first
+    w = (values * np.exp2(scales.astype(np.float64) - 127)[..., None]).reshape(experts, N, K).transpose(0, 2, 1)
+    path = _save(tmp_path, {"block.0.mlp.mlp1_weight.blocks": blocks, "block.0.mlp.mlp1_weight.scales": scales,
+                            "block.0.mlp.mlp1_bias": bias, "block.0.mlp.mlp2_bias": bias[:, :8]})
+    weights = from_safetensors(path, "block.0.mlp.mlp1_weight")
+    assert weights.experts == experts and weights.bias.shape == (experts, N)
+    config = tmp_path / "moe.yaml"
+    config.write_text("problem: {m: 12, n: 64, k: 96}\nmoe: {experts: 3, rows: [5, 0, 7]}\n"
+                      + weights.config_text("bf16", "f32") + MOE_TILE)
+    gemm = xegemm.load(config)
+    a = rng.uniform(-1, 1, (sum(rows), K)).astype(ml_dtypes.bfloat16)
+    begin = np.cumsum([0] + rows)
+
+    def per_expert(d, bias_values):
+        return all(_check(d[begin[e]:begin[e + 1]] - bias_values[e].astype(np.float64), a[begin[e]:begin[e + 1]],
+                          w[e], "bf16") for e in range(experts) if rows[e])
+    assert per_expert(gemm.moe(a, weights, rows, bias=weights.bias), bias)
+    # the arrays as stored, straight through the call
+    assert per_expert(gemm.moe(a, blocks, rows, scales=scales, bias=weights.bias), bias)
+    # the mutant: each expert's scales taken from the next expert must fail
+    assert not per_expert(gemm.moe(a, blocks, rows, scales=np.roll(scales, 1, axis=0), bias=weights.bias), bias)
+
+
+def test_a_zero_point_outside_the_codes_range_is_refused_naming_the_tensor(tmp_path):
+    """A u4 zero point of 200 (one per byte, as plain u4 stores them) is not a u4 value: one line naming the array
+    and the element, never wrapped or run; compressed-tensors' unpacked 4-bit zero points likewise."""
+    gemm = xegemm.load(Path(__file__).resolve().parent.parent / "configs" / "w4a16.yaml")
+    rng = np.random.default_rng(31)
+    q = rng.integers(0, 256, (K, N // 2), dtype=np.uint8)                 # u4 row-major, two per byte along N
+    scales = np.ones((1, N), np.float16)
+    zeros = np.full((1, N), 8, np.uint8)
+    zeros[0, 7] = 200
+    a = np.ones((M, K), np.float16)
+    with pytest.raises(ShapeMismatchError, match=r"^zeros holds 200 at \[0, 7\]; .* codes' range 0\.\.15"):
+        gemm(a, q, scales=scales, zeros=zeros)
+    packed = _words(rng.integers(0, 16, (N, K)), 1)
+    zp = np.zeros((N, K // GROUP), np.int8)
+    zp[3, 1] = 100
+    config = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+              "config_groups": {"g": {"weights": {"num_bits": 4, "symmetric": False, "strategy": "group",
+                                                  "group_size": GROUP}}}}
+    tensors = {"x.weight_packed": packed, "x.weight_scale": np.ones((N, K // GROUP), np.float16),
+               "x.weight_zero_point": zp, "x.weight_shape": np.array([N, K], np.int32)}
+    with pytest.raises(CheckpointError, match=r"^x\.weight_zero_point holds 100 at \[3, 1\]; .* -8\.\.7"):
+        from_safetensors(tensors, "x", config)

@@ -141,7 +141,13 @@ class Gemm:
     def moe(self, a, b, rows_per_expert, c=None, *, scales=None, zeros=None, alpha=None, beta=None, bias=None):
         """An MoE layer's T x N output in one launch: A (T x K) rows sorted by expert, B (E x K x N), rows per
         expert (length E, summing to T; zeros allowed); quantized experts: B, ``scales`` and ``zeros`` as the
-        format stores them, E leading (xegemm.api.kinds.grouped)."""
+        format stores them, E leading (xegemm.api.kinds.grouped), or ``b`` a loaded layer with its expert dimension
+        (:func:`xegemm.quant.from_safetensors` of gpt-oss's blocks and scales; its bias is ``bias=weights.bias``)."""
+        if isinstance(b, LayerWeights):
+            b, scales, zeros, g_idx, _ = b.call_arrays(scales, zeros, None, None)
+            if g_idx is not None:
+                raise LayoutError("the loaded layer has a GPTQ g_idx (act-order); an MoE call takes experts in group "
+                                  "order - repack the checkpoint in group order")
         return self.kinds["moe"].moe(a, b, rows_per_expert, c, scales=scales, zeros=zeros, alpha=alpha, beta=beta,
                                      bias=bias)
 

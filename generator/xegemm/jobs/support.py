@@ -118,6 +118,13 @@ QUANTIZED = {
     "plain s8, f16 zeros": "types: {a: f16, b: s8}\nquant: {format: plain, group: 128, zero: f16}\n",
     "plain u4, bf16 zeros, group 32 (SGLang)": ("types: {a: bf16, b: u4}\n"
                                                 "quant: {format: plain, group: 32, scale: bf16, zero: bf16}\n"),
+    # the layouts xegemm.quant.from_safetensors reads compressed-tensors' pack-quantized checkpoints as
+    "plain u8, u8 zeros, group 32, column-major B, nk (compressed-tensors W8A16)": (
+        "types: {a: bf16, b: u8}\nlayout: {b: col}\nquant: {format: plain, group: 32, scale: bf16, zero: u8, "
+        "scale_layout: nk}\n"),
+    "plain u4, u4 zeros, channel, column-major B, nk (compressed-tensors W4A16)": (
+        "types: {a: bf16, b: u4}\nlayout: {b: col}\nquant: {format: plain, group: channel, scale: bf16, zero: u4, "
+        "scale_layout: nk}\n"),
     "W8A8 FP8: A per token and 128 K (nk), B block128": (
         "types: {a: e4m3, b: e4m3, compute: bf16}\nquant: {format: plain, group: block128, scale: f32}\n"
         "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}\n"),

@@ -11,15 +11,20 @@ checkpoint", has the packing rules and their sources):
   compressed-tensors ``pack-quantized`` (W4A16/W8A16): ``[N, K*bits/32]`` int32 words of consecutive K, codes
   stored as ``q + 2^(bits-1)`` -> plain u4/u8, column-major, scales ``nk``, zero points ``2^(bits-1)`` when
   symmetric (a small array made here) or unpacked from their int32 words packed along N;
-* ``weight`` FP8 with ``weight_scale`` (per tensor or per channel) or ``weight_scale_inv`` (DeepSeek's 128 x 128
-  blocks): plain e4m3/e5m2, column-major ``[N, K]``;
+* ``weight`` FP8 with ``weight_scale`` (per tensor, per channel, or compressed-tensors' ``block`` strategy
+  ``[ceil(N/128), ceil(K/128)]``) or ``weight_scale_inv`` (DeepSeek-V3's 128 x 128 blocks): plain e4m3/e5m2,
+  column-major ``[N, K]``; a W8A8 config (DeepSeek's ``activation_scheme: dynamic``, compressed-tensors' FP8
+  ``input_activations``) gives :attr:`LayerWeights.spec_a`, the FP8 activations' description (their scales are
+  the call's ``a_scales``, made per call);
 * ``blocks``/``scales`` or ``_blocks``/``_scales`` (gpt-oss MXFP4, any leading expert dimension): mx e2m1,
-  column-major, e8m0 scales ``nk`` as stored;
+  column-major, e8m0 scales ``nk`` as stored; the bias is ``bias``/``_bias`` under the prefix or, for
+  openai/gpt-oss's names (``block.0.mlp.mlp1_weight.blocks``), ``block.0.mlp.mlp1_bias`` beside it;
 * ``weight`` f16/bf16/f32: not quantized (B = weight.T, a column-major view).
 
 The file is read by its documented layout (https://github.com/huggingface/safetensors, "Format": an 8-byte
 little-endian header size, a JSON header of dtype, shape and data offsets per tensor, then the bytes), only the
-layer's tensors, each read bounded (xegemm.files); nothing of the file is executed.
+layer's tensors, each read bounded (xegemm.files); nothing of the file is executed.  Zero points stored as
+values are checked against the codes' range (a 4-bit zero outside -8..7 is refused naming the tensor).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import numpy as np
 from xegemm.errors import XegemmError
 from xegemm.files import read_range, read_text
 from xegemm.library.dlpack import array_of
-from xegemm.quant.spec import QuantSpec
+from xegemm.quant.spec import BLOCK, QuantSpec
 
 HEADER_BYTES = 100 << 20          # a safetensors JSON header (the format caps it at 100 MB)
 TENSOR_BYTES = 64 << 30           # one tensor
@@ -72,6 +77,8 @@ class LayerWeights:
     bias: np.ndarray | None = None
     experts: int | None = None          # a leading expert dimension (gpt-oss MoE)
     notes: list[str] = field(default_factory=list)
+    spec_a: QuantSpec | None = None      # W8A8: the FP8 activations' description (their scales come per call)
+    input_scale: np.ndarray | None = None   # a static activation scale, when the checkpoint stores one
 
     def call_arrays(self, scales, zeros, g_idx, gptq_version):
         """(b, scales, zeros, g_idx, gptq_version) for the call; the call's own must not be given as well."""
@@ -82,16 +89,26 @@ class LayerWeights:
                                   "pass gemm(a, weights) alone")
         return self.b, self.scales, self.zeros, self.g_idx, self.gptq_version
 
-    def config_text(self, a: str = "f16", c: str = "f32") -> str:
-        """The config keys (``types``, ``layout.b``, ``quant:``) whose kernels take these arrays, as YAML text,
-        for A of type ``a`` and D of type ``c`` (add a problem and a tile; a weight not quantized is B = its
-        ``weight.T``, column-major)."""
+    def config_text(self, a: str = "f16", c: str = "f32", compute: str = "bf16") -> str:
+        """The config keys (``types``, ``layout.b``, ``quant:``, ``quant_a:``) whose kernels take these arrays, as
+        YAML text, for A of type ``a`` and D of type ``c`` (add a problem and a tile; a weight not quantized is
+        B = its ``weight.T``, column-major).  ``a`` an FP8 type (a W8A8 checkpoint's ``spec_a.weight``): the FP8 A
+        with the checkpoint's activation scales (``quant_a:``), dequantized to ``compute``; f16/bf16: weight only."""
         if self.spec is None:
             return f"types: {{a: {a}, b: {a}, c: {c}}}\nlayout: {{b: col}}\n"
         s = self.spec
+        fp8_a = a in FP8_NAMES.values()
+        if fp8_a and self.spec_a is None:
+            raise CheckpointError(f"config_text(a={a!r}): the checkpoint's activations are not FP8 (no W8A8 "
+                                  "quantization_config); take a = f16 or bf16")
         zero = f", zero: {s.zero}" if s.has_zero else ""
-        return (f"types: {{a: {a}, b: {s.weight}, c: {c}}}\nlayout: {{b: {s.layout}}}\nquant: {{format: {s.format}, "
-                f"group: {s.group}, scale: {s.scale}{zero}, scale_layout: {s.scale_layout}}}\n")
+        text = (f"types: {{a: {a}, b: {s.weight}, c: {c}{f', compute: {compute}' if fp8_a else ''}}}\n"
+                f"layout: {{b: {s.layout}}}\nquant: {{format: {s.format}, group: {s.group}, scale: {s.scale}{zero}, "
+                f"scale_layout: {s.scale_layout}}}\n")
+        if fp8_a:
+            sa = self.spec_a
+            text += f"quant_a: {{format: plain, group: {sa.group}, scale: {sa.scale}, scale_layout: {sa.scale_layout}}}\n"
+        return text
 
 
 # ---- reading ----------------------------------------------------------------------------------------------------
@@ -136,9 +153,13 @@ def _files(path: Path) -> tuple[list[Path], dict | None]:
     return [path], None
 
 
-def _layer_tensors(source, prefix: str) -> tuple[dict[str, np.ndarray], dict | None]:
-    """The tensors named ``prefix`` + ``.`` or ``_`` + suffix, by suffix, from a file, a directory or a dict."""
+def _layer_tensors(source, prefix: str, also: Mapping[str, str] | None = None) -> tuple[dict[str, np.ndarray],
+                                                                                      dict | None]:
+    """The tensors named ``prefix`` + ``.`` or ``_`` + suffix, by suffix, from a file, a directory or a dict
+    (and those named exactly as a key of ``also``, under its value)."""
     def suffix(name: str) -> str | None:
+        if also and name in also:
+            return also[name]
         if prefix and not name.startswith(prefix):
             return None
         rest = name[len(prefix):]
@@ -258,7 +279,14 @@ def _compressed(t: dict, prefix: str, q: dict) -> LayerWeights:
             zeros = unpacked.reshape(-1, zp.shape[1])[:n].astype(np.uint8)
             notes.append("weight_zero_point int32 words packed along N unpacked to one per byte")
         else:                                                                    # unpacked signed zero points
-            zeros = (zp.astype(np.int64).reshape(n, -1) + offset).astype(np.uint8)
+            signed = zp.astype(np.int64).reshape(n, -1)
+            bad = (signed < -offset) | (signed >= offset)
+            if bad.any():
+                where = [int(i) for i in np.argwhere(bad)[0]]
+                raise CheckpointError(f"{prefix}.weight_zero_point holds {int(signed[tuple(where)])} at {where}; "
+                                      f"{bits}-bit pack-quantized zero points lie in the codes' range {-offset}.."
+                                      f"{offset - 1} - the checkpoint is damaged or not {bits}-bit")
+            zeros = (signed + offset).astype(np.uint8)
             notes.append("weight_zero_point taken + %d, as the codes are stored" % offset)
     else:
         zeros = np.full(scales.shape, offset, np.uint8)
@@ -268,23 +296,88 @@ def _compressed(t: dict, prefix: str, q: dict) -> LayerWeights:
     return LayerWeights("compressed-tensors pack-quantized", spec, k, n, codes, scales, zeros, g_idx, notes=notes)
 
 
-def _fp8(t: dict, prefix: str) -> LayerWeights:
+def _block_structure(q: dict) -> list[int] | None:
+    """The weight block of a block-FP8 checkpoint's config: DeepSeek-V3's ``weight_block_size`` or
+    compressed-tensors' ``block_structure`` (strategy ``block``); None when the config names none."""
+    if q.get("weight_block_size") is not None:
+        return [int(x) for x in q["weight_block_size"]]
+    weights = _ct_args(q, "weights")
+    if str(weights.get("strategy", "")).lower() == "block":
+        return [int(x) for x in weights.get("block_structure") or (BLOCK, BLOCK)]
+    return None
+
+
+def _ct_args(q: dict, which: str) -> dict:
+    """compressed-tensors' ``config_groups``: the first group's ``weights`` or ``input_activations`` args."""
+    groups = q.get("config_groups") or {}
+    return next((g.get(which) or {} for g in groups.values() if isinstance(g, Mapping)), {})
+
+
+def _activation_spec(q: dict, prefix: str) -> QuantSpec | None:
+    """The FP8 activations' description of a W8A8 checkpoint (dynamic: the scales are made per call, so the call
+    takes them as ``a_scales``), or None for a weight-only one.  DeepSeek-V3 (``quant_method: fp8``,
+    ``activation_scheme: dynamic``): per token and 128 K; compressed-tensors ``input_activations`` of type float,
+    8 bits: strategy ``group`` (its group_size), ``token`` (one scale per row) or ``tensor``."""
+    if str(q.get("quant_method", "")).lower() == "fp8" and q.get("weight_block_size") is not None:
+        if str(q.get("activation_scheme", "dynamic")).lower() != "dynamic":
+            return None
+        fmt = str(q.get("fmt", "e4m3")).lower()
+        return QuantSpec("plain", "e5m2" if fmt == "e5m2" else "e4m3", int(q["weight_block_size"][1]), "f32",
+                         "none", "nk", "row")
+    act = _ct_args(q, "input_activations")
+    if not act or str(act.get("type", "")).lower() != "float" or int(act.get("num_bits", 0) or 0) != 8:
+        return None
+    strategy = str(act.get("strategy", "")).lower()
+    group = {"group": act.get("group_size"), "token": "channel", "tensor": "tensor"}.get(strategy)
+    if group is None:
+        raise CheckpointError(f"{prefix}: input_activations strategy {strategy!r}; xegemm's FP8 A takes group (per "
+                              "token and group of K), token and tensor scales")
+    return QuantSpec("plain", "e4m3", int(group) if strategy == "group" else group, "f32", "none", "nk", "row")
+
+
+def _fp8(t: dict, prefix: str, q: dict) -> LayerWeights:
     weight = t["weight"]
     n, k = weight.shape[-2:]
-    if "weight_scale_inv" in t:       # DeepSeek-V3: [ceil(N/128), ceil(K/128)] f32 per 128 x 128 block
-        scales = t["weight_scale_inv"]
-        spec = QuantSpec("plain", FP8_NAMES[weight.dtype], "block128", FLOAT_NAMES.get(scales.dtype, "f32"),
-                         "none", "nk", "col")
-        return LayerWeights("fp8 block128 (weight_scale_inv)", spec, k, n, weight, scales)
-    (scales,) = _need(t, prefix, "weight_scale")
-    group = "tensor" if scales.size == 1 else "channel"
-    if group == "channel" and scales.size != n:
-        raise CheckpointError(f"{prefix}.weight_scale is {list(scales.shape)}; FP8 checkpoints store one scale "
-                              f"(per tensor) or [N, 1] = [{n}, 1] (per channel)")
-    notes = ["input_scale (static activation scale) not used: A is taken as f16/bf16"] if "input_scale" in t else []
-    spec = QuantSpec("plain", FP8_NAMES[weight.dtype], group, FLOAT_NAMES.get(scales.dtype, "f32"), "none", "nk",
-                     "col")
-    return LayerWeights(f"fp8 per {group}", spec, k, n, weight, scales, notes=notes)
+    name = "weight_scale_inv" if "weight_scale_inv" in t else "weight_scale"
+    (scales,) = _need(t, prefix, name)
+    blocks = (-(-n // BLOCK), -(-k // BLOCK))
+    block = _block_structure(q)
+    if block is not None and block != [BLOCK, BLOCK]:
+        raise CheckpointError(f"{prefix}: the checkpoint's weight blocks are {' x '.join(map(str, block))}; "
+                              f"xegemm's block128 scales one {BLOCK} x {BLOCK} block each")
+    spec_a = _activation_spec(q, prefix)
+    scale = FLOAT_NAMES.get(scales.dtype)
+    if scale is None:
+        raise CheckpointError(f"{prefix}.{name} is {scales.dtype}; FP8 checkpoints store f32 (or f16/bf16) scales")
+    notes = []
+    if "input_scale" in t:
+        notes.append("input_scale (a static activation scale) kept as weights.input_scale: quantize A with it and "
+                     "pass it as a_scales" if spec_a is not None else
+                     "input_scale (static activation scale) not used: A is taken as f16/bf16")
+    is_block = block is not None or name == "weight_scale_inv" or \
+        (scales.ndim == 2 and tuple(scales.shape) == blocks and scales.size > 1)
+    if is_block:         # DeepSeek-V3 / compressed-tensors block: [ceil(N/128), ceil(K/128)] per 128 x 128 block
+        if tuple(scales.shape) != blocks:
+            raise CheckpointError(f"{prefix}.{name} is {list(scales.shape)}; 128 x 128 block scales of a weight "
+                                  f"[N, K] = [{n}, {k}] are [ceil(N/128), ceil(K/128)] = {list(blocks)}")
+        spec = QuantSpec("plain", FP8_NAMES[weight.dtype], "block128", scale, "none", "nk", "col")
+        source = f"fp8 block128 ({name})"
+    else:
+        group = "tensor" if scales.size == 1 else "channel"
+        if group == "channel" and scales.size != n:
+            raise CheckpointError(f"{prefix}.{name} is {list(scales.shape)}; FP8 checkpoints store one scale (per "
+                                  f"tensor), [N, 1] = [{n}, 1] (per channel) or [ceil(N/128), ceil(K/128)] = "
+                                  f"{list(blocks)} (per 128 x 128 block)")
+        spec = QuantSpec("plain", FP8_NAMES[weight.dtype], group, scale, "none", "nk", "col")
+        source = f"fp8 per {group}"
+    out = LayerWeights(source, spec, k, n, weight, scales, notes=notes, spec_a=spec_a)
+    if spec_a is not None:
+        out.notes.append(f"W8A8: activations {spec_a.weight} with f32 scales per "
+                         + (f"token and {spec_a.group} K ([M, K/{spec_a.group}])" if isinstance(spec_a.group, int)
+                            else "token ([M])" if spec_a.group == "channel" else "tensor")
+                         + ", made per call (a_scales=)")
+        out.input_scale = t.get("input_scale")
+    return out
 
 
 def _mxfp4(t: dict, prefix: str) -> LayerWeights:
@@ -305,7 +398,10 @@ def from_safetensors(source, prefix: str, config=None) -> LayerWeights:
     """The layer ``prefix``'s weight from ``source`` (a .safetensors path, a directory with config.json, or a
     state dict of numpy arrays / DLPack tensors); ``config``: config.json's content or its
     ``quantization_config`` (a directory's config.json is read when not given)."""
-    tensors, found_config = _layer_tensors(source, prefix.rstrip("."))
+    prefix = prefix.rstrip(".")
+    # openai/gpt-oss names an MoE weight's bias beside it: block.0.mlp.mlp1_weight.blocks and block.0.mlp.mlp1_bias
+    sibling = {prefix[:-len("_weight")] + "_bias": "bias"} if prefix.endswith("_weight") else {}
+    tensors, found_config = _layer_tensors(source, prefix, sibling)
     q = _quant_config(config if config is not None else found_config)
     if "blocks" in tensors:
         out = _mxfp4(tensors, prefix)
@@ -314,7 +410,7 @@ def from_safetensors(source, prefix: str, config=None) -> LayerWeights:
     elif "qweight" in tensors:
         out = _gptq_or_awq(tensors, prefix, q)
     elif "weight" in tensors and tensors["weight"].dtype in FP8_NAMES:
-        out = _fp8(tensors, prefix)
+        out = _fp8(tensors, prefix, q)
     elif "weight" in tensors and tensors["weight"].dtype in FLOAT_NAMES:
         w = tensors["weight"]
         out = LayerWeights(f"{FLOAT_NAMES[w.dtype]} (not quantized)", None, w.shape[1], w.shape[0], w.T,

@@ -11,6 +11,9 @@ nothing, copies are host work counted in the call's ``last_kernel.copies``):
   safetensors holds (a view);
 * GPTQ v2 zeros (GPTQModel's ``gptq_v2``: the zero point itself, not v1's ``z - 1``): repacked as v1 (a copy of
   the small zeros array);
+* zero points given as values (``plain``'s, one per byte for u4): each must lie in the codes' range (u4: 0..15)
+  and be finite; a zero point outside it (a u4 zero of 200) is refused naming the array and the first such
+  element, never wrapped or run;
 * ``g_idx``: trivial (``arange(K) // group``) is accepted as is; act-order (``desc_act``: every group of K
   rows holds ``group`` rows, in any order) is computed exactly by permuting K: B's rows are repacked in the
   order of their groups (a copy) and A's columns are taken in the same order (:attr:`Stored.perm`, a copy per
@@ -130,6 +133,23 @@ def _scales_dtype(spec: QuantSpec, scales: np.ndarray, notes: list) -> np.ndarra
     return scales
 
 
+def check_zero_range(name: str, zeros, spec: QuantSpec) -> None:
+    """Zero points stored as values (``plain``; GPTQ's and AWQ's packed words are in range by construction):
+    StoredError naming ``name``, the first element outside the codes' range and the range, when there is one.
+    Arrays of another dtype are left to the caller's check, which names what the format stores."""
+    if spec.format != "plain" or not spec.has_zero or not isinstance(zeros, np.ndarray) \
+            or zeros.dtype != NUMPY_DTYPES[spec.zero] or zeros.size == 0:
+        return
+    lo, hi = dtype(spec.weight).value_range
+    z = zeros.astype(np.float64)
+    bad = ~np.isfinite(z) | (z < lo) | (z > hi)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise StoredError(f"{name} holds {zeros[where].item()!r} at {list(where)}; {spec.describe()} takes zero points in the "
+                          f"codes' range {lo}..{hi} ({spec.weight} codes, in quantized units) - pass the checkpoint's "
+                          "zero points unpacked, one per element, as the format stores them")
+
+
 def gptq_v2_to_v1(qzeros: np.ndarray, bits: int) -> np.ndarray:
     """GPTQModel's ``gptq_v2`` zeros (the zero points themselves) packed as AutoGPTQ's v1 (``z - 1``), the
     words' layout unchanged (32/bits columns per int32 word along the last axis)."""
@@ -189,6 +209,7 @@ def as_stored(spec: QuantSpec, b, scales, zeros, k: int, batched: bool, *, g_idx
         scales = per_group("scales", scales, spec, k, n, batch, notes)
         if spec.format == "plain" and zeros is not None:
             zeros = per_group("zeros", zeros, spec, k, n, batch, notes)
+    check_zero_range("zeros", zeros, spec)
     if isinstance(scales, np.ndarray):
         scales = _scales_dtype(spec, scales, notes)
     if isinstance(zeros, np.ndarray) and spec.format == "gptq" and zeros.dtype == np.uint32:
