@@ -290,3 +290,19 @@ def test_a_zero_point_outside_the_codes_range_is_refused_naming_the_tensor(tmp_p
                "x.weight_zero_point": zp, "x.weight_shape": np.array([N, K], np.int32)}
     with pytest.raises(CheckpointError, match=r"^x\.weight_zero_point holds 100 at \[3, 1\]; .* -8\.\.7"):
         from_safetensors(tensors, "x", config)
+
+
+def test_block_fp8_scales_that_do_not_fit_are_refused_with_the_shapes():
+    weight = np.zeros((N, K), ml_dtypes.float8_e4m3fn)
+    deepseek = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
+    with pytest.raises(CheckpointError, match=r"l\.weight_scale_inv is \[3, 3\]; .* = \[1, 1\]"):
+        from_safetensors({"l.weight": weight, "l.weight_scale_inv": np.ones((3, 3), np.float32)}, "l", deepseek)
+    with pytest.raises(CheckpointError, match="weight blocks are 64 x 64"):
+        from_safetensors({"l.weight": weight, "l.weight_scale_inv": np.ones((1, 2), np.float32)}, "l",
+                         {**deepseek, "weight_block_size": [64, 64]})
+    weight_only = from_safetensors({"l.weight": weight, "l.weight_scale": np.ones((N, 1), np.float32)}, "l")
+    assert weight_only.spec_a is None and "quant_a" not in weight_only.config_text("bf16")
+    with pytest.raises(CheckpointError, match="activations are not FP8"):
+        weight_only.config_text("e4m3")
+    w8a8 = from_safetensors({"l.weight": weight, "l.weight_scale_inv": np.ones((1, 1), np.float32)}, "l", deepseek)
+    assert "quant_a: {format: plain, group: 128, scale: f32, scale_layout: nk}" in w8a8.config_text("e4m3")
