@@ -21,7 +21,7 @@ from xegemm.grouped.problem import GroupedProblem, from_config
 from xegemm.grouped.table import FIELD
 from xegemm.verify.grouped import GroupedVerdict, check_groups, group_operands, group_references
 from xegemm.plan.planner import Plan
-from xegemm.evaluate.timing import NumpyReference
+from xegemm.evaluate.timing import NumpyReference, Rotation
 from xegemm.runtime.program import from_device, launch, to_device
 from xegemm.verify.dense import GUARD_BYTE, GUARD_BYTES
 
@@ -36,6 +36,8 @@ class GroupedNumpyReference(NumpyReference):
                        rng.standard_normal((g.k, g.n), dtype=np.float32)) for g in problem.groups if not g.empty]
         self.flops = 2 * problem.macs
         self.problem = problem
+        # a grouped launch is timed over its one set of buffers (no rotation), and so is its reference
+        self.rotation = Rotation(1, sum(a.nbytes + b.nbytes + 4 * a.shape[0] * b.shape[1] for a, b in self.pairs))
 
     def sample(self) -> float:
         t0 = time.perf_counter()
