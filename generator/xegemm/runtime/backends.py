@@ -59,9 +59,11 @@ class Backend(ABC):
         """An in-order queue on the device (event profiling on when ``profiling``)."""
 
     @abstractmethod
-    def compile(self, queue, source: str, options: str):
+    def compile(self, queue, source: str, options: str, fresh: bool = False):
         """A program built from OpenCL C for the queue's device (BuildError with the compiler's log); its
-        ``get_sycl_kernel(name)`` gives a kernel for :meth:`run`."""
+        ``get_sycl_kernel(name)`` gives a kernel for :meth:`run`.  ``fresh``: built from the source, never
+        loaded from a persistent cache (a cached binary failed verification, and another process may have
+        stored it again meanwhile)."""
 
     @abstractmethod
     def allocate(self, queue, nbytes: int):
@@ -87,12 +89,12 @@ class OpenCLBackend(Backend):
     def queue(self, sycl_device, profiling: bool):
         return opencl.OpenCLQueue(sycl_device, profiling)
 
-    def compile(self, queue, source: str, options: str):
-        """Load from the persistent cache, else build from source and store the binary."""
+    def compile(self, queue, source: str, options: str, fresh: bool = False):
+        """Load from the persistent cache (not when ``fresh``), else build from source and store the binary."""
         device = queue.device
         library = find_cpu_runtime() if device.kind == "cpu" else None
         key = program_cache.cache_key(source, options, program_cache.runtime_identity(device.identity(), library))
-        binary = program_cache.load(key)
+        binary = None if fresh else program_cache.load(key)
         if binary is not None:
             try:
                 program = opencl.program_from_binary(queue.context, binary, options)
@@ -133,8 +135,8 @@ class DpctlBackend(Backend):
         props = ["in_order", "enable_profiling"] if profiling else ["in_order"]
         return dpctl_module().SyclQueue(sycl_device, property=props)
 
-    def compile(self, queue, source: str, options: str):
-        try:
+    def compile(self, queue, source: str, options: str, fresh: bool = False):
+        try:            # built in this process every time: no persistent cache to bypass
             return dpprog.create_program_from_source(queue, source, options)
         except Exception as exc:  # dpctl's SyclProgramCompilationError carries no log: recover it
             device = queue.sycl_device

@@ -49,25 +49,28 @@ def source_key(source: str, options: str, sycl_device) -> str:
     return h.hexdigest()
 
 
-def build_program(queue, source: str, options: str = ""):
+def build_program(queue, source: str, options: str = "", fresh: bool = False):
     """Build an OpenCL C program for the queue's device, or reuse it (from this process, or on an OpenCL device
-    from the persistent cache); raise BuildError with the compiler's log.  The program's
-    ``get_sycl_kernel(name)`` gives a kernel for :func:`launch`."""
+    from the persistent cache; ``fresh``: neither, compiled from the source); raise BuildError with the
+    compiler's log.  The program's ``get_sycl_kernel(name)`` gives a kernel for :func:`launch`."""
     key = (id(getattr(queue, "context", None)), source_key(source, options, queue.sycl_device))
     with _PROGRAMS_LOCK:
-        if key in _PROGRAMS:
+        if key in _PROGRAMS and not fresh:
             return _PROGRAMS[key]
-    program = queue_backend(queue).compile(queue, source, options)
+    program = queue_backend(queue).compile(queue, source, options, fresh=fresh)
     with _PROGRAMS_LOCK:
+        if fresh:
+            _PROGRAMS[key] = program
+            return program
         return _PROGRAMS.setdefault(key, program)
 
 
-def _build_spirv(queue, source: str, options: str):
+def _build_spirv(queue, source: str, options: str, fresh: bool = False):
     if not uses_opencl(queue.sycl_device):
         raise BuildError(f"SPIR-V modules are built through OpenCL (clCreateProgramWithIL); "
                          f"{queue.sycl_device.filter_string} is not an OpenCL device", "")
     try:
-        return build_spirv(source, queue, options)
+        return build_spirv(source, queue, options, fresh=fresh)
     except SpirvError as exc:
         raise BuildError(str(exc), str(exc)) from None
 
@@ -87,10 +90,10 @@ def source_unavailable(queue, kind: str = "opencl-c") -> str | None:
     return None if probe.runs else f"the coopmat lowering is unavailable on {queue.device.name}: {probe.reason}"
 
 
-def build_source(queue, source: str, options: str = "", kind: str = "opencl-c"):
+def build_source(queue, source: str, options: str = "", kind: str = "opencl-c", fresh: bool = False):
     """Build a kernel source of a lowering's ``kind`` (``opencl-c``: :func:`build_program`; ``spirv``: SPIR-V
     assembly through :func:`xegemm.runtime.spirv.build_spirv`, a child process first); BuildError with why."""
-    return BUILDERS[kind](queue, source, options)
+    return BUILDERS[kind](queue, source, options, fresh=fresh)
 
 
 def rebuild_source(queue, source: str, options: str = "", kind: str = "opencl-c", why: str = "") -> object:
@@ -103,7 +106,8 @@ def rebuild_source(queue, source: str, options: str = "", kind: str = "opencl-c"
         forget_program(queue, key)
     with _PROGRAMS_LOCK:
         _PROGRAMS.pop((id(getattr(queue, "context", None)), source_key(source, options, queue.sycl_device)), None)
-    return build_source(queue, source, options, kind)
+    # compiled from the source itself: another process may have stored the failed binary again meanwhile
+    return build_source(queue, source, options, kind, fresh=True)
 
 
 def to_device(queue, array: np.ndarray):

@@ -231,11 +231,12 @@ def _key(il: bytes, device, options: str) -> str:
     return h.hexdigest()
 
 
-def build_spirv(module: str | bytes, queue, options: str = ""):
+def build_spirv(module: str | bytes, queue, options: str = "", fresh: bool = False):
     """Build a SPIR-V module (assembly text or binary) for an OpenCL queue's device: from this process's
     programs or the persistent program cache (xegemm.runtime.program_cache: a module built here before), else in
     a child process first (remembered per module, device, driver and target), then in this process.  Returns an OpenCLProgram
-    (``get_sycl_kernel(name)``); SpirvError with the reason when the module cannot be built here."""
+    (``get_sycl_kernel(name)``); SpirvError with the reason when the module cannot be built here.  ``fresh``:
+    built from the module, neither this process's program nor the cache's binary reused."""
     il = assemble(module) if isinstance(module, str) else bytes(module)
     device = queue.device
     why = in_process_ready() if device.kind.lower() == "cpu" else None
@@ -246,10 +247,10 @@ def build_spirv(module: str | bytes, queue, options: str = ""):
     cache_key = program_cache.cache_key("spirv:" + hashlib.sha256(il).hexdigest(), options,
                                         program_cache.runtime_identity(device.identity(), library))
     with _LOCK:
-        program = _PROGRAMS.get((id(queue.context), cache_key))
+        program = None if fresh else _PROGRAMS.get((id(queue.context), cache_key))
     if program is not None:
         return program
-    binary = program_cache.load(cache_key)
+    binary = None if fresh else program_cache.load(cache_key)
     if binary is not None:
         try:
             program = program_from_binary(queue.context, binary, options)
@@ -280,6 +281,9 @@ def build_spirv(module: str | bytes, queue, options: str = ""):
         pass          # a runtime that gives no binary: built again next time
     program.cache_key = cache_key
     with _LOCK:
+        if fresh:
+            _PROGRAMS[(id(queue.context), cache_key)] = program
+            return program
         return _PROGRAMS.setdefault((id(queue.context), cache_key), program)
 
 
