@@ -167,7 +167,7 @@ def test_tune_shapes_take_a_grouped_problem_and_time_the_whole_launch(tmp_path):
     cache = tmp_path / "m.db"
 
     def run(shapes, out):
-        return tune(str(tmp_path / "g.yaml"), shapes=shapes, out=tmp_path / out, cache=cache, progress=False)
+        return tune(str(tmp_path / "g.yaml"), leaders=0, shapes=shapes, out=tmp_path / out, cache=cache, progress=False)
     first = run("33x40x32+0x40x32+17x9x16", "a")
     (entry,) = first.best["shapes"].values()
     assert entry["shape"]["groups"] == [[33, 40, 32], [0, 40, 32], [17, 9, 16]]

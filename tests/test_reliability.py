@@ -302,7 +302,7 @@ def test_tune_arguments_out_of_range_are_one_line_errors(tmp_path, args, message
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY_TUNE_CONFIG)
     try:
-        code = main(["tune", str(config), "--out", str(tmp_path / "out"), "--no-cache", *args])
+        code = main(["tune", str(config), "--out", str(tmp_path / "out"), "--no-cache", "--leaders", "0", *args])
     except SystemExit as exc:                  # argparse's refusal
         code = exc.code
     said = capsys.readouterr().err
@@ -427,7 +427,7 @@ def test_a_postgresql_restart_costs_a_pause_not_a_worker(tmp_path, postgresql_se
     config.write_text(TINY_TUNE_CONFIG)
     url = postgresql_server.url
     proc = subprocess.Popen([sys.executable, "-m", "xegemm", "tune", str(config), "--storage", url, "--study",
-                             "outage", "--budget", "5", "--strategy", "random", "--seed", "1", "--no-cache",
+                             "outage", "--budget", "5", "--strategy", "random", "--seed", "1", "--no-cache", "--leaders", "0",
                              "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
@@ -458,7 +458,7 @@ def test_a_postgresql_outage_past_the_retries_names_the_cause_and_the_resume_com
     config.write_text(TINY_TUNE_CONFIG)
     url = postgresql_server.url
     proc = subprocess.Popen([sys.executable, "-m", "xegemm", "tune", str(config), "--storage", url, "--study",
-                             "gone", "--budget", "5", "--no-cache", "--out", str(tmp_path / "out")],
+                             "gone", "--budget", "5", "--no-cache", "--leaders", "0", "--out", str(tmp_path / "out")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "XEGEMM_DB_RETRY_S": "2"})
 

@@ -91,7 +91,7 @@ def test_exhaustive_covers_the_space_prunes_without_building_and_a_second_tune_b
 @pytest.mark.parametrize("strategy", ["random", "tpe"])
 def test_a_seeded_study_is_reproducible(tiny_tune_config, tmp_path, strategy):
     cache = tmp_path / "cache.db"      # the second run takes the first one's measurements: same values
-    runs = [tune(tiny_tune_config, strategy=strategy, budget=5, seed=7, out=tmp_path / f"run{i}", cache=cache,
+    runs = [tune(tiny_tune_config, leaders=0, strategy=strategy, budget=5, seed=7, out=tmp_path / f"run{i}", cache=cache,
                  progress=False) for i in range(2)]
     first, second = (_points(r) for r in runs)
     assert first == second
@@ -100,11 +100,11 @@ def test_a_seeded_study_is_reproducible(tiny_tune_config, tmp_path, strategy):
 
 def test_model_evaluates_its_ranking_first_and_resume_completes_the_budget(tiny_tune_config, tmp_path):
     out, cache = tmp_path / "model", tmp_path / "cache.db"
-    first = tune(tiny_tune_config, strategy="model", budget=2, out=out, cache=cache, progress=False)
+    first = tune(tiny_tune_config, leaders=0, strategy="model", budget=2, out=out, cache=cache, progress=False)
     assert first.tallies["64x64x64"].evaluated == 2
     # the pruned points come first (free), then the best predicted
     assert [s for _, s in _points(first)][:TINY_PRUNED] == ["rejected"] * TINY_PRUNED
-    again = tune(tiny_tune_config, strategy="model", budget=4, out=out, cache=cache, progress=False)
+    again = tune(tiny_tune_config, leaders=0, strategy="model", budget=4, out=out, cache=cache, progress=False)
     points = _points(again)
     assert sum(s != "rejected" for _, s in points) == 4 and len({p for p, _ in points}) == len(points)
     assert again.tallies["64x64x64"].evaluated == 2                 # only the two the budget added
@@ -114,7 +114,7 @@ def test_a_strategy_is_one_registry_entry(tiny_tune_config, tmp_path):
     register(Strategy("bruteforce", "Optuna's brute-force sampler",
                       lambda space, seed: optuna.samplers.BruteForceSampler(seed=seed)))
     try:
-        result = tune(tiny_tune_config, strategy="bruteforce", budget=3, seed=1, out=tmp_path / "q",
+        result = tune(tiny_tune_config, leaders=0, strategy="bruteforce", budget=3, seed=1, out=tmp_path / "q",
                       cache=tmp_path / "c.db", progress=False)
         assert result.tallies["64x64x64"].evaluated == 3
     finally:
@@ -123,7 +123,7 @@ def test_a_strategy_is_one_registry_entry(tiny_tune_config, tmp_path):
 
 def test_best_yaml_runs_as_it_is_one_variant_per_shape(tiny_tune_config, tmp_path, capsys):
     out = tmp_path / "t"
-    assert main(["tune", str(tiny_tune_config), "--shapes", "64x64x64,96x64x32", "--strategy", "random",
+    assert main(["tune", str(tiny_tune_config), "--leaders", "0", "--shapes", "64x64x64,96x64x32", "--strategy", "random",
                  "--budget", "2", "--seed", "3", "--out", str(out), "--cache", str(tmp_path / "c.db")]) == 0
     printed = capsys.readouterr().out
     assert "64x64x64: best xegemm_" in printed and "96x64x32: best xegemm_" in printed
@@ -147,7 +147,7 @@ def test_best_yaml_runs_as_it_is_one_variant_per_shape(tiny_tune_config, tmp_pat
 
 
 def test_two_jobs_evaluate_every_point_once(tiny_tune_config, tmp_path):
-    result = tune(tiny_tune_config, jobs=2, out=tmp_path / "j", cache=False, progress=False)
+    result = tune(tiny_tune_config, leaders=0, jobs=2, out=tmp_path / "j", cache=False, progress=False)
     points = _points(result)
     assert len(points) == TINY_LEGAL + TINY_PRUNED and len({p for p, _ in points}) == len(points)
     assert sum(s == "ok" for _, s in points) == TINY_LEGAL
@@ -199,7 +199,7 @@ def test_a_build_that_overruns_its_limit_is_that_trials_timeout_and_the_study_go
     # an empty program cache: a program an earlier test built would load within the limit
     monkeypatch.setenv("XEGEMM_CACHE_DIR", str(tmp_path / "programs"))
     cache = tmp_path / "c.db"
-    result = tune(tiny_tune_config, strategy="model", budget=2, out=tmp_path / "t", cache=cache,
+    result = tune(tiny_tune_config, leaders=0, strategy="model", budget=2, out=tmp_path / "t", cache=cache,
                   limits=TimeLimits(build_s=0.05), progress=False)
     points = _points(result)
     assert [s for _, s in points if s != "rejected"] == ["timeout", "timeout"]
@@ -243,7 +243,7 @@ def test_a_tune_writes_a_report_that_xegemm_report_reads(tiny_tune_config, tmp_p
 
 def test_xegemm_report_reads_a_study_database(tiny_tune_config, tmp_path):
     out = tmp_path / "t"
-    tune(tiny_tune_config, out=out, cache=tmp_path / "c.db", seed=2, strategy="random", budget=2, progress=False)
+    tune(tiny_tune_config, leaders=0, out=out, cache=tmp_path / "c.db", seed=2, strategy="random", budget=2, progress=False)
     page = tmp_path / "from-db.html"
     assert main(["report", str(out / "study.db"), "--out", str(page)]) == 0
     best = json.loads((out / "best.json").read_text())["shapes"]["64x64x64"]["best"]
@@ -261,11 +261,11 @@ def _bar_counts(text: str) -> list[tuple[int, int]]:
 def test_the_bar_total_is_the_budget_from_the_start_and_a_resume_starts_where_it_was(tiny_tune_config, tmp_path,
                                                                                       capsys):
     out, cache = tmp_path / "bar", tmp_path / "cache.db"
-    tune(tiny_tune_config, strategy="model", budget=2, out=out, cache=cache, progress=True)
+    tune(tiny_tune_config, leaders=0, strategy="model", budget=2, out=out, cache=cache, progress=True)
     drawn = _bar_counts(capsys.readouterr().err)
     # the model strategy meets the pruned points first: they cost no budget and do not move the total
     assert drawn[0] == (0, 2) and drawn[-1] == (2, 2) and {t for _, t in drawn} == {2}
-    tune(tiny_tune_config, strategy="model", budget=4, out=out, cache=cache, progress=True)
+    tune(tiny_tune_config, leaders=0, strategy="model", budget=4, out=out, cache=cache, progress=True)
     err = capsys.readouterr().err
     drawn = _bar_counts(err)
     assert drawn[0] == (2, 4) and drawn[-1] == (4, 4) and {t for _, t in drawn} == {4}

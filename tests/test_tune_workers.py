@@ -21,8 +21,10 @@ pytestmark = pytest.mark.device
 def _tune(config, tmp_path, tag, *args):
     """Start `xegemm tune` in its own process; its output goes to files named by ``tag``."""
     out, err = (open(tmp_path / f"{tag}.{s}", "w") for s in ("out", "err"))
-    return subprocess.Popen([sys.executable, "-m", "xegemm", "tune", str(config), "--no-cache", *args],
-                            stdout=out, stderr=err)
+    # the leaders are not timed again (--leaders 0): these tests are of the trials; tests/test_tune.py and
+    # tests/test_leaders.py test the re-timing
+    return subprocess.Popen([sys.executable, "-m", "xegemm", "tune", str(config), "--no-cache", "--leaders", "0",
+                             *args], stdout=out, stderr=err)
 
 
 def _log(tmp_path, tag):
