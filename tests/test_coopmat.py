@@ -572,7 +572,7 @@ GPU_EPILOGUES = {"plain": ("f32", "", ""),
 @pytest.mark.parametrize("target", ["pvc", "bmg"])
 def test_gpu_build_with_the_current_compiler_issues_the_kernels_dpas(target, epilogue, tmp_path):
     """`xegemm build --lowering coopmat`: the SPIR-V in the GPU's tiles (8-row A), built by the current compiler,
-    one dpas per coop-matrix multiply-add of the three k-step bodies, 2D block loads for the direct k-step's
+    one dpas per coop-matrix multiply-add of the four k-step bodies, 2D block loads for the interior k-step's
     global tiles, no spill, with the plain store and with an epilogue (bias, GELU, D as bf16; B column-major, packed
     on the host); the gate fails a kernel whose dpas count differs."""
     from xegemm.aot.toolchain import find_ocloc
@@ -586,6 +586,6 @@ def test_gpu_build_with_the_current_compiler_issues_the_kernels_dpas(target, epi
     result = build_config(config, target=target, out_dir=tmp_path / "b", lowering="coopmat")
     (v,) = result["variants"]
     assert v["status"] == "ok", v["reason"]
-    assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 3 * 4 * 2   # 32 x 32 per sub-group: 4 x 2 tiles of 8 x 16
+    assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 4 * 4 * 2   # 32 x 32 per sub-group: 4 x 2 tiles of 8 x 16
     assert v["measured_messages"]["load_block2d"] == v["predicted"]["load_block2d"]
     assert v["isa"]["spill_bytes"] in (0, None)

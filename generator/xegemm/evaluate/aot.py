@@ -264,12 +264,12 @@ class IsaObserver(Observer):
 
 
     def _coopmat(self, pv: PlannedVariant, evaluation: Evaluation, kernel: AotBuild) -> None:
-        """A coopmat kernel's gates: one dpas per coop-matrix multiply-add of its three k-step bodies (direct,
-        staged at the edges, the K tail: 3 x mt x nt), no spill; the 2D block loads the compiler issued for the
-        direct body's global tiles are reported beside the mt + nt it could (staged tiles come from local memory)."""
+        """A coopmat kernel's gates: one dpas per coop-matrix multiply-add of its k-step bodies
+        (``CoopmatKernel.k_step_bodies`` x mt x nt), no spill; the 2D block loads the compiler issued for the
+        interior body's global tiles are reported beside the mt + nt it could (staged tiles come from local memory)."""
         k = self.lowering.kernel_of(pv.plan)
         stats = kernel.stats
-        predicted = {"dpas": 3 * k.mt * k.nt, "load_block2d": k.mt + k.nt, "spill_bytes": 0}
+        predicted = {"dpas": k.k_step_bodies * k.mt * k.nt, "load_block2d": k.mt + k.nt, "spill_bytes": 0}
         spills = "?" if stats.spill_bytes is None else stats.spill_bytes
         line = (f"dpas {stats.dpas}/{predicted['dpas']}  load2d {stats.load_block2d} (global tiles "
                 f"{predicted['load_block2d']})  store2d {stats.store_block2d}  grf {stats.grf}/{evaluation.extra['grf']}"
@@ -284,7 +284,7 @@ class IsaObserver(Observer):
         if wrong:
             evaluation.fail("failed_build", "machine code does not match the coopmat kernel: " + "; ".join(wrong))
             return
-        evaluation.reason = (f"{stats.dpas} dpas, {stats.load_block2d} 2D block loads (the direct k-step's "
+        evaluation.reason = (f"{stats.dpas} dpas, {stats.load_block2d} 2D block loads (the interior k-step's "
                              f"{predicted['load_block2d']} global tiles), no spill")
 
 

@@ -216,6 +216,12 @@ class CoopmatKernel:
 
     # -- derived --------------------------------------------------------------------------------------------
     @property
+    def k_step_bodies(self) -> int:
+        """How many k-step bodies the template emits, each mt x nt multiply-adds: the interior loop and its K
+        tail, the staged loop of an edge work-group and its K tail (a column-major A: the staged two only)."""
+        return 2 if self.a_col else 4
+
+    @property
     def acc(self) -> str:
         return TYPES[self.ab][0]
 
