@@ -157,11 +157,13 @@ def in_process_ready() -> str | None:
 # -- building ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ChildBuild:
-    """What a child process saw building a module: ``ok``, the build log or error, its exit status."""
+    """What a child process saw building a module: ``ok``, the build log or error, its exit status, and the
+    program binary it built (None where the runtime gave none)."""
 
     ok: bool
     log: str
     returncode: int
+    binary: bytes | None = None
 
     @property
     def reason(self) -> str:
@@ -183,35 +185,43 @@ def child_environment() -> dict[str, str]:
 
 
 def build_in_child(il: bytes, device_filter: str, options: str = "", env: dict | None = None) -> ChildBuild:
-    """Build a SPIR-V module on an OpenCL device (a dpctl filter string, e.g. ``opencl:cpu:0``) in a child process,
-    which the runtime may kill."""
+    """Build a SPIR-V module on an OpenCL device (a dpctl filter string, e.g. ``opencl:cpu:0``) in a child process
+    which the runtime may kill; its program binary comes back."""
     request = json.dumps({"device": device_filter, "options": options}).encode()
     with tempfile.TemporaryDirectory(prefix="xegemm-spirv-") as tmp:
-        path = Path(tmp) / "k.spv"
+        path, binary_path = Path(tmp) / "k.spv", Path(tmp) / "k.bin"
         path.write_bytes(il)
         try:
             done = subprocess.run([sys.executable, "-c", "from xegemm.runtime.spirv import _child; _child()",
-                                   str(path)], input=request, capture_output=True, timeout=CHILD_TIMEOUT,
-                                  env=child_environment() if env is None else env, check=False)
+                                   str(path), str(binary_path)], input=request, capture_output=True,
+                                  timeout=CHILD_TIMEOUT, env=child_environment() if env is None else env,
+                                  check=False)
         except subprocess.TimeoutExpired:
             return ChildBuild(False, f"the build took more than {CHILD_TIMEOUT} s", 1)
+        binary = binary_path.read_bytes() if done.returncode == 0 and binary_path.is_file() else None
     out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
     if done.returncode == 0:
         try:
             reply = json.loads(out.strip().splitlines()[-1])
-            return ChildBuild(bool(reply["ok"]), reply["log"], 0)
+            return ChildBuild(bool(reply["ok"]), reply["log"], 0, binary if reply["ok"] else None)
         except (ValueError, KeyError, IndexError):
             pass
     return ChildBuild(False, (out + err)[-3000:], done.returncode)
 
 
 def _child() -> None:
-    """The child of :func:`build_in_child`: build the module in argv[1] on the device of the stdin request."""
+    """The child of :func:`build_in_child`: build the module in argv[1] on the device of the stdin request and
+    write the program's binary to argv[2] (where the runtime gives one)."""
     request = json.loads(sys.stdin.read())
     il = Path(sys.argv[1]).read_bytes()
     try:
         context = OpenCLContext.for_device(find_device(select_sycl_device(request["device"])))
-        program_from_il(context, il, request["options"])
+        program = program_from_il(context, il, request["options"])
+        if len(sys.argv) > 2:
+            try:
+                Path(sys.argv[2]).write_bytes(program.binary())
+            except (OpenCLError, XegemmError, OSError):
+                pass      # no binary: the parent builds from the module
         print(json.dumps({"ok": True, "log": ""}))
     except OpenCLBuildFailure as exc:
         print(json.dumps({"ok": False, "log": exc.log or str(exc)}))
@@ -271,10 +281,19 @@ def build_spirv(module: str | bytes, queue, options: str = "", fresh: bool = Fal
                 _KNOWN_GOOD[key] = child
     if not child.ok:
         raise SpirvError(f"the SPIR-V module does not build on {device.name}: {child.reason}")
-    try:
-        program = program_from_il(queue.context, il, options)
-    except OpenCLBuildFailure as exc:
-        raise SpirvError(f"clBuildProgram failed on {device.name}: {exc.log.strip()[-1500:]}") from None
+    # the child's binary (same runtime, device and environment as this process) is loaded rather than the module
+    # compiled a second time; a binary the runtime does not take falls back to the module
+    program = None
+    if child.binary and not fresh:
+        try:
+            program = program_from_binary(queue.context, child.binary, options)
+        except (OpenCLError, OpenCLBuildFailure):
+            program = None
+    if program is None:
+        try:
+            program = program_from_il(queue.context, il, options)
+        except OpenCLBuildFailure as exc:
+            raise SpirvError(f"clBuildProgram failed on {device.name}: {exc.log.strip()[-1500:]}") from None
     try:
         program_cache.store(cache_key, program.binary())
     except (OpenCLError, XegemmError):
