@@ -87,8 +87,8 @@ def _sub(pattern: str, repl: str):
 # name -> (the kernel it breaks, the generator bug it stands for, the mutation of the rendered source)
 MUTANTS = {
     "zero after the scale": ("plain u4 zeros g32 f16 batch 2", "q*s - z*s, each rounded to the compute type",
-                             _sub(r"xe_round_once\(\(float\)\(q - z\), s\)",
-                                  "xe_round_once(xe_round_once((float)q, s) - xe_round_once((float)z, s), 1.0f)")),
+                             _sub(r"\(\(float\)\(q - z\) \* s\)",
+                                  "(xe_round_once((float)q, s) - xe_round_once((float)z, s))")),
     "wrong nibble order": ("plain u4 zeros g32 f16 batch 2", "the high nibble of a byte taken first",
                            _sub(r"\(unit >> \(4u \* j\)\)", "(unit >> (4u * (j ^ 1u)))")),
     "scale of the wrong group": ("gptq u4 g64 bf16", "the group row of a k-tile computed with the wrong group size",

@@ -150,7 +150,8 @@ static inline float xe_round_once(float x, float s)
 /* B's value: w = round_to_bf16((q - z) * s) (no zero point) */
 static inline float xe_dequant_b(int q, float s)
 {
-    return xe_round_once((float)q, s);
+    /* the f32 product is exact here (xegemm.lowering.dequant.exact_product): its rounding is the one rounding */
+    return as_float((uint)xe_f32_to_bf16_rne(((float)q * s)) << 16);
 }
 
 /* two dequantized values (already bf16) as the DPAS's B dword: the lower k in the low half */

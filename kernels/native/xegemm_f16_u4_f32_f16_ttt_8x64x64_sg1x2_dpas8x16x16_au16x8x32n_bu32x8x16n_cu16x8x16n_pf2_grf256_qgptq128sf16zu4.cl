@@ -151,7 +151,8 @@ static inline float xe_round_once(float x, float s)
 /* B's value: w = round_to_f16((q - z) * s) */
 static inline float xe_dequant_b(int q, int z, float s)
 {
-    return xe_round_once((float)(q - z), s);
+    /* the f32 product is exact here (xegemm.lowering.dequant.exact_product): its rounding is the one rounding */
+    return (float)convert_half_rte(((float)(q - z) * s));
 }
 
 /* two dequantized values (already f16) as the DPAS's B dword: the lower k in the low half */

@@ -139,6 +139,27 @@ def _group_loads(g: int | None, bk: int, kt: int, chunk: int, load, declarations
                                 *load(f"(k0 + {start}) / {g}", f"k0 + {start} < K", False)]
 
 
+# significant bits of a scale's values, for the types whose product with a code is exact in f32 (f32 scales: 24,
+# so their products round and take the exact rounding); e8m0 is a power of two
+_SCALE_BITS = {"f16": 11, "bf16": 8, "e8m0": 1}
+_FLOAT_CODE_BITS = {"e4m3": 4, "e5m2": 3, "e2m1": 2}      # significant bits of the FP8 / FP4 values
+
+
+def exact_product(spec: QuantSpec) -> bool:
+    """Whether every ``(q - z) * s`` of ``spec`` is exact in f32, so that rounding the f32 product to the compute type
+    is the one correct rounding and the round-to-odd of :func:`xe_round_once` (templates/dequant.cl.j2) can go: an
+    integer code minus an integer zero of b bits has at most b + 1 significant bits, an FP8/FP4 value its format's;
+    with the scale's significant bits that fits f32's 24.  The exponents fit too: f16 scales times codes stay
+    normal in f32; bf16 and e8m0 scales share f32's exponent range, where a product's lowest bit stays at or above
+    2^-149 (the codes' own lowest bit is 2^-16 at the least, the scales' 2^-133), and an overflow is an infinity
+    either way."""
+    if spec.zero in FLOAT_ZEROS or spec.scale not in _SCALE_BITS:
+        return False
+    t = dtype(spec.weight)
+    code_bits = t.bits + 1 if t.is_int else _FLOAT_CODE_BITS.get(spec.weight, 24)
+    return code_bits + _SCALE_BITS[spec.scale] <= 24
+
+
 def dequant_code(plan) -> DequantCode:
     """The dequantization C of a plan with a quantized B (``plan.quant``), and of an FP8 A (W8A8) when it has one."""
     quant: QuantPlan = plan.quant
@@ -162,7 +183,8 @@ def dequant_code(plan) -> DequantCode:
                      lambda row, guard, declare: _row_loads(quant, rows, lanes, row, guard, declare),
                      declarations, chunk_loads, "A's scales")
     t = dtype(spec.weight)
-    context = {"storage": spec.weight, "bits": t.bits, "mask": hex((1 << t.bits) - 1),
+    context = {"exact_product": exact_product(spec),
+               "storage": spec.weight, "bits": t.bits, "mask": hex((1 << t.bits) - 1),
                "code_ctype": "int" if t.is_int else "float", "decode": c_spelling(spec.weight, "decode", "x"),
                "compute": quant.compute, "compute_bits": {"f16": 11, "bf16": 8}[quant.compute],
                "round": c_spelling(quant.compute, "round_acc", "{x}"), "has_zero": spec.has_zero,
