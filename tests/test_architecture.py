@@ -76,6 +76,11 @@ def _path(module: str) -> Path:
 _IMPORT_EACH = r"""
 import json, os, sys, traceback
 import jinja2, ml_dtypes, numpy, optuna, sqlalchemy, tqdm, yaml   # third-party only: no xegemm module
+import dpctl, matplotlib.figure, matplotlib.ticker                  # (matplotlib's figure: 0.8 s per child)
+try:
+    import torch                                                   # the optional extra, where it is installed
+except ImportError:
+    pass
 assert not any(m == "xegemm" or m.startswith("xegemm.") for m in sys.modules)
 results = {}
 for module in json.loads(sys.argv[1]):
