@@ -1,14 +1,17 @@
 """The coopmat lowering's speed on the Intel OpenCL CPU runtime (Intel AMX), against numpy's float32 matmul and
 PyTorch's CPU matmul (oneDNN), timed interleaved in the same run (docs/benchmarks.md "The coopmat lowering on AMX").
 
-``python -m bench.coopmat_speed [--shapes 1024 2048 4096x4096x1024] [--types bf16 s8] [--tiles 64x64:2x2 128x64:2x2]
+``python -m bench.coopmat_speed [--shapes 1024 2048 4096x4096x1024] [--types bf16 s8 w4a16] [--tiles 64x64:2x2]
 [--rounds 7] [--launches 3]``: per shape, type and tile, a GEMM (A row-major, B VNNI-packed, D = acc: bf16 -> f32,
 s8 -> s32) is rendered from a plan (the tile: work-group MxN and sub-groups; the k-tile 32 for bf16, 64 for s8),
 built (child process first; the build time is printed), verified against numpy with xegemm.verify.dense, then
 each round launches it ``--launches`` times (profiling-event time, the best of them) and runs the references as
 often (wall time, the best): numpy float32 ``a @ b`` of the same values, and where torch is installed (an optional
 bench dependency: ``pip install torch==2.13.0``) ``torch.matmul`` of bf16 tensors (bf16 -> bf16: oneDNN with AMX
-computes in f32 and rounds the result) or ``torch._int_mm`` of int8 tensors (s8 -> s32).  Prints each side's
+computes in f32 and rounds the result) or ``torch._int_mm`` of int8 tensors (s8 -> s32).  ``w4a16``: GPTQ u4 B
+(bf16 scales per 128 K) through the lowering's host dequantization, each call timed whole (dequantize and pack B,
+upload, run: wall time), against torch unpacking the same int32 arrays, dequantizing to bf16 and multiplying
+(numpy's side multiplies the dequantized f32 values, without the dequantization).  Prints each side's
 median over rounds, the CV, GFLOP/s and the ratios; performance is printed, never asserted.  Needs
 CL_CONFIG_CPU_TARGET_ARCH with AMX before the runtime starts: set here.
 """
@@ -24,7 +27,9 @@ import time
 import numpy as np
 
 from xegemm.config import config_from_text
-from xegemm.lowering.coopmat import coopmat_kernel, kernel_arguments, pack_b, render_kernel
+from xegemm.lowering.coopmat import coopmat_kernel, dequantized_b, kernel_arguments, pack_b, render_kernel
+from xegemm.quant import operand_spec
+from xegemm.quant.formats import FORMATS
 from xegemm.plan.planner import plan
 from xegemm.runtime import select_sycl_device
 from xegemm.runtime.opencl import OpenCLBuffer, OpenCLQueue
@@ -32,8 +37,11 @@ from xegemm.runtime.spirv import build_spirv, prepare_environment
 from xegemm.verify.dense import check, make_operands, poison_c, reference
 
 WHY = prepare_environment()    # before the CPU runtime starts (importing the modules above does not start it)
-ACC = {"bf16": "f32", "s8": "s32"}
-K_TILE = {"bf16": 32, "s8": 64}
+ACC = {"bf16": "f32", "s8": "s32", "w4a16": "f32"}
+K_TILE = {"bf16": 32, "s8": 64, "w4a16": 32}
+# W4A16: GPTQ u4 weights with bf16 scales per 128 K (AutoGPTQ's arrays), A bf16; the coopmat lowering dequantizes B
+# on the host into bf16 each call (xegemm.lowering.coopmat.dequantized_b), so the call is timed whole
+W4A16 = "types: {a: bf16, b: u4, acc: f32, c: f32}\nquant: {format: gptq, group: 128, scale: bf16, zero: u4}\n"
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -56,8 +64,8 @@ def _tile(text: str) -> tuple[int, int, int, int]:
 
 def _config(shape, ab: str, tile):
     (m, n, k), (bm, bn, sm, sn) = shape, tile
-    return config_from_text(f"problem: {{m: {m}, n: {n}, k: {k}}}\n"
-                            f"types: {{a: {ab}, b: {ab}, acc: {ACC[ab]}, c: {ACC[ab]}}}\n"
+    types = W4A16 if ab == "w4a16" else f"types: {{a: {ab}, b: {ab}, acc: {ACC[ab]}, c: {ACC[ab]}}}\n"
+    return config_from_text(f"problem: {{m: {m}, n: {n}, k: {k}}}\n" + types +
                             f"tile: {{workgroup: [{bm}, {bn}, {K_TILE[ab]}], subgroups: [{sm}, {sn}], "
                             "subgroup_size: 16}\n")
 
@@ -66,12 +74,47 @@ def _cv(xs):
     return statistics.pstdev(xs) / statistics.mean(xs) if len(xs) > 1 else 0.0
 
 
-def _torch_reference(ops, ab: str):
+def _gptq_arrays(config, ops) -> dict:
+    """The GPTQ arrays (qweight, qzeros, scales) as the checkpoint stores them, from the operands' bytes."""
+    spec, p = operand_spec(config, "b"), config.problem
+    want = FORMATS[spec.format].arrays(spec, p.k, p.n)
+    sources = {"qweight": ops.b_bytes, "scales": ops.quant["scales"], "qzeros": ops.quant["zeros"]}
+    out = {}
+    for name, w in want.items():
+        nbytes = int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize
+        out[name] = np.ascontiguousarray(sources[name]).reshape(-1).view(np.uint8)[:nbytes].view(w.dtype).reshape(w.shape)
+    return out
+
+
+def _torch_dequantize_matmul(torch, a, arrays: dict, group: int):
+    """GPTQ dequantize-then-matmul in torch, as a W4A16 layer without a fused kernel runs it: unpack the int32
+    words (8 K of a column per qweight word, 8 columns per qzeros word, zeros stored as z - 1), w = (q - z) * s in
+    bf16, then A @ w."""
+    qweight = torch.from_numpy(arrays["qweight"].view(np.int32))
+    qzeros = torch.from_numpy(arrays["qzeros"].view(np.int32))
+    scales = torch.from_numpy(arrays["scales"].view(np.uint16).astype(np.int32) << 16).view(torch.float32) \
+        .to(torch.bfloat16)
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32)
+
+    def run():
+        q = ((qweight.unsqueeze(1) >> shifts.view(1, 8, 1)) & 15).reshape(-1, qweight.shape[1])
+        z = (((qzeros.unsqueeze(2) >> shifts.view(1, 1, 8)) + 1) & 15).reshape(qzeros.shape[0], -1)
+        w = ((q - z.repeat_interleave(group, 0)[:q.shape[0]]).to(torch.bfloat16)
+             * scales.repeat_interleave(group, 0)[:q.shape[0]])
+        return torch.matmul(a, w)
+    return run
+
+
+def _torch_reference(ops, ab: str, config=None):
     """A callable running torch's CPU matmul of the same values, and what it is; None where torch is missing."""
     try:
         import torch  # noqa: PLC0415 - an optional bench dependency, imported only when this runs
     except ImportError:
         return None, "torch not installed"
+    if ab == "w4a16":
+        ta = torch.from_numpy(ops.a[0].astype(np.float32)).to(torch.bfloat16)
+        run = _torch_dequantize_matmul(torch, ta, _gptq_arrays(config, ops), 128)
+        return run, f"torch {torch.__version__} GPTQ dequantize (bf16) then matmul"
     if ab == "bf16":
         ta = torch.from_numpy(ops.a[0].astype(np.float32)).to(torch.bfloat16)
         tb = torch.from_numpy(ops.b[0].astype(np.float32)).to(torch.bfloat16)
@@ -99,26 +142,39 @@ def measure(shape, ab: str, tile, rounds: int, launches: int) -> dict:
     program = build_spirv(render_kernel(kernel), queue)
     build_s = time.perf_counter() - t0
     ops = make_operands(config)
+    quantized = ab == "w4a16"
+
+    def packed_b():      # a quantized B: dequantized into bf16 on the host, as every call of the lowering does
+        if quantized:
+            return pack_b(dequantized_b(config, ops.b_bytes, ops.quant, k, n), k, n, "bf16")
+        return pack_b(ops.b_bytes, k, n, ab)
     bufs = {}
-    for key, data in (("A", ops.a_bytes), ("B", pack_b(ops.b_bytes, k, n, ab)), ("D", poison_c(config)),
+    for key, data in (("A", ops.a_bytes), ("B", packed_b()), ("D", poison_c(config)),
                       ("C", np.zeros(4, np.uint8)), ("bias", np.zeros(4, np.uint8))):
         data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         bufs[key] = OpenCLBuffer(queue, data.nbytes)
         bufs[key].copy_from_host(data)
     fn = program.get_sycl_kernel(kernel.name)
-    args = kernel_arguments(m, n, k, 1, ab, bufs)
+    args = kernel_arguments(m, n, k, 1, "bf16" if quantized else ab, bufs, dequantized=quantized)
     grid = kernel.global_size(m, n)
     fn.launch(queue, args, grid, kernel.local).wait()
     verdict = check(config, bufs["D"].copy_to_host(), reference(config, ops))
     if not verdict.ok:
         raise SystemExit(f"{m}x{n}x{k} {ab}: the coopmat kernel fails verification: {verdict.reason}")
     a32, b32 = ops.a[0].astype(np.float32), ops.b[0].astype(np.float32)
-    torch_fn, torch_what = _torch_reference(ops, ab)
+    torch_fn, torch_what = _torch_reference(ops, ab, config)
     a32 @ b32                                                      # warm the references
-    if torch_fn:
-        torch_fn()
+    torch_err = None
+    if torch_fn:         # the reference computes the same product (its own dequantization, for W4A16)
+        exact = a32.astype(np.float64) @ b32.astype(np.float64)
+        torch_err = float(np.abs(torch_fn().float().numpy() - exact).max() / max(np.abs(exact).max(), 1e-30))
 
     def ours_once():
+        if quantized:        # the whole call: dequantize and pack B on the host, upload it, run the kernel
+            t = time.perf_counter()
+            bufs["B"].copy_from_host(np.ascontiguousarray(packed_b()).reshape(-1))
+            fn.launch(queue, args, grid, kernel.local).wait()
+            return time.perf_counter() - t
         ev = fn.launch(queue, args, grid, kernel.local)
         ev.wait()
         return (ev.profiling_info_end - ev.profiling_info_start) * 1e-9
@@ -135,7 +191,7 @@ def measure(shape, ab: str, tile, rounds: int, launches: int) -> dict:
     r = {"shape": f"{m}x{n}x{k}", "ab": ab, "tile": kernel.name, "build_s": build_s,
          "max_abs_err": verdict.max_abs_err, "coopmat_ms": mo * 1e3, "coopmat_cv": _cv(ours),
          "coopmat_gflops": flop / mo / 1e9, "numpy_ms": mn * 1e3, "numpy_cv": _cv(numpy_s), "ratio": mn / mo,
-         "torch": torch_what}
+         "torch": torch_what, "torch_max_rel_err": torch_err}
     if torch_s:
         mt = statistics.median(torch_s)
         r.update(torch_ms=mt * 1e3, torch_cv=_cv(torch_s), torch_ratio=mt / mo)
@@ -166,8 +222,8 @@ def main(argv=None) -> None:
                         f"{r['coopmat_gflops']:.0f} GFLOP/s (CV {r['coopmat_cv']:.1%}); numpy f32 {r['numpy_ms']:.2f} "
                         f"ms (CV {r['numpy_cv']:.1%}) -> {r['ratio']:.2f}x numpy")
                 if "torch_ms" in r:
-                    line += (f"; {r['torch']} {r['torch_ms']:.2f} ms (CV {r['torch_cv']:.1%}) -> "
-                             f"{r['torch_ratio']:.2f}x torch")
+                    line += (f"; {r['torch']} {r['torch_ms']:.2f} ms (CV {r['torch_cv']:.1%}, max rel. err "
+                             f"{r['torch_max_rel_err']:.1g}) -> {r['torch_ratio']:.2f}x torch")
                 else:
                     line += f"; {r['torch']}"
                 print(line + f"; build {r['build_s']:.2f} s, max |err| {r['max_abs_err']:.2g}; "
