@@ -499,3 +499,42 @@ def test_a_sweep_of_the_group_rejects_only_the_variants_that_break_the_rule():
         except PlanRejected as exc:
             reasons.append(str(exc))
     assert reasons[0] == 32 and reasons[2] == 128 and "quant.group = 96" in reasons[1]
+
+
+def _all_finite(name: str) -> np.ndarray:
+    """Every finite value of a 4-, 8- or 16-bit float type, as float64."""
+    t = NUMPY_DTYPES[name]
+    raw = np.arange(16 if name == "e2m1" else 1 << (8 * t.itemsize), dtype=np.uint16 if t.itemsize == 2 else np.uint8)
+    with np.errstate(invalid="ignore"):
+        values = raw.view(t).astype(np.float64)
+    return values[np.isfinite(values)]
+
+
+@pytest.mark.parametrize("weight", ["u4", "s4", "u8", "s8", "e4m3", "e5m2", "e2m1"])
+@pytest.mark.parametrize("scale", ["f16", "bf16", "f32", "e8m0"])
+def test_the_kernels_round_the_f32_product_directly_only_where_it_is_exact(weight, scale):
+    """xegemm.lowering.dequant.exact_product, checked by brute force: where it says the f32 product (q - z) * s is
+    exact, it equals the float64 product for every q - z of the code type and every finite scale of the type (f16,
+    e8m0: all of them; bf16: every 3rd, both ends kept), or is the infinity f32 overflows to; f32 scales never."""
+    from xegemm.lowering.dequant import exact_product    # noqa: PLC0415 - the lowering under test
+    from xegemm.quant.spec import QuantSpec              # noqa: PLC0415
+    t = dtype(weight)
+    zero = weight if t.is_int else "none"
+    exact = exact_product(QuantSpec(format="plain", weight=weight, group=32, scale=scale, zero=zero))
+    assert exact == (scale != "f32")
+    if not exact:
+        return
+    if t.is_int:
+        lo, hi = t.value_range
+        diffs = np.arange(lo - hi, hi - lo + 1, dtype=np.float64)      # every q - z
+    else:
+        diffs = _all_finite(weight)
+    scales = 2.0 ** np.arange(-127, 128, dtype=np.float64) if scale == "e8m0" else _all_finite(scale)
+    if scale == "bf16":
+        scales = np.concatenate([scales[::3], scales[-1:], scales[:1]])
+    wide = diffs[:, None] * scales[None, :]
+    with np.errstate(over="ignore"):
+        narrow = diffs.astype(np.float32)[:, None] * scales.astype(np.float32)[None, :]
+    finite = np.abs(wide) <= np.finfo(np.float32).max
+    assert np.array_equal(narrow[finite].astype(np.float64), wide[finite])
+    assert np.all(np.isinf(narrow[~finite]))

@@ -15,6 +15,7 @@ A k-step called atom by atom (the native lowering) dequantizes the same elements
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xegemm.plan.dequant import QuantPlan
@@ -139,25 +140,26 @@ def _group_loads(g: int | None, bk: int, kt: int, chunk: int, load, declarations
                                 *load(f"(k0 + {start}) / {g}", f"k0 + {start} < K", False)]
 
 
-# significant bits of a scale's values, for the types whose product with a code is exact in f32 (f32 scales: 24,
-# so their products round and take the exact rounding); e8m0 is a power of two
-_SCALE_BITS = {"f16": 11, "bf16": 8, "e8m0": 1}
-_FLOAT_CODE_BITS = {"e4m3": 4, "e5m2": 3, "e2m1": 2}      # significant bits of the FP8 / FP4 values
+def _significant_bits(name: str) -> int:
+    """Significant bits of a value of type ``name``: a float's precision (xegemm.library.dtypes: unit roundoff
+    2^-p), 1 for e8m0 (a power of two), b + 1 for a b-bit integer code less an integer zero (|q - z| < 2^(b+1))."""
+    t = dtype(name)
+    if t.is_int:
+        return t.bits + 1
+    return 1 if t.unit_roundoff is None else round(-math.log2(t.unit_roundoff))
 
 
 def exact_product(spec: QuantSpec) -> bool:
     """Whether every ``(q - z) * s`` of ``spec`` is exact in f32, so that rounding the f32 product to the compute type
-    is the one correct rounding and the round-to-odd of :func:`xe_round_once` (templates/dequant.cl.j2) can go: an
-    integer code minus an integer zero of b bits has at most b + 1 significant bits, an FP8/FP4 value its format's;
-    with the scale's significant bits that fits f32's 24.  The exponents fit too: f16 scales times codes stay
-    normal in f32; bf16 and e8m0 scales share f32's exponent range, where a product's lowest bit stays at or above
-    2^-149 (the codes' own lowest bit is 2^-16 at the least, the scales' 2^-133), and an overflow is an infinity
-    either way."""
-    if spec.zero in FLOAT_ZEROS or spec.scale not in _SCALE_BITS:
+    is the one correct rounding and the round-to-odd of :func:`xe_round_once` (templates/dequant.cl.j2) can go: the
+    code's significant bits (:func:`_significant_bits`) and the scale's fit f32's 24 (so f32 scales never do).  The
+    exponents fit too for the scale types that pass: f16 scales times codes stay normal in f32; bf16 and e8m0 scales
+    share f32's exponent range, where a product's lowest bit stays at or above 2^-149 (the codes' own lowest bit is
+    2^-16 at the least, the scales' 2^-133), and an overflow is an infinity either way.  f16/bf16 zero points are
+    subtracted in their own type first (xe_zero_diff): not this case."""
+    if spec.zero in FLOAT_ZEROS:
         return False
-    t = dtype(spec.weight)
-    code_bits = t.bits + 1 if t.is_int else _FLOAT_CODE_BITS.get(spec.weight, 24)
-    return code_bits + _SCALE_BITS[spec.scale] <= 24
+    return _significant_bits(spec.weight) + _significant_bits(spec.scale) <= 24
 
 
 def dequant_code(plan) -> DequantCode:
