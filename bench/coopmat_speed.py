@@ -9,8 +9,8 @@ each round launches it ``--launches`` times (profiling-event time, the best of t
 often (wall time, the best): numpy float32 ``a @ b`` of the same values, and where torch is installed (an optional
 bench dependency: ``pip install torch==2.13.0``) ``torch.matmul`` of bf16 tensors (bf16 -> bf16: oneDNN with AMX
 computes in f32 and rounds the result) or ``torch._int_mm`` of int8 tensors (s8 -> s32).  ``w4a16``: GPTQ u4 B
-(bf16 scales per 128 K) through the lowering's host dequantization, each call timed whole (dequantize and pack B,
-upload, run: wall time), against torch unpacking the same int32 arrays, dequantizing to bf16 and multiplying
+(bf16 scales per 128 K) through the lowering's device dequantization, each call timed whole (the GPTQ arrays
+uploaded, dequantized and packed into bf16 by the B packer, the kernel run: wall time), against torch unpacking the same int32 arrays, dequantizing to bf16 and multiplying
 (numpy's side multiplies the dequantized f32 values, without the dequantization).  Prints each side's
 median over rounds, the CV, GFLOP/s and the ratios; performance is printed, never asserted.  Needs
 CL_CONFIG_CPU_TARGET_ARCH with AMX before the runtime starts: set here.
@@ -27,11 +27,12 @@ import time
 import numpy as np
 
 from xegemm.config import config_from_text
-from xegemm.lowering.coopmat import coopmat_kernel, dequantized_b, kernel_arguments, pack_b, render_kernel
+from xegemm.lowering.coopmat import coopmat_kernel, kernel_arguments, pack_b, render_kernel
 from xegemm.quant import operand_spec
 from xegemm.quant.formats import FORMATS
 from xegemm.plan.planner import plan
 from xegemm.runtime import select_sycl_device
+from xegemm.runtime.b_packer import DevicePacker
 from xegemm.runtime.opencl import OpenCLBuffer, OpenCLQueue
 from xegemm.runtime.spirv import build_spirv, prepare_environment
 from xegemm.verify.dense import check, make_operands, poison_c, reference
@@ -40,7 +41,8 @@ WHY = prepare_environment()    # before the CPU runtime starts (importing the mo
 ACC = {"bf16": "f32", "s8": "s32", "w4a16": "f32"}
 K_TILE = {"bf16": 32, "s8": 64, "w4a16": 32}
 # W4A16: GPTQ u4 weights with bf16 scales per 128 K (AutoGPTQ's arrays), A bf16; the coopmat lowering dequantizes B
-# on the host into bf16 each call (xegemm.lowering.coopmat.dequantized_b), so the call is timed whole
+# into bf16 on the device before each multiply (xegemm.runtime.b_packer), so the call is timed whole: the GPTQ
+# arrays uploaded, dequantized and packed, the kernel run
 W4A16 = "types: {a: bf16, b: u4, acc: f32, c: f32}\nquant: {format: gptq, group: 128, scale: bf16, zero: u4}\n"
 
 
@@ -144,16 +146,25 @@ def measure(shape, ab: str, tile, rounds: int, launches: int) -> dict:
     ops = make_operands(config)
     quantized = ab == "w4a16"
 
-    def packed_b():      # a quantized B: dequantized into bf16 on the host, as every call of the lowering does
-        if quantized:
-            return pack_b(dequantized_b(config, ops.b_bytes, ops.quant, k, n), k, n, "bf16")
-        return pack_b(ops.b_bytes, k, n, ab)
+    packer = DevicePacker(plan(config)) if quantized else None
+    stored = [np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+              for x in ((ops.b_bytes, ops.quant["scales"], ops.quant["zeros"]) if quantized else ())]
     bufs = {}
-    for key, data in (("A", ops.a_bytes), ("B", packed_b()), ("D", poison_c(config)),
-                      ("C", np.zeros(4, np.uint8)), ("bias", np.zeros(4, np.uint8))):
+    for key, data in (("A", ops.a_bytes), ("B", np.zeros(packer.packed_bytes(k, n), np.uint8) if quantized
+                                           else pack_b(ops.b_bytes, k, n, ab)), ("D", poison_c(config)),
+                      ("C", np.zeros(4, np.uint8)), ("bias", np.zeros(4, np.uint8)),
+                      *zip(("stored", "scales", "zeros"), stored)):
         data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         bufs[key] = OpenCLBuffer(queue, data.nbytes)
         bufs[key].copy_from_host(data)
+
+    def dequantize_on_device():     # the call's first part: the GPTQ arrays up, dequantized and packed into B
+        for key, data in zip(("stored", "scales", "zeros"), stored):
+            bufs[key].copy_from_host(data)
+        packer.run(queue, {"stored": bufs["stored"], "scales": bufs["scales"], "zeros": bufs["zeros"],
+                           "packed": bufs["B"]}, k, n)
+    if quantized:
+        dequantize_on_device()
     fn = program.get_sycl_kernel(kernel.name)
     args = kernel_arguments(m, n, k, 1, "bf16" if quantized else ab, bufs, dequantized=quantized)
     grid = kernel.global_size(m, n)
@@ -170,9 +181,9 @@ def measure(shape, ab: str, tile, rounds: int, launches: int) -> dict:
         torch_err = float(np.abs(torch_fn().float().numpy() - exact).max() / max(np.abs(exact).max(), 1e-30))
 
     def ours_once():
-        if quantized:        # the whole call: dequantize and pack B on the host, upload it, run the kernel
+        if quantized:        # the whole call: the GPTQ arrays up, dequantized and packed on the device, the kernel
             t = time.perf_counter()
-            bufs["B"].copy_from_host(np.ascontiguousarray(packed_b()).reshape(-1))
+            dequantize_on_device()
             fn.launch(queue, args, grid, kernel.local).wait()
             return time.perf_counter() - t
         ev = fn.launch(queue, args, grid, kernel.local)

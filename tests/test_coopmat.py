@@ -22,7 +22,8 @@ import pytest
 from xegemm.config import config_from_text
 from xegemm.errors import PlanRejected
 from xegemm.lowering import Lowering
-from xegemm.lowering.coopmat import coopmat_kernel, kernel_arguments, pack_b, plan_violation, render_kernel
+from xegemm.lowering.coopmat import (coopmat_kernel, dequantized_b, kernel_arguments, pack_b, plan_violation,
+                                     render_kernel)
 from xegemm.plan.planner import plan
 from xegemm.runtime.cpu_path import TARGET_ARCH_VARIABLE
 from xegemm.runtime.spirv import amx_target, assemble, build_in_child, prepare_environment, validate
@@ -112,7 +113,7 @@ def _run(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storag
         text = text.replace(*edit)
     if config.quant.format != "none":     # dequantized on the host (``wrong_zeros``: from zero points all 0)
         quant = ops.quant if b_storage != "wrong_zeros" else {**ops.quant, "zeros": np.zeros_like(ops.quant["zeros"])}
-        b = Lowering("coopmat").pack_b(plan(config), ops.b_bytes, p.k, p.n, quant=quant)
+        b = pack_b(dequantized_b(config, ops.b_bytes, quant, p.k, p.n), p.k, p.n, "bf16")
     else:
         b = pack_b(ops.b_bytes, p.k, p.n, t.a, config.layout.b) if b_storage == "packed" else ops.b_bytes
     bufs = {}
@@ -511,13 +512,23 @@ def test_generate_writes_spirv_assembly(tmp_path):
     assert manifest["lowering"] == "coopmat"
 
 
+QUANTIZED_CALL = """\
+problem: {m: 37, n: 64, k: 256}
+types: {a: bf16, b: u4, acc: f32, c: f32}
+quant: {format: gptq, group: 128, scale: f16, zero: u4}
+tile: {workgroup: [32, 32, 32], subgroups: [1, 2], subgroup_size: 16}
+"""
+
+
 def test_the_call_api_takes_the_lowering(tmp_path, sycl_device):
     """xegemm.load(..., lowering="coopmat") in a fresh process (it sets the AMX target before the runtime
-    starts): B packed at the call (from a column-major B too), D verified against numpy, with alpha and beta and
-    with a bias, GELU and D stored as bf16."""
+    starts): B packed on the device at the call (from a column-major B too), D verified against numpy, with alpha
+    and beta and with a bias, GELU and D stored as bf16; and a GPTQ B as stored, dequantized there."""
     _needs_amx(sycl_device)
     config, epilogue = tmp_path / "c.yaml", tmp_path / "e.yaml"
     config.write_text(RAGGED)
+    quantized = tmp_path / "q.yaml"
+    quantized.write_text(QUANTIZED_CALL)
     epilogue.write_text(RAGGED.replace("acc: f32, c: f32", "acc: f32, c: bf16").replace("{alpha: 0.5, beta: -1.5}",
                                                                     "{bias: row, activation: gelu_tanh}")
                         + "layout: {b: col}\n")
@@ -536,14 +547,23 @@ d = e(a[0], np.asfortranarray(b[0]), bias=bias).astype(np.float64)
 z = a[0].astype(np.float64) @ b[0].astype(np.float64) + bias[:, None]
 ref = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
 print(e.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-3))))
+from xegemm.quant import dequantize, quantize     # GPTQ arrays as stored, dequantized and packed on the device
+q = xegemm.load({str(quantized)!r}, lowering="coopmat")
+w = quantize(rng.standard_normal((256, 64)), "gptq", group=128)
+x = rng.standard_normal((37, 256)).astype(ml_dtypes.bfloat16)
+d = q(x, w.qweight, scales=w.scales, zeros=w.zeros).astype(np.float64)
+ref = x.astype(np.float64) @ dequantize(w, "bf16").astype(np.float64)
+print(q.last_kernel.name, float(np.abs(d - ref).max() / np.abs(ref).max()))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != TARGET_ARCH_VARIABLE})
     assert done.returncode == 0, done.stderr[-2000:]
-    name, err, epilogue_name, epilogue_err = done.stdout.split()
+    name, err, epilogue_name, epilogue_err, quant_name, quant_err = done.stdout.split()
     assert name.endswith("_coopmat") and "_tnt_" in epilogue_name and epilogue_name.endswith("_gelu_tanh_coopmat")
     assert float(err) < 1e-5
     assert float(epilogue_err) <= 1.0         # within bf16's rounding (2^-9 relative) and the f32 sums
+    assert "qgptq" in quant_name and quant_name.endswith("_coopmat")
+    assert float(quant_err) < 1e-5            # the same bf16 values, summed in f32 over K = 256 (D in f32)
 
 
 def test_call_api_in_a_process_started_without_the_target_says_how(sycl_device):

@@ -42,8 +42,8 @@ def load(source, *, device=None, epilogue=None, lowering: str | None = None, all
     on ``device`` (a dpctl filter string, a dpctl device, or None for xegemm's default device); ``epilogue``: a
     Python function (or ``xegemm.epilogue``) as the traced epilogue instead of the config's (docs/epilogues.md);
     ``lowering``: portable, native or coopmat instead of the device's own (native on a device without the Xe
-    builtins: their CPU emulation, a correctness path, docs/lowerings.md; coopmat: B is VNNI-packed on the host
-    at each call; the CPU runtime needs its AMX target, set here when the runtime has not started yet).
+    builtins: their CPU emulation, a correctness path, docs/lowerings.md; coopmat: B is VNNI-packed, and a quantized
+    B dequantized, on the device at each call; the CPU runtime needs its AMX target, set here when the runtime has not started yet).
     ``allow_code``: the config may name a Python function (``epilogue.function``), imported from the installed
     environment or a folder of ``code_path`` (a path or a list of them), never from the config's folder."""
     if lowering is not None and Lowering(lowering).source_kind == "spirv":

@@ -20,6 +20,7 @@ from xegemm.evaluate.grouped import grouped_setup, grouped_submit, verify_groupe
 from xegemm.lowering import Lowering
 from xegemm.evaluate.timing import (NumpyReference, Rotation, gemm_flops, last_level_cache_bytes, launch_ms,
                                     measure_against_reference, rotation_for)
+from xegemm.runtime.b_packer import DevicePacker
 from xegemm.runtime.devices import failure_reason
 from xegemm.runtime.program import BuildError, build_source, from_device, rebuild_source, source_unavailable, launch, make_queue, to_device
 from xegemm.errors import XegemmError
@@ -56,6 +57,7 @@ class DeviceSession:
         self._buffers = None
         self._reference = None
         self._sets: list[dict] | None = None      # the problem's buffer sets (buffer_sets), the first its buffers
+        self._packers: dict[str, DevicePacker] = {}   # a packing lowering's B packer per plan (packed_b)
         cpu = "cpu" in str(getattr(sycl_device, "device_type", "")).lower()
         self.llc_bytes = last_level_cache_bytes(int(getattr(sycl_device, "global_mem_cache_size", 0) or 0), cpu)
         self.memory_bytes = int(getattr(sycl_device, "global_mem_size", 0) or 0)
@@ -117,23 +119,25 @@ class DeviceSession:
                             for name in ("scales", "zeros", "a_scales")}})
         return sets[:copies]
 
-    def packed_b(self, config: Config, lowering: Lowering, plan, copy: int = 0) -> tuple[object, float]:
-        """B as a lowering that reads it packed takes it (the coopmat lowering: VNNI, lowering.coopmat.pack_b),
-        on the device, and the milliseconds the host spent packing it (once per problem and packing; the
-        kernel's timing does not include it, the evaluation records it as ``extra["pack_b_ms"]``)."""
-        bufs = self.buffers(config, plan.graph)
-        key = ("b_packed", lowering.b_pack_factor(plan))
-        if key not in bufs:
-            p, t0 = config.problem, time.perf_counter()
-            packed = lowering.pack_b(plan, bufs["ops"].b_bytes, p.k, p.n, quant=bufs["ops"].quant)
-            bufs[key] = (to_device(self.queue, packed), (time.perf_counter() - t0) * 1e3)
-            bufs[key + ("host",)] = packed
-        if copy == 0:
-            return bufs[key]
-        copies = bufs.setdefault(key + ("copies",), {})     # the copy of B each further buffer set reads
-        if copy not in copies:
-            copies[copy] = to_device(self.queue, bufs[key + ("host",)])
-        return copies[copy], bufs[key][1]
+    def packed_b(self, config: Config, plan, one: dict) -> tuple[object, float]:
+        """B as a lowering that reads it packed takes it (the coopmat lowering: VNNI-packed, and a quantized B
+        dequantized, on the device by xegemm.runtime.b_packer from buffer set ``one``'s B as stored), and the
+        milliseconds the packing took (once per problem, packing and buffer set: the kernel's timing does not
+        include it, the evaluation records it as ``extra["pack_b_ms"]``).  Raises BuildError when the packer does
+        not build."""
+        packer = self._packers.get(plan.name)
+        if packer is None:
+            packer = self._packers[plan.name] = DevicePacker(plan)
+        key = ("b_packed", packer.source)
+        if key not in one:
+            p = config.problem
+            packer.kernel(self.queue)      # built first, so that the time is the packing's
+            packed = to_device(self.queue, np.zeros(max(4, packer.packed_bytes(p.k, p.n) * p.batch), np.uint8))
+            t0 = time.perf_counter()
+            packer.run(self.queue, {"stored": one["b"], "scales": one["scales"], "zeros": one["zeros"],
+                                    "packed": packed}, p.k, p.n, p.batch).wait()
+            one[key] = (packed, (time.perf_counter() - t0) * 1e3)
+        return one[key]
 
     def numpy_reference(self, config: Config) -> NumpyReference:
         """numpy's float32 matmul of the config's problem, timed over rotating buffers as the kernels are
@@ -234,10 +238,15 @@ class DeviceBuilder(Builder):
         rotation = self.session.rotation(config)
         sets = self.session.buffer_sets(config, rotation.copies)
         launch_sets = []
-        for index, one in enumerate(sets):
+        for one in sets:
             buffers = device_buffers(one)
-            if low.b_pack_factor(pv.plan):   # B as the kernel reads it: packed on the host, once per problem
-                buffers["B"], evaluation.extra["pack_b_ms"] = self.session.packed_b(config, low, pv.plan, index)
+            if low.b_pack_factor(pv.plan):   # B as the kernel reads it: packed on the device, once per problem
+                try:
+                    buffers["B"], evaluation.extra["pack_b_ms"] = self.session.packed_b(config, pv.plan, one)
+                except BuildError as exc:
+                    evaluation.fail("failed_build", f"the B packer: {exc}")
+                    evaluation.build_log = exc.log
+                    return None
             bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), buffers,
                               epilogue_scalars(config) | bufs["named_scalars"])
             launch_sets.append([(kernel, args, gsize, lsize) for kernel, (_, args, gsize, lsize) in zip(kernels, bound)])

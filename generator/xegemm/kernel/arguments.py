@@ -90,8 +90,9 @@ class KernelCall:
             b_bits, b_rows = plan.quant.b_view.b_type.bits, f"K / {plan.quant.b_view.k_per_element}"
         b_meaning = "B's elements, batch after batch"
         vnni = Lowering(config.target.lowering).b_pack_factor(plan) if config.target.lowering else None
-        if vnni:     # the coopmat lowering's B: VNNI-packed, K padded to a multiple of v (lowering.coopmat.pack_b)
+        if vnni:     # the coopmat lowering's B: VNNI-packed, K padded to a multiple of v (runtime.b_packer)
             b_rows = f"((K + {vnni - 1}) / {vnni} * {vnni})"
+            b_bits = 32 // vnni      # v elements per 32 bits (a quantized B: dequantized to 16-bit values)
             b_meaning = (f"B VNNI-packed by {vnni} (per batch [ceil(K/{vnni})][N*{vnni}] elements: packed[r][{vnni}*c+i] "
                          f"= B[{vnni}*r+i][c]), batch after batch")
         steps = [("lda", _pitch("K" if lay.a == "row" else "M", a_bits)),

@@ -108,14 +108,9 @@ class Lowering:
         return opencl_c(plan, self, **options)
 
     def b_pack_factor(self, plan) -> int | None:
-        """K rows per VNNI group of B's storage when this lowering reads B packed (pack_b), else None."""
+        """K rows per VNNI group of B's storage when this lowering reads B packed (on the device, by
+        xegemm.runtime.b_packer, before its kernel), else None."""
         return None
-
-    def pack_b(self, plan, b_bytes, k: int, n: int, quant: dict | None = None):
-        """B's storage as this lowering's kernel reads it, from the plain one (uint8 bytes, batch x K x N row
-        bytes; a quantized B's stored weights, with ``quant`` its scales' and zeros' bytes); the OpenCL C lowerings
-        read it as it is."""
-        return b_bytes
 
     def issues(self, atom) -> bool:
         """Whether this lowering can issue a copy atom (portable: every atom; native: its capabilities)."""

@@ -11,7 +11,9 @@ What this module knows (docs/lowerings.md "coopmat"):
   Combinations");
 - the operand rules: A row-major as a matrix (a column-major A is copied through local memory at every k-step:
   the CPU runtime refuses ColumnMajorKHR A), B VNNI-packed in memory from either layout (layout PackedINTEL = 2:
-  ``[ceil(K/v)][N*v]``, v = 2 for 16-bit, 4 for 8-bit elements; :func:`pack_b`), accumulators in the
+  ``[ceil(K/v)][N*v]``, v = 2 for 16-bit, 4 for 8-bit elements), packed on the device before the kernel (a
+  quantized B dequantized into bf16 there: xegemm.lowering.coopmat_pack; :func:`pack_b` is the numpy
+  reference), accumulators in the
   accumulator type, C/D row-major in their own type;
 - the epilogue of each element (:func:`element_stage`): the OpenCL C element code of the plan's epilogue graph
   (fixed or traced), compiled into SPIR-V by xegemm.epilogues.spirv, with the loads and stores the template
@@ -66,7 +68,7 @@ PARAMETERS = (("A", "ab"), ("B", "ab"), ("C", "out"), ("M", "%u32"), ("N", "%u32
               ("batch_stride_b", "%u64"), ("batch_stride_c", "%u64"), ("Cin", "out"), ("bias", "%pcw_f32"),
               ("alpha", "%f32"), ("beta", "%f32"), ("clamp_lo", "%f32"), ("clamp_hi", "%f32"))
 STORAGE_IDS = {"uchar": "%u8", "ushort": "%u16", "uint": "%u32"}
-# a quantized B's arguments (xegemm.kernel.arguments, after the epilogue's): not read, B is dequantized on the host
+# a quantized B's arguments (xegemm.kernel.arguments, after the epilogue's): not read, B was dequantized by the packer
 QUANT_PARAMETERS = (("S", "%pcw_u8"), ("Z", "%pcw_u8"), ("batch_stride_s", "%u64"), ("batch_stride_z", "%u64"))
 
 
@@ -200,7 +202,7 @@ class CoopmatKernel:
     tk: int
     b_layout: int = LAYOUT_PACKED_INTEL
     a_col: bool = False     # A column-major: read through local memory at every k-step (no ColumnMajorKHR A here)
-    dequantized: bool = False   # B quantized, dequantized into bf16 on the host (its scales' arguments follow)
+    dequantized: bool = False   # B quantized, dequantized into bf16 by the packer (its scales' arguments follow)
     epilogue: ElementStage | None = None     # None: D = acc in the accumulator type (identity_stage)
 
     def __post_init__(self):
@@ -328,7 +330,7 @@ def plan_violation(plan) -> str | None:
     t, lay = config.types, config.layout
     if plan.quant:
         if plan.quant.a_spec is not None or t.a != "bf16" or compute_type(t) != "bf16":
-            return ("coopmat: a quantized B is dequantized into bf16 on the host before the multiply: A must be "
+            return ("coopmat: a quantized B is dequantized into bf16 before the multiply: A must be "
                     f"bf16 and the compute type bf16 (got A={t.a}, compute={compute_type(t)}; FP8 A is not done)")
     elif t.a != t.b or t.a not in TYPES:
         return f"coopmat: A and B must be one of {', '.join(TYPES)} alike (got A={t.a}, B={t.b})"
@@ -393,8 +395,9 @@ def pack_b(b_bytes: np.ndarray, k: int, n: int, ab: str, layout: str = "row") ->
 
 
 def dequantized_b(config, b_bytes: np.ndarray, quant: dict | None, k: int, n: int) -> np.ndarray:
-    """A quantized B dequantized on the host into bf16, the compute type, by the format's own codec
-    (xegemm.quant.dequantize: ``round_to_bf16((q - z) * s)``, the values every lowering multiplies): from its arrays
+    """A quantized B dequantized in numpy into bf16, the compute type, by the format's own codec
+    (xegemm.quant.dequantize: ``round_to_bf16((q - z) * s)``, the values every lowering multiplies; the reference
+    of the device packer, xegemm.lowering.coopmat_pack): from its arrays
     as a kernel takes them (``b_bytes``: the stored weights, batch x rows x bytes; ``quant``: the scales' and zeros'
     bytes, batch after batch).  Returns uint8 (batch, K, N * 2), row-major bf16 bits."""
     spec = operand_spec(config, "b")
@@ -479,11 +482,6 @@ def make_lowering_class(base):
         def b_pack_factor(self, plan) -> int | None:
             ab = plan.config.types.a if plan.quant else plan.config.types.b
             return TYPES[ab][2] if ab in TYPES else None
-
-        def pack_b(self, plan, b_bytes, k: int, n: int, quant: dict | None = None):
-            if plan.quant:
-                return pack_b(dequantized_b(plan.config, b_bytes, quant, k, n), k, n, "bf16")
-            return pack_b(b_bytes, k, n, plan.config.types.b, plan.config.layout.b)
 
         def build_options(self, grf: int) -> str:
             return ""        # a SPIR-V module: no OpenCL C options

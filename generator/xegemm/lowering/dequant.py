@@ -59,7 +59,7 @@ class DequantCode:
                 f"intel_sub_group_shuffle(xa_s{row // lanes}, {row % lanes}))")
 
 
-def _scale_load(spec: QuantSpec, row: str, n: str, array: str = "S", other: str = "N", groups: str = "xq_groups") -> str:
+def scale_load(spec: QuantSpec, row: str, n: str, array: str = "S", other: str = "N", groups: str = "xq_groups") -> str:
     """The scale of group row ``row`` (along K) and column ``n`` (of ``other`` columns: B's N, or an FP8 A's row of
     M) as a float, from ``array`` (``groups``: the scale rows along K, for layout nk)."""
     if spec.group == "tensor":
@@ -77,7 +77,7 @@ def _scale_load(spec: QuantSpec, row: str, n: str, array: str = "S", other: str 
     return c_spelling(spec.scale, "load", f"((const global {SCALE_POINTER[bits]}*){array})[{index}]")
 
 
-def _zero_load(quant: QuantPlan, row: str, n: str) -> str:
+def zero_load(quant: QuantPlan, row: str, n: str) -> str:
     """The zero point of group row ``row`` and column ``n`` as an int, from ``Z``."""
     spec = quant.spec
     if spec.format == "awq":     # int32 words of 8 columns, interleaved, [groups, N / 8]
@@ -100,10 +100,10 @@ def _column_loads(quant: QuantPlan, nt: int, row: str, guard: str, declare: bool
     for j in range(nt):
         n = f"xq_n{j}"
         cond = f"{n} < N" + (f" && {guard}" if guard else "")
-        lines.append(("const float " if declare else "") + f"xq_s{j} = ({cond}) ? {_scale_load(quant.spec, row, n)} : 0.0f;")
+        lines.append(("const float " if declare else "") + f"xq_s{j} = ({cond}) ? {scale_load(quant.spec, row, n)} : 0.0f;")
         if quant.spec.has_zero:
             ctype = "float" if quant.spec.zero in FLOAT_ZEROS else "int"
-            lines.append((f"const {ctype} " if declare else "") + f"xq_z{j} = ({cond}) ? {_zero_load(quant, row, n)} : 0;")
+            lines.append((f"const {ctype} " if declare else "") + f"xq_z{j} = ({cond}) ? {zero_load(quant, row, n)} : 0;")
     return lines
 
 
@@ -115,7 +115,7 @@ def _row_loads(quant: QuantPlan, rows: int, lanes: int, row: str, guard: str, de
     for h in range(-(-rows // lanes)):
         m = f"xa_m{h}"
         cond = f"{m} < M" + (f" && {guard}" if guard else "")
-        load = _scale_load(quant.a_spec, row, m, "SA", "M", "xa_groups")
+        load = scale_load(quant.a_spec, row, m, "SA", "M", "xa_groups")
         lines.append(("const float " if declare else "") + f"xa_s{h} = ({cond}) ? {load} : 0.0f;")
     return lines
 
@@ -184,6 +184,14 @@ def dequant_code(plan) -> DequantCode:
         _group_loads(a.k_group, bk, kt, mma.k,
                      lambda row, guard, declare: _row_loads(quant, rows, lanes, row, guard, declare),
                      declarations, chunk_loads, "A's scales")
+    return DequantCode(dequant_helpers(quant), tuple(declarations), tuple(tuple(lines) for lines in chunk_loads),
+                       spec.has_zero)
+
+
+def dequant_helpers(quant: QuantPlan) -> str:
+    """templates/dequant.cl.j2's C functions for a quantized B (and an FP8 A): ``xe_q_code``, ``xe_dequant_b`` and
+    their helpers, for the k-steps here and the coopmat lowering's B packer (xegemm.lowering.coopmat_pack)."""
+    spec, a = quant.spec, quant.a_spec
     t = dtype(spec.weight)
     context = {"exact_product": exact_product(spec),
                "storage": spec.weight, "bits": t.bits, "mask": hex((1 << t.bits) - 1),
@@ -193,8 +201,7 @@ def dequant_code(plan) -> DequantCode:
                "float_zero": spec.zero if spec.zero in FLOAT_ZEROS else None,
                "round_zero": c_spelling(spec.zero, "round_acc", "{x}") if spec.zero in FLOAT_ZEROS else None,
                "a_storage": a.weight if a else None, "a_decode": c_spelling(a.weight, "decode", "x") if a else None}
-    helpers = str(environment().get_template("dequant.cl.j2").module.define(context))
-    return DequantCode(helpers, tuple(declarations), tuple(tuple(lines) for lines in chunk_loads), spec.has_zero)
+    return str(environment().get_template("dequant.cl.j2").module.define(context))
 
 
 def _fragment_register(plan, operand: str, view, key: tuple[int, int]) -> tuple[str, str, int]:

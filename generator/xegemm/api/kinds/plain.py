@@ -18,6 +18,7 @@ from xegemm.api.errors import LayoutError, ShapeMismatchError, check_sizes, scal
 from xegemm.api.kinds.base import CallKind, scalars
 from xegemm.api.operands import Operand, copies, expected_dtype, host_bytes, operand, relayouts
 from xegemm.errors import XegemmError
+from xegemm.runtime.b_packer import DevicePacker
 from xegemm.runtime.program import from_device, read_into, to_device, write_async
 from xegemm.runtime.sycl import dpmem
 from xegemm.lowering import variant_lowering
@@ -25,11 +26,16 @@ from xegemm.lowering import variant_lowering
 MAX_BOUND = 16             # argument lists kept per shape (one per alpha, beta pair)
 
 
+def stored_b(buffers: dict):
+    """The pool's buffer that receives B as the caller stores it (the packer's input where the lowering packs)."""
+    return buffers.get("B_stored", buffers["B"])
+
+
 class Pool:
     """A shape's device buffers on one queue (A, B, D, C, bias, workspace; a quantized operand's scales and
     zeros) and the argument lists bound to them per (alpha, beta)."""
 
-    def __init__(self, queue, choice: Choice):
+    def __init__(self, queue, choice: Choice, packer=None):
         s, batch = choice.sizes, choice.config.problem.batch
         reads_c = choice.config.epilogue.beta != 0.0
         bias = choice.config.epilogue.bias
@@ -43,6 +49,10 @@ class Pool:
         for name, stride in (("scales", "stride_s"), ("zeros", "stride_z"),     # a quantized B's (else unused)
                              ("a_scales", "stride_sa")):                             # an FP8 A's (W8A8)
             self.buffers[name] = to_device(queue, np.zeros(max(4, s.get(stride, 0) * batch), np.uint8))
+        if packer is not None:     # B as stored; "B" is what the packer makes of it (xegemm.runtime.b_packer)
+            p = choice.config.problem
+            self.buffers["B_stored"] = to_device(queue, np.zeros(max(4, packer.stored_bytes(p.k, p.n)["B"] * batch),
+                                                                 np.uint8))
         self.bound: dict[tuple, list] = {}
         self.lock = threading.Lock()
 
@@ -55,6 +65,7 @@ class PlainCall(CallKind):
     def __init__(self, gemm):
         super().__init__(gemm)
         self._pools: dict[tuple, Pool] = {}       # (the shape's dispatch key, queue) -> its buffers
+        self._packers: dict[str, DevicePacker] = {}   # a packing lowering's B packer per plan (packer)
         self._lock = threading.Lock()
 
     # -- what differs for a quantized B (QuantizedCall overrides these) ------------------------------------------
@@ -78,19 +89,19 @@ class PlainCall(CallKind):
         """A's and B's bytes written into the pool's buffers (without waiting); the host arrays written."""
         t = choice.config.types
         return [write_async(buffers["A"], host_bytes(opa, choice.layout_a, t.a)),
-                write_async(buffers["B"], self.packed_b(choice, host_bytes(opb, choice.layout_b, t.b)))]
+                write_async(stored_b(buffers), host_bytes(opb, choice.layout_b, t.b))]
 
-    def packed_b(self, choice: Choice, b_bytes):
-        """B's bytes as the variant's lowering reads them: the coopmat kernels read B VNNI-packed, packed here at
-        each call (xegemm.lowering.coopmat.pack_b); the OpenCL C lowerings read them as they are."""
-        low = variant_lowering(self.gemm.lowering, choice.config.target.lowering)
-        if not low.b_pack_factor(choice.call.plan):
-            return b_bytes
-        p = choice.config.problem
-        if choice.call.plan.quant:
-            raise XegemmError("the coopmat lowering dequantizes a quantized B on the host in `xegemm run` and "
-                              "`tune` only; the call API does not yet: load a portable or native variant for it")
-        return low.pack_b(choice.call.plan, b_bytes, p.k, p.n)
+    def packer(self, choice: Choice) -> DevicePacker | None:
+        """The B packer of a variant whose lowering reads B packed (the coopmat kernels: VNNI, a quantized B
+        dequantized into bf16 on the device at each call, xegemm.runtime.b_packer), else None: the OpenCL C
+        lowerings read B as it is."""
+        plan = choice.call.plan
+        if not variant_lowering(self.gemm.lowering, choice.config.target.lowering).b_pack_factor(plan):
+            return None
+        packer = self._packers.get(plan.name)
+        if packer is None:    # (a race makes two alike; one is kept)
+            packer = self._packers.setdefault(plan.name, DevicePacker(plan))
+        return packer
 
     # -- the call ---------------------------------------------------------------------------------------------
     def call(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
@@ -158,7 +169,7 @@ class PlainCall(CallKind):
             with self._lock:
                 pool = self._pools.get((key, id(queue)))
                 if pool is None:
-                    pool = self._pools[(key, id(queue))] = Pool(queue, choice)
+                    pool = self._pools[(key, id(queue))] = Pool(queue, choice, self.packer(choice))
         return pool
 
     def _run_host(self, key, choice, opa, opb, c, bias, out, d_shape, alpha, beta):
@@ -170,6 +181,11 @@ class PlainCall(CallKind):
             bufs = pool.buffers
             # written without waiting on the in-order queue; kept alive until the blocking read of D below
             written = self.uploads(bufs, choice, opa, opb)
+            packer = self.packer(choice)
+            if packer is not None:     # enqueued after the writes, before the GEMM (an in-order queue)
+                p = choice.config.problem
+                packer.run(q, {"stored": bufs["B_stored"], "scales": bufs["scales"], "zeros": bufs["zeros"],
+                               "packed": bufs["B"]}, p.k, p.n, p.batch)
             if c is not None:
                 written.append(write_async(bufs["C"], c))
             if bias is not None:
@@ -200,8 +216,8 @@ class PlainCall(CallKind):
                                       f"for {gemm.info.filter_string}: load(..., device=...) on the arrays' device")
         if opb.device and variant_lowering(gemm.lowering, choice.config.target.lowering).b_pack_factor(
                 choice.call.plan):
-            raise XegemmError("the coopmat lowering reads B VNNI-packed (xegemm.lowering.coopmat.pack_b): pass B as a "
-                              "host array (packed at each call), not a device array")
+            raise XegemmError("the coopmat lowering reads B VNNI-packed, packed from a host array at each call: "
+                              "pass B as a host array, not a device array")
         t, s = choice.config.types, choice.sizes
         layouts = {"A": choice.layout_a, "B": choice.layout_b}
         types = {"A": t.a, "B": t.b}

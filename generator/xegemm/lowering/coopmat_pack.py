@@ -1,0 +1,124 @@
+"""The coopmat lowering's B packer: an OpenCL C kernel (templates/pack_b.cl.j2) run on the device before the
+cooperative-matrix kernel, turning B as the caller stores it into the VNNI-packed matrix that kernel loads.
+
+The cooperative-matrix kernel reads B in layout PackedINTEL (per batch ``[ceil(K/v)][N*v]`` elements,
+``packed[r][v*c + i] = B[v*r + i][c]``, K padded with zero rows; v = 2 for 16-bit, 4 for 8-bit elements;
+intel/llvm sycl_ext_intel_matrix.asciidoc, ext_intel_packed).  Users hold B row- or column-major, or quantized
+as a checkpoint stores it.  One work-item per 32-bit word of the packed matrix reads the v elements of its column
+and VNNI row, and for a quantized B dequantizes each into bf16 with the very C the other lowerings' k-steps use
+(xegemm.lowering.dequant: ``xe_q_code``, ``xe_dequant_b``, the scale and zero loads): one rounding of
+``(q - z) * s``, the values :func:`xegemm.quant.dequantize` computes.
+
+:func:`xegemm.lowering.coopmat.pack_b` (with :func:`xegemm.lowering.coopmat.dequantized_b` for a quantized B) is
+the same packing in numpy: the tests compare the two byte for byte.  A packer is built like any OpenCL C
+program and launched by xegemm.runtime.b_packer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from xegemm.library.dtypes import dtype
+from xegemm.lowering.dequant import AWQ_SLOT_C, dequant_helpers, scale_load, zero_load
+from xegemm.lowering.templating import environment
+from xegemm.quant.formats import FORMATS
+
+TEMPLATE = "pack_b.cl.j2"
+KERNEL = "xegemm_coopmat_pack_b"
+LOCAL = (16, 1, 1)          # one work-item per packed word; the global size rounds N up to it
+ELEMENT_CTYPES = {8: "uchar", 16: "ushort"}
+
+
+@dataclass(frozen=True)
+class PackerSource:
+    """What templates/pack_b.cl.j2 prints for one plan's B (see :func:`packer_source`)."""
+
+    describe: str
+    kernel: str
+    v: int                   # K rows per 32-bit word
+    bits: int                # bits of one packed element
+    mask: str
+    dequant: str = ""        # templates/dequant.cl.j2's functions for a quantized B
+    compute: str = ""
+    groups: bool = False     # scale rows along K are counted (xq_groups: nk scales of several K groups)
+    k_group: int = 0
+    group_row: str = "0"
+    unit: str = ""           # the C of the 32 bits holding code (k, n)
+    slot: str = "0"          # which code of them (lowest first)
+    scale: str = ""
+    zero: str = ""
+    element_ctype: str = ""  # an unquantized B: its element's C type and index
+    index: str = ""
+
+
+def _stored_code(spec, k: str = "k", n: str = "n") -> tuple[str, str]:
+    """(unit, slot) of code (k, n) of a quantized B as its format stores it (xegemm.quant.formats): GPTQ's int32
+    words of 32/bits consecutive K of a column ([K*bits/32, N]), AWQ's of 8 interleaved columns ([K, N/8]), and the
+    plain and mx formats' elements in B's layout (4-bit codes two per byte along a row, the low nibble first)."""
+    bits = dtype(spec.weight).bits
+    if spec.format == "gptq":
+        per = 32 // bits
+        return f"((const global uint*)B)[({k} / {per}) * N + {n}]", f"(uint)({k} % {per})"
+    if spec.format == "awq":
+        return f"((const global uint*)B)[{k} * (N / 8) + {n} / 8]", f"(uint)({AWQ_SLOT_C.format(n=n)})"
+    row, col, cols = (k, n, "N") if spec.layout == "row" else (n, k, "K")
+    if bits == 4:
+        return f"(uint)B[(size_t){row} * ({cols} / 2) + {col} / 2]", f"(uint)({col} & 1)"
+    return f"(uint)B[(size_t){row} * {cols} + {col}]", "0u"
+
+
+def packer_source(plan) -> PackerSource:
+    """The packer of a coopmat plan's B: its stored element type and layout (or format) to VNNI-packed bf16, s8
+    or u8."""
+    config = plan.config
+    if plan.quant:
+        quant, spec = plan.quant, plan.quant.spec
+        unit, slot = _stored_code(spec)
+        k_group = spec.k_group or 0
+        return PackerSource(f"{spec.describe()} dequantized to {quant.compute}, VNNI-packed by 2", KERNEL, 2, 16,
+                            "0xffff", dequant_helpers(quant), quant.compute,
+                            groups=spec.scale_layout == "nk" and bool(k_group), k_group=k_group,
+                            group_row=f"k / {k_group}" if k_group else "0", unit=unit, slot=slot,
+                            scale=scale_load(spec, "row", "n"),
+                            zero=zero_load(quant, "row", "n") if spec.has_zero else "")
+    bits = dtype(config.types.b).bits
+    index = "(size_t)k * N + n" if config.layout.b == "row" else "(size_t)n * K + k"
+    return PackerSource(f"{config.types.b} B ({config.layout.b}-major), VNNI-packed by {32 // bits}", KERNEL,
+                        32 // bits, bits, hex((1 << bits) - 1), element_ctype=ELEMENT_CTYPES[bits], index=index)
+
+
+def render_packer(plan) -> str:
+    """The OpenCL C of a coopmat plan's B packer."""
+    return environment().get_template(TEMPLATE).render(p=packer_source(plan))
+
+
+def stored_bytes(plan, k: int, n: int) -> dict[str, int]:
+    """Bytes per batch of B as stored (``B``) and, for a quantized B, of its scales and zero points (``S``, ``Z``;
+    0 where it has none), as xegemm.quant.formats lays out its arrays."""
+    if not plan.quant:
+        return {"B": k * n * dtype(plan.config.types.b).bits // 8, "S": 0, "Z": 0}
+    arrays = FORMATS[plan.quant.spec.format].arrays(plan.quant.spec, k, n)
+    size = {name: int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for name, a in arrays.items()}
+    return {"B": size["qweight"], "S": size.get("scales", 0), "Z": size.get("zeros", size.get("qzeros", 0))}
+
+
+def packed_bytes(plan, k: int, n: int) -> int:
+    """Bytes per batch of the packed B: ceil(K/v) rows of N 32-bit words."""
+    return -(-k // packer_source(plan).v) * n * 4
+
+
+def packer_arguments(plan, buffers: dict, k: int, n: int, batch: int = 1) -> tuple[list, tuple, tuple]:
+    """(argument values, global size, local size) of the packer over ``batch`` matrices: ``buffers`` gives
+    ``stored`` (B as stored), ``packed`` (the output) and a quantized B's ``scales`` and ``zeros`` (any buffer
+    where it has none)."""
+    size = stored_bytes(plan, k, n)
+    stored = buffers["stored"]
+    scales, zeros = (buffers.get(name) for name in ("scales", "zeros"))
+    args = [stored, stored if scales is None else scales, stored if zeros is None else zeros, buffers["packed"],
+            ctypes.c_int(k), ctypes.c_int(n), ctypes.c_long(size["B"]), ctypes.c_long(size["S"]),
+            ctypes.c_long(size["Z"]), ctypes.c_long(packed_bytes(plan, k, n))]
+    v = packer_source(plan).v
+    return args, (-(-n // LOCAL[0]) * LOCAL[0], -(-k // v), batch), LOCAL

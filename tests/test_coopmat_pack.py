@@ -1,0 +1,104 @@
+"""The coopmat lowering's B packer (xegemm.lowering.coopmat_pack, run by xegemm.runtime.b_packer): B as the caller
+or the checkpoint stores it, packed (and a quantized B dequantized into bf16) on the device, compared byte for byte
+with the numpy packing (xegemm.lowering.coopmat.pack_b over xegemm.quant's dequantization) on ragged, batched
+shapes.  The packer is OpenCL C: it runs on every CPU, with or without AMX; broken packers must differ."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xegemm.config import config_from_text
+from xegemm.lowering.coopmat import dequantized_b, pack_b
+from xegemm.plan.planner import plan
+from xegemm.runtime.b_packer import DevicePacker
+from xegemm.runtime.program import from_device, to_device
+from xegemm.verify.dense import make_operands
+
+BF16 = "{a: bf16, b: bf16, acc: f32, c: f32}"
+CASES = {   # name: (types, quant section or None, layout section)
+    "gptq_g32": ("{a: bf16, b: u4, acc: f32, c: bf16}", "{format: gptq, group: 32, scale: f16, zero: u4}", "{}"),
+    "gptq_8bit_channel": ("{a: bf16, b: u8, acc: f32, c: bf16}", "{format: gptq, group: channel, scale: f16, zero: u8}",
+                          "{}"),
+    "awq_g32": ("{a: bf16, b: u4, acc: f32, c: bf16}", "{format: awq, group: 32, scale: f16, zero: u4}", "{}"),
+    "plain_u4_g32_bf16": ("{a: bf16, b: u4, acc: f32, c: bf16}", "{format: plain, group: 32, scale: bf16, zero: u4}",
+                          "{}"),
+    "plain_u4_f16_zeros_nk": ("{a: bf16, b: u4, acc: f32, c: bf16}",
+                              "{format: plain, group: 32, scale: f16, zero: f16, scale_layout: nk}", "{}"),
+    "plain_s4_col": ("{a: bf16, b: s4, acc: f32, c: bf16}", "{format: plain, group: 32, scale: bf16}", "{b: col}"),
+    "plain_s8_channel": ("{a: bf16, b: s8, acc: f32, c: bf16}", "{format: plain, group: channel, scale: bf16}", "{}"),
+    "fp8_channel_nk": ("{a: bf16, b: e4m3, acc: f32, c: bf16}",
+                       "{format: plain, group: channel, scale: f32, scale_layout: nk}", "{b: col}"),
+    "fp8_tensor": ("{a: bf16, b: e5m2, acc: f32, c: bf16}", "{format: plain, group: tensor, scale: f32}", "{b: col}"),
+    "fp8_block128_nk": ("{a: bf16, b: e4m3, acc: f32, c: bf16}",
+                        "{format: plain, group: block128, scale: f32, scale_layout: nk}", "{b: col}"),
+    "mxfp4_nk": ("{a: bf16, b: e2m1, acc: f32, c: bf16}", "{format: mx, group: 32, scale: e8m0, scale_layout: nk}",
+                 "{b: col}"),
+    "bf16_row": (BF16, None, "{}"),
+    "bf16_col": (BF16, None, "{b: col}"),
+    "s8_col": ("{a: s8, b: s8, acc: s32, c: s32}", None, "{b: col}"),
+    "u8_row": ("{a: u8, b: u8, acc: s32, c: s32}", None, "{}"),
+}
+
+
+def _config(name: str, k: int = 160, n: int = 48):
+    types, quant, layout = CASES[name]
+    return config_from_text(f"problem: {{m: 5, n: {n}, k: {k}, batch: 2}}\ntypes: {types}\nlayout: {layout}\n"
+                            + (f"quant: {quant}\n" if quant else "")
+                            + "tile: {workgroup: [16, 32, 32], subgroups: [1, 2], subgroup_size: 16}\n")
+
+
+def _packed(queue, config, packer: DevicePacker):
+    """(the device packer's output, numpy's) for the config's operands."""
+    p, ops = config.problem, make_operands(config)
+    pl = packer.plan
+    if pl.quant:
+        want = pack_b(dequantized_b(config, ops.b_bytes, ops.quant, p.k, p.n), p.k, p.n, "bf16")
+    else:
+        want = pack_b(ops.b_bytes, p.k, p.n, config.types.b, config.layout.b)
+    assert packer.packed_bytes(p.k, p.n) * p.batch == want.nbytes
+    assert packer.stored_bytes(p.k, p.n)["B"] * p.batch == ops.b_bytes.nbytes
+    quant, nothing = ops.quant or {}, np.zeros(4, np.uint8)
+    out = to_device(queue, np.full(want.nbytes, 0xA5, np.uint8))     # poisoned: every word must be written
+    buffers = {"stored": to_device(queue, ops.b_bytes), "packed": out,
+               **{name: to_device(queue, nothing if quant.get(name) is None else quant[name])
+                  for name in ("scales", "zeros")}}
+    packer.run(queue, buffers, p.k, p.n, p.batch).wait()
+    return from_device(out, np.uint8, want.shape), want
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_device_packer_matches_numpy_byte_for_byte(name, queue):
+    config = _config(name)
+    got, want = _packed(queue, config, DevicePacker(plan(config)))
+    assert np.array_equal(got, want), f"{np.count_nonzero(got != want)} of {got.size} bytes differ"
+
+
+@pytest.mark.parametrize("name, k", [("bf16_row", 17), ("s8_col", 99), ("u8_row", 70)])
+def test_k_not_a_multiple_of_v_is_padded_with_zero_rows(name, k, queue):
+    config = _config(name, k=k, n=30)
+    got, want = _packed(queue, config, DevicePacker(plan(config)))
+    assert np.array_equal(got, want)
+
+
+BROKEN = {   # name: (case, old text of the packer, new): each must change the packed bytes
+    "nibble order": ("gptq_g32", "xe_q_code(unit, (uint)(k % 8))", "xe_q_code(unit, (uint)(7 - k % 8))"),
+    "awq order ignored": ("awq_g32", "xe_q_code(unit, (uint)((((n) & 7) >> 1) + (((n) & 1) << 2)))",
+                          "xe_q_code(unit, (uint)(n % 8))"),
+    "scale of the wrong group": ("plain_u4_g32_bf16", "const int row = k / 32;", "const int row = k / 64;"),
+    "zero point lost": ("gptq_g32", "xe_dequant_b(xe_q_code(unit, (uint)(k % 8)), ",
+                        "xe_dequant_b(xe_q_code(unit, (uint)(k % 8)), 8 + 0 * "),
+    "vnni order swapped": ("bf16_col", "<< (16 * i)", "<< (16 * (1 - i))"),
+    "columns for rows": ("s8_col", "(size_t)n * K + k", "(size_t)k * N + n"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(BROKEN))
+def test_a_broken_packer_differs_from_numpy(mutant, queue):
+    case, old, new = BROKEN[mutant]
+    config = _config(case)
+    packer = DevicePacker(plan(config))
+    assert old in packer.source, "the mutant no longer applies"
+    packer.source = packer.source.replace(old, new)
+    got, want = _packed(queue, config, packer)
+    assert not np.array_equal(got, want)
