@@ -523,7 +523,8 @@ tile: {workgroup: [32, 32, 32], subgroups: [1, 2], subgroup_size: 16}
 def test_the_call_api_takes_the_lowering(tmp_path, sycl_device):
     """xegemm.load(..., lowering="coopmat") in a fresh process (it sets the AMX target before the runtime
     starts): B packed on the device at the call (from a column-major B too), D verified against numpy, with alpha
-    and beta and with a bias, GELU and D stored as bf16; and a GPTQ B as stored, dequantized there."""
+    and beta and with a bias, GELU and D stored as bf16; a GPTQ B as stored, dequantized there; and USM arrays
+    on a SYCL queue (the module built into a dpctl kernel bundle, B packed on that queue)."""
     _needs_amx(sycl_device)
     config, epilogue = tmp_path / "c.yaml", tmp_path / "e.yaml"
     config.write_text(RAGGED)
@@ -554,16 +555,29 @@ x = rng.standard_normal((37, 256)).astype(ml_dtypes.bfloat16)
 d = q(x, w.qweight, scales=w.scales, zeros=w.zeros).astype(np.float64)
 ref = x.astype(np.float64) @ dequantize(w, "bf16").astype(np.float64)
 print(q.last_kernel.name, float(np.abs(d - ref).max() / np.abs(ref).max()))
+from xegemm.api import DeviceArray               # USM arrays on a SYCL queue: the dpctl build path
+from xegemm.runtime.sycl import dpctl, dpmem
+sq = dpctl.SyclQueue(g.sycl_device, property=["in_order"])
+def usm(x, order="C"):
+    mem = dpmem.MemoryUSMDevice(x.nbytes, queue=sq)
+    host = x if order == "C" else np.ascontiguousarray(np.swapaxes(x, -1, -2))
+    mem.copy_from_host(host.reshape(-1).view(np.uint8))
+    return DeviceArray(mem, x.shape, np.uint16, order)      # bf16 bits (USM typestrs have no bfloat16)
+d = e(usm(a[0]), usm(b[0], "F"), bias=bias).astype(np.float64)   # B column-major, packed on the SYCL queue
+z = a[0].astype(np.float64) @ b[0].astype(np.float64) + bias[:, None]
+ref = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+print(e.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-3))))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != TARGET_ARCH_VARIABLE})
     assert done.returncode == 0, done.stderr[-2000:]
-    name, err, epilogue_name, epilogue_err, quant_name, quant_err = done.stdout.split()
+    name, err, epilogue_name, epilogue_err, quant_name, quant_err, usm_name, usm_err = done.stdout.split()
     assert name.endswith("_coopmat") and "_tnt_" in epilogue_name and epilogue_name.endswith("_gelu_tanh_coopmat")
     assert float(err) < 1e-5
     assert float(epilogue_err) <= 1.0         # within bf16's rounding (2^-9 relative) and the f32 sums
     assert "qgptq" in quant_name and quant_name.endswith("_coopmat")
     assert float(quant_err) < 1e-5            # the same bf16 values, summed in f32 over K = 256 (D in f32)
+    assert usm_name == epilogue_name and float(usm_err) <= 1.0     # the same kernel through dpctl, as exact
 
 
 def test_call_api_in_a_process_started_without_the_target_says_how(sycl_device):

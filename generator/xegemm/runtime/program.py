@@ -17,7 +17,7 @@ import numpy as np
 from xegemm.errors import RuntimeSetupError
 from xegemm.runtime.backends import BuildError, backend_for, queue_backend
 from xegemm.runtime import program_cache
-from xegemm.runtime.spirv import SpirvError, build_spirv, forget_program, probe_coopmat
+from xegemm.runtime.spirv import SpirvError, build_spirv, build_spirv_sycl, forget_program, probe_coopmat
 
 __all__ = ["BuildError", "build_program", "build_source", "from_device", "source_unavailable", "launch", "make_queue", "rebuild_source", "scalar", "source_key", "to_device",
            "uses_opencl"]
@@ -67,9 +67,11 @@ def build_program(queue, source: str, options: str = "", fresh: bool = False):
 
 def _build_spirv(queue, source: str, options: str, fresh: bool = False):
     if not uses_opencl(queue.sycl_device):
-        raise BuildError(f"SPIR-V modules are built through OpenCL (clCreateProgramWithIL); "
-                         f"{queue.sycl_device.filter_string} is not an OpenCL device", "")
-    try:
+        raise BuildError(f"SPIR-V modules are built through OpenCL (clCreateProgramWithIL) or dpctl on an OpenCL "
+                         f"device; {queue.sycl_device.filter_string} is not one", "")
+    try:      # a raw OpenCL queue: clCreateProgramWithIL; a SYCL queue (USM arrays): a dpctl kernel bundle
+        if queue_backend(queue).name == "dpctl":
+            return build_spirv_sycl(source, queue, options, fresh=fresh)
         return build_spirv(source, queue, options, fresh=fresh)
     except SpirvError as exc:
         raise BuildError(str(exc), str(exc)) from None

@@ -30,18 +30,19 @@ from xegemm.errors import RuntimeSetupError, XegemmError
 from xegemm.files import read_text, write_json_atomic
 from xegemm.lowering.coopmat import CoopmatKernel, render_kernel
 from xegemm.runtime.cpu_path import TARGET_ARCH_VARIABLE, host_flags
-from xegemm.runtime.devices import select_sycl_device
-from xegemm.runtime.opencl import (OpenCLBuildFailure, OpenCLContext, OpenCLError, find_device, program_from_binary,
+from xegemm.runtime.opencl import (OpenCLBuildFailure, OpenCLError, program_from_binary,
                                    program_from_il)
 from xegemm.runtime import program_cache
 from xegemm.runtime.environment import find_cpu_runtime
 from xegemm.runtime.program_cache import cache_dir
+from xegemm.runtime.sycl import dpprog
 
 SPIRV_ENV = "spv1.2"            # the SPIR-V version the modules are assembled for (the CPU runtime reads 1.0-1.4)
 VALIDATE_ENV = "opencl2.2"
 AMX_FLAGS = ("amx_tile", "amx_bf16", "amx_int8")
 AMX_TARGET = "sapphirerapids"   # a CL_CONFIG_CPU_TARGET_ARCH value of the runtime's cl.cfg with AMX
 CHILD_TIMEOUT = 300
+CHILD_SCRIPT = Path(__file__).with_name("spirv_child.py")     # run as a script: the standard library only
 RUNTIME_LIBRARY = "libintelocl.so"
 # what spirv-val reports on the Intel-only words (it knows none of SPV_INTEL_joint_matrix's tokens)
 _INTEL_WORDS = ("Invalid capability operand: 6437", "Invalid capability operand: 6434",
@@ -184,17 +185,36 @@ def child_environment() -> dict[str, str]:
     return env
 
 
+def _loaded_icd_loader() -> str | None:
+    """The path of the OpenCL ICD loader this process has loaded (/proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            maps = f.read(16 << 20)       # bounded: a process's map is far smaller
+    except OSError:
+        return None
+    return next((line.split(None, 5)[-1] for line in maps.splitlines()
+                 if line.rstrip().endswith((".so.1", ".so")) and "/libOpenCL.so" in line), None)
+
+
 def build_in_child(il: bytes, device_filter: str, options: str = "", env: dict | None = None) -> ChildBuild:
-    """Build a SPIR-V module on an OpenCL device (a dpctl filter string, e.g. ``opencl:cpu:0``) in a child process
-    which the runtime may kill; its program binary comes back."""
-    request = json.dumps({"device": device_filter, "options": options}).encode()
+    """Build a SPIR-V module on an OpenCL device (a dpctl filter string, e.g. ``opencl:cpu:0``: the device of that
+    type and index) in a child process which the runtime may kill (:mod:`xegemm.runtime.spirv_child`, run as a
+    script); its program binary comes back."""
+    parts = device_filter.split(":")
+    kind = next((p for p in parts if p in ("cpu", "gpu")), "cpu")
+    index = int(parts[-1]) if parts[-1].isdigit() else 0
+    loader = _loaded_icd_loader()
+    request = json.dumps({"kind": kind, "index": index, "options": options, "loader": loader}).encode()
+    env = dict(child_environment() if env is None else env)
+    if loader:        # the loader's own libraries (the runtime wheels' lib/), which this process found through dpctl's
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(Path(loader).parent), env.get("LD_LIBRARY_PATH")) if p)
     with tempfile.TemporaryDirectory(prefix="xegemm-spirv-") as tmp:
         path, binary_path = Path(tmp) / "k.spv", Path(tmp) / "k.bin"
         path.write_bytes(il)
-        try:
-            done = subprocess.run([sys.executable, "-c", "from xegemm.runtime.spirv import _child; _child()",
-                                   str(path), str(binary_path)], input=request, capture_output=True,
-                                  timeout=CHILD_TIMEOUT, env=child_environment() if env is None else env,
+        try:       # a script of the standard library only (-I: nothing from the environment's paths)
+            done = subprocess.run([sys.executable, "-I", str(CHILD_SCRIPT), str(path), str(binary_path)],
+                                  input=request, capture_output=True,
+                                  timeout=CHILD_TIMEOUT, env=env,
                                   check=False)
         except subprocess.TimeoutExpired:
             return ChildBuild(False, f"the build took more than {CHILD_TIMEOUT} s", 1)
@@ -207,26 +227,6 @@ def build_in_child(il: bytes, device_filter: str, options: str = "", env: dict |
         except (ValueError, KeyError, IndexError):
             pass
     return ChildBuild(False, (out + err)[-3000:], done.returncode)
-
-
-def _child() -> None:
-    """The child of :func:`build_in_child`: build the module in argv[1] on the device of the stdin request and
-    write the program's binary to argv[2] (where the runtime gives one)."""
-    request = json.loads(sys.stdin.read())
-    il = Path(sys.argv[1]).read_bytes()
-    try:
-        context = OpenCLContext.for_device(find_device(select_sycl_device(request["device"])))
-        program = program_from_il(context, il, request["options"])
-        if len(sys.argv) > 2:
-            try:
-                Path(sys.argv[2]).write_bytes(program.binary())
-            except (OpenCLError, XegemmError, OSError):
-                pass      # no binary: the parent builds from the module
-        print(json.dumps({"ok": True, "log": ""}))
-    except OpenCLBuildFailure as exc:
-        print(json.dumps({"ok": False, "log": exc.log or str(exc)}))
-    except (OpenCLError, XegemmError) as exc:
-        print(json.dumps({"ok": False, "log": str(exc)}))
 
 
 _KNOWN_GOOD: dict[str, ChildBuild] = {}
@@ -306,6 +306,38 @@ def build_spirv(module: str | bytes, queue, options: str = "", fresh: bool = Fal
         return _PROGRAMS.setdefault((id(queue.context), cache_key), program)
 
 
+def build_spirv_sycl(module: str | bytes, queue, options: str = "", fresh: bool = False):
+    """Build a SPIR-V module for a SYCL (dpctl) queue's device into a SYCL kernel bundle
+    (``dpctl.program.create_program_from_spirv``, the path of USM arrays and of devices without raw OpenCL): in a
+    child process first, as :func:`build_spirv` (remembered per module, device, driver and target), then through
+    dpctl, kept per queue in this process (dpctl 0.22 loads no program binaries: no persistent cache).  SpirvError
+    with the reason when the module cannot be built here."""
+    il = assemble(module) if isinstance(module, str) else bytes(module)
+    device = queue.sycl_device
+    why = in_process_ready() if device.device_type.name == "cpu" else None
+    if why:
+        raise SpirvError(f"not building a cooperative-matrix module in this process: {why}")
+    key = _key(il, device, options)
+    with _LOCK:
+        program = None if fresh else _PROGRAMS.get((id(queue), key))
+        child = _KNOWN_GOOD.get(key)
+    if program is not None:
+        return program
+    if child is None:
+        child = build_in_child(il, device.filter_string, options, dict(os.environ))
+        if child.ok:
+            with _LOCK:
+                _KNOWN_GOOD[key] = child
+    if not child.ok:
+        raise SpirvError(f"the SPIR-V module does not build on {device.name}: {child.reason}")
+    try:
+        program = dpprog.create_program_from_spirv(queue, il, options)
+    except dpprog.SyclProgramCompilationError as exc:    # (no log; the child's build passed)
+        raise SpirvError(f"dpctl could not build the SPIR-V module on {device.name}: {exc}") from None
+    with _LOCK:
+        return _PROGRAMS.setdefault((id(queue), key), program)
+
+
 def forget_program(queue, cache_key: str) -> None:
     """Drop this process's program of ``cache_key`` on the queue's context (the next build starts afresh)."""
     with _LOCK:
@@ -333,10 +365,10 @@ def _probe_file(identity: str) -> Path | None:
 
 
 def probe_coopmat(queue) -> Probe:
-    """Build the smallest coopmat kernel (bf16, one 8x16x16 tile) on an OpenCL queue's device in a child
+    """Build the smallest coopmat kernel (bf16, one 8x16x16 tile) on a queue's OpenCL device in a child
     process; remembered per device, driver, target and host flags in the program cache directory."""
-    device = queue.device
-    if device.kind.lower() == "cpu" and amx_target() is None:
+    device = queue.sycl_device        # (a raw OpenCL queue's or a SYCL queue's)
+    if device.device_type.name == "cpu" and amx_target() is None:
         return Probe(False, "the CPU has no AMX (amx_tile, amx_bf16, amx_int8): the Intel CPU runtime refuses "
                      "cooperative matrices without it", None)
     env = child_environment()
@@ -350,7 +382,7 @@ def probe_coopmat(queue) -> Probe:
         except (XegemmError, ValueError, KeyError):
             pass
     text = render_kernel(CoopmatKernel("xegemm_coopmat_probe", "bf16", 16, 1, 1, 8, 16, 8, 16, 16))
-    child = build_in_child(assemble(text), queue.sycl_device.filter_string, "", env)
+    child = build_in_child(assemble(text), device.filter_string, "", env)
     probe = Probe(child.ok, "builds: bf16 8x16x16 tile" if child.ok else child.reason, target)
     if path is not None:
         write_json_atomic(path, {"runs": probe.runs, "reason": probe.reason, "target": probe.target})

@@ -214,10 +214,6 @@ class PlainCall(CallKind):
                 if queue.sycl_device != gemm.sycl_device:
                     raise XegemmError(f"{op.name} lives on {queue.sycl_device.filter_string} but this Gemm was loaded "
                                       f"for {gemm.info.filter_string}: load(..., device=...) on the arrays' device")
-        if opb.device and variant_lowering(gemm.lowering, choice.config.target.lowering).b_pack_factor(
-                choice.call.plan):
-            raise XegemmError("the coopmat lowering reads B VNNI-packed, packed from a host array at each call: "
-                              "pass B as a host array, not a device array")
         t, s = choice.config.types, choice.sizes
         layouts = {"A": choice.layout_a, "B": choice.layout_b}
         types = {"A": t.a, "B": t.b}
@@ -244,6 +240,12 @@ class PlainCall(CallKind):
         bufs["bias"] = _usm_memory(bias) if bias is not None and not isinstance(bias, np.ndarray) else \
             to_device(queue, nothing if bias is None else np.ascontiguousarray(bias, np.float32))
         bufs["workspace"] = to_device(queue, np.zeros(max(4, s["workspace_bytes"]), np.uint8))
+        packer = self.packer(choice)
+        if packer is not None:     # B (a device array or uploaded) packed on this queue, before the GEMM
+            p = choice.config.problem
+            packed = to_device(queue, np.zeros(max(4, packer.packed_bytes(p.k, p.n) * p.batch), np.uint8))
+            packer.run(queue, {"stored": bufs["B"], "packed": packed}, p.k, p.n, p.batch)
+            bufs["B"] = packed
         self.launch(queue, choice, self.bind(queue, choice, bufs, scalars(choice.config, alpha, beta)))
         if device_out:
             return out
