@@ -490,6 +490,22 @@ def test_the_runs_evaluator_dequantizes_a_gptq_b_for_the_coopmat_kernel(coopmat_
     assert result.extra["pack_b_ms"] >= 0
 
 
+@pytest.mark.parametrize("name", ["w8a8_fp8", "mxfp4", "awq"])
+def test_the_runs_evaluator_runs_shipped_quantized_configs_through_the_coopmat_kernel(name, coopmat_evaluator):
+    """Shipped configs with a bf16 compute type, each at a ragged shape, as `xegemm run --lowering coopmat` runs
+    them: W8A8 FP8 (an FP8 A with per-token-group scales dequantized into bf16 by the A dequantizer, 128 x 128
+    block-scaled FP8 B by the B packer), MXFP4 and AWQ; verified against the quantized GEMM's reference."""
+    from xegemm.config import load_config
+    from xegemm.evaluate import plan_variants, render_variant
+    config = load_config(ROOT / "configs" / f"{name}.yaml").at_problems([{"m": 37, "n": 64, "k": 384, "batch": 1}])
+    planned = [pv for pv in plan_variants(config.with_overrides({"profile.warmup": 0, "profile.repeats": 1}),
+                                          Lowering("coopmat")) if pv.plan is not None]
+    assert planned, f"{name}: no coopmat variant planned"
+    result = coopmat_evaluator.evaluate(planned[0], render_variant(planned[0], Lowering("coopmat")))
+    assert result.status == "ok", result.reason
+    assert result.extra["pack_b_ms"] >= 0 and (name != "w8a8_fp8" or result.extra["pack_a_ms"] >= 0)
+
+
 @pytest.mark.usefixtures("code_allowed")
 def test_a_traced_epilogue_with_reductions_is_rejected_with_the_reason():
     from xegemm.evaluate import plan_variants
@@ -523,7 +539,8 @@ tile: {workgroup: [32, 32, 32], subgroups: [1, 2], subgroup_size: 16}
 def test_the_call_api_takes_the_lowering(tmp_path, sycl_device):
     """xegemm.load(..., lowering="coopmat") in a fresh process (it sets the AMX target before the runtime
     starts): B packed on the device at the call (from a column-major B too), D verified against numpy, with alpha
-    and beta and with a bias, GELU and D stored as bf16; a GPTQ B as stored, dequantized there; and USM arrays
+    and beta and with a bias, GELU and D stored as bf16; a GPTQ B as stored, dequantized there; W8A8 FP8 (both
+    operands dequantized on the device); and USM arrays
     on a SYCL queue (the module built into a dpctl kernel bundle, B packed on that queue)."""
     _needs_amx(sycl_device)
     config, epilogue = tmp_path / "c.yaml", tmp_path / "e.yaml"
@@ -555,6 +572,15 @@ x = rng.standard_normal((37, 256)).astype(ml_dtypes.bfloat16)
 d = q(x, w.qweight, scales=w.scales, zeros=w.zeros).astype(np.float64)
 ref = x.astype(np.float64) @ dequantize(w, "bf16").astype(np.float64)
 print(q.last_kernel.name, float(np.abs(d - ref).max() / np.abs(ref).max()))
+from xegemm.config import load_config               # W8A8 FP8: A and B as DeepSeek-style checkpoints store them
+from xegemm.quant import operand_spec, random_quantized
+w = xegemm.load({str(ROOT / "configs" / "w8a8_fp8.yaml")!r}, lowering="coopmat")
+cfg = load_config({str(ROOT / "configs" / "w8a8_fp8.yaml")!r})
+qb = random_quantized(operand_spec(cfg, "b"), 384, 72, rng)
+qa = random_quantized(operand_spec(cfg, "a"), 384, 21, rng, operand="a")
+d = w(qa.qweight, qb.qweight, scales=qb.scales, a_scales=qa.scales).astype(np.float64)
+ref = dequantize(qa, "bf16").astype(np.float64) @ dequantize(qb, "bf16").astype(np.float64)
+print(w.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-2 * np.abs(ref).max()))))
 from xegemm.api import DeviceArray               # USM arrays on a SYCL queue: the dpctl build path
 from xegemm.runtime.sycl import dpctl, dpmem
 sq = dpctl.SyclQueue(g.sycl_device, property=["in_order"])
@@ -571,12 +597,15 @@ print(e.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != TARGET_ARCH_VARIABLE})
     assert done.returncode == 0, done.stderr[-2000:]
-    name, err, epilogue_name, epilogue_err, quant_name, quant_err, usm_name, usm_err = done.stdout.split()
+    (name, err, epilogue_name, epilogue_err, quant_name, quant_err, w8a8_name, w8a8_err, usm_name,
+     usm_err) = done.stdout.split()
     assert name.endswith("_coopmat") and "_tnt_" in epilogue_name and epilogue_name.endswith("_gelu_tanh_coopmat")
     assert float(err) < 1e-5
     assert float(epilogue_err) <= 1.0         # within bf16's rounding (2^-9 relative) and the f32 sums
     assert "qgptq" in quant_name and quant_name.endswith("_coopmat")
     assert float(quant_err) < 1e-5            # the same bf16 values, summed in f32 over K = 256 (D in f32)
+    assert "_e4m3_e4m3_" in w8a8_name and w8a8_name.endswith("_coopmat")
+    assert float(w8a8_err) <= 1.0             # D in bf16 (2^-9 relative) of bf16 products summed in f32
     assert usm_name == epilogue_name and float(usm_err) <= 1.0     # the same kernel through dpctl, as exact
 
 

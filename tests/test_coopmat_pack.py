@@ -1,7 +1,8 @@
 """The coopmat lowering's B packer (xegemm.lowering.coopmat_pack, run by xegemm.runtime.b_packer): B as the caller
 or the checkpoint stores it, packed (and a quantized B dequantized into bf16) on the device, compared byte for byte
 with the numpy packing (xegemm.lowering.coopmat.pack_b over xegemm.quant's dequantization) on ragged, batched
-shapes.  The packer is OpenCL C: it runs on every CPU, with or without AMX; broken packers must differ."""
+shapes; and an FP8 A (W8A8) dequantized into row-major bf16 by the A dequantizer, against xegemm.quant's codec.
+The packers are OpenCL C: they run on every CPU, with or without AMX; broken packers must differ."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 from xegemm.config import config_from_text
 from xegemm.lowering.coopmat import dequantized_b, pack_b
 from xegemm.plan.planner import plan
-from xegemm.runtime.b_packer import DevicePacker
+from xegemm.quant import dequantize, operand_spec
+from xegemm.quant.codec import QuantizedMatrix
+from xegemm.quant.formats import FORMATS
+from xegemm.runtime.b_packer import DeviceAPacker, DevicePacker
 from xegemm.runtime.program import from_device, to_device
 from xegemm.verify.dense import make_operands
 
@@ -102,3 +106,88 @@ def test_a_broken_packer_differs_from_numpy(mutant, queue):
     packer.source = packer.source.replace(old, new)
     got, want = _packed(queue, config, packer)
     assert not np.array_equal(got, want)
+
+
+# ---- an FP8 A (W8A8), dequantized into row-major bf16 ---------------------------------------------------------
+
+A_CASES = {   # name: (A's layout, quant_a section)
+    "per_token_group_nk": ("row", "{format: plain, group: 128, scale: f32, scale_layout: nk}"),
+    "per_tensor": ("row", "{format: plain, group: tensor, scale: f32}"),
+    "column_major_e5m2_channel": ("col", "{format: plain, group: channel, scale: f32, scale_layout: nk}"),
+}
+
+
+def _a_config(name: str):
+    layout, quant_a = A_CASES[name]
+    weight = "e5m2" if "e5m2" in name else "e4m3"
+    return config_from_text(f"problem: {{m: 37, n: 48, k: 300, batch: 2}}\n"
+                            f"types: {{a: {weight}, b: e4m3, c: bf16, compute: bf16}}\nlayout: {{a: {layout}, b: col}}\n"
+                            "quant: {format: plain, group: block128, scale: f32, scale_layout: nk}\n"
+                            f"quant_a: {quant_a}\n"
+                            "tile: {workgroup: [16, 64, 64], subgroups: [1, 2], subgroup_size: 16}\n")
+
+
+def _dequantized_a(queue, config, packer: DeviceAPacker):
+    """(the device's dequantized A, xegemm.quant.dequantize's), both batch x M x K bf16 bits."""
+    p, ops = config.problem, make_operands(config)
+    spec = operand_spec(config, "a")
+    want = FORMATS[spec.format].arrays(spec, p.k, p.m)
+    size = {name: int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for name, w in want.items()}
+    assert packer.stored_bytes(p.m, p.k)["A"] * p.batch == ops.a_bytes.nbytes
+    sources = {"qweight": np.ascontiguousarray(ops.a_bytes).reshape(-1).view(np.uint8),
+               "scales": np.ascontiguousarray(ops.quant["a_scales"]).reshape(-1).view(np.uint8)}
+    expected = []
+    for i in range(p.batch):
+        arrays = {name: sources[name][i * size[name]:(i + 1) * size[name]].view(w.dtype).reshape(w.shape)
+                  for name, w in want.items()}
+        values = np.asarray(dequantize(QuantizedMatrix.from_arrays(spec, p.k, p.m, arrays, operand="a"), "bf16"))
+        expected.append(np.ascontiguousarray(values).view(np.uint16))
+    out = to_device(queue, np.full(packer.packed_bytes(p.m, p.k) * p.batch, 0xA5, np.uint8))
+    packer.run(queue, {"stored": to_device(queue, ops.a_bytes), "scales": to_device(queue, ops.quant["a_scales"]),
+                       "packed": out}, p.m, p.k, p.batch).wait()
+    return from_device(out, np.uint16, (p.batch, p.m, p.k)), np.stack(expected)
+
+
+@pytest.mark.parametrize("name", sorted(A_CASES))
+def test_the_a_dequantizer_matches_the_codec_bit_for_bit(name, queue):
+    config = _a_config(name)
+    got, want = _dequantized_a(queue, config, DeviceAPacker(plan(config)))
+    assert got.shape == want.shape and np.array_equal(got, want), f"{np.count_nonzero(got != want)} values differ"
+
+
+@pytest.mark.parametrize("name, old, new", [("per_token_group_nk", "const int row = k / 128;", "const int row = 0;"),
+                                            ("column_major_e5m2_channel", "(size_t)k * M + m", "(size_t)m * K + k")])
+def test_a_broken_a_dequantizer_differs(name, old, new, queue):
+    config = _a_config(name)
+    packer = DeviceAPacker(plan(config))
+    assert old in packer.source, "the mutant no longer applies"
+    packer.source = packer.source.replace(old, new)
+    got, want = _dequantized_a(queue, config, packer)
+    assert not np.array_equal(got, want)
+
+
+# ---- the packers on Intel GPUs: ordinary OpenCL C, built ahead of time ------------------------------------------
+
+@pytest.mark.ocloc
+@pytest.mark.parametrize("target", ["pvc", "bmg"])
+def test_the_packers_build_for_xe_gpus_with_the_current_compiler(target, tmp_path):
+    """The GPU side of the coopmat lowering's packers: a GPTQ B packer, an FP8 block-scaled B packer and an FP8 A
+    dequantizer built by the current compiler (ocloc 26.x) for pvc and bmg."""
+    import subprocess
+
+    from xegemm.aot.toolchain import current_ocloc
+    from xegemm.runtime.b_packer import packers
+
+    ocloc = current_ocloc()
+    if ocloc is None:
+        pytest.skip("the current Intel GPU compiler is not installed: run `sudo make ocloc-current`")
+    sources = [DevicePacker(plan(_config("gptq_g32"))).source]
+    b, a = packers(plan(_a_config("per_token_group_nk")))
+    sources += [b.source, a.source]
+    for i, source in enumerate(sources):
+        path = tmp_path / f"p{i}.cl"
+        path.write_text(source)
+        done = subprocess.run([ocloc, "compile", "-file", str(path), "-device", target, "-output",
+                               str(tmp_path / f"p{i}"), "-q"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert any(tmp_path.glob(f"p{i}*.bin")), sorted(p.name for p in tmp_path.iterdir())

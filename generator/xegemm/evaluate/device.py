@@ -20,7 +20,7 @@ from xegemm.evaluate.grouped import grouped_setup, grouped_submit, verify_groupe
 from xegemm.lowering import Lowering
 from xegemm.evaluate.timing import (NumpyReference, Rotation, gemm_flops, last_level_cache_bytes, launch_ms,
                                     measure_against_reference, rotation_for)
-from xegemm.runtime.b_packer import DevicePacker
+from xegemm.runtime.b_packer import DeviceAPacker, DevicePacker
 from xegemm.runtime.devices import failure_reason
 from xegemm.runtime.program import BuildError, build_source, from_device, rebuild_source, source_unavailable, launch, make_queue, to_device
 from xegemm.errors import XegemmError
@@ -58,6 +58,7 @@ class DeviceSession:
         self._reference = None
         self._sets: list[dict] | None = None      # the problem's buffer sets (buffer_sets), the first its buffers
         self._packers: dict[str, DevicePacker] = {}   # a packing lowering's B packer per plan (packed_b)
+        self._a_packers: dict[str, DeviceAPacker] = {}    # its FP8 A dequantizer per plan (packed_a)
         cpu = "cpu" in str(getattr(sycl_device, "device_type", "")).lower()
         self.llc_bytes = last_level_cache_bytes(int(getattr(sycl_device, "global_mem_cache_size", 0) or 0), cpu)
         self.memory_bytes = int(getattr(sycl_device, "global_mem_size", 0) or 0)
@@ -136,6 +137,24 @@ class DeviceSession:
             t0 = time.perf_counter()
             packer.run(self.queue, {"stored": one["b"], "scales": one["scales"], "zeros": one["zeros"],
                                     "packed": packed}, p.k, p.n, p.batch).wait()
+            one[key] = (packed, (time.perf_counter() - t0) * 1e3)
+        return one[key]
+
+    def packed_a(self, config: Config, plan, one: dict) -> tuple[object, float]:
+        """An FP8 A dequantized into row-major bf16 on the device (the coopmat lowering's A dequantizer,
+        xegemm.runtime.b_packer) from buffer set ``one``'s A and scales, and the milliseconds it took (once per
+        problem and buffer set, as :meth:`packed_b`, recorded as ``extra["pack_a_ms"]``)."""
+        packer = self._a_packers.get(plan.name)
+        if packer is None:
+            packer = self._a_packers[plan.name] = DeviceAPacker(plan)
+        key = ("a_packed", packer.source)
+        if key not in one:
+            p = config.problem
+            packer.kernel(self.queue)
+            packed = to_device(self.queue, np.zeros(max(4, packer.packed_bytes(p.m, p.k) * p.batch), np.uint8))
+            t0 = time.perf_counter()
+            packer.run(self.queue, {"stored": one["a"], "scales": one["a_scales"], "packed": packed},
+                       p.m, p.k, p.batch).wait()
             one[key] = (packed, (time.perf_counter() - t0) * 1e3)
         return one[key]
 
@@ -243,8 +262,10 @@ class DeviceBuilder(Builder):
             if low.b_pack_factor(pv.plan):   # B as the kernel reads it: packed on the device, once per problem
                 try:
                     buffers["B"], evaluation.extra["pack_b_ms"] = self.session.packed_b(config, pv.plan, one)
+                    if pv.plan.quant and pv.plan.quant.a_spec:     # an FP8 A: dequantized into bf16 first
+                        buffers["A"], evaluation.extra["pack_a_ms"] = self.session.packed_a(config, pv.plan, one)
                 except BuildError as exc:
-                    evaluation.fail("failed_build", f"the B packer: {exc}")
+                    evaluation.fail("failed_build", f"the coopmat packer: {exc}")
                     evaluation.build_log = exc.log
                     return None
             bound = call.bind(call.sizes(p.m, p.n, p.k, p.batch), buffers,

@@ -90,15 +90,18 @@ class KernelCall:
             b_bits, b_rows = plan.quant.b_view.b_type.bits, f"K / {plan.quant.b_view.k_per_element}"
         b_meaning = "B's elements, batch after batch"
         vnni = Lowering(config.target.lowering).b_pack_factor(plan) if config.target.lowering else None
+        a_rows = "M" if lay.a == "row" else "K"
+        if vnni and plan.quant and plan.quant.a_spec:   # coopmat's FP8 A: dequantized into a row-major bf16 M x K
+            a_bits, a_rows = 16, "M"
         if vnni:     # the coopmat lowering's B: VNNI-packed, K padded to a multiple of v (runtime.b_packer)
             b_rows = f"((K + {vnni - 1}) / {vnni} * {vnni})"
             b_bits = 32 // vnni      # v elements per 32 bits (a quantized B: dequantized to 16-bit values)
             b_meaning = (f"B VNNI-packed by {vnni} (per batch [ceil(K/{vnni})][N*{vnni}] elements: packed[r][{vnni}*c+i] "
                          f"= B[{vnni}*r+i][c]), batch after batch")
-        steps = [("lda", _pitch("K" if lay.a == "row" else "M", a_bits)),
+        steps = [("lda", _pitch("K" if a_rows == "M" else "M", a_bits)),
                  ("ldb", _pitch("N" if lay.b == "row" or vnni else "K", b_bits)),   # packed: K x N whatever B's layout
                  ("ldc", _pitch("N", c_bits)),
-                 ("stride_a", "lda * " + ("M" if lay.a == "row" else "K")),
+                 ("stride_a", f"lda * {a_rows}"),
                  ("stride_b", f"ldb * {b_rows}"),
                  ("stride_c", "ldc * M")]
         if plan.quant:        # a quantized B's scales and zero points (xegemm.plan.dequant), a batch after the other

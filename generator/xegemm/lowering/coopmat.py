@@ -70,6 +70,8 @@ PARAMETERS = (("A", "ab"), ("B", "ab"), ("C", "out"), ("M", "%u32"), ("N", "%u32
 STORAGE_IDS = {"uchar": "%u8", "ushort": "%u16", "uint": "%u32"}
 # a quantized B's arguments (xegemm.kernel.arguments, after the epilogue's): not read, B was dequantized by the packer
 QUANT_PARAMETERS = (("S", "%pcw_u8"), ("Z", "%pcw_u8"), ("batch_stride_s", "%u64"), ("batch_stride_z", "%u64"))
+# an FP8 A's (W8A8; after the quantized B's): not read, A was dequantized into bf16 by the A dequantizer
+A_QUANT_PARAMETERS = (("SA", "%pcw_u8"), ("batch_stride_sa", "%u64"))
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,7 @@ class CoopmatKernel:
     b_layout: int = LAYOUT_PACKED_INTEL
     a_col: bool = False     # A column-major: read through local memory at every k-step (no ColumnMajorKHR A here)
     dequantized: bool = False   # B quantized, dequantized into bf16 by the packer (its scales' arguments follow)
+    fp8_a: bool = False     # A FP8 (W8A8), dequantized into row-major bf16 by the A dequantizer (its scales follow)
     epilogue: ElementStage | None = None     # None: D = acc in the accumulator type (identity_stage)
 
     def __post_init__(self):
@@ -285,7 +288,7 @@ class CoopmatKernel:
     def parameters(self) -> tuple[tuple[str, str], ...]:
         """(name, SPIR-V type id) of each kernel parameter: :data:`PARAMETERS`, then the traced epilogue's."""
         ids = {"out": "%pcw_" + self.epilogue.out_t[1:], "ab": f"%pcw_u{self.ab_bits}"}
-        quant = QUANT_PARAMETERS if self.dequantized else ()
+        quant = (QUANT_PARAMETERS if self.dequantized else ()) + (A_QUANT_PARAMETERS if self.fp8_a else ())
         return tuple((n, ids.get(t, t)) for n, t in PARAMETERS) + self.epilogue.params + quant
 
     @property
@@ -329,13 +332,14 @@ def plan_violation(plan) -> str | None:
     config = plan.config
     t, lay = config.types, config.layout
     if plan.quant:
-        if plan.quant.a_spec is not None or t.a != "bf16" or compute_type(t) != "bf16":
-            return ("coopmat: a quantized B is dequantized into bf16 before the multiply: A must be "
-                    f"bf16 and the compute type bf16 (got A={t.a}, compute={compute_type(t)}; FP8 A is not done)")
+        if compute_type(t) != "bf16" or (plan.quant.a_spec is None and t.a != "bf16"):
+            return ("coopmat: a quantized B (and an FP8 A) is dequantized into bf16 before the multiply: the "
+                    f"compute type must be bf16 and an unquantized A bf16 (got A={t.a}, compute={compute_type(t)})")
     elif t.a != t.b or t.a not in TYPES:
         return f"coopmat: A and B must be one of {', '.join(TYPES)} alike (got A={t.a}, B={t.b})"
-    if t.acc != TYPES[t.a][0]:
-        return f"coopmat: {t.a} accumulates in {TYPES[t.a][0]} (got acc={t.acc})"
+    ab = operand_type(plan)
+    if t.acc != TYPES[ab][0]:
+        return f"coopmat: {ab} accumulates in {TYPES[ab][0]} (got acc={t.acc})"
     if lay.c != "row":
         return "coopmat: C and D must be row-major (layout.c: row)"
     if plan.split_k > 1 or plan.stream_k or plan.grouped:
@@ -346,6 +350,18 @@ def plan_violation(plan) -> str | None:
     return None
 
 
+def operand_type(plan) -> str:
+    """The type of the matrices the kernel multiplies: A's and B's, or for a quantized B (and an FP8 A) the
+    compute type they are dequantized into (bf16)."""
+    return compute_type(plan.config.types) if plan.quant else plan.config.types.a
+
+
+def reads_a_as_stored(plan) -> bool:
+    """Whether the kernel reads A as the caller stores it (else an FP8 A, dequantized into a row-major bf16 A by
+    the A dequantizer, xegemm.lowering.coopmat_pack)."""
+    return not (plan.quant and plan.quant.a_spec)
+
+
 def coopmat_kernel(plan, name: str | None = None, family: str = "amx") -> CoopmatKernel:
     """The coop-matrix kernel of a plan in the tiles of ``family`` (amx: the CPU runtime; xe: Intel GPUs ahead of
     time), PlanRejected with the reason when the lowering cannot render it."""
@@ -354,15 +370,17 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx") -> Coopma
         raise PlanRejected(why)
     tile = plan.config.tile
     sgm, sgn = plan.subgroup_tile
-    tm, tn, tk = choose_tiles(plan.config.types.a, sgm, sgn, tile.workgroup[2], family)
+    ab = operand_type(plan)
+    tm, tn, tk = choose_tiles(ab, sgm, sgn, tile.workgroup[2], family)
     sg_m, sg_n = tile.subgroups
-    a_col = plan.config.layout.a == "col"
+    a_col = plan.config.layout.a == "col" and reads_a_as_stored(plan)
     if a_col and family != "amx":
         raise PlanRejected("coopmat: a column-major A is staged through local memory at every k-step, which is "
                            "rendered for the CPU runtime only; the GPU build (and its 2D block load gate) takes A "
                            "row-major")
-    return CoopmatKernel(name or plan.name, plan.config.types.a, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk,
-                         a_col=a_col, epilogue=plan_stage(plan), dequantized=plan.quant is not None)
+    return CoopmatKernel(name or plan.name, ab, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk,
+                         a_col=a_col, epilogue=plan_stage(plan), dequantized=plan.quant is not None,
+                         fp8_a=not reads_a_as_stored(plan))
 
 
 def render_kernel(kernel: CoopmatKernel) -> str:
@@ -480,7 +498,7 @@ def make_lowering_class(base):
             return coopmat_kernel(plan, family=self.tiles)
 
         def b_pack_factor(self, plan) -> int | None:
-            ab = plan.config.types.a if plan.quant else plan.config.types.b
+            ab = operand_type(plan)
             return TYPES[ab][2] if ab in TYPES else None
 
         def build_options(self, grf: int) -> str:

@@ -28,6 +28,8 @@ from xegemm.quant.formats import FORMATS
 
 TEMPLATE = "pack_b.cl.j2"
 KERNEL = "xegemm_coopmat_pack_b"
+A_TEMPLATE = "pack_a.cl.j2"
+A_KERNEL = "xegemm_coopmat_dequant_a"
 LOCAL = (16, 1, 1)          # one work-item per packed word; the global size rounds N up to it
 ELEMENT_CTYPES = {8: "uchar", 16: "ushort"}
 
@@ -122,3 +124,63 @@ def packer_arguments(plan, buffers: dict, k: int, n: int, batch: int = 1) -> tup
             ctypes.c_long(size["Z"]), ctypes.c_long(packed_bytes(plan, k, n))]
     v = packer_source(plan).v
     return args, (-(-n // LOCAL[0]) * LOCAL[0], -(-k // v), batch), LOCAL
+
+
+# ---- an FP8 A (W8A8): dequantized into the compute type, row-major ------------------------------------------
+
+@dataclass(frozen=True)
+class APackerSource:
+    """What templates/pack_a.cl.j2 prints for one plan's FP8 A (see :func:`a_packer_source`)."""
+
+    describe: str
+    kernel: str
+    compute: str
+    dequant: str
+    index: str               # the byte of element (m, k) in A's layout
+    groups: bool
+    k_group: int
+    group_row: str
+    scale: str
+
+
+def a_packer_source(plan) -> APackerSource | None:
+    """The A dequantizer of a coopmat plan with an FP8 A (W8A8), else None: A's bytes in its layout, each times its
+    row's scale of its K group, rounded once to the compute type (``xe_round_once``, as the other lowerings'
+    k-steps compute an FP8 A's DPAS operand)."""
+    quant = plan.quant
+    if quant is None or quant.a_spec is None:
+        return None
+    a, layout = quant.a_spec, plan.config.layout.a
+    k_group = a.k_group or 0
+    return APackerSource(f"{a.weight} A ({layout}-major), group {a.group}, {a.scale} scales ({a.scale_layout}) "
+                         f"dequantized to row-major {quant.compute}", A_KERNEL, quant.compute, dequant_helpers(quant),
+                         "(size_t)m * K + k" if layout == "row" else "(size_t)k * M + m",
+                         a.scale_layout == "nk" and bool(k_group), k_group,
+                         f"k / {k_group}" if k_group else "0", scale_load(a, "row", "m", "SA", "M", "xa_groups"))
+
+
+def render_a_packer(plan) -> str:
+    """The OpenCL C of a coopmat plan's A dequantizer (a plan with an FP8 A)."""
+    return environment().get_template(A_TEMPLATE).render(p=a_packer_source(plan))
+
+
+def a_stored_bytes(plan, m: int, k: int) -> dict[str, int]:
+    """Bytes per batch of an FP8 A as stored (``A``) and of its scales (``SA``)."""
+    a = plan.quant.a_spec
+    arrays = FORMATS[a.format].arrays(a, k, m)       # an A's arrays describe A.T, K x M (xegemm.quant)
+    size = {name: int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for name, x in arrays.items()}
+    return {"A": size["qweight"], "SA": size.get("scales", 0)}
+
+
+def a_packed_bytes(plan, m: int, k: int) -> int:
+    """Bytes per batch of the dequantized A: M x K 16-bit values."""
+    return m * k * 2
+
+
+def a_packer_arguments(plan, buffers: dict, m: int, k: int, batch: int = 1) -> tuple[list, tuple, tuple]:
+    """(argument values, global size, local size) of the A dequantizer over ``batch`` matrices: ``buffers`` gives
+    ``stored`` (A as stored), ``scales`` (its scales) and ``packed`` (the output)."""
+    size = a_stored_bytes(plan, m, k)
+    args = [buffers["stored"], buffers["scales"], buffers["packed"], ctypes.c_int(m), ctypes.c_int(k),
+            ctypes.c_long(size["A"]), ctypes.c_long(size["SA"]), ctypes.c_long(a_packed_bytes(plan, m, k))]
+    return args, (-(-k // LOCAL[0]) * LOCAL[0], m, batch), LOCAL

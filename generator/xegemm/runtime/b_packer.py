@@ -1,19 +1,38 @@
-"""The coopmat lowering's B packer on a device (xegemm.lowering.coopmat_pack): built once per queue's context
-(and in the persistent program cache, as every OpenCL C program), enqueued before the cooperative-matrix kernel."""
+"""The coopmat lowering's packers on a device (xegemm.lowering.coopmat_pack): B as stored into the VNNI-packed
+matrix, and an FP8 A (W8A8) into a row-major bf16 one; each built once per queue's context (and in the persistent
+program cache, as every OpenCL C program) and enqueued before the cooperative-matrix kernel."""
 
 from __future__ import annotations
 
-from xegemm.lowering.coopmat_pack import KERNEL, packed_bytes, packer_arguments, render_packer, stored_bytes
+from xegemm.lowering.coopmat_pack import (A_KERNEL, KERNEL, a_packed_bytes, a_packer_arguments, a_stored_bytes,
+                                          packed_bytes, packer_arguments, render_a_packer, render_packer,
+                                          stored_bytes)
 from xegemm.runtime.program import build_program, launch
 
 
-class DevicePacker:
-    """A plan's B packer: :meth:`run` enqueues it on a queue (its program built on first use there)."""
+class _Packer:
+    """An OpenCL C program of one kernel, built on first use on each queue's context."""
+
+    kernel_name = ""
+
+    def __init__(self, plan, source: str):
+        self.plan, self.source = plan, source
+        self._kernels: dict[int, object] = {}
+
+    def kernel(self, queue):
+        key = id(getattr(queue, "context", queue))
+        if key not in self._kernels:
+            self._kernels[key] = build_program(queue, self.source).get_sycl_kernel(self.kernel_name)
+        return self._kernels[key]
+
+
+class DevicePacker(_Packer):
+    """A plan's B packer: :meth:`run` enqueues it on a queue."""
+
+    kernel_name = KERNEL
 
     def __init__(self, plan):
-        self.plan = plan
-        self.source = render_packer(plan)
-        self._kernels: dict[int, object] = {}
+        super().__init__(plan, render_packer(plan))
 
     def stored_bytes(self, k: int, n: int) -> dict[str, int]:
         return stored_bytes(self.plan, k, n)
@@ -21,14 +40,34 @@ class DevicePacker:
     def packed_bytes(self, k: int, n: int) -> int:
         return packed_bytes(self.plan, k, n)
 
-    def kernel(self, queue):
-        key = id(getattr(queue, "context", queue))
-        if key not in self._kernels:
-            self._kernels[key] = build_program(queue, self.source).get_sycl_kernel(KERNEL)
-        return self._kernels[key]
-
     def run(self, queue, buffers: dict, k: int, n: int, batch: int = 1):
         """Enqueue the packing of ``batch`` matrices (``buffers``: xegemm.lowering.coopmat_pack.packer_arguments');
         returns the event."""
         args, grid, local = packer_arguments(self.plan, buffers, k, n, batch)
         return launch(queue, self.kernel(queue), args, grid, local)
+
+
+class DeviceAPacker(_Packer):
+    """A plan's FP8 A dequantizer (W8A8): :meth:`run` enqueues it on a queue."""
+
+    kernel_name = A_KERNEL
+
+    def __init__(self, plan):
+        super().__init__(plan, render_a_packer(plan))
+
+    def stored_bytes(self, m: int, k: int) -> dict[str, int]:
+        return a_stored_bytes(self.plan, m, k)
+
+    def packed_bytes(self, m: int, k: int) -> int:
+        return a_packed_bytes(self.plan, m, k)
+
+    def run(self, queue, buffers: dict, m: int, k: int, batch: int = 1):
+        """Enqueue the dequantization of ``batch`` matrices (``buffers``:
+        xegemm.lowering.coopmat_pack.a_packer_arguments'); returns the event."""
+        args, grid, local = a_packer_arguments(self.plan, buffers, m, k, batch)
+        return launch(queue, self.kernel(queue), args, grid, local)
+
+
+def packers(plan) -> tuple[DevicePacker, DeviceAPacker | None]:
+    """A coopmat plan's B packer and, with an FP8 A, its A dequantizer."""
+    return DevicePacker(plan), DeviceAPacker(plan) if plan.quant and plan.quant.a_spec else None

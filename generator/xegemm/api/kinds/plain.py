@@ -18,7 +18,7 @@ from xegemm.api.errors import LayoutError, ShapeMismatchError, check_sizes, scal
 from xegemm.api.kinds.base import CallKind, scalars
 from xegemm.api.operands import Operand, copies, expected_dtype, host_bytes, operand, relayouts
 from xegemm.errors import XegemmError
-from xegemm.runtime.b_packer import DevicePacker
+from xegemm.runtime.b_packer import DeviceAPacker, DevicePacker
 from xegemm.runtime.program import from_device, read_into, to_device, write_async
 from xegemm.runtime.sycl import dpmem
 from xegemm.lowering import variant_lowering
@@ -31,11 +31,16 @@ def stored_b(buffers: dict):
     return buffers.get("B_stored", buffers["B"])
 
 
+def stored_a(buffers: dict):
+    """The pool's buffer that receives A as the caller stores it (the A dequantizer's input where there is one)."""
+    return buffers.get("A_stored", buffers["A"])
+
+
 class Pool:
     """A shape's device buffers on one queue (A, B, D, C, bias, workspace; a quantized operand's scales and
     zeros) and the argument lists bound to them per (alpha, beta)."""
 
-    def __init__(self, queue, choice: Choice, packer=None):
+    def __init__(self, queue, choice: Choice, packer=None, a_packer=None):
         s, batch = choice.sizes, choice.config.problem.batch
         reads_c = choice.config.epilogue.beta != 0.0
         bias = choice.config.epilogue.bias
@@ -53,6 +58,10 @@ class Pool:
             p = choice.config.problem
             self.buffers["B_stored"] = to_device(queue, np.zeros(max(4, packer.stored_bytes(p.k, p.n)["B"] * batch),
                                                                  np.uint8))
+        if a_packer is not None:   # an FP8 A as stored; "A" is its dequantized bf16 (the A dequantizer)
+            p = choice.config.problem
+            self.buffers["A_stored"] = to_device(queue, np.zeros(max(4, a_packer.stored_bytes(p.m, p.k)["A"] * batch),
+                                                                 np.uint8))
         self.bound: dict[tuple, list] = {}
         self.lock = threading.Lock()
 
@@ -66,6 +75,7 @@ class PlainCall(CallKind):
         super().__init__(gemm)
         self._pools: dict[tuple, Pool] = {}       # (the shape's dispatch key, queue) -> its buffers
         self._packers: dict[str, DevicePacker] = {}   # a packing lowering's B packer per plan (packer)
+        self._a_packers: dict[str, DeviceAPacker] = {}    # and its FP8 A dequantizer (a_packer)
         self._lock = threading.Lock()
 
     # -- what differs for a quantized B (QuantizedCall overrides these) ------------------------------------------
@@ -88,7 +98,7 @@ class PlainCall(CallKind):
     def uploads(self, buffers: dict, choice: Choice, opa: Operand, opb: Operand) -> list:
         """A's and B's bytes written into the pool's buffers (without waiting); the host arrays written."""
         t = choice.config.types
-        return [write_async(buffers["A"], host_bytes(opa, choice.layout_a, t.a)),
+        return [write_async(stored_a(buffers), host_bytes(opa, choice.layout_a, t.a)),
                 write_async(stored_b(buffers), host_bytes(opb, choice.layout_b, t.b))]
 
     def packer(self, choice: Choice) -> DevicePacker | None:
@@ -101,6 +111,16 @@ class PlainCall(CallKind):
         packer = self._packers.get(plan.name)
         if packer is None:    # (a race makes two alike; one is kept)
             packer = self._packers.setdefault(plan.name, DevicePacker(plan))
+        return packer
+
+    def a_packer(self, choice: Choice) -> DeviceAPacker | None:
+        """The FP8 A dequantizer of a coopmat variant with an FP8 A (W8A8), else None."""
+        plan = choice.call.plan
+        if self.packer(choice) is None or not (plan.quant and plan.quant.a_spec):
+            return None
+        packer = self._a_packers.get(plan.name)
+        if packer is None:
+            packer = self._a_packers.setdefault(plan.name, DeviceAPacker(plan))
         return packer
 
     # -- the call ---------------------------------------------------------------------------------------------
@@ -169,7 +189,8 @@ class PlainCall(CallKind):
             with self._lock:
                 pool = self._pools.get((key, id(queue)))
                 if pool is None:
-                    pool = self._pools[(key, id(queue))] = Pool(queue, choice, self.packer(choice))
+                    pool = self._pools[(key, id(queue))] = Pool(queue, choice, self.packer(choice),
+                                                                      self.a_packer(choice))
         return pool
 
     def _run_host(self, key, choice, opa, opb, c, bias, out, d_shape, alpha, beta):
@@ -181,11 +202,13 @@ class PlainCall(CallKind):
             bufs = pool.buffers
             # written without waiting on the in-order queue; kept alive until the blocking read of D below
             written = self.uploads(bufs, choice, opa, opb)
-            packer = self.packer(choice)
+            packer, a_packer, p = self.packer(choice), self.a_packer(choice), choice.config.problem
             if packer is not None:     # enqueued after the writes, before the GEMM (an in-order queue)
-                p = choice.config.problem
                 packer.run(q, {"stored": bufs["B_stored"], "scales": bufs["scales"], "zeros": bufs["zeros"],
                                "packed": bufs["B"]}, p.k, p.n, p.batch)
+            if a_packer is not None:
+                a_packer.run(q, {"stored": bufs["A_stored"], "scales": bufs["a_scales"], "packed": bufs["A"]},
+                             p.m, p.k, p.batch)
             if c is not None:
                 written.append(write_async(bufs["C"], c))
             if bias is not None:

@@ -13,7 +13,7 @@ import numpy as np
 from xegemm.api.checks import quantized_operand_types
 from xegemm.api.dispatch import Choice
 from xegemm.api.errors import LayoutError
-from xegemm.api.kinds.plain import PlainCall, stored_b
+from xegemm.api.kinds.plain import PlainCall, stored_a, stored_b
 from xegemm.api.operands import Operand, host_bytes, operand
 from xegemm.api.quantized import quantized_a_scales, quantized_b
 from xegemm.runtime.program import write_async
@@ -57,7 +57,7 @@ class QuantizedCall(PlainCall):
     def uploads(self, buffers: dict, choice: Choice, opa: Operand, opb: Operand) -> list:
         """A's bytes, and B's qweight, scales, zeros (and an FP8 A's scales) as the format stores them."""
         q = opb.array
-        written = [write_async(buffers["A"], host_bytes(opa, choice.layout_a, choice.config.types.a)),
+        written = [write_async(stored_a(buffers), host_bytes(opa, choice.layout_a, choice.config.types.a)),
                    write_async(stored_b(buffers), q.qweight), write_async(buffers["scales"], q.scales)]
         if q.zeros is not None:
             written.append(write_async(buffers["zeros"], q.zeros))
