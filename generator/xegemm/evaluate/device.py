@@ -57,8 +57,7 @@ class DeviceSession:
         self._buffers = None
         self._reference = None
         self._sets: list[dict] | None = None      # the problem's buffer sets (buffer_sets), the first its buffers
-        self._packers: dict[str, DevicePacker] = {}   # a packing lowering's B packer per plan (packed_b)
-        self._a_packers: dict[str, DeviceAPacker] = {}    # its FP8 A dequantizer per plan (packed_a)
+        self._packers: dict[tuple, object] = {}   # a packing lowering's B packer and A dequantizer per plan
         cpu = "cpu" in str(getattr(sycl_device, "device_type", "")).lower()
         self.llc_bytes = last_level_cache_bytes(int(getattr(sycl_device, "global_mem_cache_size", 0) or 0), cpu)
         self.memory_bytes = int(getattr(sycl_device, "global_mem_size", 0) or 0)
@@ -126,35 +125,36 @@ class DeviceSession:
         milliseconds the packing took (once per problem, packing and buffer set: the kernel's timing does not
         include it, the evaluation records it as ``extra["pack_b_ms"]``).  Raises BuildError when the packer does
         not build."""
-        packer = self._packers.get(plan.name)
-        if packer is None:
-            packer = self._packers[plan.name] = DevicePacker(plan)
-        key = ("b_packed", packer.source)
-        if key not in one:
-            p = config.problem
-            packer.kernel(self.queue)      # built first, so that the time is the packing's
-            packed = to_device(self.queue, np.zeros(max(4, packer.packed_bytes(p.k, p.n) * p.batch), np.uint8))
-            t0 = time.perf_counter()
-            packer.run(self.queue, {"stored": one["b"], "scales": one["scales"], "zeros": one["zeros"],
-                                    "packed": packed}, p.k, p.n, p.batch).wait()
-            one[key] = (packed, (time.perf_counter() - t0) * 1e3)
-        return one[key]
+        packer = self._packer(DevicePacker, plan)
+        p = config.problem
+        return self._pack_once(one, packer, packer.packed_bytes(p.k, p.n) * p.batch,
+                               {"stored": one["b"], "scales": one["scales"], "zeros": one["zeros"]}, (p.k, p.n, p.batch))
 
     def packed_a(self, config: Config, plan, one: dict) -> tuple[object, float]:
         """An FP8 A dequantized into row-major bf16 on the device (the coopmat lowering's A dequantizer,
-        xegemm.runtime.b_packer) from buffer set ``one``'s A and scales, and the milliseconds it took (once per
-        problem and buffer set, as :meth:`packed_b`, recorded as ``extra["pack_a_ms"]``)."""
-        packer = self._a_packers.get(plan.name)
-        if packer is None:
-            packer = self._a_packers[plan.name] = DeviceAPacker(plan)
-        key = ("a_packed", packer.source)
+        xegemm.runtime.b_packer) from buffer set ``one``'s A and scales, and the milliseconds it took (as
+        :meth:`packed_b`, recorded as ``extra["pack_a_ms"]``)."""
+        packer = self._packer(DeviceAPacker, plan)
+        p = config.problem
+        return self._pack_once(one, packer, packer.packed_bytes(p.m, p.k) * p.batch,
+                               {"stored": one["a"], "scales": one["a_scales"]}, (p.m, p.k, p.batch))
+
+    def _packer(self, kind, plan):
+        """This session's packer of ``kind`` (DevicePacker, DeviceAPacker) for a plan, made once."""
+        key = (kind.__name__, plan.name)
+        if key not in self._packers:
+            self._packers[key] = kind(plan)
+        return self._packers[key]
+
+    def _pack_once(self, one: dict, packer, nbytes: int, inputs: dict, sizes: tuple) -> tuple[object, float]:
+        """Run ``packer`` once per buffer set ``one`` (kept in it by the packer's source) into a new buffer of
+        ``nbytes``: (the buffer, the milliseconds of the run; the build comes first, untimed)."""
+        key = ("packed", packer.source)
         if key not in one:
-            p = config.problem
             packer.kernel(self.queue)
-            packed = to_device(self.queue, np.zeros(max(4, packer.packed_bytes(p.m, p.k) * p.batch), np.uint8))
+            packed = to_device(self.queue, np.zeros(max(4, nbytes), np.uint8))
             t0 = time.perf_counter()
-            packer.run(self.queue, {"stored": one["a"], "scales": one["a_scales"], "packed": packed},
-                       p.m, p.k, p.batch).wait()
+            packer.run(self.queue, {**inputs, "packed": packed}, *sizes).wait()
             one[key] = (packed, (time.perf_counter() - t0) * 1e3)
         return one[key]
 
