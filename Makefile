@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	# the checkpoint tests' reference library, after torch so that pip keeps the CPU build (pyproject.toml)
 	PYTHONWARNINGS=ignore::UserWarning $(PY) -m pip install --quiet -e '.[checkpoints]'
+	# AutoAWQ's own dequantization for the AWQ reference test: without its dependencies (its package imports
+	# transformers and accelerate; the test loads the one torch-only module), built against the torch above
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation autoawq==0.2.9 \
+		|| echo "note: AutoAWQ did not install: tests/test_quant_awq_reference.py will be skipped"
 	touch $(STAMP)
 
 # System tools the tests need: Intel's offline compiler (ocloc) for the ahead-of-time tests, Debian's chromium and
