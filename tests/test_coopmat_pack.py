@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from xegemm.config import config_from_text
+from xegemm.lowering import Lowering
 from xegemm.lowering.coopmat import dequantized_b, pack_b
 from xegemm.plan.planner import plan
 from xegemm.quant import dequantize, operand_spec
@@ -182,7 +183,8 @@ def test_the_packers_build_for_xe_gpus_with_the_current_compiler(target, tmp_pat
     if ocloc is None:
         pytest.skip("the current Intel GPU compiler is not installed: run `sudo make ocloc-current`")
     sources = [DevicePacker(plan(_config("gptq_g32"))).source]
-    b, a = packers(plan(_a_config("per_token_group_nk")))
+    b, a = packers(plan(_a_config("per_token_group_nk")), Lowering("coopmat"))
+    assert a is not None
     sources += [b.source, a.source]
     for i, source in enumerate(sources):
         path = tmp_path / f"p{i}.cl"

@@ -262,7 +262,7 @@ class DeviceBuilder(Builder):
             if low.b_pack_factor(pv.plan):   # B as the kernel reads it: packed on the device, once per problem
                 try:
                     buffers["B"], evaluation.extra["pack_b_ms"] = self.session.packed_b(config, pv.plan, one)
-                    if pv.plan.quant and pv.plan.quant.a_spec:     # an FP8 A: dequantized into bf16 first
+                    if low.dequantizes_a(pv.plan):     # an FP8 A: dequantized into bf16 first
                         buffers["A"], evaluation.extra["pack_a_ms"] = self.session.packed_a(config, pv.plan, one)
                 except BuildError as exc:
                     evaluation.fail("failed_build", f"the coopmat packer: {exc}")

@@ -89,9 +89,10 @@ class KernelCall:
         if plan.quant and plan.quant.b_view.k_per_element > 1:    # GPTQ: words of several K, [K / per, N]
             b_bits, b_rows = plan.quant.b_view.b_type.bits, f"K / {plan.quant.b_view.k_per_element}"
         b_meaning = "B's elements, batch after batch"
-        vnni = Lowering(config.target.lowering).b_pack_factor(plan) if config.target.lowering else None
+        lowering = Lowering(config.target.lowering) if config.target.lowering else None
+        vnni = lowering.b_pack_factor(plan) if lowering else None
         a_rows = "M" if lay.a == "row" else "K"
-        if vnni and plan.quant and plan.quant.a_spec:   # coopmat's FP8 A: dequantized into a row-major bf16 M x K
+        if lowering and lowering.dequantizes_a(plan):   # an FP8 A dequantized into a row-major 16-bit M x K first
             a_bits, a_rows = 16, "M"
         if vnni:     # the coopmat lowering's B: VNNI-packed, K padded to a multiple of v (runtime.b_packer)
             b_rows = f"((K + {vnni - 1}) / {vnni} * {vnni})"

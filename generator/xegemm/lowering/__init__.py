@@ -112,6 +112,11 @@ class Lowering:
         xegemm.runtime.b_packer, before its kernel), else None."""
         return None
 
+    def dequantizes_a(self, plan) -> bool:
+        """Whether this lowering dequantizes a quantized (FP8) A into a row-major compute-type A before its kernel
+        (the coopmat lowering's A dequantizer), rather than in the kernel's k-steps."""
+        return False
+
     def issues(self, atom) -> bool:
         """Whether this lowering can issue a copy atom (portable: every atom; native: its capabilities)."""
         return self.capabilities is None or _lowers(atom, self.capabilities)

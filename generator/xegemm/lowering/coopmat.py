@@ -501,6 +501,9 @@ def make_lowering_class(base):
             ab = operand_type(plan)
             return TYPES[ab][2] if ab in TYPES else None
 
+        def dequantizes_a(self, plan) -> bool:
+            return not reads_a_as_stored(plan)
+
         def build_options(self, grf: int) -> str:
             return ""        # a SPIR-V module: no OpenCL C options
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xegemm.library.dtypes import dtype
+from xegemm.lowering.coopmat import TYPES, operand_type
 from xegemm.lowering.dequant import AWQ_SLOT_C, dequant_helpers, scale_load, zero_load
 from xegemm.lowering.templating import environment
 from xegemm.quant.formats import FORMATS
@@ -72,6 +73,12 @@ def _stored_code(spec, k: str = "k", n: str = "n") -> tuple[str, str]:
     return f"(uint)B[(size_t){row} * {cols} + {col}]", "0u"
 
 
+def pack_factor(plan) -> int:
+    """K rows per 32-bit word of the packed B: the VNNI factor of the type the kernel multiplies
+    (xegemm.lowering.coopmat.TYPES: 2 for bf16, also a quantized B's; 4 for s8/u8)."""
+    return TYPES[operand_type(plan)][2]
+
+
 def packer_source(plan) -> PackerSource:
     """The packer of a coopmat plan's B: its stored element type and layout (or format) to VNNI-packed bf16, s8
     or u8."""
@@ -80,16 +87,18 @@ def packer_source(plan) -> PackerSource:
         quant, spec = plan.quant, plan.quant.spec
         unit, slot = _stored_code(spec)
         k_group = spec.k_group or 0
-        return PackerSource(f"{spec.describe()} dequantized to {quant.compute}, VNNI-packed by 2", KERNEL, 2, 16,
-                            "0xffff", dequant_helpers(quant), quant.compute,
+        v = pack_factor(plan)
+        return PackerSource(f"{spec.describe()} dequantized to {quant.compute}, VNNI-packed by {v}", KERNEL, v,
+                            32 // v, hex((1 << (32 // v)) - 1), dequant_helpers(quant), quant.compute,
                             groups=spec.scale_layout == "nk" and bool(k_group), k_group=k_group,
                             group_row=f"k / {k_group}" if k_group else "0", unit=unit, slot=slot,
                             scale=scale_load(spec, "row", "n"),
                             zero=zero_load(quant, "row", "n") if spec.has_zero else "")
-    bits = dtype(config.types.b).bits
+    v = pack_factor(plan)
+    bits = 32 // v
     index = "(size_t)k * N + n" if config.layout.b == "row" else "(size_t)n * K + k"
-    return PackerSource(f"{config.types.b} B ({config.layout.b}-major), VNNI-packed by {32 // bits}", KERNEL,
-                        32 // bits, bits, hex((1 << bits) - 1), element_ctype=ELEMENT_CTYPES[bits], index=index)
+    return PackerSource(f"{config.types.b} B ({config.layout.b}-major), VNNI-packed by {v}", KERNEL, v, bits,
+                        hex((1 << bits) - 1), element_ctype=ELEMENT_CTYPES[bits], index=index)
 
 
 def render_packer(plan) -> str:
@@ -102,14 +111,19 @@ def stored_bytes(plan, k: int, n: int) -> dict[str, int]:
     0 where it has none), as xegemm.quant.formats lays out its arrays."""
     if not plan.quant:
         return {"B": k * n * dtype(plan.config.types.b).bits // 8, "S": 0, "Z": 0}
-    arrays = FORMATS[plan.quant.spec.format].arrays(plan.quant.spec, k, n)
-    size = {name: int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for name, a in arrays.items()}
+    size = _array_bytes(plan.quant.spec, k, n)
     return {"B": size["qweight"], "S": size.get("scales", 0), "Z": size.get("zeros", size.get("qzeros", 0))}
+
+
+def _array_bytes(spec, k: int, n: int) -> dict[str, int]:
+    """Bytes of each of a quantized matrix's arrays as its format lays them out (xegemm.quant.formats)."""
+    return {name: int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+            for name, a in FORMATS[spec.format].arrays(spec, k, n).items()}
 
 
 def packed_bytes(plan, k: int, n: int) -> int:
     """Bytes per batch of the packed B: ceil(K/v) rows of N 32-bit words."""
-    return -(-k // packer_source(plan).v) * n * 4
+    return -(-k // pack_factor(plan)) * n * 4
 
 
 def packer_arguments(plan, buffers: dict, k: int, n: int, batch: int = 1) -> tuple[list, tuple, tuple]:
@@ -122,8 +136,7 @@ def packer_arguments(plan, buffers: dict, k: int, n: int, batch: int = 1) -> tup
     args = [stored, stored if scales is None else scales, stored if zeros is None else zeros, buffers["packed"],
             ctypes.c_int(k), ctypes.c_int(n), ctypes.c_long(size["B"]), ctypes.c_long(size["S"]),
             ctypes.c_long(size["Z"]), ctypes.c_long(packed_bytes(plan, k, n))]
-    v = packer_source(plan).v
-    return args, (-(-n // LOCAL[0]) * LOCAL[0], -(-k // v), batch), LOCAL
+    return args, (-(-n // LOCAL[0]) * LOCAL[0], -(-k // pack_factor(plan)), batch), LOCAL
 
 
 # ---- an FP8 A (W8A8): dequantized into the compute type, row-major ------------------------------------------
@@ -166,9 +179,7 @@ def render_a_packer(plan) -> str:
 
 def a_stored_bytes(plan, m: int, k: int) -> dict[str, int]:
     """Bytes per batch of an FP8 A as stored (``A``) and of its scales (``SA``)."""
-    a = plan.quant.a_spec
-    arrays = FORMATS[a.format].arrays(a, k, m)       # an A's arrays describe A.T, K x M (xegemm.quant)
-    size = {name: int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for name, x in arrays.items()}
+    size = _array_bytes(plan.quant.a_spec, k, m)     # an A's arrays describe A.T, K x M (xegemm.quant)
     return {"A": size["qweight"], "SA": size.get("scales", 0)}
 
 

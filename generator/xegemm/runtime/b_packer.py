@@ -68,6 +68,6 @@ class DeviceAPacker(_Packer):
         return launch(queue, self.kernel(queue), args, grid, local)
 
 
-def packers(plan) -> tuple[DevicePacker, DeviceAPacker | None]:
-    """A coopmat plan's B packer and, with an FP8 A, its A dequantizer."""
-    return DevicePacker(plan), DeviceAPacker(plan) if plan.quant and plan.quant.a_spec else None
+def packers(plan, lowering) -> tuple[DevicePacker, DeviceAPacker | None]:
+    """A coopmat plan's B packer and, where ``lowering`` dequantizes A first (an FP8 A), its A dequantizer."""
+    return DevicePacker(plan), DeviceAPacker(plan) if lowering.dequantizes_a(plan) else None

@@ -116,7 +116,7 @@ class PlainCall(CallKind):
     def a_packer(self, choice: Choice) -> DeviceAPacker | None:
         """The FP8 A dequantizer of a coopmat variant with an FP8 A (W8A8), else None."""
         plan = choice.call.plan
-        if self.packer(choice) is None or not (plan.quant and plan.quant.a_spec):
+        if not variant_lowering(self.gemm.lowering, choice.config.target.lowering).dequantizes_a(plan):
             return None
         packer = self._a_packers.get(plan.name)
         if packer is None:
