@@ -506,6 +506,109 @@ def test_the_runs_evaluator_runs_shipped_quantized_configs_through_the_coopmat_k
     assert result.extra["pack_b_ms"] >= 0 and (name != "w8a8_fp8" or result.extra["pack_a_ms"] >= 0)
 
 
+GROUPED = {   # shipped grouped / MoE configs through the coopmat kernel: (config, overrides)
+    # K not a multiple of the VNNI factor: the packed groups are longer than the stored ones (their own offsets)
+    "grouped_odd_k": ("grouped", {"problem.groups": ["100x256x127", "0x256x128", "33x512x65", "200x128x255"]}),
+    "moe": ("moe", {}),
+    # quantized experts (u4, zero points, per-32 scales) dequantized by the packer in one batched run
+    "moe_w4a16_bf16": ("moe_w4a16", {"types.a": "bf16", "types.c": "bf16", "quant.scale": "bf16"}),
+}
+
+
+def _grouped_variants(name: str):
+    from xegemm.config import load_config
+    from xegemm.evaluate import plan_variants
+    config, overrides = GROUPED[name]
+    config = load_config(ROOT / "configs" / f"{config}.yaml").with_overrides(
+        {"profile.warmup": 0, "profile.repeats": 1, **overrides})
+    planned = [pv for pv in plan_variants(config, Lowering("coopmat")) if pv.plan is not None]
+    assert {pv.config.tile.walk for pv in planned} == {"static", "dynamic"}, [pv.reason for pv in planned]
+    return planned
+
+
+@pytest.mark.parametrize("name", sorted(GROUPED))
+def test_grouped_and_moe_launches_verify_through_the_coopmat_kernel(name, coopmat_evaluator):
+    """The persistent walk (static and dynamic) in SPIR-V over the problem table, every group's B packed on the
+    device first: the run's evaluator verifies every group (empty ones included) and the bytes between them."""
+    from xegemm.evaluate import render_variant
+    for pv in _grouped_variants(name):
+        result = coopmat_evaluator.evaluate(pv, render_variant(pv, Lowering("coopmat")))
+        assert result.status == "ok", (name, pv.config.tile.walk, result.reason)
+        assert result.extra["pack_b_ms"] >= 0
+
+
+@pytest.mark.parametrize("walk, old, new", [
+    ("static", "%gs_right = OpULessThanEqual", "%gs_right = OpULessThan"),     # the search lands one group early
+    ("static", "%B %g_b_offset", "%B %z64"),                                  # every group reads group 0's B
+    ("static", "%t_next = OpIAdd %u32 %t %nwgx", "%t_next = OpIAdd %u32 %t %total_tiles"),   # one tile each
+    ("dynamic", "OpStore %next_tile %taken",                                  # each take skips a tile
+     "%taken_again = OpAtomicIIncrement %u32 %tile_counter %c1 %c0\nOpStore %next_tile %taken"),
+])
+def test_a_broken_grouped_coopmat_kernel_fails_verification(walk, old, new, coopmat_evaluator):
+    from xegemm.evaluate import render_variant
+    (pv,) = [pv for pv in _grouped_variants("grouped_odd_k") if pv.config.tile.walk == walk]
+    source = render_variant(pv, Lowering("coopmat"))
+    assert old in source
+    result = coopmat_evaluator.evaluate(pv, source.replace(old, new))
+    assert result.status == "failed_verify", result.reason
+
+
+def test_the_packed_groups_have_their_own_offsets():
+    """A coopmat grouped launch: the table's b_offset is the packed B's (each group 64-byte aligned, room for K
+    rounded up to v), the caller's B stays at the stored offsets; an MoE layer's experts one packed expert apart."""
+    from xegemm.grouped.problem import from_config
+    from xegemm.grouped.table import FIELD
+    from xegemm.kernel.grouped_launch import grouped_launch
+    (pv, _) = _grouped_variants("grouped_odd_k")
+    problem = from_config(pv.config)
+    layout = grouped_launch(pv.plan, problem, 2)
+    packed = [-(-g.k // 2) * g.n * 4 for g in problem.groups]
+    starts = layout.packed_b_offsets
+    assert all(s % 64 == 0 for s in starts) and all(b >= a + p for a, b, p in zip(starts, starts[1:], packed))
+    assert layout.nbytes["B_packed"] == starts[-1] + packed[-1]
+    assert list(layout.table[:, FIELD["b_offset"]] * 2) == list(starts)        # bf16: 2 bytes an element
+    assert layout.byte_offsets("B") != list(starts) and layout.byte_offsets("B")[0] == 0
+    (pv, _) = _grouped_variants("moe")
+    moe = from_config(pv.config)
+    g = moe.groups[0]
+    assert grouped_launch(pv.plan, moe, 2).packed_b_offsets == tuple(e * g.k // 2 * g.n * 4
+                                                                     for e in range(len(moe.groups)))
+
+
+def test_the_call_api_runs_grouped_and_moe_calls_through_the_coopmat_kernel(sycl_device):
+    """gemm.grouped (ragged groups, one empty, bias and ReLU) and gemm.moe (an empty expert) with
+    lowering="coopmat" in a fresh process: every group's B packed on the device at the call, D against numpy."""
+    _needs_amx(sycl_device)
+    script = f"""
+import numpy as np, ml_dtypes, xegemm
+rng = np.random.default_rng(1)
+g = xegemm.load({str(ROOT / "configs" / "grouped.yaml")!r}, lowering="coopmat")
+shapes = [(40, 64, 70), (0, 32, 64), (17, 48, 33)]
+A = [rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16) for m, n, k in shapes]
+B = [rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16) for m, n, k in shapes]
+bias = [rng.standard_normal(n).astype(np.float32) for m, n, k in shapes]
+errors = [0.0]
+for a, b, v, d in zip(A, B, bias, g.grouped(A, B, bias=bias)):
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + v, 0)
+    errors.append(float(np.max(np.abs(d.astype(np.float64) - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-3), initial=0)))
+print(g.last_kernel.name, max(errors))
+m = xegemm.load({str(ROOT / "configs" / "moe.yaml")!r}, lowering="coopmat")
+rows = [5, 0, 30, 2]
+a = rng.standard_normal((sum(rows), 96)).astype(ml_dtypes.bfloat16)
+b = rng.standard_normal((4, 96, 40)).astype(ml_dtypes.bfloat16)
+ends = np.cumsum(rows)
+ref = np.concatenate([a[e - r:e].astype(np.float64) @ b[i].astype(np.float64) for i, (r, e) in enumerate(zip(rows, ends))])
+d = m.moe(a, b, rows).astype(np.float64)
+print(m.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-3))))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env={k: v for k, v in os.environ.items() if k != TARGET_ARCH_VARIABLE})
+    assert done.returncode == 0, done.stderr[-2000:]
+    grouped_name, grouped_err, moe_name, moe_err = done.stdout.split()
+    assert "_grouped" in grouped_name and grouped_name.endswith("_coopmat") and moe_name.endswith("_coopmat")
+    assert float(grouped_err) <= 1.0 and float(moe_err) <= 1.0     # D in bf16: 2^-9 relative, f32 sums
+
+
 @pytest.mark.usefixtures("code_allowed")
 def test_a_traced_epilogue_with_reductions_is_rejected_with_the_reason():
     from xegemm.evaluate import plan_variants
@@ -625,6 +728,24 @@ def test_call_api_in_a_process_started_without_the_target_says_how(sycl_device):
 
 
 # -- ahead of time for Intel GPUs ------------------------------------------------------------------------------
+@pytest.mark.ocloc
+@pytest.mark.parametrize("target", ["pvc", "bmg"])
+def test_gpu_build_of_the_moe_config_holds_the_gates(target, tmp_path):
+    """The shipped MoE config (both walks) through `xegemm build --lowering coopmat` with the current compiler:
+    the persistent walk around the tile keeps the tile's dpas count, its 2D block loads and no spill."""
+    from xegemm.aot.toolchain import find_ocloc
+    from xegemm.jobs.pipeline import build_config
+    if find_ocloc("current") is None:
+        pytest.skip("the current compiler is not installed: make ocloc-current")
+    result = build_config(ROOT / "configs" / "moe.yaml", target=target, out_dir=tmp_path / "b", lowering="coopmat")
+    assert len(result["variants"]) == 2
+    for v in result["variants"]:
+        assert v["status"] == "ok", v["reason"]
+        assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 8     # 16 x 16 per sub-group, four bodies
+        assert v["measured_messages"]["load_block2d"] == v["predicted"]["load_block2d"] > 0
+        assert v["isa"]["spill_bytes"] in (0, None)
+
+
 GPU_EPILOGUES = {"plain": ("f32", "", ""),
                  "bias_gelu_bf16_b_col": ("bf16", "layout: {b: col}\n",
                                           "epilogue: {alpha: 0.5, beta: 1.0, bias: row, activation: gelu_tanh}\n")}

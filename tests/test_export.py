@@ -260,6 +260,28 @@ def test_the_coopmat_module_exports_as_spirv_loaded_with_create_program_with_il(
     assert broken.returncode != 0 and "0 passed, 1 failed" in broken.stdout, broken.stdout
 
 
+@pytest.mark.device
+@NEEDS_CC
+def test_a_grouped_coopmat_module_exports_with_its_packed_table(tmp_path):
+    """A grouped launch (K of 63 and 33: packed groups longer than stored ones) in both walks exported as the
+    coopmat module: the example lays every group's B out VNNI-packed at the table's packed offsets and checks every
+    group; written plain instead, the check fails."""
+    (tmp_path / "g.yaml").write_text(GROUPED.replace("37x48x64, 0x32x32, 20x64x32", "37x48x63, 0x32x32, 20x64x33"))
+    out = tmp_path / "out"
+    _export_cli(tmp_path / "g.yaml", out, "coopmat")
+    assert "b_offset counts elements of the packed B" in (out / "xegemm_kernels.h").read_text()
+    done = _make(out, "run", env=_runtime_env())
+    if "skipped xegemm_k0_" in done.stdout:
+        pytest.skip(done.stdout.split(": ", 1)[1].splitlines()[0])
+    assert done.returncode == 0 and done.stdout.count("passed grouped ") == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    example = out / "example.c"
+    text = example.read_text()
+    assert "if (sp.vnni) idx = " in text
+    example.write_text(text.replace("if (sp.vnni) idx = ", "if (0) idx = "))
+    broken = _make(out, "run", env=_runtime_env())
+    assert broken.returncode != 0 and "0 passed, 2 failed" in broken.stdout, broken.stdout
+
+
 def _tune_directory(folder: Path) -> tuple[Shape, Shape]:
     """best.yaml and best.json as `xegemm tune` writes them: two shapes' winners, the first split K 4 ways (legal
     only where K has 4 k-tiles of 32), the second measured faster."""

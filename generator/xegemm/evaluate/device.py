@@ -125,7 +125,7 @@ class DeviceSession:
         milliseconds the packing took (once per problem, packing and buffer set: the kernel's timing does not
         include it, the evaluation records it as ``extra["pack_b_ms"]``).  Raises BuildError when the packer does
         not build."""
-        packer = self._packer(DevicePacker, plan)
+        packer = self.packer(DevicePacker, plan)
         p = config.problem
         return self._pack_once(one, packer, packer.packed_bytes(p.k, p.n) * p.batch,
                                {"stored": one["b"], "scales": one["scales"], "zeros": one["zeros"]}, (p.k, p.n, p.batch))
@@ -134,12 +134,12 @@ class DeviceSession:
         """An FP8 A dequantized into row-major bf16 on the device (the coopmat lowering's A dequantizer,
         xegemm.runtime.b_packer) from buffer set ``one``'s A and scales, and the milliseconds it took (as
         :meth:`packed_b`, recorded as ``extra["pack_a_ms"]``)."""
-        packer = self._packer(DeviceAPacker, plan)
+        packer = self.packer(DeviceAPacker, plan)
         p = config.problem
         return self._pack_once(one, packer, packer.packed_bytes(p.m, p.k) * p.batch,
                                {"stored": one["a"], "scales": one["a_scales"]}, (p.m, p.k, p.batch))
 
-    def _packer(self, kind, plan):
+    def packer(self, kind, plan):
         """This session's packer of ``kind`` (DevicePacker, DeviceAPacker) for a plan, made once."""
         key = (kind.__name__, plan.name)
         if key not in self._packers:
@@ -250,7 +250,14 @@ class DeviceBuilder(Builder):
         queue = self.session.queue
         call = KernelCall.of(pv.plan)
         if pv.plan.grouped:         # one launch of every group (xegemm.evaluate.grouped)
-            setup = grouped_setup(self.session, config, pv.plan)
+            try:
+                setup = grouped_setup(self.session, config, pv.plan, low)
+            except BuildError as exc:
+                evaluation.fail("failed_build", f"the coopmat packer: {exc}")
+                evaluation.build_log = exc.log
+                return None
+            if setup.pack_b_ms is not None:
+                evaluation.extra["pack_b_ms"] = setup.pack_b_ms
             return DeviceKernel(self.session, config, {"grouped": setup},
                                 grouped_submit(queue, call, kernels[0], setup, epilogue_scalars(config)))
         bufs = self.session.buffers(config, pv.plan.graph)

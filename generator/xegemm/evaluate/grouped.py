@@ -22,6 +22,7 @@ from xegemm.grouped.table import FIELD
 from xegemm.verify.grouped import GroupedVerdict, check_groups, group_operands, group_references
 from xegemm.plan.planner import Plan
 from xegemm.evaluate.timing import NumpyReference, Rotation
+from xegemm.runtime.b_packer import DevicePacker, pack_grouped_b
 from xegemm.runtime.program import from_device, launch, to_device
 from xegemm.verify.dense import GUARD_BYTE, GUARD_BYTES
 
@@ -58,6 +59,7 @@ class GroupedSetup:
     references: list
     zero: np.ndarray
     moved_bytes: int
+    pack_b_ms: float | None = None  # a lowering that reads B packed: the device packing's milliseconds (untimed)
 
     @property
     def flops(self) -> int:
@@ -75,15 +77,17 @@ class GroupedSetup:
         return bool(np.array_equal(raw[keep], self.poison[keep]))
 
 
-def grouped_setup(session, config: Config, plan: Plan) -> GroupedSetup:
+def grouped_setup(session, config: Config, plan: Plan, lowering=None) -> GroupedSetup:
     """Operands, references and buffers of ``config``'s grouped problem for ``plan``'s kernel on the session's
-    device (kept on the session while the problem, types, epilogue, seed and table stay the same)."""
+    device (kept on the session while the problem, types, epilogue, seed, table and lowering stay the same).  A
+    ``lowering`` that reads B packed (coopmat) gets every group's B packed on the device (the session's packer;
+    BuildError when it does not build), B as stored kept as ``B_stored``."""
     problem = from_config(config)
     device = session.device
     layout = grouped_launch(plan, problem, int(getattr(device, "max_compute_units", 1) or 1),
                             bool(getattr(device, "is_gpu", False)))
     key = (config.problem, config.moe, config.types, config.quant, config.layout, config.epilogue, config.verify.seed,
-           layout.table.tobytes(), tuple(layout.sizes.items()))
+           layout.table.tobytes(), tuple(layout.sizes.items()), lowering and lowering.name)
     cached = getattr(session, "grouped_cache", None)
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -104,8 +108,12 @@ def grouped_setup(session, config: Config, plan: Plan) -> GroupedSetup:
     if plan.quant:            # quantized experts: scales and zeros, expert after expert
         for name in ("scales", "zeros"):
             buffers[name] = to_device(queue, layout.pack_experts(name, [o and o.quant[name] for o in ops]))
+    pack_ms = None
+    if lowering is not None and lowering.b_pack_factor(plan):
+        buffers["B_stored"] = buffers["B"]
+        buffers["B"], pack_ms = pack_grouped_b(queue, session.packer(DevicePacker, plan), layout, buffers)
     moved = layout.nbytes["A"] + layout.nbytes["B"] + layout.nbytes["D"]
-    setup = GroupedSetup(config, problem, layout, buffers, poison, refs, np.zeros(1, np.int32), moved)
+    setup = GroupedSetup(config, problem, layout, buffers, poison, refs, np.zeros(1, np.int32), moved, pack_ms)
     session.grouped_cache = (key, setup)
     return setup
 

@@ -380,5 +380,6 @@ def _grouped(plan) -> dict:
             "groups": [[int(table[g, FIELD[f]]) for f in ("m", "n", "k", "a_offset", "b_offset", "c_offset", "lda",
                                                           "ldb", "ldc", "bias_offset")]
                        for g in range(len(problem.groups))],
-            "nbytes": [max(4, layout.nbytes[x]) for x in ("A", "B", "D")],
+            # a kernel that reads B packed (coopmat): the table's b_offset and B's bytes are the packed B's
+            "nbytes": [max(4, layout.nbytes[x]) for x in ("A", "B_packed" if layout.packed_b_offsets else "B", "D")],
             "bias_floats": max(1, layout.nbytes["bias"] // 4)}

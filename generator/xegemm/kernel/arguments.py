@@ -188,8 +188,12 @@ class KernelCall:
         """A grouped or MoE kernel (templates/grouped.cl.j2): every group's sizes, offsets and pitches come from
         the problem table (xegemm.grouped.table); G persistent work-groups along x walk the tiles."""
         lx, ly, _ = plan.workgroup_size
+        lowering = Lowering(plan.config.target.lowering) if plan.config.target.lowering else None
+        vnni = lowering.b_pack_factor(plan) if lowering else None
+        b_meaning = (f"every group's B VNNI-packed by {vnni} (xegemm.runtime.b_packer), at the table's b_offset"
+                     if vnni else "every group's B, at the table's b_offset")
         args = (Argument("A", "const global uchar*", "every group's A, at the table's a_offset", "A"),
-                Argument("B", "const global uchar*", "every group's B, at the table's b_offset", "B"),
+                Argument("B", "const global uchar*", b_meaning, "B"),
                 Argument("C", "global uchar*", "every group's D, the result, at the table's c_offset", "D"),
                 Argument("Cin", "const global uchar*", "every group's C, read when beta != 0 (laid out as D)", "C"),
                 Argument("bias", "const global float*", "every group's f32 bias vector, at the table's bias_offset",

@@ -14,7 +14,8 @@ import numpy as np
 from xegemm.kernel.arguments import KernelCall
 from xegemm.library.dtypes import dtype
 from xegemm.grouped.problem import GroupedProblem
-from xegemm.grouped.table import FIELD, bias_offsets, problem_table, tile_begins
+from xegemm.grouped.table import FIELD, bias_offsets, packed_offsets, problem_table, tile_begins
+from xegemm.lowering import Lowering
 from xegemm.plan.planner import Plan
 from xegemm.library.targets import HW_THREADS
 
@@ -45,9 +46,13 @@ class GroupedLaunch:
     bits: tuple[int, int, int]
     nbytes: dict
     sizes: dict
+    stored_b: tuple[int, ...] = ()          # each group's first byte of B as stored, where the kernel reads it packed
+    packed_b_offsets: tuple[int, ...] = ()  # ... and of the packed B the kernel reads (the table's b_offset)
 
     def byte_offsets(self, operand: str) -> list[int]:
-        """Each group's first byte in ``operand``'s buffer (A, B or D)."""
+        """Each group's first byte in ``operand``'s buffer (A, B as the caller stores it, or D)."""
+        if operand == "B" and self.stored_b:
+            return list(self.stored_b)
         index = OPERANDS.index(operand)
         column = self.table[:, FIELD[OFFSET_FIELDS[index]]]
         return [int(v) * self.bits[index] // 8 for v in column]
@@ -86,12 +91,24 @@ def grouped_launch(plan: Plan, problem: GroupedProblem, compute_units: int, gpu:
     t, lay = config.types, config.layout
     bits = (dtype(t.a).bits, dtype(t.b).bits, dtype(t.c).bits)
     bias = plan.epilogue.bias
-    table = problem_table(problem, config.tile.workgroup, bits, (lay.a, lay.b, lay.c), bias=bias)
+    offsets = packed_offsets(problem, bits)
     counts = [(g.m * g.k, g.k * g.n, g.m * g.n) for g in problem.groups]
     nbytes = {}
-    for index, (operand, field) in enumerate(zip(OPERANDS, OFFSET_FIELDS)):
-        end = max(int(row[FIELD[field]]) + c[index] for row, c in zip(table, counts))
+    for index, operand in enumerate(OPERANDS):
+        end = max(int(o) + c[index] for o, c in zip(offsets[:, index], counts))
         nbytes[operand] = -(-end * bits[index] // 8)
+    stored_b, packed_b, table_bits = (), (), bits
+    lowering = Lowering(config.target.lowering) if config.target.lowering else None
+    v = lowering.b_pack_factor(plan) if lowering else None
+    if v:   # the kernel reads B VNNI-packed (the coopmat lowering): the table's b_offset is the packed B's
+        stored_b = tuple(int(o) * bits[1] // 8 for o in offsets[:, 1])
+        packed_b = _packed_b_offsets(problem, v)
+        nbytes["B_packed"] = max(o + _packed_bytes(g, v) for o, g in zip(packed_b, problem.groups))
+        table_bits = (bits[0], 32 // v, bits[2])
+        offsets = offsets.copy()
+        offsets[:, 1] = [o * 8 // table_bits[1] for o in packed_b]
+    table = problem_table(problem, config.tile.workgroup, table_bits, (lay.a, lay.b, lay.c), offsets=offsets,
+                          bias=bias)
     nbytes["bias"] = 4 * bias_offsets(problem, bias)[-1]
     total = tile_begins(problem, config.tile.workgroup)[-1]
     sgm, sgn = config.tile.subgroups
@@ -101,4 +118,21 @@ def grouped_launch(plan: Plan, problem: GroupedProblem, compute_units: int, gpu:
         sizes |= {"n": problem.groups[0].n, "k": problem.groups[0].k}
         strides = KernelCall.of(plan).grouped_sizes(**sizes)
         nbytes |= {"scales": strides["stride_s"] * len(problem.groups), "zeros": strides["stride_z"] * len(problem.groups)}
-    return GroupedLaunch(problem, table, bits, nbytes, sizes)
+    return GroupedLaunch(problem, table, bits, nbytes, sizes, stored_b, packed_b)
+
+
+def _packed_bytes(group, v: int) -> int:
+    """Bytes of one group's VNNI-packed B: ceil(K/v) rows of N 32-bit words (xegemm.lowering.coopmat_pack)."""
+    return -(-group.k // v) * group.n * 4
+
+
+def _packed_b_offsets(problem: GroupedProblem, v: int, align_bytes: int = 64) -> tuple[int, ...]:
+    """Each group's first byte in the packed B buffer: an MoE layer's experts one packed expert apart (the
+    packer's batch stride), any other group after the one before, rounded up to ``align_bytes``."""
+    if problem.experts:
+        return tuple(e * _packed_bytes(problem.groups[0], v) for e in range(len(problem.groups)))
+    out, at = [], 0
+    for g in problem.groups:
+        out.append(at)
+        at += -(-_packed_bytes(g, v) // align_bytes) * align_bytes
+    return tuple(out)

@@ -42,6 +42,8 @@ from xegemm.epilogues.graph import Graph
 from xegemm.epilogues.plan import input_param
 from xegemm.epilogues.spirv import Compiler, SpirvCompileError, Value
 from xegemm.errors import PlanRejected, XegemmError
+from xegemm.grouped.schedule import MODES
+from xegemm.grouped.table import FIELD, FIELDS
 from xegemm.library.dtypes import dtype
 from xegemm.lowering.templating import environment, render_macro
 from xegemm.quant import compute_type, dequantize, operand_spec
@@ -67,6 +69,15 @@ PARAMETERS = (("A", "ab"), ("B", "ab"), ("C", "out"), ("M", "%u32"), ("N", "%u32
               ("lda", "%u32"), ("ldb", "%u32"), ("ldc", "%u32"), ("batch_stride_a", "%u64"),
               ("batch_stride_b", "%u64"), ("batch_stride_c", "%u64"), ("Cin", "out"), ("bias", "%pcw_f32"),
               ("alpha", "%f32"), ("beta", "%f32"), ("clamp_lo", "%f32"), ("clamp_hi", "%f32"))
+# a grouped / MoE kernel's parameters, as xegemm.kernel.arguments' grouped kernel (KernelCall._grouped): every
+# group's sizes, offsets (elements; B's: of the packed B) and pitches come from the problem table
+GROUPED_PARAMETERS = (("A", "ab"), ("B", "ab"), ("C", "out"), ("Cin", "out"), ("bias", "%pcw_f32"),
+                      ("alpha", "%f32"), ("beta", "%f32"), ("clamp_lo", "%f32"), ("clamp_hi", "%f32"),
+                      ("table", "%pcw_u64"), ("groups", "%u32"), ("total_tiles", "%u32"),
+                      ("tile_counter", "%pcw_u32"))
+# quantized experts' arguments (after the walk's): not read, every expert was dequantized by the packer
+GROUPED_QUANT_PARAMETERS = (("S", "%pcw_u8"), ("Z", "%pcw_u8"), ("expert_stride_s", "%u64"),
+                            ("expert_stride_z", "%u64"))
 STORAGE_IDS = {"uchar": "%u8", "ushort": "%u16", "uint": "%u32"}
 # a quantized B's arguments (xegemm.kernel.arguments, after the epilogue's): not read, B was dequantized by the packer
 QUANT_PARAMETERS = (("S", "%pcw_u8"), ("Z", "%pcw_u8"), ("batch_stride_s", "%u64"), ("batch_stride_z", "%u64"))
@@ -207,6 +218,7 @@ class CoopmatKernel:
     dequantized: bool = False   # B quantized, dequantized into bf16 by the packer (its scales' arguments follow)
     fp8_a: bool = False     # A FP8 (W8A8), dequantized into row-major bf16 by the A dequantizer (its scales follow)
     epilogue: ElementStage | None = None     # None: D = acc in the accumulator type (identity_stage)
+    walk: str | None = None     # a grouped / MoE kernel: its persistent walk (xegemm.grouped.schedule.MODES)
 
     def __post_init__(self):
         if self.epilogue is None:
@@ -218,6 +230,10 @@ class CoopmatKernel:
                                f"accumulator tiles (tiles: M <= {MAX_TILE_M}, N = {TILE_N})")
         if self.tk not in TYPES[self.ab][4:]:
             raise PlanRejected(f"coopmat: k-step {self.tk} for {self.ab}: one of {TYPES[self.ab][4:]}")
+        if self.walk is not None and self.walk not in MODES:
+            raise PlanRejected(f"coopmat: walk {self.walk!r}: one of {', '.join(MODES)}")
+        if self.walk is not None and (self.epilogue.params or self.epilogue.matrices or self.epilogue.outputs):
+            raise PlanRejected("coopmat: a grouped kernel takes the fixed epilogue only (as the OpenCL C lowerings)")
 
     # -- derived --------------------------------------------------------------------------------------------
     @property
@@ -285,9 +301,18 @@ class CoopmatKernel:
         return (self.sg_n * self.sg, self.sg_m, 1)
 
     @property
+    def fields(self) -> dict[str, int]:
+        """A grouped kernel's problem table: each field's column (xegemm.grouped.table.FIELD), and ``count``."""
+        return {**FIELD, "count": len(FIELDS)}
+
+    @property
     def parameters(self) -> tuple[tuple[str, str], ...]:
-        """(name, SPIR-V type id) of each kernel parameter: :data:`PARAMETERS`, then the traced epilogue's."""
+        """(name, SPIR-V type id) of each kernel parameter: :data:`PARAMETERS`, then the traced epilogue's (a
+        grouped kernel: :data:`GROUPED_PARAMETERS`)."""
         ids = {"out": "%pcw_" + self.epilogue.out_t[1:], "ab": f"%pcw_u{self.ab_bits}"}
+        if self.walk is not None:
+            quant = GROUPED_QUANT_PARAMETERS if self.dequantized else ()
+            return tuple((n, ids.get(t, t)) for n, t in GROUPED_PARAMETERS + quant)
         quant = (QUANT_PARAMETERS if self.dequantized else ()) + (A_QUANT_PARAMETERS if self.fp8_a else ())
         return tuple((n, ids.get(t, t)) for n, t in PARAMETERS) + self.epilogue.params + quant
 
@@ -342,8 +367,10 @@ def plan_violation(plan) -> str | None:
         return f"coopmat: {ab} accumulates in {TYPES[ab][0]} (got acc={t.acc})"
     if lay.c != "row":
         return "coopmat: C and D must be row-major (layout.c: row)"
-    if plan.split_k > 1 or plan.stream_k or plan.grouped:
-        return "coopmat: split K, stream-K and grouped problems are not done"
+    if plan.split_k > 1 or plan.stream_k:
+        return "coopmat: split K and stream-K are not done"
+    if plan.grouped and plan.quant and plan.quant.a_spec:
+        return "coopmat: a grouped launch with an FP8 A (W8A8) is not done (its A dequantizer runs on one matrix)"
     if plan.graph is not None and plan.graph.reductions():
         return (f"coopmat: the traced epilogue {plan.graph.function} has reductions; their per-tile partials and "
                 "fix-up kernel are not rendered in SPIR-V")
@@ -380,7 +407,7 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx") -> Coopma
                            "row-major")
     return CoopmatKernel(name or plan.name, ab, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk,
                          a_col=a_col, epilogue=plan_stage(plan), dequantized=plan.quant is not None,
-                         fp8_a=not reads_a_as_stored(plan))
+                         fp8_a=not reads_a_as_stored(plan), walk=tile.walk if plan.grouped else None)
 
 
 def render_kernel(kernel: CoopmatKernel) -> str:

@@ -126,16 +126,21 @@ def packed_bytes(plan, k: int, n: int) -> int:
     return -(-k // pack_factor(plan)) * n * 4
 
 
-def packer_arguments(plan, buffers: dict, k: int, n: int, batch: int = 1) -> tuple[list, tuple, tuple]:
+def packer_arguments(plan, buffers: dict, k: int, n: int, batch: int = 1,
+                     offsets: tuple[int, int] = (0, 0)) -> tuple[list, tuple, tuple]:
     """(argument values, global size, local size) of the packer over ``batch`` matrices: ``buffers`` gives
     ``stored`` (B as stored), ``packed`` (the output) and a quantized B's ``scales`` and ``zeros`` (any buffer
-    where it has none)."""
+    where it has none); ``offsets``: the bytes before the first matrix in ``stored`` and in ``packed`` (one
+    group of a grouped launch; a multiple of 4 in ``packed``)."""
+    if offsets[1] % 4:
+        raise ValueError(f"the packed B's offset {offsets[1]} is not a multiple of 4 bytes")
     size = stored_bytes(plan, k, n)
     stored = buffers["stored"]
     scales, zeros = (buffers.get(name) for name in ("scales", "zeros"))
     args = [stored, stored if scales is None else scales, stored if zeros is None else zeros, buffers["packed"],
             ctypes.c_int(k), ctypes.c_int(n), ctypes.c_long(size["B"]), ctypes.c_long(size["S"]),
-            ctypes.c_long(size["Z"]), ctypes.c_long(packed_bytes(plan, k, n))]
+            ctypes.c_long(size["Z"]), ctypes.c_long(packed_bytes(plan, k, n)), ctypes.c_long(offsets[0]),
+            ctypes.c_long(offsets[1])]
     return args, (-(-n // LOCAL[0]) * LOCAL[0], -(-k // pack_factor(plan)), batch), LOCAL
 
 

@@ -92,6 +92,14 @@ class CallKind:
 
     def __init__(self, gemm):        # the xegemm.api.gemm.Gemm it serves
         self.gemm = gemm
+        self._packers: dict[tuple, object] = {}   # a packing lowering's packers (xegemm.runtime.b_packer)
+
+    def device_packer(self, kind, plan):
+        """This call kind's packer of ``kind`` (xegemm.runtime.b_packer's DevicePacker, DeviceAPacker) for a
+        plan, made once (a race makes two alike; one is kept)."""
+        key = (kind.__name__, plan.name)
+        packer = self._packers.get(key)
+        return packer if packer is not None else self._packers.setdefault(key, kind(plan))
 
     @classmethod
     def serves(cls, gemm) -> bool:

@@ -20,6 +20,8 @@ from xegemm.api.operands import Operand, expected_dtype, host_bytes, operand
 from xegemm.api.quantized import quantized_b
 from xegemm.grouped.problem import GroupedProblem, GroupedProblemError, grouped_from_operands, moe_from_operands
 from xegemm.kernel.grouped_launch import grouped_launch
+from xegemm.lowering import variant_lowering
+from xegemm.runtime.b_packer import DevicePacker, pack_grouped_b
 from xegemm.runtime.program import from_device, launch, to_device
 
 
@@ -89,8 +91,12 @@ class GroupedCall(CallKind):
         for name in ("scales", "zeros"):
             if name in parts:
                 buffers[name] = to_device(queue, parts[name](layout))
+        lowering = variant_lowering(gemm.lowering, config.target.lowering)
         (kernel,) = gemm.programs.kernels(queue, call.plan.name, chosen.source, chosen.options, [call.plan.name],
-                                          config=chosen.config)
+                                          lowering.source_kind, config=chosen.config)
+        if lowering.b_pack_factor(call.plan):
+            # the kernel reads B packed (coopmat): every group's B packed on the device first, each call
+            buffers["B"], _ = pack_grouped_b(queue, self.device_packer(DevicePacker, call.plan), layout, buffers)
         ((_, args, gsize, lsize),) = call.bind(call.grouped_sizes(**layout.sizes), buffers,
                                                scalars(config, alpha, beta))
         event = launch(queue, kernel, args, gsize, lsize)

@@ -74,8 +74,6 @@ class PlainCall(CallKind):
     def __init__(self, gemm):
         super().__init__(gemm)
         self._pools: dict[tuple, Pool] = {}       # (the shape's dispatch key, queue) -> its buffers
-        self._packers: dict[str, DevicePacker] = {}   # a packing lowering's B packer per plan (packer)
-        self._a_packers: dict[str, DeviceAPacker] = {}    # and its FP8 A dequantizer (a_packer)
         self._lock = threading.Lock()
 
     # -- what differs for a quantized B (QuantizedCall overrides these) ------------------------------------------
@@ -108,20 +106,14 @@ class PlainCall(CallKind):
         plan = choice.call.plan
         if not variant_lowering(self.gemm.lowering, choice.config.target.lowering).b_pack_factor(plan):
             return None
-        packer = self._packers.get(plan.name)
-        if packer is None:    # (a race makes two alike; one is kept)
-            packer = self._packers.setdefault(plan.name, DevicePacker(plan))
-        return packer
+        return self.device_packer(DevicePacker, plan)
 
     def a_packer(self, choice: Choice) -> DeviceAPacker | None:
         """The FP8 A dequantizer of a coopmat variant with an FP8 A (W8A8), else None."""
         plan = choice.call.plan
         if not variant_lowering(self.gemm.lowering, choice.config.target.lowering).dequantizes_a(plan):
             return None
-        packer = self._a_packers.get(plan.name)
-        if packer is None:
-            packer = self._a_packers.setdefault(plan.name, DeviceAPacker(plan))
-        return packer
+        return self.device_packer(DeviceAPacker, plan)
 
     # -- the call ---------------------------------------------------------------------------------------------
     def call(self, a, b, c=None, *, scales=None, zeros=None, a_scales=None, alpha=None, beta=None, bias=None,
