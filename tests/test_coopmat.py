@@ -339,7 +339,10 @@ def test_tiles_and_rejections():
         coopmat_kernel(with_layout("{a: col}"), family="xe")
     split = config_from_text("problem: {m: 64, n: 64, k: 256}\ntile: {workgroup: [64, 64, 32], subgroups: [2, 2], "
                              "subgroup_size: 16, split_k: 2}\n")
-    assert "split K" in plan_violation(plan(split))
+    assert plan_violation(plan(split)) is None and coopmat_kernel(plan(split)).split == 2
+    stream = config_from_text("problem: {m: 64, n: 64, k: 256}\ntile: {workgroup: [64, 64, 32], subgroups: [2, 2], "
+                              "subgroup_size: 16, stream_k: 2}\n")
+    assert "stream-K" in plan_violation(plan(stream))
 
 
 def test_spirv_val_judges_the_khr_parts_and_says_when_it_cannot():
@@ -575,10 +578,20 @@ def test_the_packed_groups_have_their_own_offsets():
                                                                      for e in range(len(moe.groups)))
 
 
-def test_the_call_api_runs_grouped_and_moe_calls_through_the_coopmat_kernel(sycl_device):
-    """gemm.grouped (ragged groups, one empty, bias and ReLU) and gemm.moe (an empty expert) with
-    lowering="coopmat" in a fresh process: every group's B packed on the device at the call, D against numpy."""
+SPLIT_CALL = """\
+problem: {m: 20, n: 70, k: 512}
+types: {a: bf16, b: bf16, acc: f32, c: bf16}
+tile: {workgroup: [16, 32, 32], subgroups: [1, 2], subgroup_size: 16, split_k: 5}
+epilogue: {bias: row, activation: relu}
+"""
+
+
+def test_the_call_api_runs_grouped_moe_and_split_k_calls_through_the_coopmat_kernel(sycl_device, tmp_path):
+    """gemm.grouped (ragged groups, one empty, bias and ReLU), gemm.moe (an empty expert) and a split-K call (the
+    module's reduce entry point second) with lowering="coopmat" in a fresh process: every group's B packed on the
+    device at the call, D against numpy."""
     _needs_amx(sycl_device)
+    (tmp_path / "split.yaml").write_text(SPLIT_CALL)
     script = f"""
 import numpy as np, ml_dtypes, xegemm
 rng = np.random.default_rng(1)
@@ -600,13 +613,72 @@ ends = np.cumsum(rows)
 ref = np.concatenate([a[e - r:e].astype(np.float64) @ b[i].astype(np.float64) for i, (r, e) in enumerate(zip(rows, ends))])
 d = m.moe(a, b, rows).astype(np.float64)
 print(m.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-3))))
+s = xegemm.load({str(tmp_path / "split.yaml")!r}, lowering="coopmat")
+a = rng.standard_normal((20, 512)).astype(ml_dtypes.bfloat16)
+b = rng.standard_normal((512, 70)).astype(ml_dtypes.bfloat16)
+bias = rng.standard_normal(20).astype(np.float32)
+d = s(a, b, bias=bias).astype(np.float64)
+ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias[:, None], 0)
+print(s.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-3))))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != TARGET_ARCH_VARIABLE})
     assert done.returncode == 0, done.stderr[-2000:]
-    grouped_name, grouped_err, moe_name, moe_err = done.stdout.split()
+    grouped_name, grouped_err, moe_name, moe_err, split_name, split_err = done.stdout.split()
     assert "_grouped" in grouped_name and grouped_name.endswith("_coopmat") and moe_name.endswith("_coopmat")
-    assert float(grouped_err) <= 1.0 and float(moe_err) <= 1.0     # D in bf16: 2^-9 relative, f32 sums
+    assert split_name.endswith("_splitk5_coopmat")
+    assert max(float(grouped_err), float(moe_err), float(split_err)) <= 1.0     # D in bf16: 2^-9 relative, f32 sums
+
+
+SPLIT = {   # split K through the coopmat kernel and its reduce entry point: (problem, types, tile, extra sections)
+    "bf16_ragged_batch_a_col": ("{m: 37, n: 45, k: 200, batch: 2}", "{a: bf16, b: bf16, acc: f32, c: f32}",
+                                "[32, 32, 32], subgroups: [2, 1], split_k: 3",
+                                "layout: {a: col}\nepilogue: {alpha: 0.5, beta: -1.5}\n"),
+    "bf16_bias_gelu_to_bf16": ("{m: 20, n: 70, k: 512}", "{a: bf16, b: bf16, acc: f32, c: bf16}",
+                               "[16, 32, 32], subgroups: [1, 2], split_k: 5",
+                               "layout: {b: col}\nepilogue: {bias: row, activation: gelu_tanh}\n"),
+    "s8_exact": ("{m: 20, n: 33, k: 300}", "{a: s8, b: s8, acc: s32, c: s32}",
+                 "[16, 16, 64], subgroups: [1, 1], split_k: 4", ""),
+    "gptq": ("{m: 16, n: 64, k: 512}", "{a: bf16, b: u4, acc: f32, c: bf16}",
+             "[16, 32, 32], subgroups: [1, 2], split_k: 4", "quant: {format: gptq, group: 128, scale: f16, zero: u4}\n"),
+}
+
+
+def _split(name: str):
+    from xegemm.evaluate import plan_variants
+    problem, types, tile, extra = SPLIT[name]
+    config = config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
+                              f"profile: {{warmup: 0, repeats: 1}}\n{extra}")
+    (pv,) = plan_variants(config, Lowering("coopmat"))
+    assert pv.plan is not None and pv.plan.split_k > 1, pv.reason
+    return pv
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT))
+def test_split_k_verifies_through_the_coopmat_kernel_and_its_reduce(name, coopmat_evaluator):
+    """Each slice's k-range into the workspace by the GEMM entry point, the slices added in order and the fixed
+    epilogue applied by the module's reduce entry point: ragged, batched, column-major operands, integers exact, a
+    GPTQ B dequantized by the packer."""
+    from xegemm.evaluate import render_variant
+    pv = _split(name)
+    source = render_variant(pv, Lowering("coopmat"))
+    assert f'"{pv.plan.name}_reduce"' in source
+    result = coopmat_evaluator.evaluate(pv, source)
+    assert result.status == "ok", (name, result.reason)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("%r_s_next = OpIAdd %u32 %r_s %c1", "%r_s_next = OpIAdd %u32 %r_s %c2"),   # the reduce skips slices
+    ("%oa = OpIAdd %u64 %oa0 %k_begin64", "%oa = OpCopyObject %u64 %oa0"),      # every slice reads A's first
+    ("%ob = OpIAdd %u64 %ob0 %kb", "%ob = OpCopyObject %u64 %ob0"),             # every slice reads B's first
+])
+def test_a_broken_split_k_coopmat_kernel_fails_verification(old, new, coopmat_evaluator):
+    from xegemm.evaluate import render_variant
+    pv = _split("bf16_bias_gelu_to_bf16")
+    source = render_variant(pv, Lowering("coopmat"))
+    assert old in source
+    result = coopmat_evaluator.evaluate(pv, source.replace(old, new))
+    assert result.status == "failed_verify", result.reason
 
 
 @pytest.mark.usefixtures("code_allowed")
@@ -729,16 +801,19 @@ def test_call_api_in_a_process_started_without_the_target_says_how(sycl_device):
 
 # -- ahead of time for Intel GPUs ------------------------------------------------------------------------------
 @pytest.mark.ocloc
+@pytest.mark.parametrize("config, variants", [("moe", 2), ("split_k", 3)])
 @pytest.mark.parametrize("target", ["pvc", "bmg"])
-def test_gpu_build_of_the_moe_config_holds_the_gates(target, tmp_path):
-    """The shipped MoE config (both walks) through `xegemm build --lowering coopmat` with the current compiler:
-    the persistent walk around the tile keeps the tile's dpas count, its 2D block loads and no spill."""
+def test_gpu_build_of_the_moe_and_split_k_configs_holds_the_gates(target, config, variants, tmp_path):
+    """The shipped MoE config (both walks) and split-K config (1, 4 and 16 slices) through `xegemm build --lowering
+    coopmat` with the current compiler: the persistent walk around the tile, or a slice's k-range and the reduce
+    entry point beside it, keep the tile's dpas count, its 2D block loads and no spill."""
     from xegemm.aot.toolchain import find_ocloc
     from xegemm.jobs.pipeline import build_config
     if find_ocloc("current") is None:
         pytest.skip("the current compiler is not installed: make ocloc-current")
-    result = build_config(ROOT / "configs" / "moe.yaml", target=target, out_dir=tmp_path / "b", lowering="coopmat")
-    assert len(result["variants"]) == 2
+    result = build_config(ROOT / "configs" / f"{config}.yaml", target=target, out_dir=tmp_path / "b",
+                          lowering="coopmat")
+    assert len(result["variants"]) == variants
     for v in result["variants"]:
         assert v["status"] == "ok", v["reason"]
         assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 8     # 16 x 16 per sub-group, four bodies

@@ -232,32 +232,36 @@ problem: {m: 77, n: 45, k: 70, batch: 2}
 types: {a: bf16, b: bf16, acc: f32, c: f32}
 tile: {workgroup: [64, 32, 32], subgroups: [2, 1], subgroup_size: 16}
 epilogue: {alpha: 0.5, beta: -1.5}
+sweep: {tile.split_k: [1, 2]}
 """
 
 
 @pytest.mark.device
 @NEEDS_CC
 def test_the_coopmat_module_exports_as_spirv_loaded_with_create_program_with_il(tmp_path):
+    """The coopmat module, plain and with split K (its reduce an entry point of the same module), exported and run
+    by the example through clCreateProgramWithIL; B written plain where the module reads it packed fails."""
     (tmp_path / "coop.yaml").write_text(COOPMAT)
     out = tmp_path / "out"
     _export_cli(tmp_path / "coop.yaml", out, "coopmat")
     manifest = json.loads((out / "manifest.json").read_text())
-    (k,) = manifest["kernels"]
+    k, split = manifest["kernels"]
     assert k["binary"].endswith("_coopmat.spv") and (out / k["binary"]).read_bytes()[:4] == b"\x03\x02\x23\x07"
     assert any("VNNI-packed" in r for r in k["rules"]) and k["build_options"] == ""
+    assert [entry["kernel"] for entry in split["entries"]][1].endswith("_reduce")
     assert "clCreateProgramWithIL" in (out / "example.c").read_text()
     done = _make(out, "run", env=_runtime_env())
     if "skipped xegemm_k0_" in done.stdout:
         pytest.skip(done.stdout.split(": ", 1)[1].splitlines()[0])
     assert done.returncode == 0 and "passed xegemm_k0_bf16_bf16_f32_rr_64x32x32_coopmat (77x45x70 batched)" in \
-        done.stdout and "1 passed, 0 failed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+        done.stdout and "2 passed, 0 failed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     # B given plain (row-major) where the module reads it VNNI-packed: the check fails
     example = out / "example.c"
     text = example.read_text()
     assert "if (sp->vnni) idx = " in text
     example.write_text(text.replace("if (sp->vnni) idx = ", "if (0) idx = "))
     broken = _make(out, "run", env=_runtime_env())
-    assert broken.returncode != 0 and "0 passed, 1 failed" in broken.stdout, broken.stdout
+    assert broken.returncode != 0 and "0 passed, 2 failed" in broken.stdout, broken.stdout
 
 
 @pytest.mark.device

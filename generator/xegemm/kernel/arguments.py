@@ -29,7 +29,6 @@ BUFFERS = ("A", "B", "D", "C", "bias", "workspace", "scales", "zeros", "a_scales
 SCALARS = ("alpha", "beta", "clamp_lo", "clamp_hi")      # the epilogue's float arguments
 SIZES = ("M", "N", "K", "batch")                          # the inputs of every formula
 CTYPES = {"int": ctypes.c_int, "long": ctypes.c_long, "float": ctypes.c_float}
-REDUCE_LOCAL = (16, 1, 1)                                 # templates/reduce.cl.j2's work-group
 
 
 @dataclass(frozen=True)
@@ -171,7 +170,7 @@ class KernelCall:
                 rgrid = (str(-(-bn // 16) * 16), str(bm), "batch * tiles")
             else:
                 rgrid = ("(N + 15) / 16 * 16", "M", "batch")
-            launches.append(Launch(plan.name + "_reduce", tuple(reduce), rgrid, REDUCE_LOCAL))
+            launches.append(Launch(plan.name + "_reduce", tuple(reduce), rgrid, plan.reduce_workgroup_size))
         for r in plan.reductions:    # each reduction's fix-up: its partials combined in slot order
             fixup = (Argument("W", "const global float*", "the partials the GEMM kernel wrote", "workspace"),
                      Argument("out", "global uchar*", f"output {r.name}: {r.type} per {r.kind} of D, batch after "
@@ -180,7 +179,7 @@ class KernelCall:
                      Argument("length", "int", "values per batch", f"xe_{r.name}_length"),
                      Argument("tiles", "int", "partials per value", f"xe_{r.name}_slots"))
             launches.append(Launch(f"{plan.name}_{r.name}", fixup, (f"(xe_{r.name}_length + 15) / 16 * 16", "batch", "1"),
-                                   REDUCE_LOCAL))
+                                   plan.reduce_workgroup_size))
         return cls(plan, tuple(launches), tuple(steps), workspace)
 
     @classmethod

@@ -24,7 +24,9 @@ What this module knows (docs/lowerings.md "coopmat"):
   refuses modules that declare it, and accepts layout 2 without it);
 - the kernel's arguments (:data:`PARAMETERS`): those of xegemm.kernel.arguments' plain GEMM, in its order and meaning,
   then a traced epilogue's, except that B's buffer holds B VNNI-packed (``ldb`` counts the bytes of a row of B as
-  a K x N matrix, whatever B's layout).
+  a K x N matrix, whatever B's layout); a grouped / MoE kernel's are the OpenCL C grouped kernel's
+  (:data:`GROUPED_PARAMETERS`: the tile inside the persistent walk over the problem table), a split-K kernel's the
+  plain GEMM's and ``k_slice``, beside a second entry point ``<name>_reduce`` with the OpenCL C reduce's.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from xegemm.epilogues.spirv import Compiler, SpirvCompileError, Value
 from xegemm.errors import PlanRejected, XegemmError
 from xegemm.grouped.schedule import MODES
 from xegemm.grouped.table import FIELD, FIELDS
+from xegemm.plan.planner import REDUCE_LOCAL
 from xegemm.library.dtypes import dtype
 from xegemm.lowering.templating import environment, render_macro
 from xegemm.quant import compute_type, dequantize, operand_spec
@@ -79,6 +82,8 @@ GROUPED_PARAMETERS = (("A", "ab"), ("B", "ab"), ("C", "out"), ("Cin", "out"), ("
 GROUPED_QUANT_PARAMETERS = (("S", "%pcw_u8"), ("Z", "%pcw_u8"), ("expert_stride_s", "%u64"),
                             ("expert_stride_z", "%u64"))
 STORAGE_IDS = {"uchar": "%u8", "ushort": "%u16", "uint": "%u32"}
+# split K: the GEMM entry point's epilogue parameters the reduce entry point owns (renamed g_<name> there)
+SPLIT_RENAMED = ("Cin", "bias", "alpha", "beta", "clamp_lo", "clamp_hi")
 # a quantized B's arguments (xegemm.kernel.arguments, after the epilogue's): not read, B was dequantized by the packer
 QUANT_PARAMETERS = (("S", "%pcw_u8"), ("Z", "%pcw_u8"), ("batch_stride_s", "%u64"), ("batch_stride_z", "%u64"))
 # an FP8 A's (W8A8; after the quantized B's): not read, A was dequantized into bf16 by the A dequantizer
@@ -192,10 +197,11 @@ def identity_stage(acc: str) -> ElementStage:
 
 
 def plan_stage(plan) -> ElementStage:
-    """The element stage of a plan's epilogue (fixed or traced)."""
+    """The element stage of a plan's epilogue (fixed or traced): the GEMM entry point's, or with split K the
+    reduce entry point's (the GEMM's then stores the partial sums as they are)."""
     if plan.graph is not None:
         return element_stage(plan.graph, True, plan.config.types.acc, plan.graph.describe())
-    spec = plan.kernel_epilogue
+    spec = plan.epilogue
     return element_stage(fixed_graph(spec), False, plan.config.types.acc, spec.describe())
 
 
@@ -219,6 +225,8 @@ class CoopmatKernel:
     fp8_a: bool = False     # A FP8 (W8A8), dequantized into row-major bf16 by the A dequantizer (its scales follow)
     epilogue: ElementStage | None = None     # None: D = acc in the accumulator type (identity_stage)
     walk: str | None = None     # a grouped / MoE kernel: its persistent walk (xegemm.grouped.schedule.MODES)
+    split: int = 1              # split K: slices, each into the workspace; the reduce entry point applies the epilogue
+    reduce_local: tuple = REDUCE_LOCAL  # the reduce entry point's local size (Plan.reduce_workgroup_size)
 
     def __post_init__(self):
         if self.epilogue is None:
@@ -232,8 +240,11 @@ class CoopmatKernel:
             raise PlanRejected(f"coopmat: k-step {self.tk} for {self.ab}: one of {TYPES[self.ab][4:]}")
         if self.walk is not None and self.walk not in MODES:
             raise PlanRejected(f"coopmat: walk {self.walk!r}: one of {', '.join(MODES)}")
-        if self.walk is not None and (self.epilogue.params or self.epilogue.matrices or self.epilogue.outputs):
-            raise PlanRejected("coopmat: a grouped kernel takes the fixed epilogue only (as the OpenCL C lowerings)")
+        if (self.walk is not None or self.split > 1) and (self.epilogue.params or self.epilogue.matrices
+                                                          or self.epilogue.outputs):
+            raise PlanRejected("coopmat: a grouped or split-K kernel takes the fixed epilogue only")
+        if self.walk is not None and self.split > 1:
+            raise PlanRejected("coopmat: a grouped kernel does not split K")
 
     # -- derived --------------------------------------------------------------------------------------------
     @property
@@ -314,6 +325,10 @@ class CoopmatKernel:
             quant = GROUPED_QUANT_PARAMETERS if self.dequantized else ()
             return tuple((n, ids.get(t, t)) for n, t in GROUPED_PARAMETERS + quant)
         quant = (QUANT_PARAMETERS if self.dequantized else ()) + (A_QUANT_PARAMETERS if self.fp8_a else ())
+        if self.split > 1:    # C is the workspace; the epilogue's names belong to the reduce entry point
+            ids["out"] = "%pcw_f32" if self.float_acc else "%pcw_u32"
+            return tuple(("K_all" if n == "K" else f"g_{n}" if n in SPLIT_RENAMED else n, ids.get(t, t))
+                         for n, t in PARAMETERS) + (("k_slice", "%u32"),) + quant
         return tuple((n, ids.get(t, t)) for n, t in PARAMETERS) + self.epilogue.params + quant
 
     @property
@@ -367,8 +382,10 @@ def plan_violation(plan) -> str | None:
         return f"coopmat: {ab} accumulates in {TYPES[ab][0]} (got acc={t.acc})"
     if lay.c != "row":
         return "coopmat: C and D must be row-major (layout.c: row)"
-    if plan.split_k > 1 or plan.stream_k:
-        return "coopmat: split K and stream-K are not done"
+    if plan.stream_k:
+        return "coopmat: stream-K is not done"
+    if plan.split_k > 1 and plan.graph is not None:
+        return "coopmat: split K with a traced epilogue is not done (its reduce entry point applies the fixed one)"
     if plan.grouped and plan.quant and plan.quant.a_spec:
         return "coopmat: a grouped launch with an FP8 A (W8A8) is not done (its A dequantizer runs on one matrix)"
     if plan.graph is not None and plan.graph.reductions():
@@ -407,7 +424,8 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx") -> Coopma
                            "row-major")
     return CoopmatKernel(name or plan.name, ab, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk,
                          a_col=a_col, epilogue=plan_stage(plan), dequantized=plan.quant is not None,
-                         fp8_a=not reads_a_as_stored(plan), walk=tile.walk if plan.grouped else None)
+                         fp8_a=not reads_a_as_stored(plan), walk=tile.walk if plan.grouped else None,
+                         split=plan.split_k, reduce_local=plan.reduce_workgroup_size)
 
 
 def render_kernel(kernel: CoopmatKernel) -> str:

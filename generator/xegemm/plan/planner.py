@@ -33,6 +33,8 @@ from xegemm.quant import plan_violation as quant_violation
 from xegemm.plan.stream_k import iterations as stream_k_iterations
 from xegemm.library.targets import dpas_widths, targets_at
 
+REDUCE_LOCAL = (16, 1, 1)       # the reductions' work-group (Plan.reduce_workgroup_size)
+
 __all__ = ["Plan", "PlanRejected", "k_slice", "plan"]
 
 
@@ -103,6 +105,12 @@ class Plan:
         """Storing partial sums: the accumulator as it is, in the accumulator type."""
         acc = self.config.types.acc
         return EpilogueSpec(1.0, 0.0, "none", "none", (0.0, 0.0), acc, acc)
+
+    @property
+    def reduce_workgroup_size(self) -> tuple[int, int, int]:
+        """OpenCL local size of the split-K / stream-K reduction and a traced epilogue's fix-ups (one work-item
+        per element, templates/reduce.cl.j2)."""
+        return REDUCE_LOCAL
 
     @property
     def workgroup_size(self) -> tuple[int, int, int]:
