@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -819,6 +820,44 @@ def test_gpu_build_of_the_moe_and_split_k_configs_holds_the_gates(target, config
         assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 8     # 16 x 16 per sub-group, four bodies
         assert v["measured_messages"]["load_block2d"] == v["predicted"]["load_block2d"] > 0
         assert v["isa"]["spill_bytes"] in (0, None)
+
+
+@pytest.mark.ocloc
+def test_the_system_compiler_builds_the_legacy_dialect_with_the_gates(tmp_path):
+    """Debian 12's ocloc 22.43 (IGC 1.0.12504) refuses the KHR opcodes; the probe finds that it takes the legacy
+    SPV_INTEL_joint_matrix words (the current compiler: KHR), and `xegemm build --lowering coopmat --compiler system`
+    builds the shipped MoE and split-K configs in them: one dpas per multiply-add of the four k-step bodies, no
+    spill (gathers instead of 2D block loads, reported).  Matrix pointers left global instead of Generic do not
+    build there."""
+    from xegemm.aot.build import compile_kernel
+    from xegemm.aot.toolchain import find_ocloc
+    from xegemm.evaluate.aot import coopmat_dialect
+    from xegemm.jobs.pipeline import build_config
+    from xegemm.lowering.coopmat import probe_kernel
+    if find_ocloc("system") is None:
+        pytest.skip("Debian's ocloc is not installed (intel-opencl-icd)")
+    assert coopmat_dialect("pvc", "system") == "legacy"
+    if find_ocloc("current") is not None:
+        assert coopmat_dialect("pvc", "current") == "khr"
+    for config, variants in (("moe", 2), ("split_k", 3)):
+        result = build_config(ROOT / "configs" / f"{config}.yaml", target="pvc", out_dir=tmp_path / config,
+                              lowering="coopmat", compiler="system")
+        assert result["dialect"] == "legacy" and len(result["variants"]) == variants
+        for v in result["variants"]:
+            assert v["status"] == "ok", v["reason"]
+            assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 8
+            assert v["isa"]["spill_bytes"] in (0, None)
+        source = (tmp_path / config / result["variants"][0]["name"] / "kernel.spvasm").read_text()
+        assert "OpCapability !6118" in source and "OpCooperativeMatrix" not in source
+    legacy = render_kernel(probe_kernel("legacy"))
+    # the matrix pointers left global, not cast to Generic: Debian's IGC exits 1 without a message (or crashes)
+    broken = re.sub(r"OpPtrCastToGeneric %pgen_(ab|acc) ", lambda m: "OpCopyObject %pcw_" +
+                    ("u16 " if m.group(1) == "ab" else "f32 "), legacy)
+    assert broken != legacy
+    assert compile_kernel(legacy, "pvc", workdir=tmp_path / "good", dumps=False, compiler="system",
+                          il=assemble(legacy)).ok
+    assert not compile_kernel(broken, "pvc", workdir=tmp_path / "bad", dumps=False, compiler="system",
+                              il=assemble(broken)).ok
 
 
 GPU_EPILOGUES = {"plain": ("f32", "", ""),

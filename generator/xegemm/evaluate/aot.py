@@ -13,13 +13,17 @@ the compiler chosen for the target (xegemm.aot.toolchain.build_compiler).
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from pathlib import Path
 
 from xegemm.aot.build import AotBuild, compile_kernel
 from xegemm.aot.isa import CONVERSIONS, MESSAGE_KINDS, IsaStats
 from xegemm.aot.toolchain import aot_target, build_compiler, find_ocloc
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant
+from xegemm.errors import XegemmError
 from xegemm.lowering import Lowering
+from xegemm.lowering.coopmat import DIALECTS, probe_kernel, render_kernel
 from xegemm.lowering.native import NativeCapabilities, count_messages, lower_copy
 from xegemm.plan.planner import Plan
 from xegemm.runtime.spirv import assemble
@@ -173,6 +177,32 @@ def gate_line(gates: dict[str, dict], sends: int | None = None) -> str:
     return "  ".join(parts) + (f"  -- differs: {'; '.join(wrong)}" if wrong else "")
 
 
+def coopmat_dialect(target: str, compiler: str | None) -> str:
+    """The SPIR-V dialect of cooperative matrices ``compiler`` builds for ``target``
+    (xegemm.lowering.coopmat.DIALECTS): the first whose known-good probe kernel (coopmat.probe_kernel) compiles and
+    issues its dpas; measured: IGC 2.x takes khr, Debian 12's IGC 1.0.12504 only legacy (it refuses the KHR
+    opcodes, docs/lowerings.md "coopmat").  Probed once per process, compiler and target; XegemmError naming both
+    failures when neither builds."""
+    return _dialect(target, str(find_ocloc(compiler) or compiler), compiler)
+
+
+@functools.lru_cache(maxsize=None)
+def _dialect(target: str, ocloc: str, compiler: str | None) -> str:
+    failures = []
+    for dialect in DIALECTS:
+        source = render_kernel(probe_kernel(dialect))
+        with tempfile.TemporaryDirectory(prefix="xegemm-dialect-") as work:
+            build = compile_kernel(source, target, workdir=Path(work), dumps=False, compiler=compiler,
+                                   il=assemble(source))
+        if build.ok and build.stats.dpas:
+            return dialect
+        failures.append(f"{dialect}: " + ("no dpas in its machine code" if build.ok else
+                                          next((ln for ln in build.log.splitlines() if "rror" in ln),
+                                               build.log.strip()[-200:] or "exit status without a message")))
+    raise XegemmError(f"the compiler ({ocloc}) builds no cooperative-matrix SPIR-V for {target}: "
+                      + "; ".join(failures))
+
+
 class AotBuilder(Builder):
     """Compiles each variant with ocloc for ``target`` into ``out_dir/<name>/`` (GRF mode: ``grf`` or the
     config's) with ``compiler`` (``system``, ``current``, a path; None: the first that knows the target)."""
@@ -183,8 +213,9 @@ class AotBuilder(Builder):
         # SPIR-V cooperative matrices (the coopmat lowering) need the current compiler: Debian 12's IGC
         # 1.0.12504 knows no SPV_KHR_cooperative_matrix opcode (docs/lowerings.md "coopmat")
         self.spirv = lowering is not None and lowering.source_kind == "spirv"
-        if self.spirv:
-            self.compiler = compiler or ("current" if find_ocloc("current") else None)
+        if self.spirv:    # the current compiler where installed (the KHR dialect), else the system one
+            self.compiler = compiler or ("current" if find_ocloc("current") else "system" if find_ocloc("system")
+                                         else None)
         else:
             self.compiler = build_compiler(target, compiler)
         self.target = aot_target(target, self.compiler)
@@ -208,10 +239,8 @@ class AotBuilder(Builder):
         il = None
         if self.spirv:
             if self.compiler is None:
-                evaluation.fail("failed_build", "the coopmat lowering's SPIR-V (SPV_KHR_cooperative_matrix) needs the "
-                                "current compiler (`make ocloc-current`): Debian 12's ocloc 22.43 / IGC 1.0.12504 "
-                                "refuses its opcodes (\"IGC SPIRV Consumer does not support the following opcode: "
-                                "4456\"); its legacy SPV_INTEL_joint_matrix dialect is not rendered")
+                evaluation.fail("failed_build", "the coopmat lowering's GPU build needs ocloc (`make ocloc-current` "
+                                "for the current compiler, or Debian's intel-opencl-icd)")
                 return None
             il = assemble(source)
             evaluation.extra["compiler"] = self.compiler

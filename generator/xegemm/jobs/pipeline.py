@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from xegemm.aot.toolchain import aot_target, compiler_record, require_ocloc
+from xegemm.aot.toolchain import aot_target, compiler_record, find_ocloc, require_ocloc
 from xegemm.config import load_config
 from xegemm.config.sections import Problem
 from xegemm.evaluate import (
@@ -34,7 +34,7 @@ from xegemm.evaluate import (
     plan_variants,
     render_variant,
 )
-from xegemm.evaluate.aot import IsaConsoleObserver, aot_evaluator
+from xegemm.evaluate.aot import IsaConsoleObserver, aot_evaluator, coopmat_dialect
 from xegemm.epilogues.config import consent_flags
 from xegemm.errors import XegemmError
 from xegemm.evaluate.device import DeviceSession, device_evaluator
@@ -270,19 +270,21 @@ def build_config(config_path, target: str = "pvc", grf: int | None = None, out_d
     (stores, prefetches, GRF mode, spills, instructions) is in its ``gates`` and printed to ``progress``.
     ``lowering`` coopmat: the SPIR-V kernels in the GPU's tiles, built by the current compiler
     (xegemm.evaluate.aot.AotBuilder)."""
-    if lowering == "coopmat":
+    if lowering == "coopmat":      # the current compiler where installed, else the system one; its dialect probed
         require_ocloc()
-        record = compiler_record(target, compiler or "current")
+        compiler = compiler or ("current" if find_ocloc("current") else "system")
+        record = compiler_record(target, compiler)
     else:
         aot_target(target, compiler)      # a target this compiler cannot build: one line naming what to install
         record = compiler_record(target, compiler)
     started_at = time.time()
     config = load_config(config_path)
-    low = Lowering("coopmat").for_xe() if lowering == "coopmat" else named_lowering("native", capabilities_name,
+    low = Lowering("coopmat").for_xe(coopmat_dialect(target, compiler)) if lowering == "coopmat" else named_lowering("native", capabilities_name,
                                                                                       target, record["name"])
     # the header of the build's reports: what compiled (the compiler beside the Python packages), when, how
     header = {"versions": {**versions(), "compiler": record["describe"]}, "command": command,
-              "started_at": utc(started_at), "lowering": low.name}
+              "started_at": utc(started_at), "lowering": low.name,
+              **({"dialect": low.dialect} if lowering == "coopmat" else {})}
     out = Path(out_dir or Path("runs") / f"build-{config.name}-{target}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     planned = plan_variants(config, low)

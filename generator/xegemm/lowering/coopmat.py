@@ -62,6 +62,13 @@ TYPES = {
     "u8": ("s32", 8, 4, 0x0, 64, 32),       # no signed bits (with C/Result signed 0xC: wrong sums, measured)
 }
 LAYOUT_ROW_MAJOR, LAYOUT_PACKED_INTEL = 0, 2      # SPV_KHR_cooperative_matrix / SPV_INTEL_joint_matrix
+# the SPIR-V words a kernel is written in: khr (SPV_KHR_cooperative_matrix with Intel's additions: the CPU runtime,
+# IGC 2.x) or legacy (SPV_INTEL_joint_matrix's first form, OpTypeJointMatrixINTEL 6119 and kin: the IGC 1.0 of
+# Debian 12's ocloc 22.43, which refuses the KHR opcodes); docs/lowerings.md "coopmat"
+DIALECTS = ("khr", "legacy")
+# the legacy multiply-add per A/B type: OpJointMatrixMadINTEL 6122 (signed), OpJointMatrixUUMadINTEL 6130
+# (KhronosGroup/SPIRV-LLVM-Translator, lib/SPIRV/libSPIRV/spirv_internal.hpp)
+LEGACY_MAD = {"bf16": 6122, "s8": 6122, "u8": 6130}
 CAP_BFLOAT16_COMPONENTS = 6437                    # CooperativeMatrixBFloat16ComponentTypeINTEL
 TILE_N = 16
 MAX_TILE_M = 16
@@ -227,6 +234,7 @@ class CoopmatKernel:
     walk: str | None = None     # a grouped / MoE kernel: its persistent walk (xegemm.grouped.schedule.MODES)
     split: int = 1              # split K: slices, each into the workspace; the reduce entry point applies the epilogue
     reduce_local: tuple = REDUCE_LOCAL  # the reduce entry point's local size (Plan.reduce_workgroup_size)
+    dialect: str = "khr"        # the SPIR-V words (DIALECTS): khr, or legacy for a compiler without the KHR opcodes
 
     def __post_init__(self):
         if self.epilogue is None:
@@ -238,6 +246,8 @@ class CoopmatKernel:
                                f"accumulator tiles (tiles: M <= {MAX_TILE_M}, N = {TILE_N})")
         if self.tk not in TYPES[self.ab][4:]:
             raise PlanRejected(f"coopmat: k-step {self.tk} for {self.ab}: one of {TYPES[self.ab][4:]}")
+        if self.dialect not in DIALECTS:
+            raise PlanRejected(f"coopmat: dialect {self.dialect!r}: one of {', '.join(DIALECTS)}")
         if self.walk is not None and self.walk not in MODES:
             raise PlanRejected(f"coopmat: walk {self.walk!r}: one of {', '.join(MODES)}")
         if (self.walk is not None or self.split > 1) and (self.epilogue.params or self.epilogue.matrices
@@ -252,6 +262,15 @@ class CoopmatKernel:
         """How many k-step bodies the template emits, each mt x nt multiply-adds: the interior loop and its K
         tail, the staged loop of an edge work-group and its K tail (a column-major A: the staged two only)."""
         return 2 if self.a_col else 4
+
+    @property
+    def legacy(self) -> bool:
+        return self.dialect == "legacy"
+
+    @property
+    def legacy_mad(self) -> int:
+        """The legacy dialect's multiply-add opcode (:data:`LEGACY_MAD`)."""
+        return LEGACY_MAD[self.ab]
 
     @property
     def acc(self) -> str:
@@ -406,9 +425,10 @@ def reads_a_as_stored(plan) -> bool:
     return not (plan.quant and plan.quant.a_spec)
 
 
-def coopmat_kernel(plan, name: str | None = None, family: str = "amx") -> CoopmatKernel:
+def coopmat_kernel(plan, name: str | None = None, family: str = "amx", dialect: str = "khr") -> CoopmatKernel:
     """The coop-matrix kernel of a plan in the tiles of ``family`` (amx: the CPU runtime; xe: Intel GPUs ahead of
-    time), PlanRejected with the reason when the lowering cannot render it."""
+    time) and the words of ``dialect`` (:data:`DIALECTS`), PlanRejected with the reason when the lowering cannot
+    render it."""
     why = plan_violation(plan)
     if why:
         raise PlanRejected(why)
@@ -425,7 +445,7 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx") -> Coopma
     return CoopmatKernel(name or plan.name, ab, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk,
                          a_col=a_col, epilogue=plan_stage(plan), dequantized=plan.quant is not None,
                          fp8_a=not reads_a_as_stored(plan), walk=tile.walk if plan.grouped else None,
-                         split=plan.split_k, reduce_local=plan.reduce_workgroup_size)
+                         split=plan.split_k, reduce_local=plan.reduce_workgroup_size, dialect=dialect)
 
 
 def render_kernel(kernel: CoopmatKernel) -> str:
@@ -433,9 +453,16 @@ def render_kernel(kernel: CoopmatKernel) -> str:
     return environment().get_template(TEMPLATE).render(k=kernel)
 
 
-def render_coopmat(plan, family: str = "amx") -> str:
-    """SPIR-V assembly text of a plan's kernel (its entry point is ``plan.name``) in the tiles of ``family``."""
-    return render_kernel(coopmat_kernel(plan, family=family))
+def render_coopmat(plan, family: str = "amx", dialect: str = "khr") -> str:
+    """SPIR-V assembly text of a plan's kernel (its entry point is ``plan.name``) in the tiles of ``family`` and
+    the words of ``dialect``."""
+    return render_kernel(coopmat_kernel(plan, family=family, dialect=dialect))
+
+
+def probe_kernel(dialect: str, ab: str = "bf16") -> CoopmatKernel:
+    """The known-good kernel a compiler's dialect is probed with: one sub-group, one 8 x 16 accumulator tile over
+    k-steps of the smaller k-step, in Xe's tiles (xegemm.evaluate.aot.coopmat_dialect)."""
+    return CoopmatKernel("xegemm_coopmat_probe", ab, 16, 1, 1, 8, TILE_N, 8, TILE_N, TYPES[ab][5], dialect=dialect)
 
 
 def pack_b(b_bytes: np.ndarray, k: int, n: int, ab: str, layout: str = "row") -> np.ndarray:
@@ -526,21 +553,23 @@ def make_lowering_class(base):
             return render_coopmat(plan)
 
         tiles = "amx"     # the tile family (TILE_FAMILIES): amx for the CPU runtime, xe for GPU builds (for_xe)
+        dialect = "khr"   # the SPIR-V words (DIALECTS): legacy for a GPU compiler without the KHR opcodes
 
         @classmethod
-        def for_xe(cls):
-            """The lowering as Intel GPUs' compiler takes it (8-row A tiles): ``xegemm build --lowering coopmat``."""
+        def for_xe(cls, dialect: str = "khr"):
+            """The lowering as Intel GPUs' compiler takes it (8-row A tiles) in the words of ``dialect`` (what
+            xegemm.evaluate.aot.coopmat_dialect found the compiler takes): ``xegemm build --lowering coopmat``."""
             lowering = cls()
-            lowering.tiles = "xe"
+            lowering.tiles, lowering.dialect = "xe", dialect
             return lowering
 
         def render_plan(self, plan, opencl_c, **options) -> str:
             if options.get("mma_lowering") or options.get("staged") is False:
                 raise XegemmError("the coopmat lowering renders its kernel whole: no mma_lowering, no unstaged form")
-            return render_coopmat(plan, self.tiles)
+            return render_coopmat(plan, self.tiles, self.dialect)
 
         def kernel_of(self, plan) -> CoopmatKernel:
-            return coopmat_kernel(plan, family=self.tiles)
+            return coopmat_kernel(plan, family=self.tiles, dialect=self.dialect)
 
         def b_pack_factor(self, plan) -> int | None:
             ab = operand_type(plan)
