@@ -329,7 +329,8 @@ def test_tiles_and_rejections():
     assert Lowering("coopmat").name == "coopmat"
     f16 = config_from_text("problem: {m: 64, n: 64, k: 64}\ntypes: {a: f16, b: f16, acc: f32, c: f32}\n"
                            "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n")
-    assert "bf16" in plan_violation(plan(f16))
+    assert "Xe GPUs only" in plan_violation(plan(f16)) and plan_violation(plan(f16), "xe") is None
+    assert coopmat_kernel(plan(f16), family="xe").ab_component == "%f16"
     def with_layout(layout):
         return plan(config_from_text(f"problem: {{m: 64, n: 64, k: 64}}\nlayout: {layout}\n"
                                      "tile: {workgroup: [64, 64, 32], subgroups: [2, 2], subgroup_size: 16}\n"))
@@ -858,6 +859,26 @@ def test_the_system_compiler_builds_the_legacy_dialect_with_the_gates(tmp_path):
                           il=assemble(legacy)).ok
     assert not compile_kernel(broken, "pvc", workdir=tmp_path / "bad", dumps=False, compiler="system",
                               il=assemble(broken)).ok
+
+
+@pytest.mark.ocloc
+@pytest.mark.parametrize("compiler", ["current", "system"])
+def test_f16_builds_for_the_gpu_in_either_dialect(compiler, tmp_path):
+    """f16 A and B (OpTypeFloat 16 components, which the CPU runtime's AMX has not without AMX-FP16) through
+    `xegemm build --lowering coopmat` with either compiler, each in the dialect it takes: the dpas gate, no spill."""
+    from xegemm.aot.toolchain import find_ocloc
+    from xegemm.jobs.pipeline import build_config
+    if find_ocloc(compiler) is None:
+        pytest.skip(f"the {compiler} compiler is not installed")
+    config = tmp_path / "c.yaml"
+    config.write_text("name: f16\nproblem: {m: 200, n: 96, k: 264}\ntypes: {a: f16, b: f16, acc: f32, c: f16}\n"
+                      "tile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 16}\n"
+                      "epilogue: {bias: col, activation: silu}\n")
+    result = build_config(config, target="pvc", out_dir=tmp_path / "b", lowering="coopmat", compiler=compiler)
+    (v,) = result["variants"]
+    assert v["status"] == "ok", v["reason"]
+    assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 8 and v["isa"]["spill_bytes"] in (0, None)
+    assert result["dialect"] == ("khr" if compiler == "current" else "legacy")
 
 
 GPU_EPILOGUES = {"plain": ("f32", "", ""),

@@ -60,7 +60,11 @@ TYPES = {
     "bf16": ("f32", 16, 2, 0x40, 32, 16),      # MatrixAAndBBFloat16ComponentsINTEL
     "s8": ("s32", 8, 4, 0x1 | 0x2 | 0x4 | 0x8, 64, 32),   # Matrix{A,B,C,Result}SignedComponentsKHR
     "u8": ("s32", 8, 4, 0x0, 64, 32),       # no signed bits (with C/Result signed 0xC: wrong sums, measured)
+    "f16": ("f32", 16, 2, 0x0, 32, 16),     # components OpTypeFloat 16: Xe GPU builds only (FAMILY_TYPES)
 }
+# the A/B types each tile family's device takes: the CPU runtime's AMX has no f16 without AMX-FP16 (no CPU with it
+# was at hand to verify one on), Xe's DPAS takes f16 (8x16x16, measured with both compilers: dpas.8x8 ... :hf)
+FAMILY_TYPES = {"amx": ("bf16", "s8", "u8"), "xe": ("bf16", "s8", "u8", "f16")}
 LAYOUT_ROW_MAJOR, LAYOUT_PACKED_INTEL = 0, 2      # SPV_KHR_cooperative_matrix / SPV_INTEL_joint_matrix
 # the SPIR-V words a kernel is written in: khr (SPV_KHR_cooperative_matrix with Intel's additions: the CPU runtime,
 # IGC 2.x) or legacy (SPV_INTEL_joint_matrix's first form, OpTypeJointMatrixINTEL 6119 and kin: the IGC 1.0 of
@@ -68,7 +72,7 @@ LAYOUT_ROW_MAJOR, LAYOUT_PACKED_INTEL = 0, 2      # SPV_KHR_cooperative_matrix /
 DIALECTS = ("khr", "legacy")
 # the legacy multiply-add per A/B type: OpJointMatrixMadINTEL 6122 (signed), OpJointMatrixUUMadINTEL 6130
 # (KhronosGroup/SPIRV-LLVM-Translator, lib/SPIRV/libSPIRV/spirv_internal.hpp)
-LEGACY_MAD = {"bf16": 6122, "s8": 6122, "u8": 6130}
+LEGACY_MAD = {"bf16": 6122, "s8": 6122, "u8": 6130, "f16": 6122}
 CAP_BFLOAT16_COMPONENTS = 6437                    # CooperativeMatrixBFloat16ComponentTypeINTEL
 TILE_N = 16
 MAX_TILE_M = 16
@@ -264,6 +268,16 @@ class CoopmatKernel:
         return 2 if self.a_col else 4
 
     @property
+    def float16(self) -> bool:
+        """A and B are f16: the matrices' components are OpTypeFloat 16 (loaded from 16-bit storage)."""
+        return self.ab == "f16"
+
+    @property
+    def ab_component(self) -> str:
+        """The SPIR-V type id of A's and B's matrix components (bf16: 16-bit integers with the bf16 operand)."""
+        return "%f16" if self.float16 else f"%u{self.ab_bits}"
+
+    @property
     def legacy(self) -> bool:
         return self.dialect == "legacy"
 
@@ -386,8 +400,9 @@ def choose_tiles(ab: str, sgm: int, sgn: int, bk: int, family: str = "amx") -> t
     return tm, TILE_N, tk
 
 
-def plan_violation(plan) -> str | None:
-    """Why the coopmat lowering cannot render a plan, or None."""
+def plan_violation(plan, family: str = "amx") -> str | None:
+    """Why the coopmat lowering cannot render a plan in the tiles of ``family`` (amx: the CPU runtime; xe: Intel
+    GPUs ahead of time), or None."""
     config = plan.config
     t, lay = config.types, config.layout
     if plan.quant:
@@ -397,6 +412,9 @@ def plan_violation(plan) -> str | None:
     elif t.a != t.b or t.a not in TYPES:
         return f"coopmat: A and B must be one of {', '.join(TYPES)} alike (got A={t.a}, B={t.b})"
     ab = operand_type(plan)
+    if ab not in FAMILY_TYPES[family]:
+        return (f"coopmat: {ab} A and B are built for Xe GPUs only (xegemm build --lowering coopmat): the CPU "
+                f"runtime's AMX takes {', '.join(FAMILY_TYPES['amx'])} (f16 needs AMX-FP16)")
     if t.acc != TYPES[ab][0]:
         return f"coopmat: {ab} accumulates in {TYPES[ab][0]} (got acc={t.acc})"
     if lay.c != "row":
@@ -429,7 +447,7 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx", dialect: 
     """The coop-matrix kernel of a plan in the tiles of ``family`` (amx: the CPU runtime; xe: Intel GPUs ahead of
     time) and the words of ``dialect`` (:data:`DIALECTS`), PlanRejected with the reason when the lowering cannot
     render it."""
-    why = plan_violation(plan)
+    why = plan_violation(plan, family)
     if why:
         raise PlanRejected(why)
     tile = plan.config.tile
@@ -544,7 +562,7 @@ def make_lowering_class(base):
             raise XegemmError(_NOT_WIRED)
 
         def check_surfaces(self, plan) -> None:
-            why = plan_violation(plan)
+            why = plan_violation(plan, self.tiles)
             if why:
                 raise PlanRejected(why)
 
