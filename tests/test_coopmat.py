@@ -862,23 +862,30 @@ def test_the_system_compiler_builds_the_legacy_dialect_with_the_gates(tmp_path):
 
 
 @pytest.mark.ocloc
+@pytest.mark.parametrize("ab, k_step", [("f16", 16), ("tf32", 8)])
 @pytest.mark.parametrize("compiler", ["current", "system"])
-def test_f16_builds_for_the_gpu_in_either_dialect(compiler, tmp_path):
-    """f16 A and B (OpTypeFloat 16 components, which the CPU runtime's AMX has not without AMX-FP16) through
-    `xegemm build --lowering coopmat` with either compiler, each in the dialect it takes: the dpas gate, no spill."""
+def test_f16_and_tf32_build_for_the_gpu(compiler, ab, k_step, tmp_path):
+    """f16 (OpTypeFloat 16 components) and tf32 (f32 components read as tf32, B row-major) A and B, which the CPU
+    runtime's AMX does not take, through `xegemm build --lowering coopmat`: with either compiler in its dialect the
+    dpas gate and no spill; tf32 in the legacy dialect refused with the reason (that compiler did not finish one)."""
     from xegemm.aot.toolchain import find_ocloc
     from xegemm.jobs.pipeline import build_config
     if find_ocloc(compiler) is None:
         pytest.skip(f"the {compiler} compiler is not installed")
     config = tmp_path / "c.yaml"
-    config.write_text("name: f16\nproblem: {m: 200, n: 96, k: 264}\ntypes: {a: f16, b: f16, acc: f32, c: f16}\n"
+    config.write_text(f"name: {ab}\nproblem: {{m: 200, n: 96, k: 264}}\ntypes: {{a: {ab}, b: {ab}, acc: f32, c: f32}}\n"
                       "tile: {workgroup: [32, 32, 32], subgroups: [2, 2], subgroup_size: 16}\n"
                       "epilogue: {bias: col, activation: silu}\n")
     result = build_config(config, target="pvc", out_dir=tmp_path / "b", lowering="coopmat", compiler=compiler)
     (v,) = result["variants"]
-    assert v["status"] == "ok", v["reason"]
-    assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 8 and v["isa"]["spill_bytes"] in (0, None)
     assert result["dialect"] == ("khr" if compiler == "current" else "legacy")
+    assert coopmat_kernel(plan(config_from_text(config.read_text())), family="xe").tk == k_step
+    if ab == "tf32" and compiler == "system":
+        assert v["status"] == "rejected" and "legacy dialect" in v["reason"]
+        return
+    assert v["status"] == "ok", v["reason"]
+    assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 8      # four k-step bodies of 2 x 1 tiles
+    assert v["isa"]["spill_bytes"] in (0, None)
 
 
 GPU_EPILOGUES = {"plain": ("f32", "", ""),

@@ -61,10 +61,12 @@ TYPES = {
     "s8": ("s32", 8, 4, 0x1 | 0x2 | 0x4 | 0x8, 64, 32),   # Matrix{A,B,C,Result}SignedComponentsKHR
     "u8": ("s32", 8, 4, 0x0, 64, 32),       # no signed bits (with C/Result signed 0xC: wrong sums, measured)
     "f16": ("f32", 16, 2, 0x0, 32, 16),     # components OpTypeFloat 16: Xe GPU builds only (FAMILY_TYPES)
+    "tf32": ("f32", 32, 1, 0x20, 8, 8),     # MatrixAAndBTF32ComponentsINTEL, f32 components, B row-major: Xe only
 }
 # the A/B types each tile family's device takes: the CPU runtime's AMX has no f16 without AMX-FP16 (no CPU with it
 # was at hand to verify one on), Xe's DPAS takes f16 (8x16x16, measured with both compilers: dpas.8x8 ... :hf)
-FAMILY_TYPES = {"amx": ("bf16", "s8", "u8"), "xe": ("bf16", "s8", "u8", "f16")}
+FAMILY_TYPES = {"amx": ("bf16", "s8", "u8"), "xe": ("bf16", "s8", "u8", "f16", "tf32")}
+CAP_TF32_COMPONENTS = 6436                        # CooperativeMatrixTF32ComponentTypeINTEL
 LAYOUT_ROW_MAJOR, LAYOUT_PACKED_INTEL = 0, 2      # SPV_KHR_cooperative_matrix / SPV_INTEL_joint_matrix
 # the SPIR-V words a kernel is written in: khr (SPV_KHR_cooperative_matrix with Intel's additions: the CPU runtime,
 # IGC 2.x) or legacy (SPV_INTEL_joint_matrix's first form, OpTypeJointMatrixINTEL 6119 and kin: the IGC 1.0 of
@@ -72,6 +74,7 @@ LAYOUT_ROW_MAJOR, LAYOUT_PACKED_INTEL = 0, 2      # SPV_KHR_cooperative_matrix /
 DIALECTS = ("khr", "legacy")
 # the legacy multiply-add per A/B type: OpJointMatrixMadINTEL 6122 (signed), OpJointMatrixUUMadINTEL 6130
 # (KhronosGroup/SPIRV-LLVM-Translator, lib/SPIRV/libSPIRV/spirv_internal.hpp)
+# (no tf32: Debian's IGC 1.0.12504 had not finished compiling a tf32 kernel after 10 minutes, measured 2026-12-03)
 LEGACY_MAD = {"bf16": 6122, "s8": 6122, "u8": 6130, "f16": 6122}
 CAP_BFLOAT16_COMPONENTS = 6437                    # CooperativeMatrixBFloat16ComponentTypeINTEL
 TILE_N = 16
@@ -241,6 +244,8 @@ class CoopmatKernel:
     dialect: str = "khr"        # the SPIR-V words (DIALECTS): khr, or legacy for a compiler without the KHR opcodes
 
     def __post_init__(self):
+        if self.ab == "tf32":       # v = 1: the "packed" B is B row-major, loaded so
+            object.__setattr__(self, "b_layout", LAYOUT_ROW_MAJOR)
         if self.epilogue is None:
             object.__setattr__(self, "epilogue", identity_stage(TYPES[self.ab][0] if self.ab in TYPES else "f32"))
         if self.ab not in TYPES:
@@ -275,7 +280,12 @@ class CoopmatKernel:
     @property
     def ab_component(self) -> str:
         """The SPIR-V type id of A's and B's matrix components (bf16: 16-bit integers with the bf16 operand)."""
-        return "%f16" if self.float16 else f"%u{self.ab_bits}"
+        return "%f16" if self.float16 else "%f32" if self.tf32 else f"%u{self.ab_bits}"
+
+    @property
+    def tf32(self) -> bool:
+        """A and B are tf32: f32 components read as tf32 (MatrixAAndBTF32ComponentsINTEL), B row-major (v = 1)."""
+        return self.ab == "tf32"
 
     @property
     def legacy(self) -> bool:
@@ -318,6 +328,10 @@ class CoopmatKernel:
     @property
     def cap_bf16(self) -> int:
         return CAP_BFLOAT16_COMPONENTS
+
+    @property
+    def cap_tf32(self) -> int:
+        return CAP_TF32_COMPONENTS
 
     @property
     def mt(self) -> int:
@@ -400,9 +414,9 @@ def choose_tiles(ab: str, sgm: int, sgn: int, bk: int, family: str = "amx") -> t
     return tm, TILE_N, tk
 
 
-def plan_violation(plan, family: str = "amx") -> str | None:
+def plan_violation(plan, family: str = "amx", dialect: str = "khr") -> str | None:
     """Why the coopmat lowering cannot render a plan in the tiles of ``family`` (amx: the CPU runtime; xe: Intel
-    GPUs ahead of time), or None."""
+    GPUs ahead of time) and the words of ``dialect``, or None."""
     config = plan.config
     t, lay = config.types, config.layout
     if plan.quant:
@@ -415,6 +429,9 @@ def plan_violation(plan, family: str = "amx") -> str | None:
     if ab not in FAMILY_TYPES[family]:
         return (f"coopmat: {ab} A and B are built for Xe GPUs only (xegemm build --lowering coopmat): the CPU "
                 f"runtime's AMX takes {', '.join(FAMILY_TYPES['amx'])} (f16 needs AMX-FP16)")
+    if dialect == "legacy" and ab not in LEGACY_MAD:
+        return (f"coopmat: {ab} in the legacy dialect (Debian's compiler): not taken (the compiler did not finish "
+                "a tf32 kernel in 10 minutes, measured); build with the current compiler (--compiler current)")
     if t.acc != TYPES[ab][0]:
         return f"coopmat: {ab} accumulates in {TYPES[ab][0]} (got acc={t.acc})"
     if lay.c != "row":
@@ -447,7 +464,7 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx", dialect: 
     """The coop-matrix kernel of a plan in the tiles of ``family`` (amx: the CPU runtime; xe: Intel GPUs ahead of
     time) and the words of ``dialect`` (:data:`DIALECTS`), PlanRejected with the reason when the lowering cannot
     render it."""
-    why = plan_violation(plan, family)
+    why = plan_violation(plan, family, dialect)
     if why:
         raise PlanRejected(why)
     tile = plan.config.tile
@@ -562,7 +579,7 @@ def make_lowering_class(base):
             raise XegemmError(_NOT_WIRED)
 
         def check_surfaces(self, plan) -> None:
-            why = plan_violation(plan, self.tiles)
+            why = plan_violation(plan, self.tiles, self.dialect)
             if why:
                 raise PlanRejected(why)
 
