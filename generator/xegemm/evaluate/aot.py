@@ -210,8 +210,8 @@ class AotBuilder(Builder):
     def __init__(self, target: str, out_dir: Path | str, grf: int | None = None, lowering: Lowering | None = None,
                  compiler: str | None = None):
         self.lowering = lowering
-        # SPIR-V cooperative matrices (the coopmat lowering) need the current compiler: Debian 12's IGC
-        # 1.0.12504 knows no SPV_KHR_cooperative_matrix opcode (docs/lowerings.md "coopmat")
+        # SPIR-V cooperative matrices (the coopmat lowering): rendered in the dialect the compiler takes
+        # (coopmat_dialect: the current compiler KHR, Debian 12's legacy; docs/lowerings.md "coopmat")
         self.spirv = lowering is not None and lowering.source_kind == "spirv"
         if self.spirv:    # the current compiler where installed (the KHR dialect), else the system one
             self.compiler = compiler or ("current" if find_ocloc("current") else "system" if find_ocloc("system")

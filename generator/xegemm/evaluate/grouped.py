@@ -81,7 +81,7 @@ def grouped_setup(session, config: Config, plan: Plan, lowering=None) -> Grouped
     """Operands, references and buffers of ``config``'s grouped problem for ``plan``'s kernel on the session's
     device (kept on the session while the problem, types, epilogue, seed, table and lowering stay the same).  A
     ``lowering`` that reads B packed (coopmat) gets every group's B packed on the device (the session's packer;
-    BuildError when it does not build), B as stored kept as ``B_stored``."""
+    BuildError when it does not build)."""
     problem = from_config(config)
     device = session.device
     layout = grouped_launch(plan, problem, int(getattr(device, "max_compute_units", 1) or 1),
@@ -110,7 +110,6 @@ def grouped_setup(session, config: Config, plan: Plan, lowering=None) -> Grouped
             buffers[name] = to_device(queue, layout.pack_experts(name, [o and o.quant[name] for o in ops]))
     pack_ms = None
     if lowering is not None and lowering.b_pack_factor(plan):
-        buffers["B_stored"] = buffers["B"]
         buffers["B"], pack_ms = pack_grouped_b(queue, session.packer(DevicePacker, plan), layout, buffers)
     moved = layout.nbytes["A"] + layout.nbytes["B"] + layout.nbytes["D"]
     setup = GroupedSetup(config, problem, layout, buffers, poison, refs, np.zeros(1, np.int32), moved, pack_ms)
