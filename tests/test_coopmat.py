@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -337,14 +338,19 @@ def test_tiles_and_rejections():
     with pytest.raises(PlanRejected, match="row-major"):
         coopmat_kernel(with_layout("{c: col}"))
     assert coopmat_kernel(with_layout("{a: col, b: col}")).a_col
-    with pytest.raises(PlanRejected, match="CPU runtime only"):
-        coopmat_kernel(with_layout("{a: col}"), family="xe")
+    col_a = with_layout("{a: col}")     # ColumnMajorKHR A matrices in GPU builds with IGC 2.x only
+    assert not coopmat_kernel(col_a).a_col_loads and coopmat_kernel(col_a, family="xe").a_col_loads
+    assert not coopmat_kernel(col_a, family="xe", dialect="legacy").a_col_loads
+    assert coopmat_kernel(col_a, family="xe").k_step_bodies == 4 and coopmat_kernel(col_a).k_step_bodies == 2
     split = config_from_text("problem: {m: 64, n: 64, k: 256}\ntile: {workgroup: [64, 64, 32], subgroups: [2, 2], "
                              "subgroup_size: 16, split_k: 2}\n")
     assert plan_violation(plan(split)) is None and coopmat_kernel(plan(split)).split == 2
     stream = config_from_text("problem: {m: 64, n: 64, k: 256}\ntile: {workgroup: [64, 64, 32], subgroups: [2, 2], "
                               "subgroup_size: 16, stream_k: 2}\n")
-    assert "stream-K" in plan_violation(plan(stream))
+    kernel = coopmat_kernel(plan(stream))
+    assert plan_violation(plan(stream)) is None and (kernel.stream_k, kernel.bk, kernel.split) == (2, 32, 1)
+    with pytest.raises(PlanRejected, match="one of them"):
+        replace(kernel, split=2)
 
 
 def test_spirv_val_judges_the_khr_parts_and_says_when_it_cannot():
@@ -588,12 +594,14 @@ epilogue: {bias: row, activation: relu}
 """
 
 
-def test_the_call_api_runs_grouped_moe_and_split_k_calls_through_the_coopmat_kernel(sycl_device, tmp_path):
-    """gemm.grouped (ragged groups, one empty, bias and ReLU), gemm.moe (an empty expert) and a split-K call (the
-    module's reduce entry point second) with lowering="coopmat" in a fresh process: every group's B packed on the
-    device at the call, D against numpy."""
+def test_the_call_api_runs_grouped_moe_split_k_and_stream_k_calls_through_the_coopmat_kernel(sycl_device,
+                                                                                             tmp_path):
+    """gemm.grouped (ragged groups, one empty, bias and ReLU), gemm.moe (an empty expert), a split-K and a
+    stream-K call (the module's reduce entry point second) with lowering="coopmat" in a fresh process: every
+    group's B packed on the device at the call, D against numpy."""
     _needs_amx(sycl_device)
     (tmp_path / "split.yaml").write_text(SPLIT_CALL)
+    (tmp_path / "stream.yaml").write_text(SPLIT_CALL.replace("split_k: 5", "stream_k: 3"))
     script = f"""
 import numpy as np, ml_dtypes, xegemm
 rng = np.random.default_rng(1)
@@ -622,14 +630,17 @@ bias = rng.standard_normal(20).astype(np.float32)
 d = s(a, b, bias=bias).astype(np.float64)
 ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias[:, None], 0)
 print(s.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-3))))
+t = xegemm.load({str(tmp_path / "stream.yaml")!r}, lowering="coopmat")
+d = t(a, b, bias=bias).astype(np.float64)
+print(t.last_kernel.name, float(np.max(np.abs(d - ref) / (np.abs(ref) * 2.0 ** -8 + 1e-3))))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != TARGET_ARCH_VARIABLE})
     assert done.returncode == 0, done.stderr[-2000:]
-    grouped_name, grouped_err, moe_name, moe_err, split_name, split_err = done.stdout.split()
+    grouped_name, grouped_err, moe_name, moe_err, split_name, split_err, stream_name, stream_err = done.stdout.split()
     assert "_grouped" in grouped_name and grouped_name.endswith("_coopmat") and moe_name.endswith("_coopmat")
-    assert split_name.endswith("_splitk5_coopmat")
-    assert max(float(grouped_err), float(moe_err), float(split_err)) <= 1.0     # D in bf16: 2^-9 relative, f32 sums
+    assert split_name.endswith("_splitk5_coopmat") and stream_name.endswith("_streamk3_coopmat")
+    assert max(map(float, (grouped_err, moe_err, split_err, stream_err))) <= 1.0   # D in bf16: 2^-9 relative, f32 sums
 
 
 SPLIT = {   # split K through the coopmat kernel and its reduce entry point: (problem, types, tile, extra sections)
@@ -681,6 +692,76 @@ def test_a_broken_split_k_coopmat_kernel_fails_verification(old, new, coopmat_ev
     assert old in source
     result = coopmat_evaluator.evaluate(pv, source.replace(old, new))
     assert result.status == "failed_verify", result.reason
+
+
+STREAM = {   # stream-K through the coopmat kernel's piece loop and its fix-up entry point: (problem, types, tile, extra)
+    "bf16_ragged_batch_a_col_swizzle": ("{m: 37, n: 45, k: 200, batch: 2}", "{a: bf16, b: bf16, acc: f32, c: f32}",
+                                        "[16, 16, 32], subgroups: [1, 1], stream_k: 4, swizzle: 2",
+                                        "layout: {a: col}\nepilogue: {alpha: 0.5, beta: -1.5}\n"),
+    "bf16_bias_gelu_to_bf16": ("{m: 20, n: 70, k: 512}", "{a: bf16, b: bf16, acc: f32, c: bf16}",
+                               "[16, 32, 32], subgroups: [1, 2], stream_k: 5",
+                               "layout: {b: col}\nepilogue: {bias: row, activation: gelu_tanh}\n"),
+    "s8_exact": ("{m: 20, n: 33, k: 300}", "{a: s8, b: s8, acc: s32, c: s32}",
+                 "[16, 16, 64], subgroups: [1, 1], stream_k: 4", ""),
+    "gptq": ("{m: 32, n: 64, k: 512}", "{a: bf16, b: u4, acc: f32, c: bf16}",
+             "[16, 32, 32], subgroups: [1, 2], stream_k: 3", "quant: {format: gptq, group: 128, scale: f16, zero: u4}\n"),
+}
+
+
+def _stream(name: str):
+    from xegemm.evaluate import plan_variants
+    from xegemm.plan.stream_k import tile_pieces
+    problem, types, tile, extra = STREAM[name]
+    config = config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
+                              f"profile: {{warmup: 0, repeats: 1}}\n{extra}")
+    (pv,) = plan_variants(config, Lowering("coopmat"))
+    assert pv.plan is not None and pv.plan.stream_k, pv.reason
+    pieces = [len(p) for _, p in tile_pieces(config)]
+    assert max(pieces) > 1 and min(pieces) == 1, pieces      # tiles cut between work-groups and tiles whole
+    return pv
+
+
+@pytest.mark.parametrize("name", sorted(STREAM))
+def test_stream_k_verifies_through_the_coopmat_kernel_and_its_fix_up(name, coopmat_evaluator):
+    """Each work-group's range of MAC-loop iterations walked piece by piece (whole tiles through the epilogue to
+    D, pieces to their workspace slots), the cut tiles' pieces added in contributor order and the fixed epilogue
+    applied by the module's reduce entry point: ragged, batched, swizzled, column-major operands, integers exact,
+    a GPTQ B dequantized by the packer."""
+    from xegemm.evaluate import render_variant
+    pv = _stream(name)
+    source = render_variant(pv, Lowering("coopmat"))
+    assert f'"{pv.plan.name}_reduce"' in source
+    result = coopmat_evaluator.evaluate(pv, source)
+    assert result.status == "ok", (name, result.reason)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("%r_s_next = OpIAdd %u32 %r_s %c1", "%r_s_next = OpIAdd %u32 %r_s %c2"),        # the fix-up skips pieces
+    ("%sk_so = OpIMul %u64 %sk_slot64 %c_sk_slot64", "%sk_so = OpCopyObject %u64 %z64"),  # every piece to slot 0
+    ("%oa = OpIAdd %u64 %oa0 %k_begin64", "%oa = OpCopyObject %u64 %oa0"),      # every piece reads A's first k
+    ("OpBranchConditional %sk_whole %sk_epi %sk_part", "OpBranchConditional %sk_whole %sk_part %sk_epi"),
+])
+def test_a_broken_stream_k_coopmat_kernel_fails_verification(old, new, coopmat_evaluator):
+    from xegemm.evaluate import render_variant
+    pv = _stream("bf16_bias_gelu_to_bf16")
+    source = render_variant(pv, Lowering("coopmat"))
+    assert old in source
+    result = coopmat_evaluator.evaluate(pv, source.replace(old, new))
+    assert result.status == "failed_verify", result.reason
+
+
+def test_stream_k_schedule_is_the_formulas_compiled_in_64_bits_where_the_c_is_long():
+    """The kernel's schedule is xegemm.plan.stream_k's C compiled into SPIR-V (one home for the formulas): the
+    names the C declares long (iterations times G overflows an int) are 64-bit values."""
+    from xegemm.plan.stream_k import LONG
+    pv = _stream("s8_exact")
+    kernel = coopmat_kernel(pv.plan)
+    for formula in (kernel.sk_range, kernel.sk_piece, kernel.sk_fixup):
+        defined = {line.split(" = ")[0]: line.split()[3] for line in formula.lines}
+        for name, rid in formula.names:
+            if rid in defined:
+                assert defined[rid] == ("%u64" if name in LONG else "%u32"), (name, defined[rid])
+    assert {n for n, _ in kernel.sk_range.names} >= {"it_begin", "it_end", "k_tiles"}
 
 
 @pytest.mark.usefixtures("code_allowed")
@@ -803,12 +884,13 @@ def test_call_api_in_a_process_started_without_the_target_says_how(sycl_device):
 
 # -- ahead of time for Intel GPUs ------------------------------------------------------------------------------
 @pytest.mark.ocloc
-@pytest.mark.parametrize("config, variants", [("moe", 2), ("split_k", 3)])
+@pytest.mark.parametrize("config, variants", [("moe", 2), ("split_k", 3), ("stream_k", 2)])
 @pytest.mark.parametrize("target", ["pvc", "bmg"])
-def test_gpu_build_of_the_moe_and_split_k_configs_holds_the_gates(target, config, variants, tmp_path):
-    """The shipped MoE config (both walks) and split-K config (1, 4 and 16 slices) through `xegemm build --lowering
-    coopmat` with the current compiler: the persistent walk around the tile, or a slice's k-range and the reduce
-    entry point beside it, keep the tile's dpas count, its 2D block loads and no spill."""
+def test_gpu_build_of_the_moe_split_k_and_stream_k_configs_holds_the_gates(target, config, variants, tmp_path):
+    """The shipped MoE config (both walks), split-K config (1, 4 and 16 slices) and stream-K config (4 and 16
+    work-groups) through `xegemm build --lowering coopmat` with the current compiler: the persistent walk around the
+    tile, a slice's k-range or stream-K's piece loop, and the reduce entry point beside it, keep the tile's dpas
+    count, its 2D block loads and no spill."""
     from xegemm.aot.toolchain import find_ocloc
     from xegemm.jobs.pipeline import build_config
     if find_ocloc("current") is None:
@@ -824,10 +906,36 @@ def test_gpu_build_of_the_moe_and_split_k_configs_holds_the_gates(target, config
 
 
 @pytest.mark.ocloc
+@pytest.mark.parametrize("compiler", ["current", "system"])
+def test_gpu_builds_take_a_column_major_a(compiler, tmp_path):
+    """The shipped layouts config (A and B each row- or column-major) builds for pvc: with the current compiler a
+    column-major A is read as ColumnMajorKHR matrices in the interior k-steps, which IGC 2.x issues as transposed 2D
+    block loads (d32t); Debian's IGC 1.0 has no column-major A load, so there the A is staged through local memory
+    at every k-step (the staged two bodies' dpas only)."""
+    from xegemm.aot.toolchain import find_ocloc
+    from xegemm.jobs.pipeline import build_config
+    if find_ocloc(compiler) is None:
+        pytest.skip(f"the {compiler} compiler is not installed")
+    result = build_config(ROOT / "configs" / "layouts.yaml", target="pvc", out_dir=tmp_path / "b",
+                          lowering="coopmat", compiler=compiler)
+    assert len(result["variants"]) == 4
+    for v in result["variants"]:
+        assert v["status"] == "ok", v["reason"]
+        col_a = "_ntt_" in v["name"] or "_nnt_" in v["name"]      # layouts: A, B, C; n = column-major
+        assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == (16 if col_a and compiler == "system"
+                                                                            else 32)
+        assert v["isa"]["spill_bytes"] in (0, None)
+        asm = "".join(f.read_text(errors="replace") for f in (tmp_path / "b" / v["name"] / "disasm").glob("*.asm"))
+        if compiler == "current":
+            assert v["measured_messages"]["load_block2d"] == v["predicted"]["load_block2d"] == 6
+            assert ("load_block2d.ugm.d32t" in asm) == col_a, v["name"]
+
+
+@pytest.mark.ocloc
 def test_the_system_compiler_builds_the_legacy_dialect_with_the_gates(tmp_path):
     """Debian 12's ocloc 22.43 (IGC 1.0.12504) refuses the KHR opcodes; the probe finds that it takes the legacy
     SPV_INTEL_joint_matrix words (the current compiler: KHR), and `xegemm build --lowering coopmat --compiler system`
-    builds the shipped MoE and split-K configs in them: one dpas per multiply-add of the four k-step bodies, no
+    builds the shipped MoE, split-K and stream-K configs in them: one dpas per multiply-add of the four k-step bodies, no
     spill (gathers instead of 2D block loads, reported).  Matrix pointers left global instead of Generic do not
     build there."""
     from xegemm.aot.build import compile_kernel
@@ -840,7 +948,7 @@ def test_the_system_compiler_builds_the_legacy_dialect_with_the_gates(tmp_path):
     assert coopmat_dialect("pvc", "system") == "legacy"
     if find_ocloc("current") is not None:
         assert coopmat_dialect("pvc", "current") == "khr"
-    for config, variants in (("moe", 2), ("split_k", 3)):
+    for config, variants in (("moe", 2), ("split_k", 3), ("stream_k", 2)):
         result = build_config(ROOT / "configs" / f"{config}.yaml", target="pvc", out_dir=tmp_path / config,
                               lowering="coopmat", compiler="system")
         assert result["dialect"] == "legacy" and len(result["variants"]) == variants

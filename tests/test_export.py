@@ -258,6 +258,23 @@ def test_the_coopmat_module_exports_as_spirv_loaded_with_create_program_with_il(
     _b_written_plain_fails(out, "sp->vnni", 2)
 
 
+@pytest.mark.device
+@NEEDS_CC
+def test_a_stream_k_coopmat_module_exports_with_its_fix_up_entry_point(tmp_path):
+    """Stream-K through the coopmat module: the pieces' workspace and the fix-up entry point of the same module,
+    run by the example through clCreateProgramWithIL and checked."""
+    (tmp_path / "sk.yaml").write_text(COOPMAT.replace("sweep: {tile.split_k: [1, 2]}", "")
+                                      .replace("subgroup_size: 16}", "subgroup_size: 16, stream_k: 3}"))
+    out = tmp_path / "out"
+    _export_cli(tmp_path / "sk.yaml", out, "coopmat")
+    (k,) = json.loads((out / "manifest.json").read_text())["kernels"]
+    assert [entry["kernel"] for entry in k["entries"]] == [k["name"], k["name"] + "_reduce"]
+    done = _make(out, "run", env=_runtime_env())
+    if "skipped xegemm_k0_" in done.stdout:
+        pytest.skip(done.stdout.split(": ", 1)[1].splitlines()[0])
+    assert done.returncode == 0 and "1 passed, 0 failed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
 def _b_written_plain_fails(out: Path, vnni: str, kernels: int) -> None:
     """The example's B given plain (row-major) where the module reads it VNNI-packed: every check fails."""
     example = out / "example.c"

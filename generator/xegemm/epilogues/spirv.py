@@ -17,12 +17,14 @@ OpenCL C they are written in, mechanically and in one place:
   helpers): their bodies (declarations, ``if (c) return e;``, ``return e;``) are compiled inline at each call.
 
 Types follow C's usual arithmetic conversions over ``bool``, ``char``/``uchar`` (8 bits), ``short``/``ushort``
-(16), ``int``/``uint`` (32) and ``float``; SPIR-V integers are signless, so signedness is carried here and picks
-the instruction (OpSLessThan or OpULessThan, arithmetic or logical shifts, OpSConvert or OpUConvert).
+(16), ``int``/``uint`` (32), ``long`` (64) and ``float``; SPIR-V integers are signless, so signedness is carried
+here and picks the instruction (OpSLessThan or OpULessThan, arithmetic or logical shifts, OpSConvert or
+OpUConvert).  ``long`` is there for the integer formulas (xegemm.library.formula) the coopmat kernel computes the
+same way, e.g. stream-K's schedule (xegemm.plan.stream_k): :func:`compile_formula`.
 
 The module's words are laid out for a template: :attr:`Compiler.constants` (module scope, after the types the
-template declares: ``%bool %u8 %u16 %u32 %f32``, and ``%ocl``, the OpenCL.std import), :attr:`Compiler.decorations`
-and the function body's :attr:`Compiler.lines`.
+template declares: ``%bool %u8 %u16 %u32 %u64 %f32``, and ``%ocl``, the OpenCL.std import),
+:attr:`Compiler.decorations` and the function body's :attr:`Compiler.lines`.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from xegemm.errors import XegemmError
 # runtime's compiler crashed on OpSelect and on some stores of 16-bit values (measured), so only a load or a store
 # touches the narrow types (:meth:`Compiler.load`, :meth:`Compiler.store_bits`)
 TYPE_IDS = {"bool": "%bool", "char": "%u32", "uchar": "%u32", "short": "%u32", "ushort": "%u32", "int": "%u32",
-            "uint": "%u32", "float": "%f32"}
+            "uint": "%u32", "long": "%u64", "float": "%f32"}
 STORAGE_IDS = {8: "%u8", 16: "%u16", 32: "%u32"}
-BITS = {"char": 8, "uchar": 8, "short": 16, "ushort": 16, "int": 32, "uint": 32, "float": 32, "bool": 1}
-SIGNED = {"char", "short", "int"}
+BITS = {"char": 8, "uchar": 8, "short": 16, "ushort": 16, "int": 32, "uint": 32, "long": 64, "float": 32,
+        "bool": 1}
+SIGNED = {"char", "short", "int", "long"}
 UNSIGNED_OF = {"char": "uchar", "short": "ushort", "int": "uint"}
 LIMITS = {"char": (-128, 127), "uchar": (0, 255), "short": (-32768, 32767), "ushort": (0, 65535),
           "int": (-2 ** 31, 2 ** 31 - 1), "uint": (0, 2 ** 32 - 1)}
@@ -129,10 +132,22 @@ class Compiler:
 
     # -- constants ---------------------------------------------------------------------------------------------
     def int_constant(self, value: int, ctype: str = "int") -> Value:
-        word = value & 0xffffffff          # every integer is carried in 32 bits
+        if BITS[ctype] == 64:
+            word = value & 0xffffffffffffffff
+            cid = f"%k64_{word:x}"
+            self._constants.setdefault(cid, f"{cid} = OpConstant %u64 {word}")
+            return Value(cid, ctype)
+        word = value & 0xffffffff          # every narrower integer is carried in 32 bits
         cid = f"%k32_{word:x}"
         self._constants.setdefault(cid, f"{cid} = OpConstant %u32 {word}")
         return Value(cid, ctype)
+
+    def value(self, name: str) -> Value:
+        """The value a name is bound to (a declaration's, an input's)."""
+        for scope in reversed(self._scopes):
+            if name in scope:
+                return scope[name]
+        raise SpirvCompileError(f"coopmat epilogue: the name {name!r} is not bound")
 
     # -- the narrow types at loads and stores ------------------------------------------------------------------
     def load(self, name: str, rid: str, ctype: str) -> None:
@@ -181,9 +196,14 @@ class Compiler:
         if ctype == "float":
             return self.emit("float", "OpConvertSToF" if v.ctype in SIGNED else "OpConvertUToF", v.id)
         if v.ctype == "float":
-            wide = "int" if ctype in SIGNED else "uint"
+            wide = "long" if BITS[ctype] == 64 else "int" if ctype in SIGNED else "uint"
             v = self.emit(wide, "OpConvertFToS" if ctype in SIGNED else "OpConvertFToU", v.id)
-            return v if BITS[ctype] == 32 else self.narrow(v, ctype)
+            return v if BITS[ctype] >= 32 else self.narrow(v, ctype)
+        if BITS[ctype] == 64:               # to 64 bits: extended as the (32-bit carried) source's signedness
+            return self.emit(ctype, "OpSConvert" if v.ctype in SIGNED else "OpUConvert", v.id)
+        if BITS[v.ctype] == 64:             # from 64 bits: the low 32, then narrower if asked
+            low = self.emit("int" if ctype in SIGNED else "uint", "OpUConvert", v.id)
+            return low if BITS[ctype] == 32 else self.narrow(low, ctype)
         if BITS[ctype] == BITS[v.ctype] and BITS[ctype] < 32 and (ctype in SIGNED) != (v.ctype in SIGNED):
             return self.narrow(v, ctype)               # char <-> uchar: the same 8 bits, extended the other way
         if BITS[ctype] >= BITS[v.ctype]:
@@ -204,7 +224,8 @@ class Compiler:
     def common(self, a: Value, b: Value) -> tuple[Value, Value, str]:
         """C's usual arithmetic conversions of two operands."""
         ta, tb = self._promoted(a.ctype), self._promoted(b.ctype)
-        t = "float" if "float" in (ta, tb) else "uint" if "uint" in (ta, tb) else "int"
+        t = "float" if "float" in (ta, tb) else "long" if "long" in (ta, tb) else \
+            "uint" if "uint" in (ta, tb) else "int"
         return self.convert(a, t), self.convert(b, t), t
 
     # -- expressions -------------------------------------------------------------------------------------------
@@ -321,10 +342,7 @@ class Compiler:
                     self._take(",")
             self._take(")")
             return self.call(token, args)
-        for scope in reversed(self._scopes):
-            if token in scope:
-                return scope[token]
-        raise SpirvCompileError(f"coopmat epilogue: the name {token!r} is not bound")
+        return self.value(token)
 
     def _number(self, token: str) -> Value:
         t = token.lower()
@@ -462,3 +480,30 @@ def _split_condition(statement: str) -> tuple[str, str]:
         if depth == 0:
             return statement[start + 1:i], statement[i + 1:].strip()[len("return"):].strip()
     raise SpirvCompileError(f"coopmat epilogue: unbalanced {statement!r}")
+
+
+@dataclass(frozen=True)
+class Formula:
+    """Integer C statements compiled into SPIR-V: their ``lines`` (a function body's), the module-scope
+    ``constants`` and the id of each name they define (:meth:`id`)."""
+
+    lines: tuple[str, ...]
+    constants: tuple[str, ...]
+    names: tuple[tuple[str, str], ...]
+
+    def id(self, name: str) -> str:
+        return dict(self.names)[name]
+
+
+def compile_formula(statements, inputs: dict[str, tuple[str, str]], prefix: str) -> Formula:
+    """``const <type> name = expression;`` statements (xegemm.library.formula's steps as the OpenCL C kernels print
+    them) over ``inputs`` (name -> (SPIR-V id, C type)), as instructions named ``%<prefix>...``."""
+    compiler = Compiler(prefix)
+    for name, (rid, ctype) in inputs.items():
+        compiler.bind(name, Value(rid, ctype))
+    defined = []
+    for statement in statements:
+        compiler.statement(statement)
+        defined.append(re.match(r"\s*(?:const\s+)?\w+\s+(\w+)", statement).group(1))
+    return Formula(tuple(compiler.lines), tuple(compiler.constants),
+                   tuple((name, compiler.value(name).id) for name in defined))

@@ -26,14 +26,18 @@ What this module knows (docs/lowerings.md "coopmat"):
   then a traced epilogue's, except that B's buffer holds B VNNI-packed (``ldb`` counts the bytes of a row of B as
   a K x N matrix, whatever B's layout); a grouped / MoE kernel's are the OpenCL C grouped kernel's
   (:data:`GROUPED_PARAMETERS`: the tile inside the persistent walk over the problem table), a split-K kernel's the
-  plain GEMM's and ``k_slice``, beside a second entry point ``<name>_reduce`` with the OpenCL C reduce's.
+  plain GEMM's and ``k_slice``, a stream-K kernel's the plain GEMM's and the workspace ``W`` (its schedule:
+  xegemm.plan.stream_k's formulas compiled by xegemm.epilogues.spirv.compile_formula), each beside a second entry
+  point ``<name>_reduce`` with the OpenCL C reduce's (its ids prefixed: :meth:`ElementStage.relabeled`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -42,10 +46,11 @@ from xegemm.epilogues.outputs import storage_ctype
 from xegemm.epilogues.emit import element_code, input_names
 from xegemm.epilogues.graph import Graph
 from xegemm.epilogues.plan import input_param
-from xegemm.epilogues.spirv import Compiler, SpirvCompileError, Value
+from xegemm.epilogues.spirv import Compiler, Formula, SpirvCompileError, Value, compile_formula
 from xegemm.errors import PlanRejected, XegemmError
 from xegemm.grouped.schedule import MODES
 from xegemm.grouped.table import FIELD, FIELDS
+from xegemm.plan import stream_k as sk
 from xegemm.plan.planner import REDUCE_LOCAL
 from xegemm.library.dtypes import dtype
 from xegemm.lowering.templating import environment, render_macro
@@ -96,8 +101,8 @@ GROUPED_PARAMETERS = (("A", "ab"), ("B", "ab"), ("C", "out"), ("Cin", "out"), ("
 GROUPED_QUANT_PARAMETERS = (("S", "%pcw_u8"), ("Z", "%pcw_u8"), ("expert_stride_s", "%u64"),
                             ("expert_stride_z", "%u64"))
 STORAGE_IDS = {"uchar": "%u8", "ushort": "%u16", "uint": "%u32"}
-# split K: the GEMM entry point's epilogue parameters the reduce entry point owns (renamed g_<name> there)
-SPLIT_RENAMED = ("Cin", "bias", "alpha", "beta", "clamp_lo", "clamp_hi")
+# the reduce entry point's ids (its parameters, its copy of the element stage: ElementStage.relabeled)
+REDUCE_TAG = "r_"
 # a quantized B's arguments (xegemm.kernel.arguments, after the epilogue's): not read, B was dequantized by the packer
 QUANT_PARAMETERS = (("S", "%pcw_u8"), ("Z", "%pcw_u8"), ("batch_stride_s", "%u64"), ("batch_stride_z", "%u64"))
 # an FP8 A's (W8A8; after the quantized B's): not read, A was dequantized into bf16 by the A dequantizer
@@ -111,7 +116,9 @@ class ElementStage:
     vectors (var, parameter, kind) and auxiliary input matrices (var, parameter, storage type id) the template
     loads for the element, the compiled element code (``constants``, ``decorations``, ``lines``), the id of D's
     storage bits (``d``), the auxiliary outputs (parameter, storage type id, value id) and the traced epilogue's
-    extra kernel parameters."""
+    extra kernel parameters.  ``inputs`` are the ids the template defines for the code (the accumulator
+    ``%e_acc``, C's bits ``%e_cbits``, the loaded vectors and matrices, the scalar parameters); ``tag`` prefixes
+    every id of a :meth:`relabeled` copy."""
 
     describe: str
     out_t: str
@@ -125,6 +132,25 @@ class ElementStage:
     d: str = ""
     outputs: tuple = ()
     params: tuple = ()
+    inputs: tuple = ()
+    tag: str = ""
+
+    def relabeled(self, tag: str) -> ElementStage:
+        """The same code under ids prefixed by ``tag`` (its inputs' too, e.g. ``%<tag>e_acc``), for a second entry
+        point of the module: SPIR-V ids are module-wide, so a stage emitted twice needs two names for each value.
+        The constants (module scope) are the same ids, emitted once."""
+        local = set(self.inputs) | {line.split(" = ", 1)[0] for line in self.lines if " = " in line}
+        table = {old: "%" + tag + old[1:] for old in local}
+        pattern = re.compile(r"%\w+")
+
+        def rename(text: str) -> str:
+            return pattern.sub(lambda m: table.get(m.group(0), m.group(0)), text)
+
+        return replace(self, lines=tuple(map(rename, self.lines)), decorations=tuple(map(rename, self.decorations)),
+                       d=rename(self.d), outputs=tuple((p, t, rename(v)) for p, t, v in self.outputs),
+                       vectors=tuple((rename("%" + var)[1:], param, kind) for var, param, kind in self.vectors),
+                       matrices=tuple((rename("%" + var)[1:], param, t) for var, param, t in self.matrices),
+                       inputs=tuple(map(rename, self.inputs)), tag=tag + self.tag)
 
 
 def _helpers() -> str:
@@ -161,6 +187,7 @@ def element_stage(graph: Graph, traced: bool, acc: str, describe: str) -> Elemen
     compiler.define(_helpers())
     compiler.define(code.definitions)
     compiler.bind("xe_acc", Value("%e_acc", "uint" if acc_int else "float"))
+    inputs = ["%e_acc"]
     out_type = graph.out
     out_c = storage_ctype(out_type)
     if graph.reads("c"):
@@ -168,6 +195,7 @@ def element_stage(graph: Graph, traced: bool, acc: str, describe: str) -> Elemen
             raise PlanRejected(f"coopmat: C of type {graph.input('c').type} beside D of type {out_type}: C is read "
                                "laid out and typed as D")
         compiler.load("xe_cbits", "%e_cbits", out_c)
+        inputs.append("%e_cbits")
     params, matrices = [], []
     for i in graph.inputs:
         if i.name in ("acc", "c"):
@@ -175,18 +203,21 @@ def element_stage(graph: Graph, traced: bool, acc: str, describe: str) -> Elemen
         name = param(i.name)
         if i.kind == "scalar":
             compiler.bind(name, Value(f"%{name}", "float"))
+            inputs.append(f"%{name}")
             if traced:
                 params.append((name, "%f32"))
         elif i.kind == "matrix":
             ctype = storage_ctype(i.type)
             var = f"xe_ai_{i.name}"
             compiler.load(var, f"%{var}", ctype)
+            inputs.append(f"%{var}")
             matrices.append((var, name, STORAGE_IDS[ctype]))
             params.append((name, "%pcw_" + STORAGE_IDS[ctype][1:]))
         elif traced:
             params.append((name, "%pcw_f32"))
     for var, _, _ in vectors.values():
         compiler.bind(var, Value(f"%{var}", "float"))
+        inputs.append(f"%{var}")
     try:
         for statement in code.statements:
             compiler.statement(statement)
@@ -201,7 +232,8 @@ def element_stage(graph: Graph, traced: bool, acc: str, describe: str) -> Elemen
         raise PlanRejected(str(exc)) from None
     return ElementStage(describe, STORAGE_IDS[out_c], dtype(out_type).bits // 8, graph.reads("c"),
                         tuple(vectors.values()), tuple(matrices), tuple(compiler.constants),
-                        tuple(compiler.decorations), tuple(compiler.lines), d, tuple(outputs), tuple(params))
+                        tuple(compiler.decorations), tuple(compiler.lines), d, tuple(outputs), tuple(params),
+                        tuple(inputs))
 
 
 def identity_stage(acc: str) -> ElementStage:
@@ -234,12 +266,16 @@ class CoopmatKernel:
     tn: int
     tk: int
     b_layout: int = LAYOUT_PACKED_INTEL
-    a_col: bool = False     # A column-major: read through local memory at every k-step (no ColumnMajorKHR A here)
+    a_col: bool = False     # A column-major: read through local memory at every k-step on the CPU runtime
+    a_col_loads: bool = False   # ... and in GPU builds as ColumnMajorKHR matrices in the interior k-steps
     dequantized: bool = False   # B quantized, dequantized into bf16 by the packer (its scales' arguments follow)
     fp8_a: bool = False     # A FP8 (W8A8), dequantized into row-major bf16 by the A dequantizer (its scales follow)
     epilogue: ElementStage | None = None     # None: D = acc in the accumulator type (identity_stage)
     walk: str | None = None     # a grouped / MoE kernel: its persistent walk (xegemm.grouped.schedule.MODES)
     split: int = 1              # split K: slices, each into the workspace; the reduce entry point applies the epilogue
+    stream_k: int = 0           # stream-K: G work-groups share a batch's MAC-loop iterations (xegemm.plan.stream_k)
+    bk: int = 0                 # stream-K: the work-group k-tile its iterations are counted in
+    swizzle: int = 1            # stream-K: the tile order it walks (xegemm.plan.swizzle)
     reduce_local: tuple = REDUCE_LOCAL  # the reduce entry point's local size (Plan.reduce_workgroup_size)
     dialect: str = "khr"        # the SPIR-V words (DIALECTS): khr, or legacy for a compiler without the KHR opcodes
 
@@ -259,18 +295,82 @@ class CoopmatKernel:
             raise PlanRejected(f"coopmat: dialect {self.dialect!r}: one of {', '.join(DIALECTS)}")
         if self.walk is not None and self.walk not in MODES:
             raise PlanRejected(f"coopmat: walk {self.walk!r}: one of {', '.join(MODES)}")
-        if (self.walk is not None or self.split > 1) and (self.epilogue.params or self.epilogue.matrices
-                                                          or self.epilogue.outputs):
-            raise PlanRejected("coopmat: a grouped or split-K kernel takes the fixed epilogue only")
-        if self.walk is not None and self.split > 1:
-            raise PlanRejected("coopmat: a grouped kernel does not split K")
+        if (self.walk is not None or self.reduces) and (self.epilogue.params or self.epilogue.matrices
+                                                        or self.epilogue.outputs):
+            raise PlanRejected("coopmat: a grouped, split-K or stream-K kernel takes the fixed epilogue only")
+        if sum((self.walk is not None, self.split > 1, self.stream_k > 0)) > 1:
+            raise PlanRejected("coopmat: a kernel walks grouped tiles, splits K or streams K: one of them")
+        if self.stream_k and (self.bk <= 0 or self.bk % self.tk):
+            raise PlanRejected(f"coopmat: stream-K counts k-tiles of the work-group k-tile, a multiple of {self.tk} "
+                               f"(got {self.bk})")
 
     # -- derived --------------------------------------------------------------------------------------------
     @property
+    def reduces(self) -> bool:
+        """Whether the module has a second entry point ``<name>_reduce`` (split K's and stream-K's fix-up)."""
+        return self.split > 1 or self.stream_k > 0
+
+    @property
+    def reduce_epilogue(self) -> ElementStage:
+        """The reduce entry point's copy of the element stage (its own ids)."""
+        return self.epilogue.relabeled(REDUCE_TAG)
+
+    # stream-K's schedule: xegemm.plan.stream_k's formulas, compiled from the C the OpenCL C kernels print
+    def _sk_lines(self, steps) -> list[str]:
+        return sk.c_lines(steps, (self.bm, self.bn, self.bk), self.stream_k)
+
+    @staticmethod
+    def _sk_inputs(formula: Formula, names) -> dict[str, tuple[str, str]]:
+        return {n: (formula.id(n), "long" if n in sk.LONG else "int") for n in names}
+
+    @property
+    def sk_slots(self) -> int:
+        return sk.SLOTS
+
+    @cached_property
+    def sk_range(self) -> Formula:
+        """The work-group's iterations [it_begin, it_end) of its batch (GRID, RANGE; g = the work-group's x)."""
+        return compile_formula(self._sk_lines(sk.GRID + sk.RANGE), {"M": ("%M", "int"), "N": ("%N", "int"),
+                               "K": ("%K_all", "int"), "g": ("%wgx", "int")}, "skr")
+
+    @cached_property
+    def sk_piece(self) -> Formula:
+        """The piece at iteration ``%it``: its tile (and tile_m, tile_n), k-range, whole and slot (SEGMENT)."""
+        inputs = self._sk_inputs(self.sk_range, ("tiles_n", "tiles_m", "k_tiles", "it_begin", "it_end"))
+        return compile_formula(self._sk_lines(sk.SEGMENT) + sk.tile_lines(self.swizzle),
+                               {**inputs, "it": ("%it", "long"), "K": ("%K_all", "int")}, "skp")
+
+    @cached_property
+    def sk_fixup(self) -> Formula:
+        """The fix-up's tile ``z % tiles`` of batch ``z / tiles`` (z: the work-item's z), its contributors
+        first..last and its tile_m, tile_n (GRID, FIXUP)."""
+        return compile_formula(self._sk_lines(sk.GRID) + ["const long tile = z % tiles;",
+                                                          "const int batch = z / tiles;"]
+                               + self._sk_lines(sk.FIXUP) + sk.tile_lines(self.swizzle),
+                               {"M": ("%r_M", "int"), "N": ("%r_N", "int"), "K": ("%r_K", "int"),
+                                "z": ("%r_z64", "long")}, "skf")
+
+    @cached_property
+    def sk_slot(self) -> Formula:
+        """The slot of contributor ``%r_s``'s piece of the tile (PIECE)."""
+        inputs = self._sk_inputs(self.sk_fixup, ("iters", "tile_first"))
+        return compile_formula(self._sk_lines(sk.PIECE), {**inputs, "g": ("%r_s", "int")}, "sks")
+
+    @property
+    def constants(self) -> tuple[str, ...]:
+        """The module-scope constants of the element stage and of stream-K's formulas, each once."""
+        lines = list(self.epilogue.constants)
+        if self.stream_k:
+            for formula in (self.sk_range, self.sk_piece, self.sk_fixup, self.sk_slot):
+                lines += formula.constants
+        return tuple(dict.fromkeys(lines))
+
+    @property
     def k_step_bodies(self) -> int:
         """How many k-step bodies the template emits, each mt x nt multiply-adds: the interior loop and its K
-        tail, the staged loop of an edge work-group and its K tail (a column-major A: the staged two only)."""
-        return 2 if self.a_col else 4
+        tail, the staged loop of an edge work-group and its K tail (a column-major A on the CPU runtime: the
+        staged two only)."""
+        return 2 if self.a_col and not self.a_col_loads else 4
 
     @property
     def float16(self) -> bool:
@@ -372,10 +472,14 @@ class CoopmatKernel:
             quant = GROUPED_QUANT_PARAMETERS if self.dequantized else ()
             return tuple((n, ids.get(t, t)) for n, t in GROUPED_PARAMETERS + quant)
         quant = (QUANT_PARAMETERS if self.dequantized else ()) + (A_QUANT_PARAMETERS if self.fp8_a else ())
-        if self.split > 1:    # C is the workspace; the epilogue's names belong to the reduce entry point
-            ids["out"] = "%pcw_f32" if self.float_acc else "%pcw_u32"
-            return tuple(("K_all" if n == "K" else f"g_{n}" if n in SPLIT_RENAMED else n, ids.get(t, t))
-                         for n, t in PARAMETERS) + (("k_slice", "%u32"),) + quant
+        acc_ptr = "%pcw_f32" if self.float_acc else "%pcw_u32"
+        if self.split > 1:    # C is the workspace of partial sums
+            ids["out"] = acc_ptr
+            return tuple(("K_all" if n == "K" else n, ids.get(t, t)) for n, t in PARAMETERS) \
+                + (("k_slice", "%u32"),) + quant
+        if self.stream_k:     # K is all of K (a piece's length is %K), then the workspace of pieces
+            return tuple(("K_all" if n == "K" else n, ids.get(t, t)) for n, t in PARAMETERS) \
+                + self.epilogue.params + (("W", acc_ptr),) + quant
         return tuple((n, ids.get(t, t)) for n, t in PARAMETERS) + self.epilogue.params + quant
 
     @property
@@ -436,8 +540,6 @@ def plan_violation(plan, family: str = "amx", dialect: str = "khr") -> str | Non
         return f"coopmat: {ab} accumulates in {TYPES[ab][0]} (got acc={t.acc})"
     if lay.c != "row":
         return "coopmat: C and D must be row-major (layout.c: row)"
-    if plan.stream_k:
-        return "coopmat: stream-K is not done"
     if plan.split_k > 1 and plan.graph is not None:
         return "coopmat: split K with a traced epilogue is not done (its reduce entry point applies the fixed one)"
     if plan.grouped and plan.quant and plan.quant.a_spec:
@@ -473,14 +575,17 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx", dialect: 
     tm, tn, tk = choose_tiles(ab, sgm, sgn, tile.workgroup[2], family)
     sg_m, sg_n = tile.subgroups
     a_col = plan.config.layout.a == "col" and reads_a_as_stored(plan)
-    if a_col and family != "amx":
-        raise PlanRejected("coopmat: a column-major A is staged through local memory at every k-step, which is "
-                           "rendered for the CPU runtime only; the GPU build (and its 2D block load gate) takes A "
-                           "row-major")
+    # a column-major A as ColumnMajorKHR matrices: IGC 2.x issues transposed 2D block loads for them; the CPU runtime
+    # aborts on them and Debian's IGC 1.0 has no such load ("undefined reference to
+    # __builtin_spriv_OpJointMatrixLoadINTEL_PackedA_ColumnMajor_..."), both measured: staged there
+    a_col_loads = a_col and family == "xe" and dialect == "khr"
     return CoopmatKernel(name or plan.name, ab, tile.subgroup_size, sg_m, sg_n, sgm, sgn, tm, tn, tk,
-                         a_col=a_col, epilogue=plan_stage(plan), dequantized=plan.quant is not None,
+                         a_col=a_col, a_col_loads=a_col_loads, epilogue=plan_stage(plan),
+                         dequantized=plan.quant is not None,
                          fp8_a=not reads_a_as_stored(plan), walk=tile.walk if plan.grouped else None,
-                         split=plan.split_k, reduce_local=plan.reduce_workgroup_size, dialect=dialect)
+                         split=plan.split_k, stream_k=plan.stream_k, bk=tile.workgroup[2] if plan.stream_k else 0,
+                         swizzle=tile.swizzle if plan.stream_k else 1, reduce_local=plan.reduce_workgroup_size,
+                         dialect=dialect)
 
 
 def render_kernel(kernel: CoopmatKernel) -> str:
