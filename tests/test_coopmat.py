@@ -694,6 +694,26 @@ def test_a_broken_split_k_coopmat_kernel_fails_verification(old, new, coopmat_ev
     assert result.status == "failed_verify", result.reason
 
 
+MIXED = "problem: {{m: 50, n: 33, k: 99, batch: 2}}\ntypes: {{a: {a}, b: {b}, acc: s32, c: s32}}\n" \
+        "tile: {{workgroup: [32, 32, 64], subgroups: [2, 1], subgroup_size: 16}}\nepilogue: {{bias: col}}\n" \
+        "profile: {{warmup: 0, repeats: 1}}\n"
+
+
+@pytest.mark.parametrize("a, b, mask", [("s8", "u8", "0x1"), ("u8", "s8", "0x2")])
+def test_8_bit_operands_of_different_signedness_verify_exactly(a, b, mask, coopmat_evaluator):
+    """s8 x u8 and u8 x s8: the signed operand's bit alone in the multiply-add (AMX's tdpbsud / tdpbusd); with C
+    and Result signed too the CPU runtime's sums are wrong, and that mutant must fail."""
+    from xegemm.evaluate import plan_variants, render_variant
+    (pv,) = plan_variants(config_from_text(MIXED.format(a=a, b=b)), Lowering("coopmat"))
+    assert pv.plan is not None, pv.reason
+    source = render_variant(pv, Lowering("coopmat"))
+    assert f" !{mask}\n" in source
+    result = coopmat_evaluator.evaluate(pv, source)
+    assert result.status == "ok", result.reason
+    broken = coopmat_evaluator.evaluate(pv, source.replace(f" !{mask}\n", f" !{hex(int(mask, 16) | 0xc)}\n"))
+    assert broken.status == "failed_verify", broken.reason
+
+
 STREAM = {   # stream-K through the coopmat kernel's piece loop and its fix-up entry point: (problem, types, tile, extra)
     "bf16_ragged_batch_a_col_swizzle": ("{m: 37, n: 45, k: 200, batch: 2}", "{a: bf16, b: bf16, acc: f32, c: f32}",
                                         "[16, 16, 32], subgroups: [1, 1], stream_k: 4, swizzle: 2",
@@ -903,6 +923,29 @@ def test_gpu_build_of_the_moe_split_k_and_stream_k_configs_holds_the_gates(targe
         assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 8     # 16 x 16 per sub-group, four bodies
         assert v["measured_messages"]["load_block2d"] == v["predicted"]["load_block2d"] > 0
         assert v["isa"]["spill_bytes"] in (0, None)
+
+
+@pytest.mark.ocloc
+@pytest.mark.parametrize("compiler", ["current", "system"])
+def test_gpu_builds_of_every_signedness_pair_issue_dpas_of_those_types(compiler, tmp_path):
+    """The shipped int8 config (s8/u8 x s8/u8) builds for pvc in both dialects (the legacy one with
+    OpJointMatrixSUMadINTEL / USMadINTEL for the mixed pairs), and each dpas multiplies B (src1) and A (src2) in
+    their own signedness: `:b` signed, `:ub` unsigned."""
+    from xegemm.aot.toolchain import find_ocloc
+    from xegemm.jobs.pipeline import build_config
+    if find_ocloc(compiler) is None:
+        pytest.skip(f"the {compiler} compiler is not installed")
+    result = build_config(ROOT / "configs" / "int8.yaml", target="pvc", out_dir=tmp_path / "b", lowering="coopmat",
+                          compiler=compiler)
+    assert len(result["variants"]) == 4
+    for v in result["variants"]:
+        assert v["status"] == "ok", v["reason"]
+        assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 16
+        a, b = re.search(r"xegemm_([su]8)_([su]8)_", v["name"]).groups()
+        asm = "".join(f.read_text(errors="replace") for f in (tmp_path / "b" / v["name"] / "disasm").glob("*.asm"))
+        types = {tuple(re.findall(r":(u?b)\b", line)[-2:]) for line in asm.splitlines() if "dpas." in line}
+        want = tuple("b" if t == "s8" else "ub" for t in (b, a))
+        assert types == {want}, (v["name"], types)
 
 
 @pytest.mark.ocloc

@@ -68,6 +68,12 @@ TYPES = {
     "f16": ("f32", 16, 2, 0x0, 32, 16),     # components OpTypeFloat 16: Xe GPU builds only (FAMILY_TYPES)
     "tf32": ("f32", 32, 1, 0x20, 8, 8),     # MatrixAAndBTF32ComponentsINTEL, f32 components, B row-major: Xe only
 }
+# 8-bit A and B of different signedness: (A, B) -> the multiply-add operands (MatrixASignedComponentsKHR 0x1,
+# MatrixBSignedComponentsKHR 0x2; SPV_KHR_cooperative_matrix); A's type is the kernel's ``ab`` (the same 8 bits and
+# VNNI factor), ``b_type`` says B's.  The signed operand's bit alone: with C and Result signed (0x4 | 0x8) as well,
+# or any other mask, the CPU runtime's sums were wrong (all 10 masks tried on both pairs, measured 2026-12-03), as
+# for u8 x u8 above
+MIXED_SIGNS = {("s8", "u8"): 0x1, ("u8", "s8"): 0x2}
 # the A/B types each tile family's device takes: the CPU runtime's AMX has no f16 without AMX-FP16 (no CPU with it
 # was at hand to verify one on), Xe's DPAS takes f16 (8x16x16, measured with both compilers: dpas.8x8 ... :hf)
 FAMILY_TYPES = {"amx": ("bf16", "s8", "u8"), "xe": ("bf16", "s8", "u8", "f16", "tf32")}
@@ -81,6 +87,10 @@ DIALECTS = ("khr", "legacy")
 # (KhronosGroup/SPIRV-LLVM-Translator, lib/SPIRV/libSPIRV/spirv_internal.hpp)
 # (no tf32: Debian's IGC 1.0.12504 had not finished compiling a tf32 kernel after 10 minutes, measured 2026-12-03)
 LEGACY_MAD = {"bf16": 6122, "s8": 6122, "u8": 6130, "f16": 6122}
+# ... and for A and B of different signedness: OpJointMatrixSUMadINTEL 6128 (A signed), OpJointMatrixUSMadINTEL 6129
+LEGACY_MIXED_MAD = {("s8", "u8"): 6128, ("u8", "s8"): 6129}
+LEGACY_MAD_NAMES = {6122: "OpJointMatrixMadINTEL", 6128: "OpJointMatrixSUMadINTEL", 6129: "OpJointMatrixUSMadINTEL",
+                    6130: "OpJointMatrixUUMadINTEL"}
 CAP_BFLOAT16_COMPONENTS = 6437                    # CooperativeMatrixBFloat16ComponentTypeINTEL
 TILE_N = 16
 MAX_TILE_M = 16
@@ -278,6 +288,7 @@ class CoopmatKernel:
     swizzle: int = 1            # stream-K: the tile order it walks (xegemm.plan.swizzle)
     reduce_local: tuple = REDUCE_LOCAL  # the reduce entry point's local size (Plan.reduce_workgroup_size)
     dialect: str = "khr"        # the SPIR-V words (DIALECTS): khr, or legacy for a compiler without the KHR opcodes
+    b_type: str | None = None   # B's element type where its signedness differs from A's (MIXED_SIGNS)
 
     def __post_init__(self):
         if self.ab == "tf32":       # v = 1: the "packed" B is B row-major, loaded so
@@ -394,7 +405,11 @@ class CoopmatKernel:
     @property
     def legacy_mad(self) -> int:
         """The legacy dialect's multiply-add opcode (:data:`LEGACY_MAD`)."""
-        return LEGACY_MAD[self.ab]
+        return LEGACY_MIXED_MAD[self.ab, self.b_type] if self.b_type else LEGACY_MAD[self.ab]
+
+    @property
+    def legacy_mad_name(self) -> str:
+        return LEGACY_MAD_NAMES[self.legacy_mad]
 
     @property
     def acc(self) -> str:
@@ -423,7 +438,7 @@ class CoopmatKernel:
 
     @property
     def mad_operands(self) -> str:
-        return hex(TYPES[self.ab][3])
+        return hex(MIXED_SIGNS[self.ab, self.b_type] if self.b_type else TYPES[self.ab][3])
 
     @property
     def cap_bf16(self) -> int:
@@ -527,8 +542,9 @@ def plan_violation(plan, family: str = "amx", dialect: str = "khr") -> str | Non
         if compute_type(t) != "bf16" or (plan.quant.a_spec is None and t.a != "bf16"):
             return ("coopmat: a quantized B (and an FP8 A) is dequantized into bf16 before the multiply: the "
                     f"compute type must be bf16 and an unquantized A bf16 (got A={t.a}, compute={compute_type(t)})")
-    elif t.a != t.b or t.a not in TYPES:
-        return f"coopmat: A and B must be one of {', '.join(TYPES)} alike (got A={t.a}, B={t.b})"
+    elif (t.a != t.b or t.a not in TYPES) and (t.a, t.b) not in MIXED_SIGNS:
+        return (f"coopmat: A and B must be one of {', '.join(TYPES)} alike, or s8 and u8 in either order (got "
+                f"A={t.a}, B={t.b})")
     ab = operand_type(plan)
     if ab not in FAMILY_TYPES[family]:
         return (f"coopmat: {ab} A and B are built for Xe GPUs only (xegemm build --lowering coopmat): the CPU "
@@ -585,7 +601,13 @@ def coopmat_kernel(plan, name: str | None = None, family: str = "amx", dialect: 
                          fp8_a=not reads_a_as_stored(plan), walk=tile.walk if plan.grouped else None,
                          split=plan.split_k, stream_k=plan.stream_k, bk=tile.workgroup[2] if plan.stream_k else 0,
                          swizzle=tile.swizzle if plan.stream_k else 1, reduce_local=plan.reduce_workgroup_size,
-                         dialect=dialect)
+                         dialect=dialect, b_type=_b_type(plan))
+
+
+def _b_type(plan) -> str | None:
+    """B's type where it is A's other signedness (:data:`MIXED_SIGNS`), else None."""
+    t = plan.config.types
+    return t.b if not plan.quant and (t.a, t.b) in MIXED_SIGNS else None
 
 
 def render_kernel(kernel: CoopmatKernel) -> str:
