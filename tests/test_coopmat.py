@@ -927,6 +927,28 @@ def test_gpu_build_of_the_moe_split_k_and_stream_k_configs_holds_the_gates(targe
 
 @pytest.mark.ocloc
 @pytest.mark.parametrize("compiler", ["current", "system"])
+def test_quantized_configs_with_f16_activations_build_for_the_gpu_in_f16(compiler, tmp_path):
+    """A quantized B under f16 activations (the shipped gptq config: GPTQ 4-bit, f16 scales) is dequantized into
+    f16 by the packer, and the kernel multiplies f16: it builds for pvc with both compilers, its dpas `:hf`; on the
+    CPU runtime (no AMX-FP16) it is refused with that reason."""
+    from xegemm.aot.toolchain import find_ocloc
+    from xegemm.evaluate import plan_variants
+    from xegemm.jobs.pipeline import build_config
+    (pv,) = plan_variants(config_from_text((ROOT / "configs" / "gptq.yaml").read_text()), Lowering("coopmat"))
+    assert pv.plan is not None and "AMX-FP16" in plan_violation(pv.plan)
+    if find_ocloc(compiler) is None:
+        pytest.skip(f"the {compiler} compiler is not installed")
+    result = build_config(ROOT / "configs" / "gptq.yaml", target="pvc", out_dir=tmp_path / "b", lowering="coopmat",
+                          compiler=compiler)
+    (v,) = result["variants"]
+    assert v["status"] == "ok", v["reason"]
+    assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"] == 16
+    asm = "".join(f.read_text(errors="replace") for f in (tmp_path / "b" / v["name"] / "disasm").glob("*.asm"))
+    assert {line.split()[-2].split(":")[-1] for line in asm.splitlines() if "dpas." in line} == {"hf"}
+
+
+@pytest.mark.ocloc
+@pytest.mark.parametrize("compiler", ["current", "system"])
 def test_gpu_builds_of_every_signedness_pair_issue_dpas_of_those_types(compiler, tmp_path):
     """The shipped int8 config (s8/u8 x s8/u8) builds for pvc in both dialects (the legacy one with
     OpJointMatrixSUMadINTEL / USMadINTEL for the mixed pairs), and each dpas multiplies B (src1) and A (src2) in

@@ -13,7 +13,7 @@ from xegemm.config import config_from_text
 from xegemm.lowering import Lowering
 from xegemm.lowering.coopmat import dequantized_b, pack_b
 from xegemm.plan.planner import plan
-from xegemm.quant import dequantize, operand_spec
+from xegemm.quant import compute_type, dequantize, operand_spec
 from xegemm.quant.codec import QuantizedMatrix
 from xegemm.quant.formats import FORMATS
 from xegemm.runtime.b_packer import DeviceAPacker, DevicePacker
@@ -39,6 +39,10 @@ CASES = {   # name: (types, quant section or None, layout section)
                         "{format: plain, group: block128, scale: f32, scale_layout: nk}", "{b: col}"),
     "mxfp4_nk": ("{a: bf16, b: e2m1, acc: f32, c: bf16}", "{format: mx, group: 32, scale: e8m0, scale_layout: nk}",
                  "{b: col}"),
+    # f16 activations: dequantized into f16 (what GPU builds multiply; the CPU runtime's AMX has no f16)
+    "gptq_g32_f16": ("{a: f16, b: u4, acc: f32, c: f16}", "{format: gptq, group: 32, scale: f16, zero: u4}", "{}"),
+    "fp8_channel_nk_f16": ("{a: f16, b: e4m3, acc: f32, c: f16}",
+                           "{format: plain, group: channel, scale: f32, scale_layout: nk}", "{b: col}"),
     "bf16_row": (BF16, None, "{}"),
     "bf16_col": (BF16, None, "{b: col}"),
     "s8_col": ("{a: s8, b: s8, acc: s32, c: s32}", None, "{b: col}"),
@@ -58,7 +62,8 @@ def _packed(queue, config, packer: DevicePacker):
     p, ops = config.problem, make_operands(config)
     pl = packer.plan
     if pl.quant:
-        want = pack_b(dequantized_b(config, ops.b_bytes, ops.quant, p.k, p.n), p.k, p.n, "bf16")
+        want = pack_b(dequantized_b(config, ops.b_bytes, ops.quant, p.k, p.n), p.k, p.n,
+                      compute_type(config.types))
     else:
         want = pack_b(ops.b_bytes, p.k, p.n, config.types.b, config.layout.b)
     assert packer.packed_bytes(p.k, p.n) * p.batch == want.nbytes
@@ -95,6 +100,7 @@ BROKEN = {   # name: (case, old text of the packer, new): each must change the p
                         "xe_dequant_b(xe_q_code(unit, (uint)(k % 8)), 8 + 0 * "),
     "vnni order swapped": ("bf16_col", "<< (16 * i)", "<< (16 * (1 - i))"),
     "columns for rows": ("s8_col", "(size_t)n * K + k", "(size_t)k * N + n"),
+    "f16 stored as bf16 bits": ("gptq_g32_f16", "return (uint)xe_f32_to_f16_rne(v);", "return as_uint(v) >> 16;"),
 }
 
 
@@ -172,8 +178,8 @@ def test_a_broken_a_dequantizer_differs(name, old, new, queue):
 @pytest.mark.ocloc
 @pytest.mark.parametrize("target", ["pvc", "bmg"])
 def test_the_packers_build_for_xe_gpus_with_the_current_compiler(target, tmp_path):
-    """The GPU side of the coopmat lowering's packers: a GPTQ B packer, an FP8 block-scaled B packer and an FP8 A
-    dequantizer built by the current compiler (ocloc 26.x) for pvc and bmg."""
+    """The GPU side of the coopmat lowering's packers: GPTQ B packers into bf16 and f16, an FP8 block-scaled B packer
+    and an FP8 A dequantizer built by the current compiler (ocloc 26.x) for pvc and bmg."""
     import subprocess
 
     from xegemm.aot.toolchain import current_ocloc
@@ -182,7 +188,7 @@ def test_the_packers_build_for_xe_gpus_with_the_current_compiler(target, tmp_pat
     ocloc = current_ocloc()
     if ocloc is None:
         pytest.skip("the current Intel GPU compiler is not installed: run `sudo make ocloc-current`")
-    sources = [DevicePacker(plan(_config("gptq_g32"))).source]
+    sources = [DevicePacker(plan(_config("gptq_g32"))).source, DevicePacker(plan(_config("gptq_g32_f16"))).source]
     b, a = packers(plan(_a_config("per_token_group_nk")), Lowering("coopmat"))
     assert a is not None
     sources += [b.source, a.source]

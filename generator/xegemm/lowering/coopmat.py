@@ -12,7 +12,7 @@ What this module knows (docs/lowerings.md "coopmat"):
 - the operand rules: A row-major as a matrix (a column-major A is copied through local memory at every k-step:
   the CPU runtime refuses ColumnMajorKHR A), B VNNI-packed in memory from either layout (layout PackedINTEL = 2:
   ``[ceil(K/v)][N*v]``, v = 2 for 16-bit, 4 for 8-bit elements), packed on the device before the kernel (a
-  quantized B dequantized into bf16 there: xegemm.lowering.coopmat_pack; :func:`pack_b` is the numpy
+  quantized B dequantized into bf16 or f16 there: xegemm.lowering.coopmat_pack; :func:`pack_b` is the numpy
   reference), accumulators in the
   accumulator type, C/D row-major in their own type;
 - the epilogue of each element (:func:`element_stage`): the OpenCL C element code of the plan's epilogue graph
@@ -77,6 +77,8 @@ MIXED_SIGNS = {("s8", "u8"): 0x1, ("u8", "s8"): 0x2}
 # the A/B types each tile family's device takes: the CPU runtime's AMX has no f16 without AMX-FP16 (no CPU with it
 # was at hand to verify one on), Xe's DPAS takes f16 (8x16x16, measured with both compilers: dpas.8x8 ... :hf)
 FAMILY_TYPES = {"amx": ("bf16", "s8", "u8"), "xe": ("bf16", "s8", "u8", "f16", "tf32")}
+# the types a quantized B is dequantized into by the B packer (the compute type; f16 then builds for Xe GPUs only)
+DEQUANTIZED = ("bf16", "f16")
 CAP_TF32_COMPONENTS = 6436                        # CooperativeMatrixTF32ComponentTypeINTEL
 LAYOUT_ROW_MAJOR, LAYOUT_PACKED_INTEL = 0, 2      # SPV_KHR_cooperative_matrix / SPV_INTEL_joint_matrix
 # the SPIR-V words a kernel is written in: khr (SPV_KHR_cooperative_matrix with Intel's additions: the CPU runtime,
@@ -278,7 +280,7 @@ class CoopmatKernel:
     b_layout: int = LAYOUT_PACKED_INTEL
     a_col: bool = False     # A column-major: read through local memory at every k-step on the CPU runtime
     a_col_loads: bool = False   # ... and in GPU builds as ColumnMajorKHR matrices in the interior k-steps
-    dequantized: bool = False   # B quantized, dequantized into bf16 by the packer (its scales' arguments follow)
+    dequantized: bool = False   # B quantized, dequantized into the compute type by the packer (its scales' arguments follow)
     fp8_a: bool = False     # A FP8 (W8A8), dequantized into row-major bf16 by the A dequantizer (its scales follow)
     epilogue: ElementStage | None = None     # None: D = acc in the accumulator type (identity_stage)
     walk: str | None = None     # a grouped / MoE kernel: its persistent walk (xegemm.grouped.schedule.MODES)
@@ -539,9 +541,12 @@ def plan_violation(plan, family: str = "amx", dialect: str = "khr") -> str | Non
     config = plan.config
     t, lay = config.types, config.layout
     if plan.quant:
-        if compute_type(t) != "bf16" or (plan.quant.a_spec is None and t.a != "bf16"):
-            return ("coopmat: a quantized B (and an FP8 A) is dequantized into bf16 before the multiply: the "
-                    f"compute type must be bf16 and an unquantized A bf16 (got A={t.a}, compute={compute_type(t)})")
+        compute = compute_type(t)
+        if compute not in DEQUANTIZED or (plan.quant.a_spec is None and t.a != compute):
+            return ("coopmat: a quantized B is dequantized into bf16 or f16 before the multiply: the compute type "
+                    f"must be one of them and an unquantized A of that type (got A={t.a}, compute={compute})")
+        if plan.quant.a_spec and compute != "bf16":
+            return f"coopmat: an FP8 A (W8A8) is dequantized into bf16 (got compute={compute})"
     elif (t.a != t.b or t.a not in TYPES) and (t.a, t.b) not in MIXED_SIGNS:
         return (f"coopmat: A and B must be one of {', '.join(TYPES)} alike, or s8 and u8 in either order (got "
                 f"A={t.a}, B={t.b})")
@@ -647,11 +652,12 @@ def pack_b(b_bytes: np.ndarray, k: int, n: int, ab: str, layout: str = "row") ->
 
 
 def dequantized_b(config, b_bytes: np.ndarray, quant: dict | None, k: int, n: int) -> np.ndarray:
-    """A quantized B dequantized in numpy into bf16, the compute type, by the format's own codec
+    """A quantized B dequantized in numpy into the compute type (bf16 or f16) by the format's own codec
     (xegemm.quant.dequantize: ``round_to_bf16((q - z) * s)``, the values every lowering multiplies; the reference
     of the device packer, xegemm.lowering.coopmat_pack): from its arrays
     as a kernel takes them (``b_bytes``: the stored weights, batch x rows x bytes; ``quant``: the scales' and zeros'
-    bytes, batch after batch).  Returns uint8 (batch, K, N * 2), row-major bf16 bits."""
+    bytes, batch after batch).  Returns uint8 (batch, K, N * 2), row-major bits of the compute type (bf16 or
+    f16)."""
     spec = operand_spec(config, "b")
     want = FORMATS[spec.format].arrays(spec, k, n)
     weights = np.ascontiguousarray(b_bytes).reshape(-1)
@@ -668,7 +674,7 @@ def dequantized_b(config, b_bytes: np.ndarray, quant: dict | None, k: int, n: in
     for i in range(batch):
         arrays = {name: sources[name][i * per_batch[name]:(i + 1) * per_batch[name]].view(w.dtype)
                   .reshape(w.shape) for name, w in want.items()}
-        values = dequantize(QuantizedMatrix.from_arrays(spec, k, n, arrays), "bf16")
+        values = dequantize(QuantizedMatrix.from_arrays(spec, k, n, arrays), compute_type(config.types))
         out.append(np.ascontiguousarray(values).view(np.uint8).reshape(k, n * 2))
     return np.stack(out)
 
