@@ -49,8 +49,10 @@ def _svg(fig: Figure, plot_id: str, titles: dict[str, str] | None = None) -> str
 
 
 def _figure(width: float, height: float) -> Figure:
+    # no layout engine: savefig's bbox_inches="tight" already takes in every label, legend and title; the
+    # constrained layout cost about 40% of a report's rendering on its own (measured 2026-12-03)
     fig = Figure(figsize=(width, height), dpi=96)
-    fig.set_layout_engine("constrained")
+    fig.set_layout_engine("none")
     return fig
 
 
