@@ -353,6 +353,31 @@ def test_tiles_and_rejections():
         replace(kernel, split=2)
 
 
+def test_a_work_group_larger_than_the_devices_local_memory_is_refused_before_the_build(sycl_device):
+    """sycl-tla's 256x256x32 PVC tile with 8x4 sub-groups keeps 448 KiB of operands and accumulators in local
+    memory; a device with less (the CPU runtime reports 256 KiB) refuses it with the numbers, unbuilt, where the
+    launch would fail with CL_OUT_OF_RESOURCES (measured); a tile that fits is admitted as before."""
+    from xegemm.evaluate import plan_variants
+    from xegemm.evaluate.device import DeviceBuilder, DeviceSession, local_memory_violation
+    low = Lowering("coopmat")
+    big = config_from_text("problem: {m: 256, n: 256, k: 64}\n"
+                           "tile: {workgroup: [256, 256, 32], subgroups: [8, 4], subgroup_size: 16}\n")
+    (pv,) = plan_variants(big, low)
+    kernel = coopmat_kernel(pv.plan)
+    assert low.local_memory_bytes(pv.plan) == kernel.local_bytes == 32 * (32 * 32 * 2 + 32 * 64 * 2 + 32 * 64 * 4)
+    assert Lowering("portable").local_memory_bytes(pv.plan) is None
+    why = local_memory_violation(kernel.local_bytes, 256 << 10)
+    assert why.startswith("a work-group needs 448 KiB of local memory and the device has 256 KiB")
+    assert local_memory_violation(kernel.local_bytes, 512 << 10) is None and local_memory_violation(None, 1) is None
+    has = int(sycl_device.local_mem_size)
+    if has >= kernel.local_bytes:
+        pytest.skip(f"{sycl_device.name} has {has >> 10} KiB of local memory: the tile fits")
+    builder = DeviceBuilder(DeviceSession(sycl_device), low)
+    assert builder.admit(pv) == local_memory_violation(kernel.local_bytes, has)
+    (small,) = plan_variants(config_from_text(RAGGED), low)
+    assert "local memory" not in (builder.admit(small) or "")
+
+
 def test_spirv_val_judges_the_khr_parts_and_says_when_it_cannot():
     s8 = validate(assemble(render_kernel(coopmat_kernel(plan(_config("s8_ragged"))))))
     assert s8.ok is True, s8.message

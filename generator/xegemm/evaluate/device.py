@@ -47,6 +47,16 @@ def epilogue_scalars(config: Config) -> dict[str, float]:
     return {"alpha": e.alpha, "beta": e.beta, "clamp_lo": e.clamp[0], "clamp_hi": e.clamp[1]}
 
 
+def local_memory_violation(needs: int | None, has: int) -> str | None:
+    """Why a work-group that takes ``needs`` bytes of local memory cannot run on a device with ``has`` bytes
+    (CL_DEVICE_LOCAL_MEM_SIZE), or None (also when either is unknown): refused before the build, where the OpenCL
+    runtime would fail the launch with CL_OUT_OF_RESOURCES."""
+    if not needs or not has or needs <= has:
+        return None
+    return (f"a work-group needs {needs / 1024:g} KiB of local memory and the device has {has / 1024:g} KiB: use a "
+            "smaller workgroup tile, fewer sub-groups or a smaller k-tile")
+
+
 class DeviceSession:
     """A device, a profiling queue, and the inputs/reference of one problem kept between variants."""
 
@@ -61,6 +71,7 @@ class DeviceSession:
         cpu = "cpu" in str(getattr(sycl_device, "device_type", "")).lower()
         self.llc_bytes = last_level_cache_bytes(int(getattr(sycl_device, "global_mem_cache_size", 0) or 0), cpu)
         self.memory_bytes = int(getattr(sycl_device, "global_mem_size", 0) or 0)
+        self.local_memory_bytes = int(getattr(sycl_device, "local_mem_size", 0) or 0)    # 0: unknown
 
     def buffers(self, config: Config, graph=None):
         """Device buffers and reference for the config's problem and types (rebuilt when they change); ``graph``
@@ -218,7 +229,9 @@ class DeviceBuilder(Builder):
         self.options = options
 
     def admit(self, pv: PlannedVariant) -> str | None:
-        return source_unavailable(self.session.queue, lowering_of(pv, self.lowering).source_kind)
+        low = lowering_of(pv, self.lowering)
+        return (local_memory_violation(low.local_memory_bytes(pv.plan), self.session.local_memory_bytes)
+                or source_unavailable(self.session.queue, low.source_kind))
 
     def rebuild(self, pv: PlannedVariant, source: str, why: str) -> None:
         """Drop the cached program of a variant that failed verification: its next build is from source."""

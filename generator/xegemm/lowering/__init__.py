@@ -117,6 +117,11 @@ class Lowering:
         (the coopmat lowering's A dequantizer), rather than in the kernel's k-steps."""
         return False
 
+    def local_memory_bytes(self, plan) -> int | None:
+        """Local memory a work-group of the plan's kernel takes in this lowering, when the lowering knows it before
+        the build (the device builder refuses a variant that needs more than the device has), else None."""
+        return None
+
     def issues(self, atom) -> bool:
         """Whether this lowering can issue a copy atom (portable: every atom; native: its capabilities)."""
         return self.capabilities is None or _lowers(atom, self.capabilities)

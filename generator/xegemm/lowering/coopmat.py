@@ -501,9 +501,11 @@ class CoopmatKernel:
 
     @property
     def local_bytes(self) -> int:
-        """Local memory of a work-group: each sub-group's A and B k-step and its accumulators."""
-        return self.subgroups * (self.sgm * self.tk * self.ab_bytes + self.tk * self.sgn * self.ab_bytes
-                                 + self.sgm * self.sgn * 4)
+        """Local memory of a work-group (the template's Workgroup variables): each sub-group's A and B k-step and
+        its accumulators, and a dynamic walk's next-tile counter."""
+        return (self.subgroups * (self.sgm * self.tk * self.ab_bytes + self.tk * self.sgn * self.ab_bytes
+                                  + self.sgm * self.sgn * 4)
+                + (4 if self.walk and self.walk != "static" else 0))
 
     def global_size(self, m: int, n: int, batch: int = 1) -> tuple[int, int, int]:
         """OpenCL global size covering an M x N problem (edges included), as Plan.global_size."""
@@ -745,6 +747,9 @@ def make_lowering_class(base):
 
         def dequantizes_a(self, plan) -> bool:
             return not reads_a_as_stored(plan)
+
+        def local_memory_bytes(self, plan) -> int | None:
+            return self.kernel_of(plan).local_bytes
 
         def build_options(self, grf: int) -> str:
             return ""        # a SPIR-V module: no OpenCL C options
