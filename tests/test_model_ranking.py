@@ -4,7 +4,6 @@ model (calibrated for a GPU product it names, relative on the CPU)."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 
@@ -51,11 +50,22 @@ def test_a_gpu_is_calibrated_for_the_product_its_name_names_and_a_cpu_never():
     assert part_for_device("Intel(R) Arc(TM) B580 Graphics") == "b580"
     assert part_for_device("Intel(R) Arc(TM) Pro B60 Graphics") == "b60"
     assert part_for_device("Intel(R) Xeon(R) Processor") is None
-    info = dict(compute_units=2, global_mem_cache_bytes=2 << 20)
-    gpu = DeviceModel.of_device(SimpleNamespace(device_type="gpu", name="Intel(R) Data Center GPU Max 1550", **info))
+    from xegemm.runtime.devices import DeviceInfo
+    from xegemm.runtime.host import host_last_level_cache_bytes
+
+    def info(device_type: str, name: str) -> DeviceInfo:
+        return DeviceInfo(filter_string=f"opencl:{device_type}:0", name=name, vendor="Intel(R) Corporation",
+                          backend="opencl", device_type=device_type, driver_version="1", compute_units=2,
+                          max_work_group_size=1024, sub_group_sizes=(16,), fp16=False, fp64=False,
+                          global_mem_bytes=1 << 30, extensions=(), global_mem_cache_bytes=2 << 20)
+
+    gpu = DeviceModel.of_device(info("gpu", "Intel(R) Data Center GPU Max 1550"))
     assert gpu.calibrated and gpu.describe() == "calibrated for max1550"
-    cpu = DeviceModel.of_device(SimpleNamespace(device_type="cpu", name="Max 1550 (a CPU named so)", **info))
+    assert gpu.machine.cache_bytes == 2 << 20                    # a GPU's L2, as it reports it
+    cpu = DeviceModel.of_device(info("cpu", "Max 1550 (a CPU named so)"))
     assert not cpu.calibrated and cpu.machine.compute_units == 2
+    # the CPU device reports one core's L2; its work-groups run on every core and share the last-level cache
+    assert cpu.machine.cache_bytes == max(2 << 20, host_last_level_cache_bytes())
 
 
 def _decode_plans(m: int, n: int, k: int, name: str = "llm_gptq") -> dict:

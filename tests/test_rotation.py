@@ -10,7 +10,8 @@ from xegemm.evaluate import Evaluation, plan_variants
 from xegemm.evaluate import timing
 from xegemm.evaluate.device import DeviceBuilder, TimingObserver, VerifyObserver
 from xegemm.evaluate.timing import (ROTATE_BELOW_BYTES, ROTATE_MAX_COPIES, NumpyReference, Rotation, Timing,
-                                    conditions, host_last_level_cache_bytes, launch_ms, rotation_for)
+                                    conditions, launch_ms, rotation_for)
+from xegemm.runtime.host import host_last_level_cache_bytes
 from xegemm.library.parts import Conditions
 from xegemm.lowering import Lowering
 from xegemm.kernel.render import render_kernel

@@ -18,10 +18,11 @@ from xegemm.config import Config
 from xegemm.evaluate import Builder, Evaluation, Evaluator, LogObserver, Observer, PlannedVariant, lowering_of
 from xegemm.evaluate.grouped import grouped_setup, grouped_submit, verify_grouped
 from xegemm.lowering import Lowering
-from xegemm.evaluate.timing import (NumpyReference, Rotation, gemm_flops, last_level_cache_bytes, launch_ms,
+from xegemm.evaluate.timing import (NumpyReference, Rotation, gemm_flops, launch_ms,
                                     measure_against_reference, rotation_for)
 from xegemm.runtime.b_packer import DeviceAPacker, DevicePacker
 from xegemm.runtime.devices import failure_reason
+from xegemm.runtime.host import last_level_cache_bytes
 from xegemm.runtime.program import BuildError, build_source, from_device, rebuild_source, source_unavailable, launch, make_queue, to_device
 from xegemm.errors import XegemmError
 from xegemm.epilogues.plan import input_param

@@ -35,6 +35,7 @@ import numpy as np
 
 from xegemm.library.parts import TimeStats
 from xegemm.runtime.cpu_path import cpu_code_path
+from xegemm.runtime.host import cpu_governor
 
 
 @dataclass(frozen=True)
@@ -258,23 +259,6 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
                     "CL_CONFIG_CPU_TARGET_ARCH", "ONEAPI_DEVICE_SELECTOR")
 
 
-GOVERNOR = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"   # Linux cpufreq: powersave, performance...
-
-
-def _read_small(path: str) -> str | None:
-    """The first line of a small system file (at most 64 characters), None if unreadable or empty."""
-    try:
-        with open(path, encoding="ascii") as f:
-            return f.read(64).strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def cpu_governor() -> str | None:
-    """The CPU frequency governor of CPU 0 where Linux exposes it (None in a VM or container without cpufreq)."""
-    return _read_small(GOVERNOR)
-
-
 def conditions(rotation: Rotation | None = None) -> dict:
     """What else ran and how many threads could run, now: load average, CPUs, the CPU runtime's code path
     (xegemm.runtime.cpu_path), thread and CPU-target settings, the CPU frequency governor (None: not readable
@@ -303,7 +287,6 @@ ROTATE_BELOW_BYTES = 16 << 20          # auto: rotate a problem whose buffers ar
                                        # noise at 6-8 MiB and made no difference from 32 MiB up
 ROTATE_MAX_COPIES = 256                # never more copies than this
 ROTATE_MAX_FRACTION = 8                # nor more bytes in all than 1/8 of the device's global memory
-CACHE_SYSFS = "/sys/devices/system/cpu/cpu0/cache"     # Linux: index<i>/level and index<i>/size ("491520K")
 
 
 @dataclass(frozen=True)
@@ -320,31 +303,6 @@ class Rotation:
         size = (f"{self.bytes_each / (1 << 20):.1f} MiB" if self.bytes_each >= 1 << 20
                 else f"{self.bytes_each / (1 << 10):.1f} KiB")
         return f"rotating {self.copies} buffers of {size}"
-
-
-def host_last_level_cache_bytes(root: str = CACHE_SYSFS) -> int:
-    """The size of CPU 0's highest-level cache as Linux reports it (``index<i>/level``, ``index<i>/size``), 0 if
-    unreadable."""
-    best = (0, 0)
-    for i in range(16):
-        level, size = _read_small(f"{root}/index{i}/level"), _read_small(f"{root}/index{i}/size")
-        if level is None or size is None:
-            continue
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        try:
-            number = int(size[:-1]) * units[size[-1].upper()] if size[-1].upper() in units else int(size)
-            best = max(best, (int(level), number))
-        except ValueError:
-            continue
-    return best[1]
-
-
-def last_level_cache_bytes(device_cache_bytes: int, cpu_device: bool) -> int:
-    """The last-level cache a device's launches share: a GPU's reported global memory cache; on a CPU device
-    (which reports one core's L2) the host's highest-level cache, or the device's figure when unreadable."""
-    if cpu_device:
-        return max(host_last_level_cache_bytes(), device_cache_bytes)
-    return device_cache_bytes
 
 
 def rotation_for(working_bytes: int, llc_bytes: int, setting: str = "auto", memory_bytes: int = 0) -> Rotation:

@@ -50,7 +50,8 @@ THREADS_PER_CORE = HW_THREADS
 @dataclass(frozen=True)
 class Machine:
     """What the model knows of the machine: compute units, and the bytes of the cache that consecutive
-    work-groups share (a CPU device reports its per-core L2 as its global memory cache; a GPU's L2)."""
+    work-groups share (a GPU's L2; on the CPU device the host's last-level cache, shared by the cores its
+    work-groups run on)."""
 
     compute_units: int
     cache_bytes: int
@@ -62,8 +63,9 @@ class Machine:
 
     @classmethod
     def of_device(cls, info) -> "Machine":
-        """A device (:class:`xegemm.runtime.DeviceInfo`): its compute units and global memory cache."""
-        return cls(info.compute_units, info.global_mem_cache_bytes)
+        """A device (:class:`xegemm.runtime.DeviceInfo`): its compute units and the cache its work-groups share
+        (``DeviceInfo.shared_cache_bytes``: on the CPU device the host's last-level cache, not one core's L2)."""
+        return cls(info.compute_units, info.shared_cache_bytes)
 
 
 @dataclass(frozen=True)

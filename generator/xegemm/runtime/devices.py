@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from xegemm.errors import DeviceNotFoundError, RuntimeSetupError
 from xegemm.lowering import device_lowering
 from xegemm.runtime.environment import find_cpu_runtime
+from xegemm.runtime.host import last_level_cache_bytes
 from xegemm.runtime.opencl_query import opencl_devices
 from xegemm.runtime.sycl import dpctl, dpmem, dpprog
 from xegemm.library.targets import CAPABILITY_EXTENSIONS as TARGET_EXTENSIONS
@@ -50,6 +51,12 @@ class DeviceInfo:
     def block_2d_io(self) -> bool:
         """Xe 2D block reads (and, with the modern extension, writes and prefetches)."""
         return EXT_2D_BLOCK_IO in self.extensions or EXT_EXTENDED_BLOCK_READ in self.extensions
+
+    @property
+    def shared_cache_bytes(self) -> int:
+        """The cache the work-groups of one launch share: a GPU's global memory cache (its L2); on the CPU device,
+        whose figure is one core's L2 while its work-groups run on every core, the host's last-level cache."""
+        return last_level_cache_bytes(self.global_mem_cache_bytes, self.device_type == "cpu")
 
     @property
     def dpas(self) -> bool:
