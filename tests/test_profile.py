@@ -188,10 +188,11 @@ def test_a_noisy_measurement_is_taken_again_and_flagged_if_it_stays_noisy():
 
 def test_conditions_record_the_cpu_governor_where_readable_and_the_timing_method(monkeypatch, tmp_path):
     from xegemm.evaluate import timing
+    from xegemm.runtime import host
     governor = tmp_path / "scaling_governor"
     governor.write_text("performance\n")
-    monkeypatch.setattr(timing, "GOVERNOR", str(governor))
+    monkeypatch.setattr(host, "GOVERNOR", str(governor))
     assert timing.conditions()["cpu_governor"] == "performance"
-    monkeypatch.setattr(timing, "GOVERNOR", str(tmp_path / "absent"))     # a VM without cpufreq, as here
+    monkeypatch.setattr(host, "GOVERNOR", str(tmp_path / "absent"))     # a VM without cpufreq, as here
     recorded = timing.conditions()
     assert recorded["cpu_governor"] is None and recorded["timing_method"] == timing.TIMING_METHOD
