@@ -1021,6 +1021,44 @@ def test_gpu_builds_take_a_column_major_a(compiler, tmp_path):
             assert ("load_block2d.ugm.d32t" in asm) == col_a, v["name"]
 
 
+SYCL_TLA_TILES = """\
+name: sycl_tla_pick
+problem: {m: 4096, n: 4096, k: 4096}
+types: {a: bf16, b: bf16, acc: f32, c: f32}
+layout: {a: row, b: row, c: row}
+tile: {workgroup: [256, 256, 32], subgroups: [8, 4], subgroup_size: 16}
+pipeline: {prefetch: 3}
+target: {grf: 256}
+sweep:
+  tile: [{workgroup: [256, 256, 32], subgroups: [8, 4]}, {workgroup: [128, 256, 16], subgroups: [4, 8]}]
+  layout.a: [row, col]
+"""
+
+
+@pytest.mark.ocloc
+def test_sycl_tlas_largest_and_k16_pvc_tiles_build_for_pvc_and_bmg(tmp_path):
+    """Two of sycl-tla's legacy PVC tiles (bench/sycl_tla_legacy.yaml, all 64 of which build: docs/compilers.md):
+    its largest, 256x256x32 on 8x4 sub-groups, and the only BK = 16 one, 128x256x16 on 4x8, with A row- and
+    column-major, built by the current compiler for pvc and bmg with the plan's dpas, its 2D block loads and no
+    spill."""
+    from xegemm.aot.toolchain import find_ocloc
+    from xegemm.jobs.pipeline import build_config
+    if find_ocloc("current") is None:
+        pytest.skip("the current compiler is not installed (make ocloc-current)")
+    (tmp_path / "tla.yaml").write_text(SYCL_TLA_TILES)
+    for target in ("pvc", "bmg"):
+        result = build_config(tmp_path / "tla.yaml", target=target, out_dir=tmp_path / target, lowering="coopmat",
+                              compiler="current")
+        dpas = {re.search(r"_(\d+x\d+x\d+)_sg", v["name"]).group(1): v["measured_messages"]["dpas"]
+                for v in result["variants"]}
+        assert len(result["variants"]) == 4 and dpas == {"256x256x32": 64, "128x256x16": 32}, (target, dpas)
+        for v in result["variants"]:
+            assert v["status"] == "ok", v["reason"]
+            assert v["measured_messages"]["dpas"] == v["predicted"]["dpas"], v["name"]
+            assert v["measured_messages"]["load_block2d"] == v["predicted"]["load_block2d"] > 0, v["name"]
+            assert v["isa"]["spill_bytes"] in (0, None), v["name"]
+
+
 @pytest.mark.ocloc
 def test_the_system_compiler_builds_the_legacy_dialect_with_the_gates(tmp_path):
     """Debian 12's ocloc 22.43 (IGC 1.0.12504) refuses the KHR opcodes; the probe finds that it takes the legacy
