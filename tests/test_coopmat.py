@@ -682,13 +682,20 @@ SPLIT = {   # split K through the coopmat kernel and its reduce entry point: (pr
 }
 
 
-def _split(name: str):
+def _case_variant(case: tuple[str, str, str, str]):
+    """The one coopmat variant of a (problem, types, tile, extra sections) case of SPLIT or STREAM."""
     from xegemm.evaluate import plan_variants
-    problem, types, tile, extra = SPLIT[name]
+    problem, types, tile, extra = case
     config = config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
                               f"profile: {{warmup: 0, repeats: 1}}\n{extra}")
     (pv,) = plan_variants(config, Lowering("coopmat"))
-    assert pv.plan is not None and pv.plan.split_k > 1, pv.reason
+    assert pv.plan is not None, pv.reason
+    return pv
+
+
+def _split(name: str):
+    pv = _case_variant(SPLIT[name])
+    assert pv.plan.split_k > 1
     return pv
 
 
@@ -754,14 +761,10 @@ STREAM = {   # stream-K through the coopmat kernel's piece loop and its fix-up e
 
 
 def _stream(name: str):
-    from xegemm.evaluate import plan_variants
     from xegemm.plan.stream_k import tile_pieces
-    problem, types, tile, extra = STREAM[name]
-    config = config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
-                              f"profile: {{warmup: 0, repeats: 1}}\n{extra}")
-    (pv,) = plan_variants(config, Lowering("coopmat"))
-    assert pv.plan is not None and pv.plan.stream_k, pv.reason
-    pieces = [len(p) for _, p in tile_pieces(config)]
+    pv = _case_variant(STREAM[name])
+    assert pv.plan.stream_k
+    pieces = [len(p) for _, p in tile_pieces(pv.config)]
     assert max(pieces) > 1 and min(pieces) == 1, pieces      # tiles cut between work-groups and tiles whole
     return pv
 
