@@ -699,17 +699,30 @@ def _split(name: str):
     return pv
 
 
+def _fails_verification_when_edited(pv, evaluator, old: str, new: str) -> None:
+    """A variant's module with ``old`` replaced by ``new`` (which must be in it) fails the evaluator's check."""
+    from xegemm.evaluate import render_variant
+    source = render_variant(pv, Lowering("coopmat"))
+    assert old in source
+    result = evaluator.evaluate(pv, source.replace(old, new))
+    assert result.status == "failed_verify", result.reason
+
+
+def _verifies_with_its_reduce_entry(pv, evaluator) -> None:
+    """A split-K or stream-K variant's module has its reduce entry point and verifies through the evaluator."""
+    from xegemm.evaluate import render_variant
+    source = render_variant(pv, Lowering("coopmat"))
+    assert f'"{pv.plan.name}_reduce"' in source
+    result = evaluator.evaluate(pv, source)
+    assert result.status == "ok", (pv.name, result.reason)
+
+
 @pytest.mark.parametrize("name", sorted(SPLIT))
 def test_split_k_verifies_through_the_coopmat_kernel_and_its_reduce(name, coopmat_evaluator):
     """Each slice's k-range into the workspace by the GEMM entry point, the slices added in order and the fixed
     epilogue applied by the module's reduce entry point: ragged, batched, column-major operands, integers exact, a
     GPTQ B dequantized by the packer."""
-    from xegemm.evaluate import render_variant
-    pv = _split(name)
-    source = render_variant(pv, Lowering("coopmat"))
-    assert f'"{pv.plan.name}_reduce"' in source
-    result = coopmat_evaluator.evaluate(pv, source)
-    assert result.status == "ok", (name, result.reason)
+    _verifies_with_its_reduce_entry(_split(name), coopmat_evaluator)
 
 
 @pytest.mark.parametrize("old, new", [
@@ -718,12 +731,7 @@ def test_split_k_verifies_through_the_coopmat_kernel_and_its_reduce(name, coopma
     ("%ob = OpIAdd %u64 %ob0 %kb", "%ob = OpCopyObject %u64 %ob0"),             # every slice reads B's first
 ])
 def test_a_broken_split_k_coopmat_kernel_fails_verification(old, new, coopmat_evaluator):
-    from xegemm.evaluate import render_variant
-    pv = _split("bf16_bias_gelu_to_bf16")
-    source = render_variant(pv, Lowering("coopmat"))
-    assert old in source
-    result = coopmat_evaluator.evaluate(pv, source.replace(old, new))
-    assert result.status == "failed_verify", result.reason
+    _fails_verification_when_edited(_split("bf16_bias_gelu_to_bf16"), coopmat_evaluator, old, new)
 
 
 MIXED = "problem: {{m: 50, n: 33, k: 99, batch: 2}}\ntypes: {{a: {a}, b: {b}, acc: s32, c: s32}}\n" \
@@ -775,12 +783,7 @@ def test_stream_k_verifies_through_the_coopmat_kernel_and_its_fix_up(name, coopm
     D, pieces to their workspace slots), the cut tiles' pieces added in contributor order and the fixed epilogue
     applied by the module's reduce entry point: ragged, batched, swizzled, column-major operands, integers exact,
     a GPTQ B dequantized by the packer."""
-    from xegemm.evaluate import render_variant
-    pv = _stream(name)
-    source = render_variant(pv, Lowering("coopmat"))
-    assert f'"{pv.plan.name}_reduce"' in source
-    result = coopmat_evaluator.evaluate(pv, source)
-    assert result.status == "ok", (name, result.reason)
+    _verifies_with_its_reduce_entry(_stream(name), coopmat_evaluator)
 
 
 @pytest.mark.parametrize("old, new", [
@@ -790,12 +793,7 @@ def test_stream_k_verifies_through_the_coopmat_kernel_and_its_fix_up(name, coopm
     ("OpBranchConditional %sk_whole %sk_epi %sk_part", "OpBranchConditional %sk_whole %sk_part %sk_epi"),
 ])
 def test_a_broken_stream_k_coopmat_kernel_fails_verification(old, new, coopmat_evaluator):
-    from xegemm.evaluate import render_variant
-    pv = _stream("bf16_bias_gelu_to_bf16")
-    source = render_variant(pv, Lowering("coopmat"))
-    assert old in source
-    result = coopmat_evaluator.evaluate(pv, source.replace(old, new))
-    assert result.status == "failed_verify", result.reason
+    _fails_verification_when_edited(_stream("bf16_bias_gelu_to_bf16"), coopmat_evaluator, old, new)
 
 
 def test_stream_k_schedule_is_the_formulas_compiled_in_64_bits_where_the_c_is_long():
