@@ -369,13 +369,33 @@ def test_a_work_group_larger_than_the_devices_local_memory_is_refused_before_the
     why = local_memory_violation(kernel.local_bytes, 256 << 10)
     assert why.startswith("a work-group needs 448 KiB of local memory and the device has 256 KiB")
     assert local_memory_violation(kernel.local_bytes, 512 << 10) is None and local_memory_violation(None, 1) is None
+    from xegemm.runtime.devices import describe
     has = int(sycl_device.local_mem_size)
+    assert describe(sycl_device).local_mem_bytes == has > 0      # what the call API's dispatch checks against
     if has >= kernel.local_bytes:
         pytest.skip(f"{sycl_device.name} has {has >> 10} KiB of local memory: the tile fits")
     builder = DeviceBuilder(DeviceSession(sycl_device), low)
     assert builder.admit(pv) == local_memory_violation(kernel.local_bytes, has)
     (small,) = plan_variants(config_from_text(RAGGED), low)
     assert "local memory" not in (builder.admit(small) or "")
+
+
+def test_the_call_api_passes_over_a_variant_larger_than_the_devices_local_memory():
+    """The call API's dispatch skips a variant whose work-group does not fit the device's local memory (the
+    Gemm gives its dispatcher DeviceInfo.local_mem_bytes) for the next legal one, and says why when none fits."""
+    from xegemm.api.dispatch import Dispatcher, Request, candidates
+    from xegemm.api.errors import NoKernelError
+    config = config_from_text("problem: {m: 256, n: 256, k: 64}\n"
+                              "tile: {workgroup: [256, 256, 32], subgroups: [8, 4], subgroup_size: 16}\n"
+                              "sweep:\n  tile: [{workgroup: [256, 256, 32], subgroups: [8, 4]},\n"
+                              "         {workgroup: [64, 64, 32], subgroups: [2, 2]}]\n")
+    low = Lowering("coopmat")
+    request = Request(300, 520, 200, 1, "bf16", "bf16", ("row",), ("row",))
+    choice = Dispatcher(candidates(config, {}), "c", local_memory_bytes=256 << 10).choose(low, request)
+    assert choice.config.tile.workgroup == (64, 64, 32)
+    assert Dispatcher(candidates(config, {}), "c").choose(low, request).config.tile.workgroup == (256, 256, 32)
+    with pytest.raises(NoKernelError, match="needs 448 KiB of local memory and the device has 16 KiB"):
+        Dispatcher(candidates(config, {}), "c", local_memory_bytes=16 << 10).choose(low, request)
 
 
 def test_spirv_val_judges_the_khr_parts_and_says_when_it_cannot():

@@ -22,8 +22,8 @@ from xegemm.api.errors import AlignmentError, DeviceMemoryError, LayoutError, No
 from xegemm.config import Config, ConfigError, Variant, expand
 from xegemm.config.shapes import Shape
 from xegemm.errors import XegemmError
-from xegemm.evaluate import plan_variant, render_variant
-from xegemm.evaluate.device import device_build_options
+from xegemm.evaluate import lowering_of, plan_variant, render_variant
+from xegemm.evaluate.device import device_build_options, local_memory_violation
 from xegemm.grouped.problem import GroupedProblem, config_overrides
 from xegemm.kernel.arguments import KernelCall
 from xegemm.lowering import Lowering
@@ -245,12 +245,16 @@ def ranking_rules(candidates: list[Candidate], info, lowering: Lowering | None) 
 
 class Dispatcher:
     """The choice of variant for a call among a Gemm's candidates, through ``rules`` in order; the rendered
-    sources of the plans it has checked are kept (a later shape of the same kernel renders nothing)."""
+    sources of the plans it has checked are kept (a later shape of the same kernel renders nothing).
+    ``local_memory_bytes``: the device's local memory per work-group (0: unknown), which a variant whose lowering
+    knows its own need must fit (:func:`xegemm.evaluate.device.local_memory_violation`)."""
 
-    def __init__(self, candidates: list[Candidate], label: str, rules: tuple[RankingRule, ...] = RULES):
+    def __init__(self, candidates: list[Candidate], label: str, rules: tuple[RankingRule, ...] = RULES,
+                 local_memory_bytes: int = 0):
         self.candidates = candidates
         self.label = label
         self.rules = tuple(rules)
+        self.local_memory_bytes = local_memory_bytes
         self._sources: dict[str, str] = {}
 
     def legal(self, lowering: Lowering, cand: Candidate, overrides: dict) -> tuple[Config, KernelCall, str] | str:
@@ -263,6 +267,9 @@ class Dispatcher:
         pv = plan_variant(Variant(config), lowering)
         if pv.plan is None:
             return f"variant {cand.index}: {pv.reason}"
+        too_big = local_memory_violation(lowering_of(pv, lowering).local_memory_bytes(pv.plan), self.local_memory_bytes)
+        if too_big:
+            return f"variant {cand.index} ({pv.plan.name}): {too_big}"
         try:
             source = self._sources.get(pv.plan.name) or render_variant(pv, lowering)
         except XegemmError as exc:     # the target's surface rules (pitch, width, alignment) or its compiler

@@ -102,7 +102,8 @@ class Gemm:
         self.lowering: Lowering = choose_lowering(self.info, lowering)
         self.queue = make_queue(self.sycl_device, profiling=True)
         self.last_kernel: LastKernel | None = None
-        self.dispatcher = Dispatcher(candidates, label, ranking_rules(candidates, self.info, self.lowering))
+        self.dispatcher = Dispatcher(candidates, label, ranking_rules(candidates, self.info, self.lowering),
+                                     self.info.local_mem_bytes)
         self.choices: dict[tuple, object] = {}     # each call kind's decisions, by its dispatch key
         self.programs = Programs(self.sycl_device, self.lowering)
         self.host_types = {(c.config.types.a, c.config.types.b) for c in candidates}

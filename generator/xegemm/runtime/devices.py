@@ -46,6 +46,7 @@ class DeviceInfo:
     extensions: tuple[str, ...] = field(repr=False)
     extensions_source: str = "opencl"
     global_mem_cache_bytes: int = 0     # CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (a CPU reports one core's L2); 0: unknown
+    local_mem_bytes: int = 0            # CL_DEVICE_LOCAL_MEM_SIZE, a work-group's local memory; 0: unknown
 
     @property
     def block_2d_io(self) -> bool:
@@ -183,6 +184,7 @@ def describe(sycl_device) -> DeviceInfo:
         extensions=tuple(extensions),
         extensions_source=source,
         global_mem_cache_bytes=int(sycl_device.global_mem_cache_size),
+        local_mem_bytes=int(getattr(sycl_device, "local_mem_size", 0) or 0),
     )
 
 
