@@ -28,6 +28,12 @@ else:
     _CACHE = tempfile.TemporaryDirectory(prefix="xegemm-test-programs-")
     os.environ["XEGEMM_CACHE_DIR"] = os.environ[_SESSION_CACHE] = _CACHE.name
 
+# The timing loops' floors, shorter for the whole session (workers and CLI subprocesses inherit it): the tests
+# check what a measurement records and decides, not the speed they measure, and the default floors (100 ms of
+# warm-up a side, 20 ms rounds after 50 ms pauses) made most of the run and tune tests' time.  The method itself,
+# at its default floors, is tested in tests/test_profile.py, which clears this.
+os.environ.setdefault("XEGEMM_PACE", "warmup_ms=10,round_ms=2,settle_ms=5")
+
 OCLOC_MISSING = ("ocloc is not installed: as root, `make test` installs it (Debian's intel-opencl-icd, "
                  ".ci/install-ocloc.sh); otherwise run `sudo bash .ci/install-ocloc.sh`")
 

@@ -18,7 +18,6 @@ import bench.provision as provision
 from bench.blas_worker import operands
 from bench.clblast import CALLS, CLBlastGemm, find_clblast
 from bench.code_paths import AVX2, AVX512, cpu_model, host_code_paths
-from xegemm.evaluate import timing as profile
 from xegemm.runtime.cpu_path import host_flags
 from bench.goals_table import evaluate_row, goal, markdown, path_table, tile_of
 from bench.references import check_f32_gemm
@@ -108,7 +107,7 @@ def test_code_paths_follow_the_host_and_set_each_library_alike():
 def test_every_side_runs_in_every_round_and_a_noisy_one_is_measured_again(monkeypatch):
     """bench.interleave times as xegemm run does (xegemm.evaluate.timing.time_rounds): each side warmed up, then per
     round each side in turn; a side whose CV stays high is measured once more and flagged."""
-    monkeypatch.setattr(profile, "SETTLE_S", 0.0)
+    monkeypatch.setenv("XEGEMM_PACE", "settle_ms=0")
     calls = []
     steady = {name: (lambda name=name: calls.append(name) or 1.0) for name in ("kernel", "numpy")}
     timings = interleave.round_robin(steady, rounds=3, launches=2)

@@ -13,6 +13,12 @@ from xegemm.evaluate.timing import (CV_LIMIT, REWARM_MAX_MS, ROUND_MIN_MS, WARMU
                              time_rounds, warm_up)
 
 
+@pytest.fixture(autouse=True)
+def default_pace(monkeypatch):
+    """The method at its default floors (the suite's conftest sets shorter ones for everything else)."""
+    monkeypatch.delenv("XEGEMM_PACE", raising=False)
+
+
 class SlowPhase:
     """A machine that is 10x slower during calls [start, stop) of all samples taken, on either side."""
 
@@ -196,3 +202,35 @@ def test_conditions_record_the_cpu_governor_where_readable_and_the_timing_method
     monkeypatch.setattr(host, "GOVERNOR", str(tmp_path / "absent"))     # a VM without cpufreq, as here
     recorded = timing.conditions()
     assert recorded["cpu_governor"] is None and recorded["timing_method"] == timing.TIMING_METHOD
+
+
+def test_a_pace_sets_the_floors_and_a_measurement_taken_at_it_says_so(monkeypatch):
+    """XEGEMM_PACE replaces the warm-up, round and pause floors for a process; a measurement at another pace than
+    the default records it in its conditions, and a malformed one is one clear error."""
+    from xegemm.errors import XegemmError
+    from xegemm.evaluate.timing import Pace, conditions, current_pace
+    assert current_pace() == Pace() and Pace().is_default and "timing_pace" not in conditions(pace=Pace())
+    monkeypatch.setenv("XEGEMM_PACE", "warmup_ms=5, round_ms=1,settle_ms=0")
+    pace = current_pace()
+    assert (pace.warmup_ms, pace.round_ms, pace.settle_ms, pace.rewarm_ms) == (5.0, 1.0, 0.0, 5.0)
+    counter = Counter()
+    warm = warm_up(counter.workload(1.0))
+    assert warm.settled and 5.0 <= warm.ms <= 10.0 and counter.calls == warm.runs   # 5 ms, not WARMUP_MIN_MS
+    assert rewarm(lambda: 10.0, steady_ms=1.0) == 1               # capped at the pace's warm-up, not REWARM_MAX_MS
+    kernel, record = measure_against_reference(Counter().workload(1.0), FakeReference(lambda n: 2.0), warmup=0,
+                                               repeats=4)
+    assert record["conditions"]["timing_pace"] == "warmup_ms=5,round_ms=1,settle_ms=0"
+    assert len(kernel.samples_ms) == 4                           # 4 rounds of 1 run: each round's 1 ms floor met
+    for bad in ("warmup_ms=abc", "rounds=3", "settle_ms=-1"):
+        monkeypatch.setenv("XEGEMM_PACE", bad)
+        with pytest.raises(XegemmError, match="XEGEMM_PACE"):
+            current_pace()
+
+
+def test_measurements_at_another_pace_are_cached_apart(monkeypatch):
+    from xegemm.config import config_from_text
+    from xegemm.tune.cache import measurement_key
+    config = config_from_text("problem: {m: 64, n: 64, k: 64}\n")
+    key = measurement_key("src", "", "dev", "1", "portable", config)
+    monkeypatch.setenv("XEGEMM_PACE", "warmup_ms=10")
+    assert measurement_key("src", "", "dev", "1", "portable", config) != key

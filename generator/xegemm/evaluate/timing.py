@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from xegemm.errors import XegemmError
 from xegemm.library.parts import TimeStats
 from xegemm.runtime.cpu_path import cpu_code_path
 from xegemm.runtime.host import cpu_governor
@@ -123,19 +124,73 @@ ROUND_MIN_MS = 20.0      # each round times a side for at least this much measur
 ROUNDS = 4               # rounds per side of an interleaved measurement
 WARMUP_BOUND_MS = WARMUP_MAX_MS + 2 * ROUNDS * REWARM_MAX_MS   # the most warming one side of one measurement
                                                                # (two attempts) takes beyond its minimum count
+SETTLE_S = 0.05  # pause before each round: the other side's threads stop spinning (OpenBLAS and the OpenCL
+                 # runtime's workers busy-wait after their work; on 2 cores they would steal the next round's)
+PACE_VARIABLE = "XEGEMM_PACE"   # e.g. "warmup_ms=10,round_ms=2,settle_ms=5": shorter floors, for smoke runs
 
 
-def warm_up(sample, min_runs: int = 0) -> Warmup:
+@dataclass(frozen=True)
+class Pace:
+    """The floors of the timing loops: a side's warm-up runs at least ``warmup_ms`` (:data:`WARMUP_MIN_MS`), each
+    round times a side at least ``round_ms`` (:data:`ROUND_MIN_MS`) after a pause of ``settle_ms``
+    (:data:`SETTLE_S`), and a round's re-warm stops at the smaller of ``warmup_ms`` and :data:`REWARM_MAX_MS`.
+    The defaults are the method the measurements in docs/benchmarks.md were taken with; ``XEGEMM_PACE`` sets
+    others for a whole process (a smoke run, the test suite: timings whose value is not the point), and a
+    measurement taken so records it (``conditions.timing_pace``) and caches apart (xegemm.tune.cache)."""
+
+    warmup_ms: float = WARMUP_MIN_MS
+    round_ms: float = ROUND_MIN_MS
+    settle_ms: float = SETTLE_S * 1e3
+
+    @property
+    def rewarm_ms(self) -> float:
+        return min(REWARM_MAX_MS, self.warmup_ms)
+
+    @property
+    def is_default(self) -> bool:
+        return self == Pace()
+
+    def describe(self) -> str:
+        return f"warmup_ms={self.warmup_ms:g},round_ms={self.round_ms:g},settle_ms={self.settle_ms:g}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Pace":
+        """``warmup_ms=10,round_ms=2,settle_ms=5`` (any of the three; the others keep their defaults)."""
+        values = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, _, value = item.partition("=")
+            if name.strip() not in ("warmup_ms", "round_ms", "settle_ms"):
+                raise XegemmError(f"{PACE_VARIABLE}: {item!r} is not warmup_ms=, round_ms= or settle_ms=<ms>")
+            try:
+                values[name.strip()] = float(value)
+            except ValueError:
+                raise XegemmError(f"{PACE_VARIABLE}: {item!r}: {value!r} is not a number of milliseconds") from None
+            if not 0 <= values[name.strip()] <= 60_000:
+                raise XegemmError(f"{PACE_VARIABLE}: {item!r}: give 0 to 60000 ms")
+        return cls(**values)
+
+
+def current_pace() -> Pace:
+    """The pace of this process: ``XEGEMM_PACE`` if set, else the defaults."""
+    text = os.environ.get(PACE_VARIABLE, "").strip()
+    return Pace.parse(text) if text else Pace()
+
+
+def warm_up(sample, min_runs: int = 0, pace: Pace | None = None) -> Warmup:
     """Run ``sample()`` (one run; returns its time in ms) untimed until it is warm: at least ``min_runs`` runs
     and :data:`WARMUP_MIN_MS` of measured time, and the medians of the last :data:`WARMUP_AGREEING` windows (each at least
     :data:`WARMUP_WINDOW` runs and :data:`WARMUP_WINDOW_MS`) within :data:`WARMUP_AGREE` of each other; or
     :data:`WARMUP_MAX_MS` / :data:`WARMUP_MAX_RUNS` reached (``settled`` False).  The measured time decides,
-    so a side's own duration is what counts, or the wall clock when it is longer (:func:`_elapsed`)."""
+    so a side's own duration is what counts, or the wall clock when it is longer (:func:`_elapsed`).  ``pace``
+    (default :func:`current_pace`) sets the floor in place of :data:`WARMUP_MIN_MS` (and windows of at most a
+    third of it)."""
+    floor = (pace or current_pace()).warmup_ms
+    window_ms = min(WARMUP_WINDOW_MS, floor / WARMUP_AGREEING)    # a shorter floor: shorter windows as well
     runs, spent, medians, start = 0, 0.0, [], time.perf_counter()
     while True:
         window: list[float] = []
         window_start = time.perf_counter()
-        while len(window) < WARMUP_WINDOW or _elapsed(sum(window), window_start) < WARMUP_WINDOW_MS:
+        while len(window) < WARMUP_WINDOW or _elapsed(sum(window), window_start) < window_ms:
             window.append(sample())
             if runs + len(window) >= WARMUP_MAX_RUNS:
                 break
@@ -144,7 +199,7 @@ def warm_up(sample, min_runs: int = 0) -> Warmup:
         last = medians[-WARMUP_AGREEING:]
         settled = len(last) == WARMUP_AGREEING and max(last) - min(last) <= WARMUP_AGREE * min(last)
         elapsed = _elapsed(spent, start)
-        if runs >= min_runs and ((settled and elapsed >= WARMUP_MIN_MS) or elapsed >= WARMUP_MAX_MS
+        if runs >= min_runs and ((settled and elapsed >= floor) or elapsed >= WARMUP_MAX_MS
                                  or runs >= WARMUP_MAX_RUNS):
             return Warmup(runs, spent, settled, medians[-1])
 
@@ -157,14 +212,16 @@ def _elapsed(measured_ms: float, since: float) -> float:
     return max(measured_ms, (time.perf_counter() - since) * 1e3)
 
 
-def rewarm(sample, steady_ms: float) -> int:
+def rewarm(sample, steady_ms: float, pace: Pace | None = None) -> int:
     """After a pause, run ``sample()`` untimed until a run is back at the steady level of :func:`warm_up` (within
-    :data:`WARMUP_AGREE`), at least once and for at most :data:`REWARM_MAX_MS`; returns the runs it took."""
+    :data:`WARMUP_AGREE`), at least once and for at most :data:`REWARM_MAX_MS` (``Pace.rewarm_ms``); returns the
+    runs it took."""
+    cap = (pace or current_pace()).rewarm_ms
     runs, spent, start = 0, 0.0, time.perf_counter()
     while True:
         ms = sample()
         runs, spent = runs + 1, spent + ms
-        if ms <= steady_ms * (1 + WARMUP_AGREE) or _elapsed(spent, start) >= REWARM_MAX_MS:
+        if ms <= steady_ms * (1 + WARMUP_AGREE) or _elapsed(spent, start) >= cap:
             return runs
 
 
@@ -187,10 +244,6 @@ def time_kernel(submit, warmup: int, repeats: int, min_time_ms: float = 0.0, max
     return Timing(tuple(_timed_runs(sample, repeats, min_time_ms, max_runs)), warm)
 
 
-SETTLE_S = 0.05  # pause before each round: the other side's threads stop spinning (OpenBLAS and the OpenCL
-                 # runtime's workers busy-wait after their work; on 2 cores they would steal the next round's)
-
-
 def time_rounds(sides: dict, rounds: int, runs: int, min_warmup: int = 0, min_round_ms: float = ROUND_MIN_MS,
                 max_runs: int = 100_000) -> dict[str, Timing]:
     """Time several sides in the same rounds (for comparing variants with each other and with references).
@@ -199,13 +252,14 @@ def time_rounds(sides: dict, rounds: int, runs: int, min_warmup: int = 0, min_ro
     each side in turn gets a pause of :data:`SETTLE_S`, is re-warmed to its steady level (:func:`rewarm`) and
     timed for at least ``runs`` runs and ``min_round_ms`` of measured time.  ``sides`` maps a name to a function
     that runs that side once and returns the run's time in ms; returns each side's :class:`Timing`."""
-    warm = {name: warm_up(sample, min_warmup) for name, sample in sides.items()}
+    pace = current_pace()
+    warm = {name: warm_up(sample, min_warmup, pace) for name, sample in sides.items()}
     again = {name: 0 for name in sides}
     times: dict[str, list[float]] = {name: [] for name in sides}
     for _ in range(rounds):
         for name, sample in sides.items():
-            time.sleep(SETTLE_S)
-            again[name] += rewarm(sample, warm[name].steady_ms)
+            time.sleep(pace.settle_ms / 1e3)
+            again[name] += rewarm(sample, warm[name].steady_ms, pace)
             times[name] += _timed_runs(sample, runs, min_round_ms, max(1, max_runs // rounds))
     return {name: Timing(tuple(times[name]), replace(warm[name], round_runs=again[name]))
             for name in sides}
@@ -213,7 +267,7 @@ def time_rounds(sides: dict, rounds: int, runs: int, min_warmup: int = 0, min_ro
 
 def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
                      min_time_ms: float = 0.0, max_runs: int = 100_000, rounds: int = ROUNDS,
-                     warmed: tuple[Warmup, Warmup] | None = None) -> tuple[Timing, Timing]:
+                     warmed: tuple[Warmup, Warmup] | None = None, pace: Pace | None = None) -> tuple[Timing, Timing]:
     """Time a kernel and a reference in alternating rounds: a round of kernel runs, a round of reference
     runs, and so on, ``rounds`` rounds each.  Both sides are warmed up first (:func:`warm_up`; ``warmup`` is
     the kernel's minimum count).  Each round starts after a pause of :data:`SETTLE_S` and re-warms its side
@@ -226,10 +280,12 @@ def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
     on both sides alike; alternating single runs instead made each side run with caches and threads the
     other had just disturbed (a 1024^3 kernel measured 2x slower).  Returns (kernel, reference) timings, each
     with the :class:`Warmup` it used.  ``warmed``: the (kernel, reference) warm-ups of an earlier measurement of
-    the same sides just before (a second attempt): the sides are warm, each round's re-warm suffices.
+    the same sides just before (a second attempt): the sides are warm, each round's re-warm suffices.  ``pace``
+    (default :func:`current_pace`): the floors of the warm-up, the rounds and the pauses.
     """
+    pace = pace or current_pace()
     if warmed is None:
-        warm_kernel, warm_reference = warm_up(sample_kernel, warmup), warm_up(sample_reference)
+        warm_kernel, warm_reference = warm_up(sample_kernel, warmup, pace), warm_up(sample_reference, 0, pace)
     else:
         warm_kernel, warm_reference = (replace(w, round_runs=0) for w in warmed)
     again_kernel = again_reference = 0
@@ -237,13 +293,13 @@ def time_interleaved(sample_kernel, sample_reference, warmup: int, repeats: int,
     kernel: list[float] = []
     reference: list[float] = []
     for _ in range(rounds):
-        time.sleep(SETTLE_S)
-        again_kernel += rewarm(sample_kernel, warm_kernel.steady_ms)
-        runs = _timed_runs(sample_kernel, per_round, max(min_time_ms / rounds, ROUND_MIN_MS),
+        time.sleep(pace.settle_ms / 1e3)
+        again_kernel += rewarm(sample_kernel, warm_kernel.steady_ms, pace)
+        runs = _timed_runs(sample_kernel, per_round, max(min_time_ms / rounds, pace.round_ms),
                            max(1, max_runs // rounds))
         kernel += runs
-        time.sleep(SETTLE_S)
-        again_reference += rewarm(sample_reference, warm_reference.steady_ms)
+        time.sleep(pace.settle_ms / 1e3)
+        again_reference += rewarm(sample_reference, warm_reference.steady_ms, pace)
         spent, count = 0.0, 0
         while count < len(runs) and (count < per_round or spent < sum(runs)):
             reference.append(sample_reference())
@@ -259,15 +315,17 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
                     "CL_CONFIG_CPU_TARGET_ARCH", "ONEAPI_DEVICE_SELECTOR")
 
 
-def conditions(rotation: Rotation | None = None) -> dict:
+def conditions(rotation: Rotation | None = None, pace: Pace | None = None) -> dict:
     """What else ran and how many threads could run, now: load average, CPUs, the CPU runtime's code path
     (xegemm.runtime.cpu_path), thread and CPU-target settings, the CPU frequency governor (None: not readable
-    here), the timing method (:data:`TIMING_METHOD`) and, given, the buffers it timed (:class:`Rotation`)."""
+    here), the timing method (:data:`TIMING_METHOD`) and, given, the buffers it timed (:class:`Rotation`) and a
+    pace other than the default (:class:`Pace`)."""
     return {"loadavg": list(os.getloadavg()), "cpu_count": os.cpu_count(), "cpu_code_path": cpu_code_path().name,
             "affinity_cpus": len(os.sched_getaffinity(0)), "machine": platform.machine(),
             "threads_env": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ},
             "cpu_governor": cpu_governor(), "timing_method": TIMING_METHOD,
-            **({"timing_buffers": rotation.describe()} if rotation is not None else {})}
+            **({"timing_buffers": rotation.describe()} if rotation is not None else {}),
+            **({"timing_pace": pace.describe()} if pace is not None and not pace.is_default else {})}
 
 
 # ---- rotating buffers ------------------------------------------------------------------------------------
@@ -356,17 +414,20 @@ class NumpyReference:
 
 
 def measure_against_reference(sample_kernel, reference: NumpyReference, warmup: int, repeats: int,
-                              min_time_ms: float = 0.0, rotation: Rotation | None = None) -> tuple[Timing, dict]:
+                              min_time_ms: float = 0.0, rotation: Rotation | None = None,
+                              pace: Pace | None = None) -> tuple[Timing, dict]:
     """Time a kernel interleaved with the reference; once more if either CV exceeds :data:`CV_LIMIT`.
 
     Returns the kernel's timing and a record: the reference (as :meth:`NumpyReference.record`, measured in
     the same rounds), ``interleaved: True``, ``high_cv`` (still above the limit after the second try), the
     number of ``attempts`` and the :func:`conditions` (with ``rotation``: the kernel's buffers).
     """
-    before = conditions(rotation)
+    pace = pace or current_pace()
+    before = conditions(rotation, pace)
     best, warmed = None, None
     for attempt in (1, 2):
-        kernel, ref = time_interleaved(sample_kernel, reference.sample, warmup, repeats, min_time_ms, warmed=warmed)
+        kernel, ref = time_interleaved(sample_kernel, reference.sample, warmup, repeats, min_time_ms, warmed=warmed,
+                                       pace=pace)
         warmed = (kernel.warmup, ref.warmup)
         worst = max(kernel.cv, ref.cv)
         if best is None or worst < best[2]:

@@ -40,7 +40,7 @@ from xegemm.errors import XegemmError
 from xegemm.evaluate.device import DeviceSession, device_evaluator
 from xegemm.evaluate.isolated import TimeLimits, isolated_device_evaluator
 from xegemm.lowering import Lowering, choose_lowering, named_lowering
-from xegemm.evaluate.timing import time_numpy_reference
+from xegemm.evaluate.timing import current_pace, time_numpy_reference
 from xegemm.library.parts import Reference
 from xegemm.files import RESULTS_BYTES, read_text, set_aside, write_json_atomic
 from xegemm.results.journal import ResultStore
@@ -152,6 +152,7 @@ def run(config_path: str | Path, device: str | None = None, out_dir: str | Path 
     :class:`RunInterrupted` says how to resume.
     """
     started_at = time.time()
+    current_pace()                  # a malformed XEGEMM_PACE: one clear error before any work
     config = load_config(config_path)
     requested = list(problems or ())
     if requested:

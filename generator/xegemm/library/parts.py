@@ -164,6 +164,7 @@ class Conditions:
     cpu_governor: str | None = None      # the CPU frequency governor (xegemm.evaluate.timing.cpu_governor)
     timing_method: str | None = None     # how the times were taken (xegemm.evaluate.timing.TIMING_METHOD)
     timing_buffers: str | None = None    # "rotating N buffers of X MiB" or "same buffers" (timing.Rotation)
+    timing_pace: str | None = None       # the timing loops' floors where not the default (timing.Pace, XEGEMM_PACE)
     # the governor was looked for (None then means unreadable: no cpufreq, a VM or a container); older files
     # have no ``cpu_governor`` key at all.  Not a key of its own: whether ``cpu_governor`` is written.
     governor_recorded: bool = field(default=False, metadata={"json": False})

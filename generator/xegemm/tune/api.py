@@ -31,7 +31,7 @@ from xegemm.evaluate.peak import ceiling_gflops, plausible_ceiling
 from xegemm.jobs.pipeline import RunInterrupted, shielded
 from xegemm.evaluate.grouped import GroupedNumpyReference
 from xegemm.grouped.problem import GroupedProblem
-from xegemm.evaluate.timing import time_numpy_reference, time_reference
+from xegemm.evaluate.timing import current_pace, time_numpy_reference, time_reference
 from xegemm.files import write_json_atomic
 from xegemm.results.journal import writable_dir
 from xegemm.runtime import describe, select_sycl_device
@@ -119,6 +119,7 @@ def tune(config_path, shapes=None, options: TuneOptions | None = None, **kwargs)
     (:mod:`xegemm.tune.leaders`; 0 or 1: none), ``leader_time_s`` the time budget of that re-timing per shape."""
     opts = TuneOptions.of(options, **kwargs)
     opts.check()
+    current_pace()                  # a malformed XEGEMM_PACE: one clear error before any work
     config = load_config(config_path)
     chosen = get_strategy(opts.strategy)
     target, jobs, cache = opts.target, opts.jobs, opts.cache

@@ -28,7 +28,7 @@ from pathlib import Path
 from xegemm.config import Config
 from xegemm.errors import XegemmError
 from xegemm.files import create_sqlite, set_aside, sqlite_problem
-from xegemm.evaluate.timing import TIMING_METHOD, gemm_flops
+from xegemm.evaluate.timing import TIMING_METHOD, current_pace, gemm_flops
 from xegemm.library.parts import TimeStats, VariantParams
 from xegemm.runtime.program_cache import code_generation_settings
 
@@ -49,6 +49,9 @@ def measurement_key(source: str, build_options: str, device_name: str, driver: s
              "device": device_name, "driver": driver, "settings": code_generation_settings(), "lowering": lowering,
              "problem": [p.m, p.n, p.k, p.batch], "seed": config.verify.seed,
              "profile": [prof.warmup, prof.repeats, prof.min_time_ms, prof.rotate], "timing": TIMING_METHOD}
+    pace = current_pace()
+    if not pace.is_default:                # XEGEMM_PACE's shorter floors: measured apart from the default's
+        parts["pace"] = pace.describe()
     if p.groups or config.moe.experts:     # a grouped kernel's source is the same for every grouped problem
         parts["groups"] = [list(p.groups), config.moe.experts, list(config.moe.rows)]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
