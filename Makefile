@@ -68,9 +68,10 @@ kernels: $(STAMP)
 
 # The suite runs in TEST_JOBS processes (pytest-xdist; default: the machine's cores plus one, at most 5), one test
 # file per process at a time, so a file's module fixtures are set up once.  Most of its time is single-threaded
-# kernel builds; about a fifth is waiting (child processes, a database restart, timeouts), which the extra process
-# fills: on 2 cores, 3 processes took 914 s where 2 took 1120 s (that without one
-# test file, which failed at once).
+# kernel builds; the rest is waiting (child processes, a database restart, timeouts), which the extra process
+# fills: on 2 cores, 3 processes took 914 s where 2 took 1120 s (that without one test file, which failed at
+# once). With the short timing pace of tests/conftest.py (XEGEMM_PACE, docs/running.md) 3 processes took 694 s
+# and 713 s on a 2-core AMD EPYC without AMX (2026-12-04; its coopmat CPU tests skipped), 4 took 833 s before it.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ $$n -gt 5 ] && n=5; echo $$n)
 test: $(STAMP) tools
 	$(VENV)/bin/ruff check .
