@@ -82,7 +82,7 @@ def _config(name: str, epilogue: str = ""):
         (problem, tile), types, section = FIXED[name]
         return config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
                                 f"epilogue: {section}\n")
-    types, problem, tile = SHAPES[name]
+    types, problem, tile = {**SHAPES, **MODULE_ONLY}[name]
     return config_from_text(f"problem: {problem}\ntypes: {types}\ntile: {{workgroup: {tile}, subgroup_size: 16}}\n"
                             + epilogue)
 
@@ -94,43 +94,76 @@ def _queue():
     return OpenCLQueue(select_sycl_device())
 
 
-def _run(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storage: str = "packed",
-         b_layout: int | None = None):
-    """In a worker: render the config's kernel (with a text ``edit``, another B layout word), run it on B as
-    ``b_storage`` says (``packed``, or ``plain``: row-major where the kernel reads PackedINTEL); (ok, reason)."""
-    from xegemm.runtime.opencl import OpenCLBuffer
-    from xegemm.runtime.spirv import build_spirv
-    from xegemm.verify.dense import check, make_operands, poison_c, reference
+def _inputs(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storage: str = "packed",
+            b_layout: int | None = None, family: str = "amx"):
+    """The case's config, operands and kernel (rendered for the tile ``family``, with a text ``edit``, another B
+    layout word), and its host buffers: B as ``b_storage`` says (``packed``; ``plain``: row-major where the kernel
+    reads PackedINTEL; ``wrong_zeros``: a quantized B dequantized from zero points all 0)."""
+    from xegemm.verify.dense import make_operands, poison_c
 
-    queue = _queue()
     config = _config(name, EPILOGUES.get(epilogue, ""))
     p, t = config.problem, config.types
     ops = make_operands(config)
-    k = coopmat_kernel(plan(config))
+    k = coopmat_kernel(plan(config), family=family)
     if b_layout is not None:
         k = type(k)(**{**k.__dict__, "b_layout": b_layout})
     text = render_kernel(k)
     if edit is not None:
         assert edit[0] in text, "the mutant no longer applies"
         text = text.replace(*edit)
-    if config.quant.format != "none":     # dequantized on the host (``wrong_zeros``: from zero points all 0)
+    if config.quant.format != "none":     # dequantized on the host
         quant = ops.quant if b_storage != "wrong_zeros" else {**ops.quant, "zeros": np.zeros_like(ops.quant["zeros"])}
         b = pack_b(dequantized_b(config, ops.b_bytes, quant, p.k, p.n), p.k, p.n, "bf16")
     else:
         b = pack_b(ops.b_bytes, p.k, p.n, t.a, config.layout.b) if b_storage == "packed" else ops.b_bytes
+    host = {key: np.ascontiguousarray(data).reshape(-1).view(np.uint8).copy()
+            for key, data in (("A", ops.a_bytes), ("B", b), ("D", poison_c(config)),
+                              ("C", ops.c_in_bytes if ops.c_in_bytes is not None else np.zeros(4, np.uint8)),
+                              ("bias", ops.bias.astype(np.float32) if ops.bias is not None
+                               else np.zeros(4, np.uint8)))}
+    return config, ops, k, text, host
+
+
+def _arguments(config, k, bufs) -> list:
+    p, t, e = config.problem, config.types, config.epilogue
+    return kernel_arguments(p.m, p.n, p.k, p.batch, t.a, bufs, e.alpha, e.beta, t.c, tuple(e.clamp), config.layout.a,
+                            k.dequantized)
+
+
+def _run(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storage: str = "packed",
+         b_layout: int | None = None):
+    """In a worker: the case of :func:`_inputs` run on the CPU runtime; (ok, reason)."""
+    from xegemm.runtime.opencl import OpenCLBuffer
+    from xegemm.runtime.spirv import build_spirv
+    from xegemm.verify.dense import check, reference
+
+    queue = _queue()
+    config, ops, k, text, host = _inputs(name, epilogue, edit, b_storage, b_layout)
     bufs = {}
-    for key, data in (("A", ops.a_bytes), ("B", b), ("D", poison_c(config)),
-                      ("C", ops.c_in_bytes if ops.c_in_bytes is not None else np.zeros(4, np.uint8)),
-                      ("bias", ops.bias.astype(np.float32) if ops.bias is not None else np.zeros(4, np.uint8))):
-        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    for key, data in host.items():
         bufs[key] = OpenCLBuffer(queue, data.nbytes)
         bufs[key].copy_from_host(data)
     program = build_spirv(text, queue)
-    e = config.epilogue
-    args = kernel_arguments(p.m, p.n, p.k, p.batch, t.a, bufs, e.alpha, e.beta, t.c, tuple(e.clamp), config.layout.a,
-                            k.dequantized)
-    program.get_sycl_kernel(k.name).launch(queue, args, k.global_size(p.m, p.n, p.batch), k.local).wait()
+    p = config.problem
+    program.get_sycl_kernel(k.name).launch(queue, _arguments(config, k, bufs), k.global_size(p.m, p.n, p.batch),
+                                           k.local).wait()
     verdict = check(config, bufs["D"].copy_to_host(), reference(config, ops))
+    return verdict.ok, verdict.reason
+
+
+def _interpret(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storage: str = "packed",
+               family: str = "amx"):
+    """The case of :func:`_inputs` run by the reference interpreter (xegemm.verify.interpreter); (ok, reason)."""
+    from xegemm.verify.dense import check, reference
+    from xegemm.verify.interpreter import InterpreterError, run_kernel
+
+    config, ops, k, text, host = _inputs(name, epilogue, edit, b_storage, family=family)
+    p = config.problem
+    try:
+        run_kernel(text, k.name, _arguments(config, k, host), k.global_size(p.m, p.n, p.batch), k.local)
+    except InterpreterError as e:
+        return False, f"the interpreter stopped: {e}"
+    verdict = check(config, host["D"], reference(config, ops))
     return verdict.ok, verdict.reason
 
 
@@ -226,12 +259,14 @@ def test_column_major_operands_verify_on_the_cpu(name, amx_worker):
     assert ok, reason
 
 
+# the staged copy of a column-major A indexing it as row-major
+A_COL_AS_ROW = ("%st_fa_ro = OpIMul %u64 %st_fa_gc64 %lda_e\n%st_fa_o = OpIAdd %u64 %st_fa_ro %st_fa_gr64",
+                "%st_fa_ro = OpIMul %u64 %st_fa_gr64 %lda_e\n%st_fa_o = OpIAdd %u64 %st_fa_ro %st_fa_gc64")
+
+
 def test_a_column_major_a_read_as_row_major_fails_verification(amx_worker):
-    """The mutant: the staged copy of a column-major A indexes it as row-major."""
-    old = "%st_fa_ro = OpIMul %u64 %st_fa_gc64 %lda_e\n%st_fa_o = OpIAdd %u64 %st_fa_ro %st_fa_gr64"
-    new = "%st_fa_ro = OpIMul %u64 %st_fa_gr64 %lda_e\n%st_fa_o = OpIAdd %u64 %st_fa_ro %st_fa_gc64"
     try:
-        ok, _ = _in_worker(amx_worker, "bf16_a_col", "layouts", edit=(old, new))
+        ok, _ = _in_worker(amx_worker, "bf16_a_col", "layouts", edit=A_COL_AS_ROW)
     except concurrent.futures.process.BrokenProcessPool:
         ok = False
     assert not ok
@@ -278,6 +313,62 @@ def test_a_broken_kernel_fails_verification(mutant, amx_worker):
 def test_b_not_vnni_packed_fails_verification(amx_worker):
     ok, _ = _in_worker(amx_worker, "bf16_64", "plain", b_storage="plain")   # row-major B read as PackedINTEL
     assert not ok
+
+
+# -- the same kernels by the SPIR-V semantics (xegemm.verify.interpreter), on every machine ----------------------
+# Cases only the interpreter runs: (types, problem, tile).  The GPU-only types (the CPU runtime has no f16 without
+# AMX-FP16, and no tf32), and the one k-tile the CPU runtime computes wrong (docs/lowerings.md "sycl-tla's legacy
+# PVC tiles": a 32x64x16 work-group of 1x2 sub-groups, each 2x2 tiles of 16x16x16).
+MODULE_ONLY = {
+    "f16_f16_out": ("{a: f16, b: f16, acc: f32, c: f16}", "{m: 45, n: 70, k: 75, batch: 2}",
+                    "[32, 32, 32], subgroups: [2, 1]"),
+    "tf32": ("{a: tf32, b: tf32, acc: f32, c: f32}", "{m: 45, n: 70, k: 75}", "[16, 64, 32], subgroups: [1, 2]"),
+    "s8_u8": ("{a: s8, b: u8, acc: s32, c: s32}", "{m: 45, n: 70, k: 75}", "[32, 32, 32], subgroups: [2, 1]"),
+    "u8_s8": ("{a: u8, b: s8, acc: s32, c: s32}", "{m: 45, n: 70, k: 75}", "[16, 64, 32], subgroups: [1, 2]"),
+    "bf16_k16_sg1x2": ("{a: bf16, b: bf16, acc: f32, c: f32}", "{m: 32, n: 64, k: 64}",
+                       "[32, 64, 16], subgroups: [1, 2]"),
+}
+CASES = ([(s, e) for s in sorted(SHAPES) for e in sorted(EPILOGUES)] + [(f, "fixed") for f in sorted(FIXED)]
+         + [(q, "quantized") for q in sorted(QUANTIZED)] + [(x, "layouts") for x in sorted(LAYOUTS)])
+GPU_TYPES = ("f16_f16_out", "tf32", "s8_u8", "u8_s8")
+
+
+@pytest.mark.parametrize("name,epilogue", CASES + [("bf16_k16_sg1x2", "plain"), ("s8_u8", "plain"),
+                                                   ("u8_s8", "plain")])
+def test_the_cpu_module_computes_the_gemm_by_the_spirv_semantics(name, epilogue):
+    """Every case the CPU runtime runs above, and the mixed signs, interpreted: the module itself is right, on any
+    machine.  ``bf16_k16_sg1x2`` is the work-group whose result the CPU runtime gets wrong: right here."""
+    ok, reason = _interpret(name, epilogue)
+    assert ok, reason
+
+
+@pytest.mark.parametrize("name,epilogue", [(s, "alpha_beta") for s in sorted(SHAPES)] + [(x, "layouts") for x in
+                                                                                       sorted(LAYOUTS)]
+                         + [(g, "plain") for g in GPU_TYPES])
+def test_the_gpu_module_computes_the_gemm_by_the_spirv_semantics(name, epilogue):
+    """The modules ``xegemm build --lowering coopmat`` gives the GPU compiler (8-row A tiles; a column-major A
+    loaded as ColumnMajorKHR at interior k-steps; f16 and tf32), which no device here runs: right by the spec."""
+    ok, reason = _interpret(name, epilogue, family="xe")
+    assert ok, reason
+
+
+INTERPRETED_MUTANTS = {   # (case, epilogue, edit, B storage) that must fail in the interpreter
+    **{f"kernel_{m}": (case, "alpha_beta", (old, new), "packed") for m, (case, old, new) in MUTANTS.items()},
+    **{f"epilogue_{m}": (case, "fixed", (old, new), "packed") for m, (case, old, new) in EPILOGUE_MUTANTS.items()},
+    "a_col_read_as_row": ("bf16_a_col", "layouts", A_COL_AS_ROW, "packed"),
+    "b_not_vnni_packed": ("bf16_64", "plain", None, "plain"),
+    "zero_points_lost": ("gptq_g128", "quantized", None, "wrong_zeros"),
+    # a sub-group's local block placed by work-item instead of by sub-group (the last ones past the array's end)
+    "local_block_per_work_item": ("bf16_ragged", "plain", ("%sg_la = OpIMul %u32 %sg %c_a_block",
+                                                           "%sg_la = OpIMul %u32 %lane %c_a_block"), "packed"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(INTERPRETED_MUTANTS))
+def test_a_broken_module_fails_in_the_interpreter(mutant):
+    name, epilogue, edit, storage = INTERPRETED_MUTANTS[mutant]
+    ok, reason = _interpret(name, epilogue, edit, storage)
+    assert not ok, "the broken module verified"
 
 
 def test_row_major_b_layout_does_not_build_and_cannot_hurt_the_caller(sycl_device):
