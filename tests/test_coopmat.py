@@ -99,10 +99,9 @@ def _inputs(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_sto
     """The case's config, operands and kernel (rendered for the tile ``family``, with a text ``edit``, another B
     layout word), and its host buffers: B as ``b_storage`` says (``packed``; ``plain``: row-major where the kernel
     reads PackedINTEL; ``wrong_zeros``: a quantized B dequantized from zero points all 0)."""
-    from xegemm.verify.dense import make_operands, poison_c
+    from xegemm.verify.dense import make_operands
 
     config = _config(name, EPILOGUES.get(epilogue, ""))
-    p, t = config.problem, config.types
     ops = make_operands(config)
     k = coopmat_kernel(plan(config), family=family)
     if b_layout is not None:
@@ -111,17 +110,30 @@ def _inputs(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_sto
     if edit is not None:
         assert edit[0] in text, "the mutant no longer applies"
         text = text.replace(*edit)
-    if config.quant.format != "none":     # dequantized on the host
-        quant = ops.quant if b_storage != "wrong_zeros" else {**ops.quant, "zeros": np.zeros_like(ops.quant["zeros"])}
-        b = pack_b(dequantized_b(config, ops.b_bytes, quant, p.k, p.n), p.k, p.n, "bf16")
+    if b_storage == "wrong_zeros":
+        b = _packed_b(config, ops, {**ops.quant, "zeros": np.zeros_like(ops.quant["zeros"])})
     else:
-        b = pack_b(ops.b_bytes, p.k, p.n, t.a, config.layout.b) if b_storage == "packed" else ops.b_bytes
-    host = {key: np.ascontiguousarray(data).reshape(-1).view(np.uint8).copy()
-            for key, data in (("A", ops.a_bytes), ("B", b), ("D", poison_c(config)),
-                              ("C", ops.c_in_bytes if ops.c_in_bytes is not None else np.zeros(4, np.uint8)),
-                              ("bias", ops.bias.astype(np.float32) if ops.bias is not None
-                               else np.zeros(4, np.uint8)))}
-    return config, ops, k, text, host
+        b = _packed_b(config, ops) if b_storage == "packed" else ops.b_bytes
+    return config, ops, k, text, _host_buffers(config, ops, b)
+
+
+def _packed_b(config, ops, quant: dict | None = None) -> np.ndarray:
+    """B as the kernel reads it, by the numpy reference: VNNI-packed, a quantized B dequantized first (from
+    ``quant``, the operands' own by default)."""
+    p = config.problem
+    if config.quant.format != "none":
+        return pack_b(dequantized_b(config, ops.b_bytes, quant or ops.quant, p.k, p.n), p.k, p.n, "bf16")
+    return pack_b(ops.b_bytes, p.k, p.n, config.types.a, config.layout.b)
+
+
+def _host_buffers(config, ops, b: np.ndarray, **more) -> dict:
+    """The kernel's buffers under xegemm.kernel.arguments.BUFFERS' names as host bytes: D poisoned, a 4-byte
+    stand-in for what the case has not (C, bias), and ``more``."""
+    from xegemm.verify.dense import poison_c
+    nothing = np.zeros(4, np.uint8)
+    host = {"A": ops.a_bytes, "B": b, "D": poison_c(config), "C": nothing if ops.c_in_bytes is None else ops.c_in_bytes,
+            "bias": nothing if ops.bias is None else ops.bias.astype(np.float32), **more}
+    return {key: np.ascontiguousarray(data).reshape(-1).view(np.uint8).copy() for key, data in host.items()}
 
 
 def _arguments(config, k, bufs) -> list:
@@ -611,18 +623,23 @@ def test_a_traced_epilogue_verifies_in_the_coopmat_kernel(name, coopmat_evaluato
     assert result.status == "ok", (name, result.reason)
 
 
-@pytest.mark.usefixtures("code_allowed")
-@pytest.mark.parametrize("case, old, new", [("bias_gelu_pre", "%ocl erf", "%ocl erfc"),
-                                            ("gated_pre_f16", "OpStore %e_st_out_act", None)])
-def test_a_broken_traced_epilogue_fails_the_runs_verification(case, old, new, coopmat_evaluator):
-    """GELU's erf changed, or (``new`` None) the auxiliary output's store lost: the evaluator fails the kernel."""
+# GELU's erf changed, or (``new`` None) the auxiliary output's store lost
+TRACED_MUTANTS = [("bias_gelu_pre", "%ocl erf", "%ocl erfc"), ("gated_pre_f16", "OpStore %e_st_out_act", None)]
+
+
+def _broken_traced(case: str, old: str, new: str | None):
     from xegemm.evaluate import render_variant
     pv = _traced(case)
     source = render_variant(pv, Lowering("coopmat"))
     assert old in source
-    broken = source.replace(old, new) if new is not None else \
+    return pv, source.replace(old, new) if new is not None else \
         "".join(line for line in source.splitlines(keepends=True) if not line.startswith(old))
-    result = coopmat_evaluator.evaluate(pv, broken)
+
+
+@pytest.mark.usefixtures("code_allowed")
+@pytest.mark.parametrize("case, old, new", TRACED_MUTANTS)
+def test_a_broken_traced_epilogue_fails_the_runs_verification(case, old, new, coopmat_evaluator):
+    result = coopmat_evaluator.evaluate(*_broken_traced(case, old, new))
     assert result.status == "failed_verify", result.reason
 
 
@@ -828,6 +845,37 @@ def _verifies_with_its_reduce_entry(pv, evaluator) -> None:
     assert result.status == "ok", (pv.name, result.reason)
 
 
+def _interpret_variant(pv, source: str | None = None):
+    """A planned variant's whole call (each launch of KernelCall: a split-K or stream-K reduce second, a traced
+    epilogue's inputs and outputs) run by the reference interpreter on the evaluator's operands, B packed by the
+    numpy reference; (ok, reason) of the evaluator's check, its auxiliary outputs included."""
+    from xegemm.evaluate import render_variant
+    from xegemm.evaluate.device import epilogue_scalars, traced_host_buffers
+    from xegemm.kernel.arguments import KernelCall
+    from xegemm.verify.dense import check, make_operands, reference
+    from xegemm.verify.interpreter import InterpreterError, Program
+
+    config, p = pv.config, pv.config.problem
+    ops = make_operands(config, graph=pv.plan.graph)
+    call = KernelCall.of(pv.plan)
+    sizes = call.sizes(p.m, p.n, p.k, p.batch)
+    traced = traced_host_buffers(config, ops)
+    unread = np.zeros(4, np.uint8)     # a dequantized B's arrays: the kernel reads B packed instead
+    host = _host_buffers(config, ops, _packed_b(config, ops), workspace=np.zeros(max(4, sizes["workspace_bytes"]),
+                                                                                 np.uint8),
+                         scales=unread, zeros=unread, a_scales=unread, **traced["named"],
+                         **{k: poison for k, (poison, _) in traced["aux_outputs"].items()})
+    program = Program(source or render_variant(pv, Lowering("coopmat")))
+    try:
+        for kernel, args, gsize, lsize in call.bind(sizes, host, epilogue_scalars(config) | traced["named_scalars"]):
+            program.launch(kernel, args, gsize, lsize)
+    except InterpreterError as e:
+        return False, f"the interpreter stopped: {e}"
+    outputs = {name: host[k] for k, (_, name) in traced["aux_outputs"].items()}
+    verdict = check(config, host["D"], reference(config, ops), outputs)
+    return verdict.ok, verdict.reason
+
+
 @pytest.mark.parametrize("name", sorted(SPLIT))
 def test_split_k_verifies_through_the_coopmat_kernel_and_its_reduce(name, coopmat_evaluator):
     """Each slice's k-range into the workspace by the GEMM entry point, the slices added in order and the fixed
@@ -836,11 +884,14 @@ def test_split_k_verifies_through_the_coopmat_kernel_and_its_reduce(name, coopma
     _verifies_with_its_reduce_entry(_split(name), coopmat_evaluator)
 
 
-@pytest.mark.parametrize("old, new", [
+SPLIT_MUTANTS = [
     ("%r_s_next = OpIAdd %u32 %r_s %c1", "%r_s_next = OpIAdd %u32 %r_s %c2"),   # the reduce skips slices
     ("%oa = OpIAdd %u64 %oa0 %k_begin64", "%oa = OpCopyObject %u64 %oa0"),      # every slice reads A's first
     ("%ob = OpIAdd %u64 %ob0 %kb", "%ob = OpCopyObject %u64 %ob0"),             # every slice reads B's first
-])
+]
+
+
+@pytest.mark.parametrize("old, new", SPLIT_MUTANTS)
 def test_a_broken_split_k_coopmat_kernel_fails_verification(old, new, coopmat_evaluator):
     _fails_verification_when_edited(_split("bf16_bias_gelu_to_bf16"), coopmat_evaluator, old, new)
 
@@ -897,14 +948,51 @@ def test_stream_k_verifies_through_the_coopmat_kernel_and_its_fix_up(name, coopm
     _verifies_with_its_reduce_entry(_stream(name), coopmat_evaluator)
 
 
-@pytest.mark.parametrize("old, new", [
+STREAM_MUTANTS = [
     ("%r_s_next = OpIAdd %u32 %r_s %c1", "%r_s_next = OpIAdd %u32 %r_s %c2"),        # the fix-up skips pieces
     ("%sk_so = OpIMul %u64 %sk_slot64 %c_sk_slot64", "%sk_so = OpCopyObject %u64 %z64"),  # every piece to slot 0
     ("%oa = OpIAdd %u64 %oa0 %k_begin64", "%oa = OpCopyObject %u64 %oa0"),      # every piece reads A's first k
     ("OpBranchConditional %sk_whole %sk_epi %sk_part", "OpBranchConditional %sk_whole %sk_part %sk_epi"),
-])
+]
+
+
+@pytest.mark.parametrize("old, new", STREAM_MUTANTS)
 def test_a_broken_stream_k_coopmat_kernel_fails_verification(old, new, coopmat_evaluator):
     _fails_verification_when_edited(_stream("bf16_bias_gelu_to_bf16"), coopmat_evaluator, old, new)
+
+
+# -- split K, stream-K and traced epilogues by the SPIR-V semantics: the whole call, each launch of KernelCall ------
+CALLS = {"split": _split, "stream": _stream}
+
+
+@pytest.mark.parametrize("kind,name", [("split", n) for n in sorted(SPLIT)] + [("stream", n) for n in sorted(STREAM)])
+def test_split_k_and_stream_k_calls_compute_the_gemm_by_the_spirv_semantics(kind, name):
+    ok, reason = _interpret_variant(CALLS[kind](name))
+    assert ok, reason
+
+
+@pytest.mark.parametrize("kind,old,new", [("split", *m) for m in SPLIT_MUTANTS] + [("stream", *m) for m in STREAM_MUTANTS])
+def test_a_broken_split_k_or_stream_k_module_fails_in_the_interpreter(kind, old, new):
+    from xegemm.evaluate import render_variant
+    pv = CALLS[kind]("gptq")
+    source = render_variant(pv, Lowering("coopmat"))
+    assert old in source
+    ok, _ = _interpret_variant(pv, source.replace(old, new))
+    assert not ok, "the broken module verified"
+
+
+@pytest.mark.usefixtures("code_allowed")
+@pytest.mark.parametrize("name", sorted(TRACED))
+def test_a_traced_epilogue_computes_by_the_spirv_semantics(name):
+    ok, reason = _interpret_variant(_traced(name))
+    assert ok, reason
+
+
+@pytest.mark.usefixtures("code_allowed")
+@pytest.mark.parametrize("case, old, new", TRACED_MUTANTS)
+def test_a_broken_traced_epilogue_fails_in_the_interpreter(case, old, new):
+    ok, _ = _interpret_variant(*_broken_traced(case, old, new))
+    assert not ok, "the broken module verified"
 
 
 def test_stream_k_schedule_is_the_formulas_compiled_in_64_bits_where_the_c_is_long():

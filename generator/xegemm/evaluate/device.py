@@ -303,10 +303,10 @@ def device_buffers(bufs) -> dict:
             **bufs["named"], **{k: v[0] for k, v in bufs["aux_outputs"].items()}}
 
 
-def traced_buffers(queue, config: Config, ops) -> dict:
-    """A traced epilogue's buffers (docs/epilogues.md): its named inputs' (``named``, by kernel parameter), its
-    scalars' values (``named_scalars``) and its auxiliary outputs' (``aux_outputs``: parameter -> (buffer, poison,
-    output name)); all empty for the fixed epilogue."""
+def traced_host_buffers(config: Config, ops) -> dict:
+    """A traced epilogue's host arrays (docs/epilogues.md): its named inputs' (``named``, by kernel parameter), its
+    scalars' values (``named_scalars``) and its auxiliary outputs' poisoned contents (``aux_outputs``: parameter ->
+    (poison, output name)); all empty for the fixed epilogue."""
     graph = ops.graph
     named, scalars, outputs = {}, {}, {}
     for name, value in ops.named.items():
@@ -314,14 +314,20 @@ def traced_buffers(queue, config: Config, ops) -> dict:
         if kind == "scalar":
             scalars[input_param(name)] = float(value)
         else:
-            data = ops.named_bytes[name] if kind == "matrix" else np.asarray(value, np.float32)
-            named[input_param(name)] = to_device(queue, data)
+            named[input_param(name)] = ops.named_bytes[name] if kind == "matrix" else np.asarray(value, np.float32)
     p = config.problem
     for o in graph.outputs[1:] if graph else ():     # auxiliary matrices, then reductions (per row, column, batch)
         elements = p.batch * math.prod(kind_shape(graph.nodes[o.node].kind, p.m, p.n))
-        poison = poison_c(config, o.type, elements)
-        outputs[f"out_{o.name}"] = (to_device(queue, poison), poison, o.name)
+        outputs[f"out_{o.name}"] = (poison_c(config, o.type, elements), o.name)
     return {"named": named, "named_scalars": scalars, "aux_outputs": outputs}
+
+
+def traced_buffers(queue, config: Config, ops) -> dict:
+    """:func:`traced_host_buffers` on the device: ``aux_outputs`` maps each parameter to (buffer, poison, name)."""
+    host = traced_host_buffers(config, ops)
+    return {"named": {k: to_device(queue, v) for k, v in host["named"].items()}, "named_scalars": host["named_scalars"],
+            "aux_outputs": {k: (to_device(queue, poison), poison, name)
+                            for k, (poison, name) in host["aux_outputs"].items()}}
 
 
 class EventSpan:

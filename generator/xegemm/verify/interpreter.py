@@ -302,7 +302,7 @@ def _tf32(x: np.ndarray) -> np.ndarray:
 _EXT = {   # OpenCL.std on float operands (the OpenCL C functions of the same names, in the operands' type)
     "fmax": np.fmax, "fmin": np.fmin, "fabs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "rsqrt": lambda x: type(x)(1) / np.sqrt(x), "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh,
-    "erf": lambda x: type(x)(math.erf(float(x))), "rint": np.rint, "floor": np.floor, "ceil": np.ceil,
+    "erf": lambda x: type(x)(math.erf(float(x))), "erfc": lambda x: type(x)(math.erfc(float(x))), "rint": np.rint, "floor": np.floor, "ceil": np.ceil,
     "trunc": np.trunc, "pow": np.power, "exp2": np.exp2, "log2": np.log2, "sin": np.sin, "cos": np.cos,
 }
 _EXT_INT = {   # OpenCL.std on integers: s_ reads the bits as signed, u_ as unsigned
