@@ -677,12 +677,16 @@ GROUPED = {   # shipped grouped / MoE configs through the coopmat kernel: (confi
     # quantized experts (u4, zero points, per-32 scales) dequantized by the packer in one batched run
     "moe_w4a16_bf16": ("moe_w4a16", {"types.a": "bf16", "types.c": "bf16", "quant.scale": "bf16"}),
 }
+# ... smaller, for the interpreter (the shipped grouped and moe problems take it 20 s and more): odd K, an empty group
+GROUPED_SMALL = {"grouped_small_odd_k": ("grouped", {"problem.groups": ["40x64x37", "0x64x32", "17x96x33", "50x32x63"]}),
+                 "moe_small": ("moe", {"problem.m": 40, "moe.experts": 4, "moe.rows": [16, 0, 9, 15], "problem.n": 64,
+                                       "problem.k": 96})}
 
 
 def _grouped_variants(name: str):
     from xegemm.config import load_config
     from xegemm.evaluate import plan_variants
-    config, overrides = GROUPED[name]
+    config, overrides = {**GROUPED, **GROUPED_SMALL}[name]
     config = load_config(ROOT / "configs" / f"{config}.yaml").with_overrides(
         {"profile.warmup": 0, "profile.repeats": 1, **overrides})
     planned = [pv for pv in plan_variants(config, Lowering("coopmat")) if pv.plan is not None]
@@ -701,20 +705,97 @@ def test_grouped_and_moe_launches_verify_through_the_coopmat_kernel(name, coopma
         assert result.extra["pack_b_ms"] >= 0
 
 
-@pytest.mark.parametrize("walk, old, new", [
+GROUPED_MUTANTS = [
     ("static", "%gs_right = OpULessThanEqual", "%gs_right = OpULessThan"),     # the search lands one group early
     ("static", "%B %g_b_offset", "%B %z64"),                                  # every group reads group 0's B
     ("static", "%t_next = OpIAdd %u32 %t %nwgx", "%t_next = OpIAdd %u32 %t %total_tiles"),   # one tile each
     ("dynamic", "OpStore %next_tile %taken",                                  # each take skips a tile
      "%taken_again = OpAtomicIIncrement %u32 %tile_counter %c1 %c0\nOpStore %next_tile %taken"),
-])
-def test_a_broken_grouped_coopmat_kernel_fails_verification(walk, old, new, coopmat_evaluator):
+]
+
+
+def _broken_grouped(name: str, walk: str, old: str, new: str):
     from xegemm.evaluate import render_variant
-    (pv,) = [pv for pv in _grouped_variants("grouped_odd_k") if pv.config.tile.walk == walk]
+    (pv,) = [pv for pv in _grouped_variants(name) if pv.config.tile.walk == walk]
     source = render_variant(pv, Lowering("coopmat"))
     assert old in source
-    result = coopmat_evaluator.evaluate(pv, source.replace(old, new))
+    return pv, source.replace(old, new)
+
+
+@pytest.mark.parametrize("walk, old, new", GROUPED_MUTANTS)
+def test_a_broken_grouped_coopmat_kernel_fails_verification(walk, old, new, coopmat_evaluator):
+    result = coopmat_evaluator.evaluate(*_broken_grouped("grouped_odd_k", walk, old, new))
     assert result.status == "failed_verify", result.reason
+
+
+@pytest.mark.parametrize("name", sorted(GROUPED_SMALL) + ["moe_w4a16_bf16"])
+def test_grouped_and_moe_launches_compute_by_the_spirv_semantics(name):
+    """Both walks over the problem table (the dynamic one's atomic counter), empty groups and experts, odd K
+    (packed groups longer than stored ones), quantized experts: every group, and nothing written between them."""
+    for pv in _grouped_variants(name):
+        ok, reason = _interpret_grouped(pv)
+        assert ok, (pv.config.tile.walk, reason)
+
+
+@pytest.mark.parametrize("walk, old, new", GROUPED_MUTANTS)
+def test_a_broken_grouped_module_fails_in_the_interpreter(walk, old, new):
+    ok, _ = _interpret_grouped(*_broken_grouped("grouped_small_odd_k", walk, old, new))
+    assert not ok, "the broken module verified"
+
+
+def _interpret_grouped(pv, source: str | None = None, compute_units: int = 3):
+    """A grouped or MoE variant's launch run by the reference interpreter as the evaluator lays it out
+    (xegemm.kernel.grouped_launch, persistent work-groups for ``compute_units``), every group's B packed by the numpy
+    reference at the table's packed offsets (a quantized expert dequantized first), launched twice as the evaluator
+    does (the dynamic walk's counter zeroed before each); (ok, reason) of its group-by-group check."""
+    from xegemm.evaluate import render_variant
+    from xegemm.evaluate.device import epilogue_scalars
+    from xegemm.evaluate.grouped import GroupedSetup
+    from xegemm.grouped.problem import from_config
+    from xegemm.grouped.table import FIELD
+    from xegemm.kernel.arguments import KernelCall
+    from xegemm.kernel.grouped_launch import grouped_launch
+    from xegemm.verify.dense import GUARD_BYTE, GUARD_BYTES
+    from xegemm.verify.grouped import check_groups, group_operands, group_references
+    from xegemm.verify.interpreter import InterpreterError, Program
+
+    config, plan = pv.config, pv.plan
+    problem = from_config(config)
+    layout = grouped_launch(plan, problem, compute_units)
+    ops = group_operands(config, problem)
+    packed = np.zeros(max(4, layout.nbytes["B_packed"]), np.uint8)
+    for g, o, at in zip(problem.groups, ops, layout.packed_b_offsets):
+        if o is not None:
+            b = pack_b(dequantized_b(config, o.b_bytes, o.quant, g.k, g.n), g.k, g.n, config.types.a) if plan.quant \
+                else pack_b(o.b_bytes, g.k, g.n, config.types.a, config.layout.b)
+            b = np.ascontiguousarray(b).reshape(-1).view(np.uint8)
+            packed[at:at + b.size] = b
+    poison = np.concatenate([np.full(layout.nbytes["D"], 0xFF, np.uint8), np.full(GUARD_BYTES, GUARD_BYTE, np.uint8)])
+    nothing = np.zeros(4, np.uint8)
+    reads_c = any(o is not None and o.c_in_bytes is not None for o in ops)
+    buffers = {"A": layout.pack("A", [o and o.a_bytes for o in ops]), "B": packed, "D": poison.copy(),
+               "C": layout.pack("D", [o and o.c_in_bytes for o in ops]) if reads_c else nothing,
+               "bias": layout.pack_bias([o and o.bias for o in ops]).view(np.uint8), "workspace": nothing,
+               "table": layout.table.reshape(-1).view(np.uint8), "tile_counter": np.zeros(4, np.uint8),
+               **({name: layout.pack_experts(name, [o and o.quant[name] for o in ops]) for name in ("scales", "zeros")}
+                  if plan.quant else {})}
+    buffers = {k: np.ascontiguousarray(v).reshape(-1).view(np.uint8).copy() for k, v in buffers.items()}
+    call = KernelCall.of(plan)
+    ((kernel, args, gsize, lsize),) = call.bind(call.grouped_sizes(**layout.sizes), buffers, epilogue_scalars(config))
+    program = Program(source or render_variant(pv, Lowering("coopmat")))
+    try:
+        for _ in range(2):
+            buffers["D"][:] = poison
+            buffers["tile_counter"][:] = 0
+            program.launch(kernel, args, gsize, lsize)
+    except InterpreterError as e:
+        return False, f"the interpreter stopped: {e}"
+    refs = group_references(config, problem, ops)
+    verdict = check_groups(config, problem, buffers["D"], layout.table[:, FIELD["c_offset"]], refs)
+    if not verdict.ok:
+        return False, verdict.reason
+    setup = GroupedSetup(config, problem, layout, buffers, poison, refs, np.zeros(1, np.int32), 0)
+    return (True, None) if setup.untouched(buffers["D"]) else (False, "D written outside every group")
 
 
 def test_the_packed_groups_have_their_own_offsets():

@@ -667,7 +667,8 @@ class Program:
                     values[ins.result] = value
             budget[0] -= len(steps) + 1
             if budget[0] < 0:
-                raise InterpreterError(f"more than {MAX_STEPS} instructions: the kernel does not end")
+                raise InterpreterError(f"more than {MAX_STEPS} instructions: a kernel that does not end, or a "
+                                       "launch too large to interpret")
             previous = label
             if end.op == "OpBranch":
                 label = end.args[0]
