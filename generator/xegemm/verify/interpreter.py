@@ -55,6 +55,9 @@ A_SIGNED, B_SIGNED, AB_TF32, AB_BF16 = 0x1, 0x2, 0x20, 0x40
 POISON = 0xFF                         # the byte a work-group's local memory starts as
 MAX_STEPS = 200_000_000               # instructions of one launch before it is taken for a hang
 _TERMINATORS = ("OpBranch", "OpBranchConditional", "OpReturn", "OpUnreachable")
+# module-level instructions that say nothing the interpreter needs (beyond those it reads)
+_MODULE_WORDS = ("OpCapability", "OpExtension", "OpMemoryModel", "OpExecutionMode", "OpDecorate", "OpName",
+                 "OpSource", "OpSourceExtension", "OpModuleProcessed")
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s]+')
 
 
@@ -283,7 +286,7 @@ class Module:
                 self.local_size[a[0]] = tuple(int(x) for x in a[2:5])
             elif op == "OpExtInstImport":
                 self.ext[ins.result] = a[0].strip('"')
-            elif op.startswith("OpType") or op == "OpConstantComposite":
+            elif op not in _MODULE_WORDS:
                 raise InterpreterError(f"line {ins.line}: {op} is outside the interpreter's subset")
 
 
@@ -630,11 +633,12 @@ class Program:
         self.module = Module(text)
         self.subgroup_size = subgroup_size
         self._code: dict[str, _Code] = {}
+        self._convergent = _Convergent(self.module)
 
     def _compiled(self, fid: str) -> _Code:
         if fid in self._code:
             return self._code[fid]
-        fn, plain, conv = self.module.functions[fid], _Compiler(self.module), _Convergent(self.module)
+        fn, plain, conv = self.module.functions[fid], _Compiler(self.module), self._convergent
         blocks = {}
         for label, block in fn.blocks.items():
             phis = [(i.result, dict(zip(i.args[2::2], i.args[1::2]))) for i in block.phis]
@@ -764,7 +768,7 @@ class Program:
 
     def _resolve(self, waits, done, count, sent, group) -> list[int]:
         """Release every sub-group (or the work-group) whose work-items all wait at one convergent instruction."""
-        sg, conv = self.subgroup_size, _Convergent(self.module)
+        sg, conv = self.subgroup_size, self._convergent
         released = []
         if all(done[i] or (waits[i] is not None and waits[i].scope == SCOPE_WORKGROUP) for i in range(count)) \
                 and not all(done):
