@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -68,8 +69,9 @@ class InterpreterError(XegemmError):
 
 # -- types ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Int:
+class _Number:
     width: int
+    kind: ClassVar[str]      # the numpy kind: integers are unsigned bit patterns
 
     @property
     def size(self) -> int:
@@ -77,20 +79,15 @@ class Int:
 
     @property
     def dtype(self):
-        return np.dtype(f"<u{self.size}")
+        return np.dtype(f"<{self.kind}{self.size}")
 
 
-@dataclass(frozen=True)
-class Float:
-    width: int
+class Int(_Number):
+    kind = "u"
 
-    @property
-    def size(self) -> int:
-        return self.width // 8
 
-    @property
-    def dtype(self):
-        return np.dtype(f"<f{self.size}")
+class Float(_Number):
+    kind = "f"
 
 
 @dataclass(frozen=True)
