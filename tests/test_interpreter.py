@@ -1,7 +1,8 @@
 """The reference interpreter (xegemm.verify.interpreter) on small SPIR-V modules written here: the matrix layouts
 and multiply-add operands against numpy (and ml_dtypes for bf16), the work-item built-ins against the OpenCL
 definitions, and the wrong modules it must refuse.  Every module is assembled by spirv-as and checked by spirv-val
-first, so that each is real SPIR-V; the coopmat kernels themselves are interpreted in tests/test_coopmat.py."""
+first, so that each is real SPIR-V; the coopmat kernels themselves are interpreted in
+tests/test_coopmat_interpreted.py."""
 
 from __future__ import annotations
 
