@@ -118,22 +118,20 @@ def _inputs(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_sto
     return config, ops, k, text, _host_buffers(config, ops, b)
 
 
-def _packed_b(config, ops, quant: dict | None = None) -> np.ndarray:
-    """B as the kernel reads it, by the numpy reference: VNNI-packed, a quantized B dequantized first (from
-    ``quant``, the operands' own by default)."""
-    p = config.problem
+def _packed_b(config, ops, quant: dict | None = None, k: int | None = None, n: int | None = None) -> np.ndarray:
+    """B as the kernel reads it, by the numpy reference: VNNI-packed, a quantized B dequantized into A's type first
+    (from ``quant``, the operands' own by default); K x N the problem's (a group's: ``k``, ``n``)."""
+    k, n = k or config.problem.k, n or config.problem.n
     if config.quant.format != "none":
-        return pack_b(dequantized_b(config, ops.b_bytes, quant or ops.quant, p.k, p.n), p.k, p.n, "bf16")
-    return pack_b(ops.b_bytes, p.k, p.n, config.types.a, config.layout.b)
+        return pack_b(dequantized_b(config, ops.b_bytes, quant or ops.quant, k, n), k, n, config.types.a)
+    return pack_b(ops.b_bytes, k, n, config.types.a, config.layout.b)
 
 
-def _host_buffers(config, ops, b: np.ndarray, **more) -> dict:
-    """The kernel's buffers under xegemm.kernel.arguments.BUFFERS' names as host bytes: D poisoned, a 4-byte
-    stand-in for what the case has not (C, bias), and ``more``."""
-    from xegemm.verify.dense import poison_c
-    nothing = np.zeros(4, np.uint8)
-    host = {"A": ops.a_bytes, "B": b, "D": poison_c(config), "C": nothing if ops.c_in_bytes is None else ops.c_in_bytes,
-            "bias": nothing if ops.bias is None else ops.bias.astype(np.float32), **more}
+def _host_buffers(config, ops, b: np.ndarray, traced: dict | None = None) -> dict:
+    """The evaluator's buffers of the problem (xegemm.evaluate.device.host_arrays, a traced epilogue's
+    ``traced_host_buffers``) as host bytes under xegemm.kernel.arguments.BUFFERS' names, B replaced by ``b``."""
+    from xegemm.evaluate.device import device_buffers, host_arrays
+    host = device_buffers({**host_arrays(config, ops), **(traced or {"named": {}, "aux_outputs": {}})}) | {"B": b}
     return {key: np.ascontiguousarray(data).reshape(-1).view(np.uint8).copy() for key, data in host.items()}
 
 
@@ -312,9 +310,10 @@ def test_b_not_vnni_packed_fails_verification(amx_worker):
     assert not ok
 
 
-# Cases only the reference interpreter runs (tests/test_coopmat_interpreted.py): (types, problem, tile).  The GPU-only types (the CPU runtime has no f16 without
-# AMX-FP16, and no tf32), and the one k-tile the CPU runtime computes wrong (docs/lowerings.md "sycl-tla's legacy
-# PVC tiles": a 32x64x16 work-group of 1x2 sub-groups, each 2x2 tiles of 16x16x16).
+# Cases only the reference interpreter runs (tests/test_coopmat_interpreted.py): (types, problem, tile).  The
+# GPU-only types (the CPU runtime has no f16 without AMX-FP16, and no tf32), the mixed signs, and the one k-tile the
+# CPU runtime computes wrong (docs/lowerings.md "sycl-tla's legacy PVC tiles": a 32x64x16 work-group of 1x2
+# sub-groups, each 2x2 tiles of 16x16x16).
 MODULE_ONLY = {
     "f16_f16_out": ("{a: f16, b: f16, acc: f32, c: f16}", "{m: 45, n: 70, k: 75, batch: 2}",
                     "[32, 32, 32], subgroups: [2, 1]"),
@@ -620,10 +619,13 @@ GROUPED = {   # shipped grouped / MoE configs through the coopmat kernel: (confi
     # quantized experts (u4, zero points, per-32 scales) dequantized by the packer in one batched run
     "moe_w4a16_bf16": ("moe_w4a16", {"types.a": "bf16", "types.c": "bf16", "quant.scale": "bf16"}),
 }
-# ... smaller, for the interpreter (tests/test_coopmat_interpreted.py; the shipped grouped and moe problems take it 20 s and more): odd K, an empty group
-GROUPED_SMALL = {"grouped_small_odd_k": ("grouped", {"problem.groups": ["40x64x37", "0x64x32", "17x96x33", "50x32x63"]}),
-                 "moe_small": ("moe", {"problem.m": 40, "moe.experts": 4, "moe.rows": [16, 0, 9, 15], "problem.n": 64,
-                                       "problem.k": 96})}
+# ... smaller, for the interpreter (tests/test_coopmat_interpreted.py; the shipped grouped and moe problems take it
+# 20 s and more): odd K, an empty group or expert
+GROUPED_SMALL = {
+    "grouped_small_odd_k": ("grouped", {"problem.groups": ["40x64x37", "0x64x32", "17x96x33", "50x32x63"]}),
+    "moe_small": ("moe", {"problem.m": 40, "moe.experts": 4, "moe.rows": [16, 0, 9, 15], "problem.n": 64,
+                          "problem.k": 96}),
+}
 
 
 def _grouped_variants(name: str):

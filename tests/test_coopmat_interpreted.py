@@ -14,7 +14,6 @@ from test_coopmat import (A_COL_AS_ROW, EPILOGUE_MUTANTS, EPILOGUES, FIXED, GROU
                           TRACED_MUTANTS, _arguments, _broken_grouped, _broken_traced, _grouped_variants,
                           _host_buffers, _inputs, _packed_b, _split, _stream, _traced)
 from xegemm.lowering import Lowering
-from xegemm.lowering.coopmat import dequantized_b, pack_b
 
 
 def _interpret(name: str, epilogue: str, edit: tuple[str, str] | None = None, b_storage: str = "packed",
@@ -48,11 +47,7 @@ def _interpret_variant(pv, source: str | None = None):
     call = KernelCall.of(pv.plan)
     sizes = call.sizes(p.m, p.n, p.k, p.batch)
     traced = traced_host_buffers(config, ops)
-    unread = np.zeros(4, np.uint8)     # a dequantized B's arrays: the kernel reads B packed instead
-    host = _host_buffers(config, ops, _packed_b(config, ops), workspace=np.zeros(max(4, sizes["workspace_bytes"]),
-                                                                                 np.uint8),
-                         scales=unread, zeros=unread, a_scales=unread, **traced["named"],
-                         **{k: poison for k, (poison, _) in traced["aux_outputs"].items()})
+    host = _host_buffers(config, ops, _packed_b(config, ops), traced)
     program = Program(source or render_variant(pv, Lowering("coopmat")))
     try:
         for kernel, args, gsize, lsize in call.bind(sizes, host, epilogue_scalars(config) | traced["named_scalars"]):
@@ -71,12 +66,11 @@ def _interpret_grouped(pv, source: str | None = None, compute_units: int = 3):
     does (the dynamic walk's counter zeroed before each); (ok, reason) of its group-by-group check."""
     from xegemm.evaluate import render_variant
     from xegemm.evaluate.device import epilogue_scalars
-    from xegemm.evaluate.grouped import GroupedSetup
+    from xegemm.evaluate.grouped import GroupedSetup, grouped_host_arrays
     from xegemm.grouped.problem import from_config
     from xegemm.grouped.table import FIELD
     from xegemm.kernel.arguments import KernelCall
     from xegemm.kernel.grouped_launch import grouped_launch
-    from xegemm.verify.dense import GUARD_BYTE, GUARD_BYTES
     from xegemm.verify.grouped import check_groups, group_operands, group_references
     from xegemm.verify.interpreter import InterpreterError, Program
 
@@ -87,20 +81,11 @@ def _interpret_grouped(pv, source: str | None = None, compute_units: int = 3):
     packed = np.zeros(max(4, layout.nbytes["B_packed"]), np.uint8)
     for g, o, at in zip(problem.groups, ops, layout.packed_b_offsets):
         if o is not None:
-            b = pack_b(dequantized_b(config, o.b_bytes, o.quant, g.k, g.n), g.k, g.n, config.types.a) if plan.quant \
-                else pack_b(o.b_bytes, g.k, g.n, config.types.a, config.layout.b)
-            b = np.ascontiguousarray(b).reshape(-1).view(np.uint8)
+            b = np.ascontiguousarray(_packed_b(config, o, k=g.k, n=g.n)).reshape(-1).view(np.uint8)
             packed[at:at + b.size] = b
-    poison = np.concatenate([np.full(layout.nbytes["D"], 0xFF, np.uint8), np.full(GUARD_BYTES, GUARD_BYTE, np.uint8)])
-    nothing = np.zeros(4, np.uint8)
-    reads_c = any(o is not None and o.c_in_bytes is not None for o in ops)
-    buffers = {"A": layout.pack("A", [o and o.a_bytes for o in ops]), "B": packed, "D": poison.copy(),
-               "C": layout.pack("D", [o and o.c_in_bytes for o in ops]) if reads_c else nothing,
-               "bias": layout.pack_bias([o and o.bias for o in ops]).view(np.uint8), "workspace": nothing,
-               "table": layout.table.reshape(-1).view(np.uint8), "tile_counter": np.zeros(4, np.uint8),
-               **({name: layout.pack_experts(name, [o and o.quant[name] for o in ops]) for name in ("scales", "zeros")}
-                  if plan.quant else {})}
-    buffers = {k: np.ascontiguousarray(v).reshape(-1).view(np.uint8).copy() for k, v in buffers.items()}
+    host = grouped_host_arrays(plan, layout, ops) | {"B": packed}
+    poison = host["D"]
+    buffers = {k: np.ascontiguousarray(v).reshape(-1).view(np.uint8).copy() for k, v in host.items()}
     call = KernelCall.of(plan)
     ((kernel, args, gsize, lsize),) = call.bind(call.grouped_sizes(**layout.sizes), buffers, epilogue_scalars(config))
     program = Program(source or render_variant(pv, Lowering("coopmat")))

@@ -85,19 +85,10 @@ class DeviceSession:
             if too_big:          # refused before numpy or the device is asked for the memory
                 raise XegemmError(too_big)
             ops = make_operands(config, graph=graph)
-            poison = poison_c(config)
-            nothing = np.zeros(4, np.uint8)    # what a kernel that reads no C or bias is given instead
-            self._buffers = {"ops": ops, "reference": reference(config, ops), "a": to_device(self.queue, ops.a_bytes),
-                             "b": to_device(self.queue, ops.b_bytes), "c": to_device(self.queue, poison),
-                             "poison": poison,
-                             "c_in": to_device(self.queue, nothing if ops.c_in_bytes is None else ops.c_in_bytes),
-                             "bias": to_device(self.queue, nothing if ops.bias is None else ops.bias.astype(np.float32)),
-                             "workspace": to_device(self.queue, np.zeros(max(4, workspace_bytes(config)), np.uint8))}
+            host = host_arrays(config, ops)
+            self._buffers = {"ops": ops, "reference": reference(config, ops), "poison": host["c"],
+                             **{name: to_device(self.queue, data) for name, data in host.items()}}
             self._buffers.update(traced_buffers(self.queue, config, ops))
-            quant = ops.quant or {}
-            for name in ("scales", "zeros", "a_scales"):    # a quantized B's and an FP8 A's (xegemm.verify.dense)
-                data = quant.get(name)
-                self._buffers[name] = to_device(self.queue, nothing if data is None else data)
             self._problem_key = key
         return self._buffers
 
@@ -295,9 +286,22 @@ class DeviceBuilder(Builder):
         return DeviceKernel(self.session, config, bufs, RotatingSubmit(queue, launch_sets), rotation, sets)
 
 
+def host_arrays(config: Config, ops) -> dict[str, np.ndarray]:
+    """The host arrays of a problem's fixed buffers, by the session's names: A, B as stored, C (D's poison), its
+    input ``c_in``, the bias, the workspace, and a quantized B's and an FP8 A's arrays (xegemm.verify.dense); a
+    4-byte stand-in for each one the problem has not."""
+    nothing = np.zeros(4, np.uint8)    # what a kernel that reads no C or bias is given instead
+    quant = ops.quant or {}
+    return {"a": ops.a_bytes, "b": ops.b_bytes, "c": poison_c(config),
+            "c_in": nothing if ops.c_in_bytes is None else ops.c_in_bytes,
+            "bias": nothing if ops.bias is None else ops.bias.astype(np.float32),
+            "workspace": np.zeros(max(4, workspace_bytes(config)), np.uint8),
+            **{name: nothing if quant.get(name) is None else quant[name] for name in ("scales", "zeros", "a_scales")}}
+
+
 def device_buffers(bufs) -> dict:
     """A session's buffers under the names of :data:`xegemm.kernel.arguments.BUFFERS` (C is where D goes; its input
-    is ``c_in``)."""
+    is ``c_in``); the same for the host arrays of :func:`host_arrays` and :func:`traced_host_buffers`."""
     return {"A": bufs["a"], "B": bufs["b"], "D": bufs["c"], "C": bufs["c_in"], "bias": bufs["bias"],
             "workspace": bufs["workspace"], "scales": bufs["scales"], "zeros": bufs["zeros"], "a_scales": bufs["a_scales"],
             **bufs["named"], **{k: v[0] for k, v in bufs["aux_outputs"].items()}}

@@ -77,6 +77,24 @@ class GroupedSetup:
         return bool(np.array_equal(raw[keep], self.poison[keep]))
 
 
+def grouped_host_arrays(plan: Plan, layout: GroupedLaunch, ops) -> dict[str, np.ndarray]:
+    """The host arrays of a grouped launch under :data:`xegemm.kernel.arguments.BUFFERS`' names: every group's
+    operands (``ops``: xegemm.verify.grouped.group_operands) at the layout's offsets, B as stored, D's poison
+    followed by the guard bytes, the problem table, the dynamic walk's counter, quantized experts' scales and zeros;
+    a 4-byte stand-in for C where no group reads it and for the workspace."""
+    reads_c = any(o is not None and o.c_in_bytes is not None for o in ops)
+    nothing = np.zeros(4, np.uint8)
+    host = {"A": layout.pack("A", [o and o.a_bytes for o in ops]), "B": layout.pack("B", [o and o.b_bytes for o in ops]),
+            "D": np.concatenate([np.full(layout.nbytes["D"], 0xFF, np.uint8), np.full(GUARD_BYTES, GUARD_BYTE, np.uint8)]),
+            "C": layout.pack("D", [o and o.c_in_bytes for o in ops]) if reads_c else nothing,
+            "bias": layout.pack_bias([o and o.bias for o in ops]), "workspace": nothing,
+            "table": layout.table.reshape(-1), "tile_counter": np.zeros(1, np.int32)}
+    if plan.quant:            # quantized experts: scales and zeros, expert after expert
+        for name in ("scales", "zeros"):
+            host[name] = layout.pack_experts(name, [o and o.quant[name] for o in ops])
+    return host
+
+
 def grouped_setup(session, config: Config, plan: Plan, lowering=None) -> GroupedSetup:
     """Operands, references and buffers of ``config``'s grouped problem for ``plan``'s kernel on the session's
     device (kept on the session while the problem, types, epilogue, seed, table and lowering stay the same).  A
@@ -94,20 +112,9 @@ def grouped_setup(session, config: Config, plan: Plan, lowering=None) -> Grouped
     ops = group_operands(config, problem)
     refs = group_references(config, problem, ops)
     queue = session.queue
-    poison = np.concatenate([np.full(layout.nbytes["D"], 0xFF, np.uint8), np.full(GUARD_BYTES, GUARD_BYTE, np.uint8)])
-    reads_c = any(o is not None and o.c_in_bytes is not None for o in ops)
-    nothing = np.zeros(4, np.uint8)
-    buffers = {"A": to_device(queue, layout.pack("A", [o and o.a_bytes for o in ops])),
-               "B": to_device(queue, layout.pack("B", [o and o.b_bytes for o in ops])),
-               "D": to_device(queue, poison),
-               "C": to_device(queue, layout.pack("D", [o and o.c_in_bytes for o in ops]) if reads_c else nothing),
-               "bias": to_device(queue, layout.pack_bias([o and o.bias for o in ops])),
-               "workspace": to_device(queue, nothing),
-               "table": to_device(queue, layout.table.reshape(-1)),
-               "tile_counter": to_device(queue, np.zeros(1, np.int32))}
-    if plan.quant:            # quantized experts: scales and zeros, expert after expert
-        for name in ("scales", "zeros"):
-            buffers[name] = to_device(queue, layout.pack_experts(name, [o and o.quant[name] for o in ops]))
+    host = grouped_host_arrays(plan, layout, ops)
+    poison = host["D"]
+    buffers = {name: to_device(queue, data) for name, data in host.items()}
     pack_ms = None
     if lowering is not None and lowering.b_pack_factor(plan):
         buffers["B"], pack_ms = pack_grouped_b(queue, session.packer(DevicePacker, plan), layout, buffers)
