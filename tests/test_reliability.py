@@ -404,6 +404,49 @@ def test_every_storage_call_optunas_cache_makes_is_retried():
     assert all(hasattr(getattr(storage, name), "__wrapped__") for name in CACHE_CALLS)
 
 
+_POPPER = """
+import os, sys
+from pathlib import Path
+import optuna
+from xegemm.tune.study import open_storage
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+study = optuna.load_study(study_name=sys.argv[2], storage=open_storage(sys.argv[1]))
+barrier = Path(sys.argv[3])
+(barrier / str(os.getpid())).touch()
+while len(os.listdir(barrier)) < 2:     # both processes are ready: they start popping together
+    pass
+popped = []
+while (trial_id := study._pop_waiting_trial_id()) is not None:
+    popped.append(trial_id)
+print(*popped)
+"""
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_processes_never_pop_the_same_enqueued_trial(tmp_path, backend, request):
+    """Optuna's queue reads a WAITING trial, then sets it RUNNING.  On SQLite, Python's driver used to run that
+    read outside the write's transaction, and two workers could both pop one trial (then one told the
+    other's running trial FAIL as a duplicate); every SQLite transaction now begins IMMEDIATE.  Two processes
+    drain one queue of 80 trials, released at the same instant, twice."""
+    url = (f"sqlite:///{tmp_path / 'queue.db'}" if backend == "sqlite" else request.getfixturevalue("postgresql_url"))
+    for attempt in range(2):
+        name = f"queue-{tmp_path.name}-{attempt}"
+        study = optuna.create_study(study_name=name, storage=open_storage(url))
+        for x in range(80):
+            study.enqueue_trial({"x": x})
+        barrier = tmp_path / f"ready-{attempt}"
+        barrier.mkdir()
+        procs = [subprocess.Popen([sys.executable, "-c", _POPPER, url, name, str(barrier)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        popped = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            popped.append(out.split())
+        assert sorted(popped[0] + popped[1], key=int) == [str(t._trial_id) for t in study.get_trials()], \
+            f"popped by both: {sorted(set(popped[0]) & set(popped[1]), key=int)}"
+
+
 def test_a_lost_connection_is_transient_even_when_raised_while_handling_another():
     from sqlalchemy.exc import OperationalError, PendingRollbackError
 

@@ -231,9 +231,20 @@ def _retrying(method):
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")     # readers never wait for the writer (several workers)
+    cursor.execute("PRAGMA journal_mode=WAL")     # other readers (optuna-dashboard) never wait for a writer
     cursor.execute("PRAGMA busy_timeout=60000")
     cursor.close()
+    # Python's sqlite3 driver opens a transaction only at the first INSERT/UPDATE, so a read-then-write is two
+    # steps another process can come between.  Optuna's queue relies on that read-then-write: it reads a
+    # WAITING trial and sets it RUNNING (SELECT ... FOR UPDATE, which SQLite ignores), and two workers could
+    # both pop the same enqueued trial.  So the driver's own transactions are switched off and every
+    # transaction is BEGIN IMMEDIATE (see _begin_immediate): it takes SQLite's write lock before its first
+    # read, which makes each of Optuna's storage calls atomic across processes.
+    dbapi_connection.isolation_level = None
+
+
+def _begin_immediate(connection) -> None:
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _create(url: str, heartbeat_s: int) -> optuna.storages.RDBStorage:
@@ -243,6 +254,7 @@ def _create(url: str, heartbeat_s: int) -> optuna.storages.RDBStorage:
                                          grace_period=3 * heartbeat_s)
     if url.startswith("sqlite"):
         event.listen(storage.engine, "connect", _sqlite_pragmas)
+        event.listen(storage.engine, "begin", _begin_immediate)
         storage.engine.dispose()
     _metadata.create_all(storage.engine, checkfirst=True)
     for name in dir(storage):             # every public method Optuna calls, retried while the server is away
